@@ -1,0 +1,99 @@
+# alk: repository entry points. `make demo` and `make test` work on a fresh Debian 12 (as root).
+#
+#   make deps        install the Debian packages below that are missing (nothing else)
+#   make build       Release build into build/
+#   make build-asan  Debug -O1 build with ASan+UBSan into build-asan/
+#   make test        deps, build, ctest, then the sanitizer build and its test binary
+#   make demo        deps, build, ./build/alk demo
+#   make stats       lines of code per directory
+#   make format      clang-format -i over the C++ sources
+#   make clean       remove the build directories
+
+# Debian packages the build needs. Later issues append to this list.
+DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+# Phases of `make test` must run in order even under `make -j`.
+.NOTPARALLEL:
+.DEFAULT_GOAL := build
+
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+CCACHE_DIR ?= $(HOME)/.ccache
+export CCACHE_DIR
+
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+# Directories `make stats` and `make format` look at.
+SOURCE_DIRS := src include tools tests bench examples
+
+phase = @printf '\n==== %s ====\n' $(1)
+
+.PHONY: deps build build-asan test test-normal test-asan demo stats format clean
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "deps: all installed ($(DEB_PACKAGES))"; exit 0; fi; \
+	echo "deps: installing:$$missing"; \
+	sudo=""; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	  else echo "deps: missing packages and not root (no sudo): $$missing" >&2; exit 1; fi; \
+	fi; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+
+build:
+	$(call phase,"build: Release into $(BUILD_DIR)/")
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+build-asan:
+	$(call phase,"build-asan: Debug -O1 + ASan/UBSan into $(ASAN_DIR)/")
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DALK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g"
+	cmake --build $(ASAN_DIR) -j$(JOBS)
+
+test-normal:
+	$(call phase,"test: ctest on the Release build")
+	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
+
+test-asan:
+	$(call phase,"test-asan: $(ASAN_DIR)/alk_tests under ASan+UBSan")
+	$(ASAN_ENV) ./$(ASAN_DIR)/alk_tests --gtest_brief=1
+
+# Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
+test: deps build test-normal build-asan test-asan
+	$(call phase,"test: all passed")
+
+demo: deps build
+	$(call phase,"demo: ./$(BUILD_DIR)/alk demo")
+	./$(BUILD_DIR)/alk demo
+
+# Lines of *.cpp *.h *.def per directory, largest first. src/backend is split per backend.
+stats:
+	@{ \
+	for d in src/*/ src/backend/*/ include tools tests bench examples; do \
+	  d=$${d%/}; [ -d "$$d" ] || continue; \
+	  depth=""; [ "$$d" = src/backend ] && depth="-maxdepth 1"; \
+	  files=$$(find "$$d" $$depth -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.def' \) | wc -l); \
+	  lines=$$(find "$$d" $$depth -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.def' \) -print0 \
+	           | xargs -0r cat | wc -l); \
+	  [ "$$d" = src/backend ] && d="src/backend (own files)"; \
+	  printf '%s\t%s\t%s\n' "$$lines" "$$files" "$$d"; \
+	done; } | sort -t$$'\t' -k1,1nr -k3,3 | awk -F'\t' ' \
+	  BEGIN { printf "%-28s %8s %6s\n", "directory", "lines", "files"; print "-------------------------------------------" } \
+	  { printf "%-28s %8d %6d\n", $$3, $$1, $$2; l += $$1; f += $$2 } \
+	  END { print "-------------------------------------------"; printf "%-28s %8d %6d\n", "total", l, f }'
+
+# The op tables (*.def) are aligned by hand and are left alone.
+format:
+	@command -v clang-format >/dev/null 2>&1 || { echo "format: clang-format not found (apt-get install clang-format)" >&2; exit 1; }
+	find $(wildcard $(SOURCE_DIRS)) -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0r clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -1,0 +1,209 @@
+// alk::Tensor: a handle (shape, strides, offset, dtype) over either a realized
+// buffer or a lazy graph node. Ops record nodes; data is computed on demand.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "alk/dtype.h"
+#include "alk/error.h"
+
+namespace alk {
+
+using Shape = std::vector<int64_t>;
+struct TensorImpl;  // src/graph/graph.h
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& strides() const;  // in elements
+  int64_t offset() const;
+  int64_t dim() const;
+  int64_t numel() const;
+  int64_t size(int64_t d, Loc loc = Loc::current()) const;
+  DType dtype() const;
+  bool is_contiguous() const;
+  bool is_realized() const;
+
+  // ---- data out (realizes) ----
+  template <class T>
+  std::vector<T> to_vector(Loc loc = Loc::current()) const;  // float double int32_t int64_t uint8_t
+  double item(Loc loc = Loc::current()) const;
+  const Tensor& realize() const;
+  std::string str() const;  // printed like PyTorch
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true, Loc loc = Loc::current());
+  Tensor grad() const;  // undefined until backward() reached it
+  void zero_grad() const;
+  void backward(const Tensor& seed = Tensor(), Loc loc = Loc::current()) const;
+  Tensor detach() const;
+  bool is_leaf() const;
+
+  // ---- views (no data moves) ----
+  Tensor reshape(Shape shape, Loc loc = Loc::current()) const;  // copies only if it cannot view
+  Tensor view(Shape shape, Loc loc = Loc::current()) const;     // errors if it cannot view
+  Tensor permute(std::vector<int64_t> dims, Loc loc = Loc::current()) const;
+  Tensor transpose(int64_t d0, int64_t d1, Loc loc = Loc::current()) const;
+  Tensor t(Loc loc = Loc::current()) const;  // transpose of the last two dims
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current()) const;
+  Tensor select(int64_t dim, int64_t index, Loc loc = Loc::current()) const;
+  Tensor expand(Shape shape, Loc loc = Loc::current()) const;  // -1 keeps a dim
+  Tensor squeeze(Loc loc = Loc::current()) const;
+  Tensor squeeze(int64_t dim, Loc loc = Loc::current()) const;
+  Tensor unsqueeze(int64_t dim, Loc loc = Loc::current()) const;
+  Tensor flatten(int64_t start = 0, int64_t end = -1, Loc loc = Loc::current()) const;
+  Tensor contiguous(Loc loc = Loc::current()) const;
+  Tensor to(DType dtype, Loc loc = Loc::current()) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// An operand of an elementwise op: a tensor or a number. Numbers are "weak": they take
+// the tensor's dtype unless a float meets an integer tensor (docs/dtypes.md).
+struct Operand {
+  Operand(const Tensor& t) : tensor(t) {}  // NOLINT(google-explicit-constructor)
+  Operand(double v) : scalar(v), is_scalar(true), is_float(true) {}  // NOLINT
+  Operand(float v) : scalar(v), is_scalar(true), is_float(true) {}   // NOLINT
+  Operand(int v) : scalar(v), is_scalar(true) {}                      // NOLINT
+  Operand(int64_t v) : scalar(static_cast<double>(v)), is_scalar(true) {}  // NOLINT
+  Operand(bool v) : scalar(v), is_scalar(true), is_bool(true) {}     // NOLINT
+  Tensor tensor;
+  double scalar = 0;
+  bool is_scalar = false, is_float = false, is_bool = false;
+};
+
+// ---- elementwise ops: one function per entry of src/ops/elementwise.def ----
+#define ALK_DECLARE_1(name) Tensor name(const Operand& x, Loc loc = Loc::current());
+#define ALK_DECLARE_2(name) Tensor name(const Operand& a, const Operand& b, Loc loc = Loc::current());
+#define ALK_DECLARE_3(name) \
+  Tensor name(const Operand& a, const Operand& b, const Operand& c, Loc loc = Loc::current());
+#define ALK_EW(name, arity, ...) ALK_DECLARE_##arity(name)
+#include "ops/elementwise.def"
+#undef ALK_EW
+#undef ALK_DECLARE_1
+#undef ALK_DECLARE_2
+#undef ALK_DECLARE_3
+
+Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+
+Tensor operator+(const Operand& a, const Operand& b);
+Tensor operator-(const Operand& a, const Operand& b);
+Tensor operator*(const Operand& a, const Operand& b);
+Tensor operator/(const Operand& a, const Operand& b);
+Tensor operator-(const Tensor& x);
+Tensor operator<(const Operand& a, const Operand& b);
+Tensor operator<=(const Operand& a, const Operand& b);
+Tensor operator>(const Operand& a, const Operand& b);
+Tensor operator>=(const Operand& a, const Operand& b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& x);
+
+// ---- creation ----
+Tensor tensor(const std::vector<float>& data, Shape shape, Loc loc = Loc::current());
+Tensor tensor(const std::vector<double>& data, Shape shape, Loc loc = Loc::current());
+Tensor tensor(const std::vector<int64_t>& data, Shape shape, Loc loc = Loc::current());
+Tensor tensor(const std::vector<int32_t>& data, Shape shape, Loc loc = Loc::current());
+Tensor tensor(const std::vector<uint8_t>& data, Shape shape, DType dtype = DType::U8, Loc loc = Loc::current());
+// From raw bytes of a given dtype (f16/bf16 bit patterns, bool as bytes).
+Tensor from_bytes(const void* data, size_t bytes, Shape shape, DType dtype, Loc loc = Loc::current());
+Tensor scalar_tensor(double value, DType dtype = DType::F32);
+Tensor zeros(Shape shape, DType dtype = DType::F32, Loc loc = Loc::current());
+Tensor ones(Shape shape, DType dtype = DType::F32, Loc loc = Loc::current());
+Tensor full(Shape shape, double value, DType dtype = DType::F32, Loc loc = Loc::current());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::I64, Loc loc = Loc::current());
+Tensor arange(int64_t end, Loc loc = Loc::current());
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::F32, Loc loc = Loc::current());
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::F32, Loc loc = Loc::current());
+
+// ---- random: Philox4x32-10 keyed by (seed, offset); every backend draws the same numbers ----
+void manual_seed(uint64_t seed);
+uint64_t random_seed();
+uint64_t random_offset();
+void set_random_state(uint64_t seed, uint64_t offset);
+Tensor rand(Shape shape, DType dtype = DType::F32, Loc loc = Loc::current());   // U[0, 1)
+Tensor randn(Shape shape, DType dtype = DType::F32, Loc loc = Loc::current());  // N(0, 1)
+Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype = DType::I64, Loc loc = Loc::current());
+Tensor dropout_mask(Shape shape, double p, Loc loc = Loc::current());  // bool, true = keep (prob 1-p)
+Tensor dropout(const Tensor& x, double p, bool training = true, Loc loc = Loc::current());
+
+// ---- reductions (axes empty = all) ----
+Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor min(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor prod(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor var(const Tensor& x, std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false,
+           Loc loc = Loc::current());
+Tensor std(const Tensor& x, std::vector<int64_t> axes = {}, int64_t correction = 1, bool keepdim = false,
+           Loc loc = Loc::current());
+Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false, Loc loc = Loc::current());
+// dim empty: over the flattened tensor. Result i64.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false, Loc loc = Loc::current());
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false, Loc loc = Loc::current());
+
+// ---- template ops ----
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());  // NumPy rules
+Tensor softmax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+// Normalizes over the trailing dims given by normalized_shape; weight/bias optional.
+Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());
+Tensor rms_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = Tensor(), double eps = 1e-6,
+                Loc loc = Loc::current());
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc loc = Loc::current());
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc loc = Loc::current());
+Tensor embedding(const Tensor& weight, const Tensor& ids, Loc loc = Loc::current());
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
+Tensor one_hot(const Tensor& ids, int64_t num_classes, Loc loc = Loc::current());
+Tensor tril(const Tensor& x, int64_t k = 0, Loc loc = Loc::current());
+Tensor triu(const Tensor& x, int64_t k = 0, Loc loc = Loc::current());
+Tensor cumsum(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+// pads: (before, after) pairs starting from the LAST dim, like torch.nn.functional.pad.
+Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value = 0, Loc loc = Loc::current());
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim = 0, Loc loc = Loc::current());
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0, Loc loc = Loc::current());
+Tensor broadcast_to(const Tensor& x, Shape shape, Loc loc = Loc::current());
+Shape broadcast_shapes(const Shape& a, const Shape& b, Loc loc = Loc::current());
+
+// ---- autograd ----
+// Gradients of sum(outputs[i] * seeds[i]) with respect to inputs; leaves' .grad untouched.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& seeds = {}, bool create_graph = false,
+                         Loc loc = Loc::current());
+bool is_grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Realizes several tensors in one schedule (shared work is computed once).
+void realize(const std::vector<Tensor>& ts);
+
+}  // namespace alk

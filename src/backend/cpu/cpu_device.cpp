@@ -1,0 +1,148 @@
+// The CPU Device: host memory, and kernels run on the thread pool. Map kernels go to
+// the expression evaluator (eval.h); template ops to their kernels (kernels.h).
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/cpu/eval.h"
+#include "backend/cpu/kernels.h"
+#include "backend/device.h"
+#include "backend/cpu/kernel_cache.h"
+
+namespace alk {
+
+namespace {
+
+cpu::View view_of(const KernelArg& a) { return cpu::View{a.data(), a.dtype, a.shape, a.strides, a.offset}; }
+
+std::vector<cpu::View> views_of(const std::vector<KernelArg>& args) {
+  std::vector<cpu::View> v;
+  for (auto& a : args) v.push_back(view_of(a));
+  return v;
+}
+
+cpu::Reduction reduction_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return cpu::Reduction::Sum;
+    case ReduceOp::Max: return cpu::Reduction::Max;
+    case ReduceOp::Min: return cpu::Reduction::Min;
+    case ReduceOp::Prod: return cpu::Reduction::Prod;
+  }
+  return cpu::Reduction::Sum;
+}
+
+class CpuDevice final : public Device {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::shared_ptr<Buffer> allocate(size_t bytes) override { return std::make_shared<Buffer>(bytes); }
+  void upload(Buffer& dst, const void* src, size_t bytes) override { std::memcpy(dst.data, src, bytes); }
+  void download(const Buffer& src, void* dst, size_t bytes) override { std::memcpy(dst, src.data, bytes); }
+  void synchronize() override {}
+
+  void run(const Kernel& k) override {
+    if (k.op == OpId::Map) {
+      const expr::Expr& program = cpu_kernel_cache().get(k.source_key, *k.expr);
+      auto in = views_of(k.inputs);
+      cpu::eval_map(program, in, view_of(k.output));
+      return;
+    }
+    if (!k.epilogue) {
+      run_core(k, view_of(k.output));
+      return;
+    }
+    // The core writes its value where the epilogue can read it: the output itself when
+    // the types match (the epilogue then runs in place), else a scratch buffer.
+    const Node& core = *k.node;
+    cpu::View out = view_of(k.output);
+    std::shared_ptr<Buffer> scratch;
+    cpu::View value = out;
+    if (core.dtype != k.output.dtype) {
+      scratch = allocate(static_cast<size_t>(core.numel()) * dtype_size(core.dtype));
+      value = cpu::View{scratch->data, core.dtype, core.shape, out.strides, 0};
+    }
+    run_core(k, value);
+    std::vector<cpu::View> in{value};
+    for (auto& a : k.epilogue_inputs) in.push_back(view_of(a));
+    cpu::eval_map(*k.epilogue, in, out);
+  }
+
+ private:
+  void run_core(const Kernel& k, const cpu::View& out) {
+    const Node& n = *k.node;
+    auto in = views_of(k.inputs);
+    switch (n.op) {
+      case OpId::Reduce: {
+        const auto& p = std::get<ReduceParams>(n.params);
+        cpu::eval_reduce(*k.expr, in, n.inputs[0]->shape, p.axes, reduction_of(p.op), out);
+        return;
+      }
+      case OpId::Matmul: cpu::matmul(in[0], in[1], out); return;
+      case OpId::ArgReduce: {
+        const auto& p = std::get<AxisParams>(n.params);
+        cpu::argreduce(in[0], p.axis, p.flag, out);
+        return;
+      }
+      case OpId::Softmax:
+      case OpId::LogSoftmax: {
+        const auto& p = std::get<AxisParams>(n.params);
+        cpu::softmax(in[0], p.axis, n.op == OpId::LogSoftmax, out);
+        return;
+      }
+      case OpId::LayerNorm: {
+        const auto& p = std::get<NormParams>(n.params);
+        cpu::layer_norm(in[0], &in[1], &in[2], p.inner, p.eps, out);
+        return;
+      }
+      case OpId::RmsNorm: {
+        const auto& p = std::get<NormParams>(n.params);
+        cpu::rms_norm(in[0], &in[1], p.inner, p.eps, out);
+        return;
+      }
+      case OpId::Gather: cpu::gather(in[0], std::get<IndexParams>(n.params).dim, in[1], out, n.loc); return;
+      case OpId::IndexSelect:
+        cpu::index_select(in[0], std::get<IndexParams>(n.params).dim, in[1], out, n.loc);
+        return;
+      case OpId::ScatterAdd:
+        cpu::scatter_add(in[0], std::get<IndexParams>(n.params).dim, in[1], in[2], out, n.loc);
+        return;
+      case OpId::OneHot: cpu::one_hot(in[0], std::get<OneHotParams>(n.params).num_classes, out, n.loc); return;
+      case OpId::Tri: {
+        const auto& p = std::get<TriParams>(n.params);
+        cpu::tri(in[0], p.k, p.upper, out);
+        return;
+      }
+      case OpId::Cumsum: {
+        const auto& p = std::get<AxisParams>(n.params);
+        cpu::cumsum(in[0], p.axis, p.flag, out);
+        return;
+      }
+      case OpId::Pad: {
+        const auto& p = std::get<PadParams>(n.params);
+        cpu::pad(in[0], p.pads, p.value, out);
+        return;
+      }
+      case OpId::Concat: cpu::concat(in, std::get<IndexParams>(n.params).dim, out); return;
+      case OpId::SliceScatter: {
+        const auto& p = std::get<SliceScatterParams>(n.params);
+        cpu::slice_scatter(in[0], p.dim, p.start, p.step, out);
+        return;
+      }
+      case OpId::Random: {
+        const auto& p = std::get<RandomParams>(n.params);
+        cpu::random(static_cast<cpu::Distribution>(p.dist), p.seed, p.offset, p.low, p.high, out);
+        return;
+      }
+      default:
+        fail(std::string(op_name(n.op)), n.loc, "the cpu backend has no kernel for this op");
+    }
+  }
+};
+
+}  // namespace
+
+Device& cpu_device() {
+  static CpuDevice device;
+  return device;
+}
+
+}  // namespace alk

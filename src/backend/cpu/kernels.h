@@ -1,0 +1,50 @@
+// The CPU's hand-written template-op kernels (everything that is not elementwise;
+// elementwise work is the expression evaluator in eval.h). Conventions:
+// - inputs are arbitrary strided Views (broadcast strides of 0 allowed), outputs are
+//   contiguous Views of the given shape and dtype, already allocated;
+// - floating dtypes f16/bf16/f32 compute in f32 (accumulating sums in f64 where cheap),
+//   f64 in f64;
+// - axes are already normalized (0 <= axis < rank);
+// - index inputs are i64 or i32; an out-of-range index throws alk::Error(op, ..., loc)
+//   before anything is written to `out`.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "alk/error.h"
+#include "backend/cpu/view.h"
+
+namespace alk::cpu {
+
+// a [..., m, k] x b [..., k, n] -> out [..., m, n]; a, b and out have the same batch dims.
+void matmul(const View& a, const View& b, const View& out);
+// out has x's shape with dim `axis` = 1; i64 index of the first max (min) along axis.
+void argreduce(const View& x, int axis, bool is_max, const View& out);
+void softmax(const View& x, int axis, bool log, const View& out);
+// Normalizes each run of `inner` trailing elements; weight/bias (may be null) have `inner` elements.
+void layer_norm(const View& x, const View* weight, const View* bias, int64_t inner, double eps, const View& out);
+void rms_norm(const View& x, const View* weight, int64_t inner, double eps, const View& out);
+// torch.gather: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0; out has index's shape.
+void gather(const View& x, int dim, const View& index, const View& out, Loc loc);
+// out = x with dim `dim` replaced by the entries of the 1-D index.
+void index_select(const View& x, int dim, const View& index, const View& out, Loc loc);
+// out = x; out[index[i][j][k]][j][k] += src[i][j][k] for dim 0 (index and src same shape).
+void scatter_add(const View& x, int dim, const View& index, const View& src, const View& out, Loc loc);
+// out [..., num_classes] (any dtype) = 1 where the class is ids[...], else 0.
+void one_hot(const View& ids, int64_t num_classes, const View& out, Loc loc);
+// Keeps x[..., i, j] where j - i <= k (tril) or j - i >= k (triu); zeros elsewhere.
+void tri(const View& x, int64_t k, bool upper, const View& out);
+// Inclusive running sum along axis; reverse sums from the end (the backward of cumsum).
+void cumsum(const View& x, int axis, bool reverse, const View& out);
+// pads has 2*rank entries (before0, after0, before1, after1, ...) in dim order; negative crops.
+void pad(const View& x, std::span<const int64_t> pads, double value, const View& out);
+void concat(std::span<const View> xs, int dim, const View& out);
+// out = zeros; out.slice(dim, start, start + step * g.shape[dim], step) = g.
+void slice_scatter(const View& g, int dim, int64_t start, int64_t step, const View& out);
+
+enum class Distribution : uint8_t { Uniform, Normal, Integer };
+// Element i of out is drawn from Philox4x32-10 (core/philox.h) with key `seed` and counter
+// offset + i (normal: Box-Muller over pairs); Uniform in [low, high), Integer in [low, high).
+void random(Distribution dist, uint64_t seed, uint64_t offset, double low, double high, const View& out);
+
+}  // namespace alk::cpu

@@ -1,0 +1,148 @@
+// Kernels that move elements around by position: argmax/argmin, tril/triu, cumsum,
+// pad, concat, slice_scatter. Copies keep exact values when dtypes match.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_internal.h"
+
+namespace alk::cpu {
+
+using detail::AxisRows;
+using detail::Walker;
+
+// NaN counts as larger (and smaller) than every number, as in torch: the first NaN wins.
+void argreduce(const View& x, int axis, bool is_max, const View& out) {
+  AxisRows rows(x, axis);
+  if (rows.count == 0) return;
+  if (rows.len == 0) fail(is_max ? "argmax" : "argmin", Loc::current(), "cannot reduce an empty dim ", axis);
+  bool floating = is_floating(x.dtype);
+  parallel_for(rows.count, detail::grain_for(rows.len), [&](int64_t lo, int64_t hi) {
+    std::vector<double> fbuf(floating ? static_cast<size_t>(rows.len) : 0);
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t base = rows.base(r), best = 0;
+      if (floating) {
+        detail::load_run(x, base, rows.stride, rows.len, fbuf.data());
+        double b = fbuf[0];
+        for (int64_t i = 1; i < rows.len && !std::isnan(b); ++i) {
+          double v = fbuf[static_cast<size_t>(i)];
+          if (std::isnan(v) || (is_max ? v > b : v < b)) b = v, best = i;
+        }
+      } else {
+        int64_t b = load_as_int(x.data, x.dtype, base);
+        for (int64_t i = 1; i < rows.len; ++i) {
+          int64_t v = load_as_int(x.data, x.dtype, base + i * rows.stride);
+          if (is_max ? v > b : v < b) b = v, best = i;
+        }
+      }
+      detail::store_int(out.data, out.dtype, out.offset + r, best);
+    }
+  });
+}
+
+void tri(const View& x, int64_t k, bool upper, const View& out) {
+  size_t rank = x.shape.size();
+  parallel_for(x.numel(), detail::kParallelElems, [&](int64_t lo, int64_t hi) {
+    Walker<1> w(x.shape, {x.strides.data()}, {x.offset}, lo);
+    for (int64_t i = lo; i < hi; ++i, w.next()) {
+      int64_t diff = w.idx(rank - 1) - w.idx(rank - 2);
+      if (upper ? diff >= k : diff <= k)
+        detail::copy_elem(x, w.off(0), out, out.offset + i);
+      else
+        store_double(out.data, out.dtype, out.offset + i, 0.0);
+    }
+  });
+}
+
+// Floating sums run in double (an f32 running sum drifts over long rows); integer
+// sums in i64.
+void cumsum(const View& x, int axis, bool reverse, const View& out) {
+  AxisRows rows(x, axis);
+  if (rows.len == 0 || rows.count == 0) return;
+  bool floating = is_floating(out.dtype) || is_floating(x.dtype);
+  parallel_for(rows.count, detail::grain_for(rows.len), [&](int64_t lo, int64_t hi) {
+    std::vector<double> fbuf(floating ? static_cast<size_t>(rows.len) : 0);
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t base = rows.base(r), out_base = out.offset + rows.out_base(r);
+      if (floating) {
+        detail::load_run(x, base, rows.stride, rows.len, fbuf.data());
+        double sum = 0;
+        for (int64_t s = 0; s < rows.len; ++s) {
+          size_t i = static_cast<size_t>(reverse ? rows.len - 1 - s : s);
+          sum += fbuf[i];
+          fbuf[i] = sum;
+        }
+        detail::store_run(out, out_base, rows.inner, rows.len, fbuf.data());
+      } else {
+        int64_t sum = 0;
+        for (int64_t s = 0; s < rows.len; ++s) {
+          int64_t i = reverse ? rows.len - 1 - s : s;
+          sum += load_as_int(x.data, x.dtype, base + i * rows.stride);
+          detail::store_int(out.data, out.dtype, out_base + i * rows.inner, sum);
+        }
+      }
+    }
+  });
+}
+
+void pad(const View& x, std::span<const int64_t> pads, double value, const View& out) {
+  size_t rank = x.shape.size();
+  if (rank == 0) {
+    detail::copy_elem(x, x.offset, out, out.offset);
+    return;
+  }
+  if (out.numel() == 0) return;
+  // Walk the output rows (all dims but the last); x's offset is kept for the
+  // unshifted position and corrected by the `before` pads once per row.
+  std::vector<int64_t> row_shape(out.shape.begin(), out.shape.end() - 1);
+  std::vector<int64_t> row_strides(x.strides.begin(), x.strides.end() - 1);
+  int64_t shift = 0;
+  for (size_t d = 0; d + 1 < rank; ++d) shift += pads[2 * d] * x.strides[d];
+  int64_t width = out.shape.back(), before = pads[2 * (rank - 1)], x_width = x.shape.back();
+  int64_t last_stride = x.strides.back();
+  int64_t rows = out.numel() / width;
+  parallel_for(rows, detail::grain_for(width), [&](int64_t lo, int64_t hi) {
+    Walker<1> w(row_shape, {row_strides.data()}, {x.offset - shift}, lo);
+    for (int64_t r = lo; r < hi; ++r, w.next()) {
+      int64_t out_base = out.offset + r * width;
+      bool inside = true;
+      for (size_t d = 0; d + 1 < rank && inside; ++d) {
+        int64_t s = w.idx(d) - pads[2 * d];
+        inside = s >= 0 && s < x.shape[d];
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t s = j - before;
+        if (inside && s >= 0 && s < x_width)
+          detail::copy_elem(x, w.off(0) + s * last_stride, out, out_base + j);
+        else
+          store_double(out.data, out.dtype, out_base + j, value);
+      }
+    }
+  });
+}
+
+void concat(std::span<const View> xs, int dim, const View& out) {
+  std::vector<int64_t> out_strides = detail::contiguous_strides(out.shape);
+  int64_t at = 0;
+  for (const View& x : xs) {
+    int64_t start = out.offset + at * out_strides[dim];
+    parallel_for(x.numel(), detail::kParallelElems, [&](int64_t lo, int64_t hi) {
+      Walker<2> w(x.shape, {x.strides.data(), out_strides.data()}, {x.offset, start}, lo);
+      for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(x, w.off(0), out, w.off(1));
+    });
+    at += x.shape[dim];
+  }
+}
+
+void slice_scatter(const View& g, int dim, int64_t start, int64_t step, const View& out) {
+  detail::zero_fill(out);
+  std::vector<int64_t> out_strides = detail::contiguous_strides(out.shape);
+  int64_t base = out.offset + start * out_strides[dim];
+  out_strides[dim] *= step;
+  parallel_for(g.numel(), detail::kParallelElems, [&](int64_t lo, int64_t hi) {
+    Walker<2> w(g.shape, {g.strides.data(), out_strides.data()}, {g.offset, base}, lo);
+    for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(g, w.off(0), out, w.off(1));
+  });
+}
+
+}  // namespace alk::cpu

@@ -1,0 +1,191 @@
+// A lazily started pool: num_threads() - 1 workers plus the calling thread, which
+// always works on its own job too, so a job makes progress even when every worker
+// is busy with another caller's job.
+#include "backend/cpu/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace alk::cpu {
+
+namespace {
+
+// Set on pool workers for their lifetime and on a caller while it runs chunks:
+// a parallel_for issued from inside a chunk runs inline, so nesting cannot
+// deadlock by waiting on workers that are themselves waiting.
+thread_local bool t_inside_parallel = false;
+
+struct Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, chunks = 0;
+  std::atomic<int64_t> next{0};  // next chunk to hand out
+  int64_t done = 0;              // chunks finished, guarded by mutex
+  std::exception_ptr error;      // first failure, guarded by mutex
+  std::mutex mutex;
+  std::condition_variable finished;
+
+  int64_t chunk_begin(int64_t c) const { return n * c / chunks; }
+
+  // Runs chunks until none are left; returns once this thread can take no more.
+  void work() {
+    for (;;) {
+      int64_t c = next.fetch_add(1);
+      if (c >= chunks) return;
+      std::exception_ptr failure;
+      bool skip;
+      {
+        std::lock_guard lock(mutex);
+        skip = error != nullptr;  // after a failure the remaining chunks are pointless
+      }
+      if (!skip) {
+        try {
+          (*fn)(chunk_begin(c), chunk_begin(c + 1));
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+      std::lock_guard lock(mutex);
+      if (failure && !error) error = failure;
+      if (++done == chunks) finished.notify_all();
+    }
+  }
+};
+
+int default_threads() {
+  if (const char* env = std::getenv("ALK_NUM_THREADS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0) return static_cast<int>(std::min(v, 1024L));
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+class Pool {
+ public:
+  ~Pool() { stop(); }
+
+  int threads() {
+    std::lock_guard lock(mutex_);
+    if (threads_ == 0) threads_ = default_threads();
+    return threads_;
+  }
+
+  void set_threads(int n) {
+    stop();
+    std::lock_guard lock(mutex_);
+    threads_ = std::max(1, n);
+  }
+
+  void run(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard lock(mutex_);
+      start_locked();
+      queue_.push_back(job);
+    }
+    wake_.notify_all();
+    {
+      InsideGuard guard;
+      job->work();
+    }
+    std::unique_lock lock(job->mutex);
+    job->finished.wait(lock, [&] { return job->done == job->chunks; });
+  }
+
+ private:
+  struct InsideGuard {
+    bool saved = t_inside_parallel;
+    InsideGuard() { t_inside_parallel = true; }
+    ~InsideGuard() { t_inside_parallel = saved; }
+  };
+
+  void start_locked() {
+    if (threads_ == 0) threads_ = default_threads();
+    if (!workers_.empty()) return;
+    stopping_ = false;
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker(); });
+  }
+
+  void stop() {
+    std::vector<std::thread> old;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      old.swap(workers_);
+    }
+    wake_.notify_all();
+    for (auto& t : old) t.join();
+  }
+
+  void worker() {
+    t_inside_parallel = true;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      std::shared_ptr<Job> job = queue_.front();
+      // Every chunk handed out means the queue entry is spent; drop it so idle
+      // workers do not spin on a job with nothing left to take.
+      if (job->next.load() >= job->chunks) {
+        queue_.pop_front();
+        continue;
+      }
+      lock.unlock();
+      job->work();
+      lock.lock();
+      if (!queue_.empty() && queue_.front() == job) queue_.pop_front();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::thread> workers_;
+  int threads_ = 0;
+  bool stopping_ = false;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().threads(); }
+
+// Not meant to be called while another thread is inside parallel_for: the old
+// workers are joined, which waits for the job they are on.
+void set_num_threads(int n) { pool().set_threads(n); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  int threads = t_inside_parallel ? 1 : num_threads();
+  if (n <= grain || threads <= 1) {
+    fn(0, n);
+    return;
+  }
+  // A few chunks per thread evens out uneven chunk costs; chunks never drop below grain.
+  int64_t chunks = std::min<int64_t>(n / grain, int64_t{4} * threads);
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  job->chunks = chunks;
+  pool().run(job);
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+}  // namespace alk::cpu

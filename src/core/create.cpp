@@ -1,0 +1,150 @@
+// Tensor creation: from host data (realized at once), constants (a lazy one-element
+// node broadcast to the shape, so it fuses into consumers as a literal), ranges, and
+// random tensors (lazy Random nodes keyed by the generator's (seed, offset)).
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "graph/autograd.h"
+#include "ops/ops.h"
+
+namespace alk {
+
+namespace {
+
+void check_shape(const Shape& shape, const char* op, Loc loc) {
+  for (int64_t s : shape) check(s >= 0, op, loc, "negative dimension ", s, " in shape ", to_string(shape));
+}
+
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& data, Shape shape, DType dtype, Loc loc) {
+  check_shape(shape, "tensor", loc);
+  check(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
+        numel_of(shape), " elements, got ", data.size());
+  Tensor t = make_buffer_tensor(shape, dtype);
+  void* dst = t.impl()->node->buffer->data;
+  for (size_t i = 0; i < data.size(); ++i) cpu::store_double(dst, dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
+  if constexpr (std::is_same_v<T, int64_t>) std::memcpy(dst, data.data(), data.size() * sizeof(T));  // exact
+  return t;
+}
+
+struct Generator {
+  uint64_t seed = 0x5eed;
+  uint64_t offset = 0;
+};
+Generator& generator() {
+  static Generator g;
+  return g;
+}
+
+Tensor random_tensor(cpu::Distribution dist, double low, double high, Shape shape, DType dtype, const char* op,
+                     Loc loc) {
+  check_shape(shape, op, loc);
+  Generator& g = generator();
+  RandomParams p{static_cast<int>(dist), g.seed, g.offset, low, high};
+  g.offset += static_cast<uint64_t>(numel_of(shape));
+  return make_node(OpId::Random, std::move(shape), dtype, {}, p, loc);
+}
+
+}  // namespace
+
+Tensor tensor(const std::vector<float>& d, Shape s, Loc loc) { return from_vector(d, std::move(s), DType::F32, loc); }
+Tensor tensor(const std::vector<double>& d, Shape s, Loc loc) { return from_vector(d, std::move(s), DType::F64, loc); }
+Tensor tensor(const std::vector<int64_t>& d, Shape s, Loc loc) { return from_vector(d, std::move(s), DType::I64, loc); }
+Tensor tensor(const std::vector<int32_t>& d, Shape s, Loc loc) { return from_vector(d, std::move(s), DType::I32, loc); }
+Tensor tensor(const std::vector<uint8_t>& d, Shape s, DType dtype, Loc loc) {
+  return from_vector(d, std::move(s), dtype, loc);
+}
+
+Tensor from_bytes(const void* data, size_t bytes, Shape shape, DType dtype, Loc loc) {
+  check_shape(shape, "from_bytes", loc);
+  size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  check(bytes == need, "from_bytes", loc, "shape ", to_string(shape), " of ", dtype_name(dtype), " needs ", need,
+        " bytes, got ", bytes);
+  Tensor t = make_buffer_tensor(shape, dtype);
+  if (need) std::memcpy(t.impl()->node->buffer->data, data, need);
+  return t;
+}
+
+Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor full(Shape shape, double value, DType dtype, Loc loc) {
+  check_shape(shape, "full", loc);
+  Tensor one = make_node(OpId::Const, {}, dtype, {}, ConstParams{value}, loc);
+  if (shape.empty()) return one;
+  return make_view(one, shape, Shape(shape.size(), 0), 0);
+}
+Tensor zeros(Shape shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
+Tensor ones(Shape shape, DType dtype, Loc loc) { return full(std::move(shape), 1, dtype, loc); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+
+Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
+  check(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange", loc,
+        "invalid range start=", start, " end=", end, " step=", step);
+  check((end - start) / step >= 0, "arange", loc, "step ", step, " does not move from ", start, " toward ", end);
+  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = make_buffer_tensor({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) cpu::store_double(t.impl()->node->buffer->data, dtype, i, start + i * step);
+  return t;
+}
+Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::I64, loc); }
+
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Loc loc) {
+  check(steps >= 0, "linspace", loc, "steps must be non-negative, got ", steps);
+  Tensor t = make_buffer_tensor({steps}, dtype);
+  double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    // Fill from both ends so the last value is exactly `end`, as PyTorch does.
+    double v = i < steps / 2 ? start + delta * i : end - delta * (steps - 1 - i);
+    cpu::store_double(t.impl()->node->buffer->data, dtype, i, v);
+  }
+  return t;
+}
+
+Tensor eye(int64_t n, int64_t m, DType dtype, Loc loc) {
+  if (m < 0) m = n;
+  check(n >= 0, "eye", loc, "n must be non-negative, got ", n);
+  Tensor t = make_buffer_tensor({n, m}, dtype);
+  for (int64_t i = 0; i < n * m; ++i) cpu::store_double(t.impl()->node->buffer->data, dtype, i, i / m == i % m);
+  return t;
+}
+
+void manual_seed(uint64_t seed) { generator() = {seed, 0}; }
+uint64_t random_seed() { return generator().seed; }
+uint64_t random_offset() { return generator().offset; }
+void set_random_state(uint64_t seed, uint64_t offset) { generator() = {seed, offset}; }
+
+Tensor rand(Shape shape, DType dtype, Loc loc) {
+  check(is_floating(dtype), "rand", loc, "needs a floating dtype, got ", dtype_name(dtype));
+  return random_tensor(cpu::Distribution::Uniform, 0, 1, std::move(shape), dtype, "rand", loc);
+}
+Tensor randn(Shape shape, DType dtype, Loc loc) {
+  check(is_floating(dtype), "randn", loc, "needs a floating dtype, got ", dtype_name(dtype));
+  return random_tensor(cpu::Distribution::Normal, 0, 1, std::move(shape), dtype, "randn", loc);
+}
+Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype, Loc loc) {
+  check(low < high, "randint", loc, "empty range [", low, ", ", high, ")");
+  return random_tensor(cpu::Distribution::Integer, static_cast<double>(low), static_cast<double>(high),
+                       std::move(shape), dtype, "randint", loc);
+}
+
+Tensor dropout_mask(Shape shape, double p, Loc loc) {
+  check(p >= 0 && p <= 1, "dropout", loc, "probability must be in [0, 1], got ", p);
+  return rand(std::move(shape), DType::F32, loc) >= p;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Loc loc) {
+  check_floating(x, "dropout", loc);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  return where(dropout_mask(x.shape(), p, loc), x * (1.0 / (1.0 - p)), 0.0, loc);
+}
+
+}  // namespace alk

@@ -1,0 +1,346 @@
+// Tensor accessors and views. A view makes a new handle over the same node with new
+// geometry; nothing is copied or computed. Each view records its backward rule.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/view.h"
+#include "graph/autograd.h"
+#include "ops/ops.h"
+
+namespace alk {
+
+const Shape& Tensor::shape() const { return impl_->shape; }
+const Shape& Tensor::strides() const { return impl_->strides; }
+int64_t Tensor::offset() const { return impl_->offset; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : impl_->shape) n *= s;
+  return n;
+}
+int64_t Tensor::size(int64_t d, Loc loc) const { return impl_->shape[normalize_axis(d, dim(), "size", loc)]; }
+DType Tensor::dtype() const { return impl_->dtype; }
+bool Tensor::is_realized() const { return impl_->node->realized(); }
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (size_t i = impl_->shape.size(); i-- > 0;) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expect) return false;
+    expect *= impl_->shape[i];
+  }
+  return true;
+}
+
+bool Tensor::requires_grad() const { return impl_->requires_grad; }
+Tensor& Tensor::requires_grad_(bool on, Loc loc) {
+  check(is_floating(dtype()), "requires_grad_", loc, "only floating tensors can require grad; got ",
+        dtype_name(dtype()));
+  check(!impl_->grad_fn, "requires_grad_", loc, "only leaf tensors can change requires_grad; use detach()");
+  impl_->requires_grad = on;
+  return *this;
+}
+Tensor Tensor::grad() const { return impl_->grad ? Tensor(impl_->grad) : Tensor(); }
+void Tensor::zero_grad() const { impl_->grad.reset(); }
+Tensor Tensor::detach() const { return alias(*this); }
+bool Tensor::is_leaf() const { return !impl_->grad_fn; }
+
+const Tensor& Tensor::realize() const {
+  realize_all({impl_.get()});
+  return *this;
+}
+
+void realize(const std::vector<Tensor>& ts) {
+  std::vector<TensorImpl*> impls;
+  for (const Tensor& t : ts)
+    if (t.defined()) impls.push_back(t.impl());
+  realize_all(impls);
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector(Loc loc) const {
+  check(defined(), "to_vector", loc, "undefined tensor");
+  realize();
+  cpu::View v{impl_->node->buffer->data, dtype(), shape(), strides(), offset()};
+  std::vector<T> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) {
+    int64_t at = v.offset_of(i);
+    if constexpr (std::is_integral_v<T>)
+      out[i] = static_cast<T>(cpu::load_as_int(v.data, v.dtype, at));
+    else
+      out[i] = static_cast<T>(cpu::load_as_double(v.data, v.dtype, at));
+  }
+  return out;
+}
+template std::vector<float> Tensor::to_vector(Loc) const;
+template std::vector<double> Tensor::to_vector(Loc) const;
+template std::vector<int32_t> Tensor::to_vector(Loc) const;
+template std::vector<int64_t> Tensor::to_vector(Loc) const;
+template std::vector<uint8_t> Tensor::to_vector(Loc) const;
+
+double Tensor::item(Loc loc) const {
+  check(defined(), "item", loc, "undefined tensor");
+  check(numel() == 1, "item", loc, "only one-element tensors can be converted to a number; got shape ",
+        to_string(shape()));
+  return to_vector<double>(loc)[0];
+}
+
+// ---- views ----
+
+namespace {
+
+// Strides for viewing (shape, strides) as new_shape without a copy, if possible. Walk
+// the old dims from the innermost, cutting them into chunks that are contiguous within
+// themselves; each chunk must be covered exactly by a run of new dims.
+std::optional<Shape> view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape) {
+  Shape out(new_shape.size(), 1);
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  if (numel == 0 || shape.empty()) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_stride = strides.back(), chunk_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    chunk_numel *= shape[d];
+    bool chunk_ends = d == 0 || (shape[d - 1] != 1 && strides[d - 1] != chunk_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < chunk_numel || new_shape[view_d] == 1)) {
+      out[view_d] = view_numel * chunk_stride;
+      view_numel *= new_shape[view_d];
+      --view_d;
+    }
+    if (view_numel != chunk_numel) return std::nullopt;
+    if (d > 0) {
+      chunk_stride = strides[d - 1];
+      chunk_numel = view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op, Loc loc) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == -1) {
+      check(infer < 0, op, loc, "only one dimension can be -1 in ", to_string(shape));
+      infer = static_cast<int64_t>(d);
+    } else {
+      check(out[d] >= 0, op, loc, "invalid size ", out[d], " in ", to_string(shape));
+      known *= out[d];
+    }
+  }
+  if (infer >= 0) {
+    check(known != 0 && numel % known == 0, op, loc, "cannot infer -1 in shape ", to_string(shape),
+          " for ", numel, " elements");
+    out[infer] = numel / known;
+  } else {
+    check(known == numel, op, loc, "shape ", to_string(shape), " is invalid for input of ", numel,
+          " elements");
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor Tensor::view(Shape new_shape, Loc loc) const {
+  check_defined(*this, "view", loc);
+  new_shape = infer_shape(new_shape, numel(), "view", loc);
+  auto strides = view_strides(shape(), this->strides(), new_shape);
+  check(strides.has_value(), "view", loc, "cannot view a tensor of shape ", to_string(shape()), " and strides ",
+        to_string(this->strides()), " as ", to_string(new_shape), ": call reshape() (it copies)");
+  Tensor out = make_view(*this, new_shape, *strides, offset());
+  Shape old = shape();
+  return with_grad(out, "view", {*this}, [old](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+}
+
+Tensor Tensor::reshape(Shape new_shape, Loc loc) const {
+  check_defined(*this, "reshape", loc);
+  new_shape = infer_shape(new_shape, numel(), "reshape", loc);
+  if (view_strides(shape(), strides(), new_shape)) return view(new_shape, loc);
+  return contiguous(loc).view(new_shape, loc);
+}
+
+Tensor Tensor::permute(std::vector<int64_t> dims, Loc loc) const {
+  check_defined(*this, "permute", loc);
+  check(static_cast<int64_t>(dims.size()) == dim(), "permute", loc, "got ", dims.size(),
+        " dims for a tensor of rank ", dim(), " (shape ", to_string(shape()), ")");
+  std::vector<bool> seen(dims.size(), false);
+  Shape sh(dims.size()), st(dims.size());
+  std::vector<int64_t> inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = normalize_axis(dims[i], dim(), "permute", loc);
+    check(!seen[d], "permute", loc, "dim ", dims[i], " repeated in ", to_string(dims));
+    seen[d] = true;
+    sh[i] = shape()[d];
+    st[i] = strides()[d];
+    inverse[d] = static_cast<int64_t>(i);
+  }
+  Tensor out = make_view(*this, sh, st, offset());
+  return with_grad(out, "permute", {*this},
+                   [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1, Loc loc) const {
+  check_defined(*this, "transpose", loc);
+  d0 = normalize_axis(d0, dim(), "transpose", loc);
+  d1 = normalize_axis(d1, dim(), "transpose", loc);
+  std::vector<int64_t> dims(dim());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[d0], dims[d1]);
+  return permute(dims, loc);
+}
+
+Tensor Tensor::t(Loc loc) const {
+  check(defined() && dim() >= 2, "t", loc, "needs a tensor of rank >= 2");
+  return transpose(-2, -1, loc);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step, Loc loc) const {
+  check_defined(*this, "slice", loc);
+  d = normalize_axis(d, dim(), "slice", loc);
+  check(step > 0, "slice", loc, "step must be positive; got ", step);
+  const int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape sh = shape(), st = strides();
+  sh[d] = (end - start + step - 1) / step;
+  st[d] = strides()[d] * step;
+  Tensor out = make_view(*this, sh, st, offset() + start * strides()[d]);
+  Shape in_shape = shape();
+  int dim_ = static_cast<int>(d);
+  return with_grad(out, "slice", {*this}, [in_shape, dim_, start, step, loc](const Tensor& g) {
+    Tensor gc = g.contiguous();
+    Tensor r = make_node(OpId::SliceScatter, in_shape, g.dtype(), {gc}, SliceScatterParams{dim_, start, step}, loc);
+    return std::vector<Tensor>{with_grad(r, "slice_backward", {gc}, [dim_, start, step, in_shape](const Tensor& gg) {
+      int64_t len = gg.shape()[dim_];
+      (void)in_shape;
+      return std::vector<Tensor>{gg.slice(dim_, start, start + step * std::max<int64_t>(len - 1, 0) + 1, step)};
+    })};
+  });
+}
+
+Tensor Tensor::select(int64_t d, int64_t index, Loc loc) const {
+  check_defined(*this, "select", loc);
+  d = normalize_axis(d, dim(), "select", loc);
+  const int64_t n = shape()[d];
+  check(index >= -n && index < n, "select", loc, "index ", index, " is out of range for dim ", d, " of size ", n);
+  if (index < 0) index += n;
+  return slice(d, index, index + 1, 1, loc).squeeze(d, loc);
+}
+
+Tensor Tensor::expand(Shape new_shape, Loc loc) const {
+  check_defined(*this, "expand", loc);
+  check(new_shape.size() >= shape().size(), "expand", loc, "cannot expand shape ", to_string(shape()), " to ",
+        to_string(new_shape), ": fewer dims");
+  const size_t lead = new_shape.size() - shape().size();
+  Shape st(new_shape.size(), 0);
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (i < lead) {
+      check(new_shape[i] >= 0, "expand", loc, "new leading dim ", i, " must be sized, got ", new_shape[i]);
+      continue;
+    }
+    int64_t have = shape()[i - lead];
+    if (new_shape[i] == -1) new_shape[i] = have;
+    check(have == new_shape[i] || have == 1, "expand", loc, "cannot expand shape ", to_string(shape()), " to ",
+          to_string(new_shape), ": dim ", i, " has size ", have, " (only size 1 can expand)");
+    st[i] = have == new_shape[i] ? strides()[i - lead] : 0;
+  }
+  Tensor out = make_view(*this, new_shape, st, offset());
+  Shape old = shape();
+  return with_grad(out, "expand", {*this}, [old](const Tensor& g) { return std::vector<Tensor>{sum_to(g, old)}; });
+}
+
+Tensor broadcast_to(const Tensor& x, Shape shape, Loc loc) { return x.expand(std::move(shape), loc); }
+
+Tensor Tensor::squeeze(Loc loc) const {
+  check_defined(*this, "squeeze", loc);
+  Shape sh;
+  for (int64_t s : shape())
+    if (s != 1) sh.push_back(s);
+  return view(sh, loc);
+}
+
+Tensor Tensor::squeeze(int64_t d, Loc loc) const {
+  check_defined(*this, "squeeze", loc);
+  d = normalize_axis(d, dim(), "squeeze", loc);
+  if (shape()[d] != 1) return *this;
+  Shape sh = shape();
+  sh.erase(sh.begin() + d);
+  return view(sh, loc);
+}
+
+Tensor Tensor::unsqueeze(int64_t d, Loc loc) const {
+  check_defined(*this, "unsqueeze", loc);
+  d = normalize_axis(d, dim() + 1, "unsqueeze", loc);
+  Shape sh = shape();
+  sh.insert(sh.begin() + d, 1);
+  return view(sh, loc);
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end, Loc loc) const {
+  check_defined(*this, "flatten", loc);
+  if (dim() == 0) return reshape({1}, loc);
+  start = normalize_axis(start, dim(), "flatten", loc);
+  end = normalize_axis(end, dim(), "flatten", loc);
+  check(start <= end, "flatten", loc, "start dim ", start, " is after end dim ", end);
+  Shape sh(shape().begin(), shape().begin() + start);
+  int64_t n = 1;
+  for (int64_t d = start; d <= end; ++d) n *= shape()[d];
+  sh.push_back(n);
+  sh.insert(sh.end(), shape().begin() + end + 1, shape().end());
+  return reshape(sh, loc);
+}
+
+Tensor Tensor::contiguous(Loc loc) const {
+  check_defined(*this, "contiguous", loc);
+  if (is_contiguous() && offset() == 0 && numel() == impl_->node->numel()) return *this;
+  expr::Builder b;
+  int root = b.input(0, compute_type(dtype()));
+  Tensor out = make_node(OpId::Map, shape(), dtype(), {alias(*this)}, MapParams{b.finish(root)}, loc);
+  return with_grad(out, "contiguous", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor Tensor::to(DType t, Loc loc) const { return cast(*this, t, loc); }
+
+// ---- shared checks ----
+
+int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, Loc loc) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  check(axis >= -r && axis < r, op, loc, "dim ", axis, " is out of range for a tensor of rank ", rank,
+        " (expected in [", -r, ", ", r - 1, "])");
+  return axis < 0 ? axis + r : axis;
+}
+
+std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op, Loc loc) {
+  std::vector<int> out;
+  for (int64_t a : axes) {
+    int d = static_cast<int>(normalize_axis(a, rank, op, loc));
+    check(std::find(out.begin(), out.end(), d) == out.end(), op, loc, "dim ", a, " repeated in ", to_string(axes));
+    out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void check_defined(const Tensor& t, const char* op, Loc loc) { check(t.defined(), op, loc, "undefined tensor"); }
+
+void check_floating(const Tensor& t, const char* op, Loc loc) {
+  check_defined(t, op, loc);
+  check(is_floating(t.dtype()), op, loc, "expected a floating tensor, got ", dtype_name(t.dtype()));
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, Loc loc) {
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t x = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    int64_t y = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    check(x == y || x == 1 || y == 1, "broadcast", loc, "shapes ", to_string(a), " and ", to_string(b),
+          " are not broadcastable (dim ", i, ": ", x, " vs ", y, ")");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+}  // namespace alk

@@ -1,0 +1,104 @@
+// Kernel text for one fused elementwise expression, in four languages. One walk
+// over the IR (emit_common.cpp) names every node's value once (v0, v1, ... in
+// topological order, so shared subexpressions are computed once); a small per-language
+// table of overrides (emit_cpp.cpp, emit_cuda.cpp, emit_glsl.cpp, emit_wgsl.cpp) says
+// how to spell types, literals, functions, loads, stores and the kernel around them.
+// What a language lacks (erf, log1p and expm1 in GLSL/WGSL, f64 in WGSL, f64 math in
+// GLSL) is supplied by rewriting the IR first, never by patching output text.
+//
+// Kernel contract, every target: output element i (0 <= i < n, row-major over the
+// output shape) is computed from input k read at element offset
+//   sum_d coord_d(i) * strides[k][d]        (element strides; 0 on broadcast dims)
+// The params block is, in this order: n, rank, shape[8], strides[max(1, inputs)][8]
+// (int64 in C++/CUDA; u32 n/rank/shape and i32 strides in GLSL/WGSL). GLSL/WGSL bind
+// inputs 0..k-1, then the output, then params, all as storage buffers.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alk/dtype.h"
+#include "expr/expr.h"
+
+namespace alk::expr {
+
+enum class Target { Cpp, Cuda, Glsl, Wgsl };
+std::optional<Target> parse_target(std::string_view name);  // "cpp" "cuda" "glsl" "wgsl"
+std::string_view target_name(Target t);
+
+struct MapSignature {
+  std::string name;
+  std::vector<alk::DType> inputs;
+  alk::DType output;
+};
+
+// A complete kernel: input k (Expr Input slot k) has storage dtype sig.inputs[k].
+std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t);
+
+// ---- IR rewrites the emitters use (public so tests can evaluate them) ------------------
+
+struct Rewrites {
+  bool expand_erf = false;     // erf -> Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7)
+  bool expand_log1p = false;   // log1p(x) -> u = 1 + x; u == 1 ? x : log(u) * x / (u - 1)
+  bool expand_expm1 = false;   // expm1(x) -> Kahan's (u - 1) * x / log(u), u = exp(x)
+  bool f64_to_f32 = false;     // every f64 value becomes f32 (WGSL has no f64)
+  bool f64_math_in_f32 = false;  // transcendental functions of f64 computed in f32 (GLSL)
+};
+Expr rewrite(const Expr& e, const Rewrites& r);
+// Makes e's inputs and root match the signature's compute types (inserting casts),
+// so loads and stores only convert between a storage dtype and its compute type.
+Expr conform(const Expr& e, const MapSignature& sig);
+
+// The expansions, as IR building blocks over an existing node x.
+int build_erf(Builder& b, int x);
+int build_log1p(Builder& b, int x);
+int build_expm1(Builder& b, int x);
+
+namespace emit_detail {
+
+// The per-language overrides. The base walk (emit_common.cpp) owns everything that
+// is the same in all four languages: operator precedence (every operation is fully
+// parenthesized), value naming, and the order of loads, computation and store.
+struct Lang {
+  virtual ~Lang() = default;
+  virtual Rewrites rewrites() const = 0;
+  virtual std::string type(Type t) const = 0;
+  // A finite, non-negative literal; the base adds parentheses around negatives.
+  virtual std::string literal(double v, Type t) const = 0;
+  virtual std::string special(double v, Type t) const = 0;  // inf, -inf, nan
+  // The call name of a math function on type t ("expf", "exp", "inversesqrt"), or
+  // empty for ops the base spells as operators.
+  virtual std::string fn_name(Fn f, Type t) const = 0;
+  virtual std::string cast(Type to, const std::string& a) const = 0;
+  virtual std::string select(const std::string& c, const std::string& a, const std::string& b) const {
+    return "(" + c + " ? " + a + " : " + b + ")";
+  }
+  virtual std::string let(Type t, const std::string& name, const std::string& value) const = 0;
+  // Statements that define `in<k>` (compute type of `storage`) from input k at offset
+  // `idx`, and that store `value` (compute type of `storage`) to output element i.
+  virtual std::string load(int k, DType storage, const std::string& idx) const = 0;
+  virtual std::string store(DType storage, const std::string& value) const = 0;
+  // Everything before the per-element statements, and after them. `original` is the
+  // caller's expression (for the header comment), `lowered` the one being emitted;
+  // `used[k]` says whether input k is read at all.
+  virtual std::string prologue(const Expr& original, const Expr& lowered, const MapSignature& sig,
+                               const std::vector<bool>& used) const = 0;
+  virtual std::string epilogue() const = 0;
+  virtual std::string offset_call(int k) const = 0;  // the index helper's call for input k
+  std::string indent = "    ";
+};
+
+std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig);
+// Shortest text that reads back as the same value, always with '.' or 'e'.
+std::string float_text(double v, Type t);
+std::string header_comment(const Expr& e, const MapSignature& sig, std::string_view line_comment);
+
+std::unique_ptr<Lang> make_cpp();
+std::unique_ptr<Lang> make_cuda();
+std::unique_ptr<Lang> make_glsl();
+std::unique_ptr<Lang> make_wgsl();
+
+}  // namespace emit_detail
+}  // namespace alk::expr

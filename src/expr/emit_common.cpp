@@ -1,0 +1,291 @@
+// The language-independent half of the emitters: IR rewrites for language gaps, and
+// the one walk that turns an Expr into named values inside a per-language kernel.
+#include <charconv>
+#include <cmath>
+
+#include "alk/error.h"
+#include "expr/emit.h"
+
+namespace alk::expr {
+
+// Adding an Fn must fail the build until the walk below (and each language's
+// fn_name) handles it.
+static_assert(kFnCount == 35, "a new Fn needs emitter support: update emit_*.cpp, then this count");
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what, Loc loc = Loc::current()) { throw Error("expr", what, loc); }
+
+bool transcendental(Fn f) {
+  switch (f) {
+    case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sin: case Fn::Cos: case Fn::Tanh:
+    case Fn::Erf: case Fn::Pow: return true;
+    default: return false;
+  }
+}
+
+// Rebuilds e node by node through a fresh Builder (so simplification and CSE apply
+// again); `custom` may build a replacement for a node and return its id, or -1.
+template <class Custom>
+Expr rebuild(const Expr& e, Custom custom) {
+  Builder b;
+  std::vector<int> map(e.nodes.size(), -1);
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = e.nodes[i];
+    int args[3] = {-1, -1, -1};
+    for (int k = 0; k < fn_arity(x.fn); ++k) args[k] = map[x.args[k]];
+    int id = custom(b, x, args);
+    if (id < 0) {
+      switch (fn_arity(x.fn)) {
+        case 0: id = x.fn == Fn::Const ? b.constant(x.value, x.type) : b.input(x.slot, x.type); break;
+        case 1: id = x.fn == Fn::Cast ? b.cast(args[0], x.type) : b.unary(x.fn, args[0]); break;
+        case 2: id = b.binary(x.fn, args[0], args[1]); break;
+        default: id = b.select(args[0], args[1], args[2]); break;
+      }
+    }
+    map[i] = id;
+  }
+  return b.finish(map.back());
+}
+
+Type float_type(Builder& b, int& x) {
+  Type t = b.type_of(x);
+  if (t != Type::F32 && t != Type::F64) x = b.cast(x, t = Type::F32);
+  return t;
+}
+
+}  // namespace
+
+int build_erf(Builder& b, int x) {
+  // Abramowitz & Stegun 7.1.26: erf(|x|) = 1 - t*(a1 + t*(a2 + ...)) * exp(-x^2),
+  // t = 1 / (1 + p|x|), max abs error 1.5e-7; odd symmetry gives negative x.
+  Type t = float_type(b, x);
+  auto k = [&](double v) { return b.constant(v, t); };
+  int ax = b.unary(Fn::Abs, x);
+  int tt = b.binary(Fn::Div, k(1), b.binary(Fn::Add, k(1), b.binary(Fn::Mul, k(0.3275911), ax)));
+  const double a[5] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
+  int poly = k(a[4]);
+  for (int i = 3; i >= 0; --i) poly = b.binary(Fn::Add, k(a[i]), b.binary(Fn::Mul, tt, poly));
+  poly = b.binary(Fn::Mul, tt, poly);
+  int gauss = b.unary(Fn::Exp, b.unary(Fn::Neg, b.binary(Fn::Mul, ax, ax)));
+  int y = b.binary(Fn::Sub, k(1), b.binary(Fn::Mul, poly, gauss));
+  return b.select(b.binary(Fn::Lt, x, k(0)), b.unary(Fn::Neg, y), y);
+}
+
+int build_log1p(Builder& b, int x) {
+  // Goldberg's trick: log(u) * x / (u - 1) cancels the rounding error of u = 1 + x.
+  // u == 1 means |x| is below half an ulp of 1, where log1p(x) == x; u - 1 == u only
+  // for huge or infinite u, where the correction factor is 1 (and would be inf/inf).
+  Type t = float_type(b, x);
+  auto k = [&](double v) { return b.constant(v, t); };
+  int u = b.binary(Fn::Add, k(1), x);
+  int um1 = b.binary(Fn::Sub, u, k(1));
+  int lu = b.unary(Fn::Log, u);
+  int corrected = b.binary(Fn::Mul, lu, b.binary(Fn::Div, x, um1));
+  return b.select(b.binary(Fn::Eq, u, k(1)), x, b.select(b.binary(Fn::Eq, um1, u), lu, corrected));
+}
+
+int build_expm1(Builder& b, int x) {
+  // Kahan's trick: (u - 1) * x / log(u) with u = exp(x). u == 1: expm1(x) == x to
+  // precision; u - 1 == -1: u is below rounding, the answer is -1; u - 1 == u: u is
+  // huge or infinite and already the answer.
+  Type t = float_type(b, x);
+  auto k = [&](double v) { return b.constant(v, t); };
+  int u = b.unary(Fn::Exp, x);
+  int um1 = b.binary(Fn::Sub, u, k(1));
+  int kahan = b.binary(Fn::Mul, um1, b.binary(Fn::Div, x, b.unary(Fn::Log, u)));
+  int big = b.select(b.binary(Fn::Eq, um1, u), u, kahan);
+  int small = b.select(b.binary(Fn::Eq, um1, k(-1)), k(-1), big);
+  return b.select(b.binary(Fn::Eq, u, k(1)), x, small);
+}
+
+Expr rewrite(const Expr& e, const Rewrites& r) {
+  Expr out = e;
+  if (r.expand_erf || r.expand_log1p || r.expand_expm1) {
+    out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
+      if (x.fn == Fn::Erf && r.expand_erf) return build_erf(b, a[0]);
+      if (x.fn == Fn::Log1p && r.expand_log1p) return build_log1p(b, a[0]);
+      if (x.fn == Fn::Expm1 && r.expand_expm1) return build_expm1(b, a[0]);
+      return -1;
+    });
+  }
+  if (r.f64_to_f32) {
+    // Leaves and casts carry the type; every other node's type follows from them.
+    out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
+      if (x.type != Type::F64) return -1;
+      switch (fn_arity(x.fn)) {
+        case 0: return x.fn == Fn::Const ? b.constant(x.value, Type::F32) : b.input(x.slot, Type::F32);
+        case 1: return x.fn == Fn::Cast ? b.cast(a[0], Type::F32) : -1;
+        default: return -1;
+      }
+    });
+  }
+  if (r.f64_math_in_f32) {
+    out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
+      if (x.type != Type::F64 || !transcendental(x.fn)) return -1;
+      int lo0 = b.cast(a[0], Type::F32);
+      int y = fn_arity(x.fn) == 1 ? b.unary(x.fn, lo0) : b.binary(x.fn, lo0, b.cast(a[1], Type::F32));
+      return b.cast(y, Type::F64);
+    });
+  }
+  return out;
+}
+
+Expr conform(const Expr& e, const MapSignature& sig) {
+  if (e.num_inputs() > static_cast<int>(sig.inputs.size()))
+    bad("kernel " + sig.name + ": the expression reads input " + std::to_string(e.num_inputs() - 1) +
+        " but the signature has " + std::to_string(sig.inputs.size()) + " inputs");
+  Builder b;
+  std::vector<int> inputs;
+  for (size_t k = 0; k < sig.inputs.size(); ++k)
+    inputs.push_back(b.input(static_cast<int>(k), compute_type(sig.inputs[k])));
+  int root = b.cast(b.inline_expr(e, inputs), compute_type(sig.output));
+  // No target has an integer pow (GLSL and WGSL have none, C's returns double):
+  // compute it in f64 and truncate, as eval_scalar does.
+  return rebuild(b.finish(root), [](Builder& nb, const Node& x, const int* a) {
+    if (x.fn != Fn::Pow || x.type != Type::I64) return -1;
+    int y = nb.binary(Fn::Pow, nb.cast(a[0], Type::F64), nb.cast(a[1], Type::F64));
+    return nb.cast(y, Type::I64);
+  });
+}
+
+std::optional<Target> parse_target(std::string_view name) {
+  if (name == "cpp") return Target::Cpp;
+  if (name == "cuda") return Target::Cuda;
+  if (name == "glsl") return Target::Glsl;
+  if (name == "wgsl") return Target::Wgsl;
+  return std::nullopt;
+}
+
+std::string_view target_name(Target t) {
+  switch (t) {
+    case Target::Cpp: return "cpp";
+    case Target::Cuda: return "cuda";
+    case Target::Glsl: return "glsl";
+    case Target::Wgsl: return "wgsl";
+  }
+  return "?";
+}
+
+std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
+  std::unique_ptr<emit_detail::Lang> lang;
+  switch (t) {
+    case Target::Cpp: lang = emit_detail::make_cpp(); break;
+    case Target::Cuda: lang = emit_detail::make_cuda(); break;
+    case Target::Glsl: lang = emit_detail::make_glsl(); break;
+    case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
+  }
+  return emit_detail::emit(*lang, e, sig);
+}
+
+namespace emit_detail {
+
+std::string float_text(double v, Type t) {
+  char buf[64];
+  auto r = t == Type::F32 ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(v))
+                          : std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string header_comment(const Expr& e, const MapSignature& sig, std::string_view c) {
+  std::string s = std::string(c) + " alk map kernel " + sig.name + ": (";
+  for (size_t k = 0; k < sig.inputs.size(); ++k) s += (k ? ", " : "") + std::string(dtype_name(sig.inputs[k]));
+  s += ") -> " + std::string(dtype_name(sig.output)) + "\n";
+  s += std::string(c) + " expr: " + e.str() + "\n";
+  s += std::string(c) + " generated by src/expr/emit_*.cpp from the expression IR; do not edit\n";
+  return s;
+}
+
+namespace {
+
+std::string value_text(const Lang& lang, const Node& x) {
+  if (x.type != Type::Bool && !std::isfinite(x.value)) return lang.special(x.value, x.type);
+  if (x.type != Type::Bool && std::signbit(x.value)) return "(-" + lang.literal(-x.value, x.type) + ")";
+  return lang.literal(x.value, x.type);
+}
+
+std::string node_text(const Lang& lang, const Node& x, const std::vector<std::string>& v) {
+  auto a = [&](int k) { return v[x.args[k]]; };
+  auto infix = [&](const char* op) { return "(" + a(0) + " " + op + " " + a(1) + ")"; };
+  auto call = [&](int n) {
+    std::string name = lang.fn_name(x.fn, x.type);
+    if (name.empty()) bad("emitter has no spelling for " + std::string(fn_name(x.fn)) + " on " +
+                          std::string(compute_type_name(x.type)) + " (a missing IR rewrite?)");
+    std::string s = name + "(" + a(0);
+    for (int k = 1; k < n; ++k) s += ", " + a(k);
+    return s + ")";
+  };
+  switch (x.fn) {
+    case Fn::Input: case Fn::Const: return "";  // named by the walk, never spelled here
+    case Fn::Neg: return "(-" + a(0) + ")";
+    case Fn::Not: return "(!" + a(0) + ")";
+    case Fn::Cast: return lang.cast(x.type, a(0));
+    case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sqrt: case Fn::Rsqrt: case Fn::Sin:
+    case Fn::Cos: case Fn::Tanh: case Fn::Erf: case Fn::Abs: case Fn::Floor: case Fn::Ceil: case Fn::Round:
+      return call(1);
+    case Fn::Pow: case Fn::Max: case Fn::Min: return call(2);
+    case Fn::Add: return infix("+");
+    case Fn::Sub: return infix("-");
+    case Fn::Mul: return infix("*");
+    case Fn::Div:
+      // Integer division by zero is defined as 0 (as in eval_scalar), never a trap.
+      if (x.type == Type::I64) {
+        std::string zero = lang.literal(0, Type::I64);
+        return lang.select("(" + a(1) + " == " + zero + ")", zero, infix("/"));
+      }
+      return infix("/");
+    case Fn::Lt: return infix("<");
+    case Fn::Le: return infix("<=");
+    case Fn::Gt: return infix(">");
+    case Fn::Ge: return infix(">=");
+    case Fn::Eq: return infix("==");
+    case Fn::Ne: return infix("!=");
+    case Fn::And: return infix("&&");
+    case Fn::Or: return infix("||");
+    case Fn::Select: return lang.select(a(0), a(1), a(2));
+  }
+  return "";
+}
+
+void add_lines(std::string& out, const std::string& indent, const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out += indent + text.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
+  if (e0.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
+  Expr e = rewrite(conform(e0, sig), lang.rewrites());
+  std::vector<bool> used(sig.inputs.size());
+  for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
+
+  std::string out = lang.prologue(e0, e, sig, used);
+  for (size_t k = 0; k < used.size(); ++k)
+    if (used[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
+  std::vector<std::string> v(e.nodes.size());
+  int next = 0;
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = e.nodes[i];
+    if (x.fn == Fn::Input) {
+      v[i] = "in" + std::to_string(x.slot);
+    } else if (x.fn == Fn::Const) {
+      v[i] = value_text(lang, x);
+    } else {
+      v[i] = "v" + std::to_string(next++);
+      add_lines(out, lang.indent, lang.let(x.type, v[i], node_text(lang, x, v)));
+    }
+  }
+  add_lines(out, lang.indent, lang.store(sig.output, v.back()));
+  return out + lang.epilogue();
+}
+
+}  // namespace emit_detail
+}  // namespace alk::expr

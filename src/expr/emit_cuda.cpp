@@ -1,0 +1,153 @@
+// CUDA C spelling of a map kernel (compiled by NVRTC: no standard headers, so
+// 64-bit integers are `long long`). One thread per element in a grid-stride loop.
+#include <cmath>
+#include <string>
+
+#include "expr/emit.h"
+
+namespace alk::expr::emit_detail {
+
+namespace {
+
+std::string storage(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "unsigned char";
+    case DType::I32: return "int";
+    case DType::I64: return "long long";
+    case DType::F16: return "__half";
+    case DType::BF16: return "__nv_bfloat16";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+struct Cuda final : Lang {
+  Cuda() { indent = "    "; }
+  Rewrites rewrites() const override { return {}; }  // CUDA's math library has every function
+
+  std::string type(Type t) const override {
+    switch (t) {
+      case Type::Bool: return "bool";
+      case Type::I64: return "long long";
+      case Type::F32: return "float";
+      case Type::F64: return "double";
+    }
+    return "?";
+  }
+
+  std::string literal(double v, Type t) const override {
+    switch (t) {
+      case Type::Bool: return v != 0 ? "true" : "false";
+      case Type::I64: return std::to_string(static_cast<int64_t>(v)) + "ll";
+      case Type::F32: return float_text(v, t) + "f";
+      case Type::F64: return float_text(v, t);
+    }
+    return "?";
+  }
+
+  std::string special(double v, Type t) const override {
+    std::string s = t == Type::F32 ? (std::isnan(v) ? "__int_as_float(0x7fc00000)" : "__int_as_float(0x7f800000)")
+                                   : (std::isnan(v) ? "__longlong_as_double(0x7ff8000000000000ll)"
+                                             : "__longlong_as_double(0x7ff0000000000000ll)");
+    return v < 0 ? "(-" + s + ")" : s;
+  }
+
+  std::string fn_name(Fn f, Type t) const override {
+    // The f32 versions carry an "f" suffix; the i64 ones exist only for abs/max/min.
+    std::string sfx = t == Type::F32 ? "f" : "";
+    switch (f) {
+      case Fn::Exp: return "exp" + sfx;
+      case Fn::Log: return "log" + sfx;
+      case Fn::Log1p: return "log1p" + sfx;
+      case Fn::Expm1: return "expm1" + sfx;
+      case Fn::Sqrt: return "sqrt" + sfx;
+      case Fn::Rsqrt: return "rsqrt" + sfx;
+      case Fn::Sin: return "sin" + sfx;
+      case Fn::Cos: return "cos" + sfx;
+      case Fn::Tanh: return "tanh" + sfx;
+      case Fn::Erf: return "erf" + sfx;
+      case Fn::Abs: return t == Type::I64 ? "llabs" : "fabs" + sfx;
+      case Fn::Floor: return "floor" + sfx;
+      case Fn::Ceil: return "ceil" + sfx;
+      case Fn::Round: return "rint" + sfx;  // half to even
+      case Fn::Pow: return "pow" + sfx;
+      case Fn::Max: return t == Type::I64 ? "max" : "fmax" + sfx;
+      case Fn::Min: return t == Type::I64 ? "min" : "fmin" + sfx;
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
+      case Fn::And: case Fn::Or: case Fn::Select: return "";
+    }
+    return "";
+  }
+
+  std::string cast(Type to, const std::string& a) const override { return "((" + type(to) + ")" + a + ")"; }
+
+  std::string let(Type t, const std::string& name, const std::string& value) const override {
+    return "const " + type(t) + " " + name + " = " + value + ";";
+  }
+
+  std::string load(int k, DType s, const std::string& idx) const override {
+    std::string in = "in" + std::to_string(k), raw = in + "_data[" + idx + "]";
+    switch (s) {
+      case DType::Bool: return "const bool " + in + " = " + raw + " != 0;";
+      case DType::F16: return "const float " + in + " = __half2float(" + raw + ");";
+      case DType::BF16: return "const float " + in + " = __bfloat162float(" + raw + ");";
+      case DType::U8: case DType::I32: case DType::I64: case DType::F32: case DType::F64:
+        return "const " + type(compute_type(s)) + " " + in + " = " + raw + ";";
+    }
+    return "";
+  }
+
+  std::string store(DType s, const std::string& v) const override {
+    switch (s) {
+      case DType::F16: return "out_data[i] = __float2half_rn(" + v + ");";
+      case DType::BF16: return "out_data[i] = __float2bfloat16_rn(" + v + ");";
+      case DType::Bool: case DType::U8: case DType::I32:  // wraps to the storage width
+        return "out_data[i] = (" + storage(s) + ")" + v + ";";
+      case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+    }
+    return "";
+  }
+
+  std::string offset_call(int k) const override {
+    return "alk_offset(i, p.shape, p.strides[" + std::to_string(k) + "], p.rank)";
+  }
+
+  std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
+                       const std::vector<bool>&) const override {
+    bool f16 = sig.output == DType::F16, bf16 = sig.output == DType::BF16;
+    for (DType d : sig.inputs) f16 = f16 || d == DType::F16, bf16 = bf16 || d == DType::BF16;
+    std::string s = header_comment(original, sig, "//");
+    if (f16) s += "#include <cuda_fp16.h>\n";
+    if (bf16) s += "#include <cuda_bf16.h>\n";
+    if (f16 || bf16) s += "\n";
+    s += "struct " + sig.name + "_params {\n  long long n, rank;\n  long long shape[8];\n";
+    s += "  long long strides[" + std::to_string(std::max<size_t>(1, sig.inputs.size())) + "][8];  // elements\n};\n\n";
+    s += "// Element offset of an input for output element i: unravel i over the output shape.\n"
+         "__device__ __forceinline__ long long alk_offset(long long i, const long long* shape,\n"
+         "                                                const long long* strides, long long rank) {\n"
+         "  long long off = 0;\n"
+         "  for (long long d = rank - 1; d >= 0; --d) {\n"
+         "    off += (i % shape[d]) * strides[d];\n"
+         "    i /= shape[d];\n"
+         "  }\n"
+         "  return off;\n"
+         "}\n\n";
+    s += "extern \"C\" __global__ void " + sig.name + "(";
+    for (size_t k = 0; k < sig.inputs.size(); ++k)
+      s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
+    s += storage(sig.output) + "* __restrict__ out_data, const " + sig.name + "_params p) {\n";
+    s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
+    s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
+    return s;
+  }
+
+  std::string epilogue() const override { return "  }\n}\n"; }
+};
+
+}  // namespace
+
+std::unique_ptr<Lang> make_cuda() { return std::make_unique<Cuda>(); }
+
+}  // namespace alk::expr::emit_detail

@@ -1,0 +1,179 @@
+// GLSL (Vulkan compute, #version 450) spelling of a map kernel. GLSL has no erf,
+// log1p or expm1 and no transcendental functions on double: those are rewritten in
+// the IR (emit_common.cpp). 8/16-bit and 64-bit integer storage use the standard
+// Vulkan extensions, enabled only when the kernel needs them.
+#include <cmath>
+#include <string>
+
+#include "expr/emit.h"
+
+namespace alk::expr::emit_detail {
+
+namespace {
+
+std::string storage(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "uint8_t";
+    case DType::I32: return "int";
+    case DType::I64: return "int64_t";
+    case DType::F16: return "float16_t";
+    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+struct Glsl final : Lang {
+  Glsl() { indent = "    "; }
+  Rewrites rewrites() const override {
+    Rewrites r;
+    r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
+    r.f64_math_in_f32 = true;
+    return r;
+  }
+
+  std::string type(Type t) const override {
+    switch (t) {
+      case Type::Bool: return "bool";
+      case Type::I64: return "int64_t";
+      case Type::F32: return "float";
+      case Type::F64: return "double";
+    }
+    return "?";
+  }
+
+  std::string literal(double v, Type t) const override {
+    switch (t) {
+      case Type::Bool: return v != 0 ? "true" : "false";
+      case Type::I64: return std::to_string(static_cast<int64_t>(v)) + "l";
+      case Type::F32: return float_text(v, t);
+      case Type::F64: return float_text(v, t) + "lf";
+    }
+    return "?";
+  }
+
+  std::string special(double v, Type t) const override {
+    std::string s = std::isnan(v) ? "uintBitsToFloat(0x7fc00000u)" : "uintBitsToFloat(0x7f800000u)";
+    if (t == Type::F64) s = "double(" + s + ")";
+    return v < 0 ? "(-" + s + ")" : s;
+  }
+
+  std::string fn_name(Fn f, Type) const override {
+    switch (f) {
+      case Fn::Exp: return "exp";
+      case Fn::Log: return "log";
+      case Fn::Sqrt: return "sqrt";
+      case Fn::Rsqrt: return "inversesqrt";
+      case Fn::Sin: return "sin";
+      case Fn::Cos: return "cos";
+      case Fn::Tanh: return "tanh";
+      case Fn::Abs: return "abs";
+      case Fn::Floor: return "floor";
+      case Fn::Ceil: return "ceil";
+      case Fn::Round: return "roundEven";  // GLSL round() may round halves either way
+      case Fn::Pow: return "pow";
+      case Fn::Max: return "max";
+      case Fn::Min: return "min";
+      case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
+      case Fn::And: case Fn::Or: case Fn::Select: return "";
+    }
+    return "";
+  }
+
+  std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
+
+  std::string let(Type t, const std::string& name, const std::string& value) const override {
+    return type(t) + " " + name + " = " + value + ";";
+  }
+
+  std::string load(int k, DType s, const std::string& idx) const override {
+    std::string in = "in" + std::to_string(k), raw = in + "_data[" + idx + "]";
+    // 8/16-bit storage types only convert to 32-bit ones, so go through uint/float.
+    switch (s) {
+      case DType::Bool: return "bool " + in + " = uint(" + raw + ") != 0u;";
+      case DType::U8: return "int64_t " + in + " = int64_t(uint(" + raw + "));";
+      case DType::I32: return "int64_t " + in + " = int64_t(" + raw + ");";
+      case DType::F16: return "float " + in + " = float(" + raw + ");";
+      case DType::BF16: return "float " + in + " = uintBitsToFloat(uint(" + raw + ") << 16);";
+      case DType::I64: case DType::F32: case DType::F64: return type(compute_type(s)) + " " + in + " = " + raw + ";";
+    }
+    return "";
+  }
+
+  std::string store(DType s, const std::string& v) const override {
+    switch (s) {
+      case DType::Bool: return "out_data[i] = uint8_t(" + v + " ? 1u : 0u);";
+      case DType::U8: return "out_data[i] = uint8_t(uint(" + v + ") & 0xffu);";
+      case DType::I32: return "out_data[i] = int(" + v + ");";
+      case DType::F16: return "out_data[i] = float16_t(" + v + ");";
+      case DType::BF16: return "out_data[i] = uint16_t(alk_f32_to_bf16(" + v + "));";
+      case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+    }
+    return "";
+  }
+
+  std::string offset_call(int k) const override { return "alk_offset(i, " + std::to_string(k) + "u)"; }
+
+  std::string prologue(const Expr& original, const Expr& lowered, const MapSignature& sig,
+                       const std::vector<bool>&) const override {
+    bool b8 = false, b16 = false, i64 = false, f64 = false;
+    auto note = [&](DType d) {
+      b8 = b8 || d == DType::Bool || d == DType::U8;
+      b16 = b16 || d == DType::F16 || d == DType::BF16;
+      i64 = i64 || d == DType::I64;
+    };
+    for (DType d : sig.inputs) note(d);
+    note(sig.output);
+    for (const Node& x : lowered.nodes) i64 = i64 || x.type == Type::I64, f64 = f64 || x.type == Type::F64;
+    for (const Node& x : original.nodes) f64 = f64 || x.type == Type::F64;
+
+    std::string s = "#version 450\n";
+    if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
+    if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
+    if (i64) s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
+    s += header_comment(original, sig, "//");
+    if (f64) s += "// note: GLSL has no exp/log/sin/cos/tanh/pow on double: those are computed in float here\n";
+    s += "layout(local_size_x = 256) in;\n\n";
+    int binding = 0;
+    for (size_t k = 0; k < sig.inputs.size(); ++k)
+      s += "layout(std430, binding = " + std::to_string(binding++) + ") readonly buffer In" + std::to_string(k) +
+           " { " + storage(sig.inputs[k]) + " in" + std::to_string(k) + "_data[]; };\n";
+    s += "layout(std430, binding = " + std::to_string(binding++) + ") writeonly buffer Out { " +
+         storage(sig.output) + " out_data[]; };\n";
+    s += "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n"
+         "  uint n;\n  uint rank;\n  uint shape[8];\n"
+         "  int strides[" + std::to_string(8 * std::max<size_t>(1, sig.inputs.size())) +
+         "];  // input k, dim d at [8 * k + d], in elements\n} p;\n\n";
+    s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
+         "uint alk_offset(uint i, uint k) {\n"
+         "  int off = 0;\n"
+         "  for (int d = int(p.rank) - 1; d >= 0; --d) {\n"
+         "    off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];\n"
+         "    i /= p.shape[d];\n"
+         "  }\n"
+         "  return uint(off);\n"
+         "}\n\n";
+    if (sig.output == DType::BF16)
+      s += "// Round to nearest even; NaN stays a (quiet) NaN.\n"
+           "uint alk_f32_to_bf16(float v) {\n"
+           "  uint b = floatBitsToUint(v);\n"
+           "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
+           "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
+           "}\n\n";
+    s += "void main() {\n";
+    s += "  uint step = gl_NumWorkGroups.x * 256u;\n";
+    s += "  for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {\n";
+    return s;
+  }
+
+  std::string epilogue() const override { return "  }\n}\n"; }
+};
+
+}  // namespace
+
+std::unique_ptr<Lang> make_glsl() { return std::make_unique<Glsl>(); }
+
+}  // namespace alk::expr::emit_detail

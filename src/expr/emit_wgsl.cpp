@@ -1,0 +1,185 @@
+// WGSL spelling of a map kernel. WGSL lacks erf, log1p, expm1 and every 64-bit type:
+// the IR is rewritten first (f64 -> f32; i64 values are spelled i32 since the IR has
+// no 32-bit integer type), and a comment in the output records the narrowing. Storage
+// has no 8- or 16-bit element types, so bool/u8/f16/bf16 buffers are arrays of u32
+// words; outputs of those types are written with atomics on the word, since
+// neighbouring invocations share it.
+#include <cmath>
+#include <string>
+
+#include "expr/emit.h"
+
+namespace alk::expr::emit_detail {
+
+namespace {
+
+bool packed(DType t) { return dtype_size(t) < 4; }
+
+std::string storage(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: case DType::F16: case DType::BF16: return "u32";
+    case DType::I32: case DType::I64: return "i32";  // i64 narrowed
+    case DType::F32: case DType::F64: return "f32";  // f64 narrowed
+  }
+  return "?";
+}
+
+struct Wgsl final : Lang {
+  Wgsl() { indent = "    "; }
+  Rewrites rewrites() const override {
+    Rewrites r;
+    r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
+    r.f64_to_f32 = true;
+    return r;
+  }
+
+  std::string type(Type t) const override {
+    switch (t) {
+      case Type::Bool: return "bool";
+      case Type::I64: return "i32";
+      case Type::F32: case Type::F64: return "f32";
+    }
+    return "?";
+  }
+
+  std::string literal(double v, Type t) const override {
+    switch (t) {
+      case Type::Bool: return v != 0 ? "true" : "false";
+      case Type::I64: return std::to_string(static_cast<int64_t>(v)) + "i";
+      case Type::F32: case Type::F64: return float_text(v, Type::F32) + "f";
+    }
+    return "?";
+  }
+
+  // Note: a constant-evaluated inf/NaN is a WGSL shader-creation error; the op table
+  // never writes one, and folding would only produce one from an inf/NaN literal.
+  std::string special(double v, Type) const override {
+    std::string s = std::isnan(v) ? "bitcast<f32>(0x7fc00000u)" : "bitcast<f32>(0x7f800000u)";
+    return v < 0 ? "(-" + s + ")" : s;
+  }
+
+  std::string fn_name(Fn f, Type) const override {
+    switch (f) {
+      case Fn::Exp: return "exp";
+      case Fn::Log: return "log";
+      case Fn::Sqrt: return "sqrt";
+      case Fn::Rsqrt: return "inverseSqrt";
+      case Fn::Sin: return "sin";
+      case Fn::Cos: return "cos";
+      case Fn::Tanh: return "tanh";
+      case Fn::Abs: return "abs";
+      case Fn::Floor: return "floor";
+      case Fn::Ceil: return "ceil";
+      case Fn::Round: return "round";  // WGSL's round is half to even
+      case Fn::Pow: return "pow";
+      case Fn::Max: return "max";
+      case Fn::Min: return "min";
+      case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
+      case Fn::And: case Fn::Or: case Fn::Select: return "";
+    }
+    return "";
+  }
+
+  std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
+
+  std::string select(const std::string& c, const std::string& a, const std::string& b) const override {
+    return "select(" + b + ", " + a + ", " + c + ")";  // WGSL: select(false_value, true_value, cond)
+  }
+
+  std::string let(Type t, const std::string& name, const std::string& value) const override {
+    return "let " + name + ": " + type(t) + " = " + value + ";";
+  }
+
+  std::string load(int k, DType s, const std::string& idx) const override {
+    std::string in = "in" + std::to_string(k), buf = in + "_data", at = in + "_at";
+    std::string pre = "let " + at + " = " + idx + ";\n";
+    std::string byte = "((" + buf + "[" + at + " >> 2u] >> ((" + at + " & 3u) * 8u)) & 0xffu)";
+    std::string half = "((" + buf + "[" + at + " >> 1u] >> ((" + at + " & 1u) * 16u)) & 0xffffu)";
+    switch (s) {
+      case DType::Bool: return pre + "let " + in + ": bool = " + byte + " != 0u;";
+      case DType::U8: return pre + "let " + in + ": i32 = i32" + byte + ";";
+      case DType::F16: return pre + "let " + in + ": f32 = unpack2x16float(" + half + ").x;";
+      case DType::BF16: return pre + "let " + in + ": f32 = bitcast<f32>(" + half + " << 16u);";
+      case DType::I32: case DType::I64: case DType::F32: case DType::F64:
+        return "let " + in + ": " + storage(s) + " = " + buf + "[" + idx + "];";
+    }
+    return "";
+  }
+
+  std::string store(DType s, const std::string& v) const override {
+    switch (s) {
+      case DType::Bool: return "alk_store_bits(i, 8u, select(0u, 1u, " + v + "));";
+      case DType::U8: return "alk_store_bits(i, 8u, u32(" + v + ") & 0xffu);";  // wraps, as C++ does
+      case DType::F16: return "alk_store_bits(i, 16u, pack2x16float(vec2<f32>(" + v + ", 0.0f)) & 0xffffu);";
+      case DType::BF16: return "alk_store_bits(i, 16u, alk_f32_to_bf16(" + v + "));";
+      case DType::I32: case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+    }
+    return "";
+  }
+
+  std::string offset_call(int k) const override { return "alk_offset(i, " + std::to_string(k) + "u)"; }
+
+  std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
+                       const std::vector<bool>&) const override {
+    bool wide = sig.output == DType::F64 || sig.output == DType::I64;
+    for (DType d : sig.inputs) wide = wide || d == DType::F64 || d == DType::I64;
+    for (const Node& x : original.nodes) wide = wide || x.type == Type::F64 || x.type == Type::I64;
+
+    std::string s = header_comment(original, sig, "//");
+    if (wide)
+      s += "// note: WGSL has no 64-bit types: f64 is narrowed to f32 and i64 to i32 here, in buffers too\n";
+    s += "\nstruct Params {\n  n: u32,\n  rank: u32,\n  shape: array<u32, 8>,\n";
+    s += "  strides: array<i32, " + std::to_string(8 * std::max<size_t>(1, sig.inputs.size())) +
+         ">,  // input k, dim d at [8 * k + d], in elements\n}\n\n";
+    int binding = 0;
+    for (size_t k = 0; k < sig.inputs.size(); ++k)
+      s += "@group(0) @binding(" + std::to_string(binding++) + ") var<storage, read> in" + std::to_string(k) +
+           "_data: array<" + storage(sig.inputs[k]) + ">;\n";
+    std::string out = packed(sig.output) ? "atomic<u32>" : storage(sig.output);
+    s += "@group(0) @binding(" + std::to_string(binding++) + ") var<storage, read_write> out_data: array<" + out +
+         ">;\n";
+    s += "@group(0) @binding(" + std::to_string(binding) + ") var<storage, read> p: Params;\n\n";
+    s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
+         "fn alk_offset(i0: u32, k: u32) -> u32 {\n"
+         "  var i = i0;\n"
+         "  var off = 0i;\n"
+         "  for (var d = i32(p.rank) - 1; d >= 0; d--) {\n"
+         "    off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];\n"
+         "    i /= p.shape[d];\n"
+         "  }\n"
+         "  return u32(off);\n"
+         "}\n\n";
+    if (packed(sig.output))
+      s += "// Writes the low `bits` bits of v as element i of a packed output; other invocations\n"
+           "// write the word's other lanes concurrently, hence atomics on disjoint bits.\n"
+           "fn alk_store_bits(i: u32, bits: u32, v: u32) {\n"
+           "  let per_word = 32u / bits;\n"
+           "  let shift = (i % per_word) * bits;\n"
+           "  let mask = ((1u << bits) - 1u) << shift;\n"
+           "  atomicAnd(&out_data[i / per_word], ~mask);\n"
+           "  atomicOr(&out_data[i / per_word], (v << shift) & mask);\n"
+           "}\n\n";
+    if (sig.output == DType::BF16)
+      s += "// Round to nearest even; NaN stays a (quiet) NaN.\n"
+           "fn alk_f32_to_bf16(v: f32) -> u32 {\n"
+           "  let b = bitcast<u32>(v);\n"
+           "  if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n"
+           "  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n"
+           "}\n\n";
+    s += "@compute @workgroup_size(256)\n";
+    s += "fn " + sig.name + "(@builtin(global_invocation_id) gid: vec3<u32>,\n";
+    s += std::string(sig.name.size() + 4, ' ') + "@builtin(num_workgroups) groups: vec3<u32>) {\n";
+    s += "  for (var i = gid.x; i < p.n; i += groups.x * 256u) {\n";
+    return s;
+  }
+
+  std::string epilogue() const override { return "  }\n}\n"; }
+};
+
+}  // namespace
+
+std::unique_ptr<Lang> make_wgsl() { return std::make_unique<Wgsl>(); }
+
+}  // namespace alk::expr::emit_detail

@@ -1,0 +1,182 @@
+#include "graph/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace alk {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool is_grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, BackwardFn backward) {
+  if (!needs_grad(inputs)) return out;
+  auto fn = std::make_shared<GradFn>();
+  fn->name = std::move(name);
+  for (const Tensor& t : inputs) {
+    GradEdge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.impl()->grad_fn)
+        e.fn = t.impl()->grad_fn;
+      else
+        e.leaf = t.impl_ptr();
+      e.shape = t.shape();
+      e.dtype = t.dtype();
+    }
+    fn->next.push_back(std::move(e));
+  }
+  fn->backward = std::move(backward);
+  out.impl()->requires_grad = true;
+  out.impl()->grad_fn = std::move(fn);
+  return out;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < g.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  Tensor s = axes.empty() ? g : sum(g, axes, true);
+  return s.reshape(shape);
+}
+
+namespace {
+
+// Gradients are keyed by the GradFn they flow into, or by the leaf they land in.
+const void* grad_key(const GradEdge& e) { return e.fn ? static_cast<const void*>(e.fn.get()) : e.leaf.get(); }
+const void* grad_key(const Tensor& t) {
+  return t.impl()->grad_fn ? static_cast<const void*>(t.impl()->grad_fn.get()) : t.impl();
+}
+
+// Reverse topological order of the GradFns reachable from the roots.
+std::vector<GradFn*> backward_order(const std::vector<Tensor>& roots) {
+  std::vector<GradFn*> order;
+  std::unordered_set<GradFn*> seen;
+  std::vector<std::pair<GradFn*, size_t>> stack;
+  for (const Tensor& r : roots) {
+    GradFn* root = r.impl()->grad_fn.get();
+    if (!root || !seen.insert(root).second) continue;
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      GradFn* fn = stack.back().first;
+      size_t& next = stack.back().second;
+      if (next < fn->next.size()) {
+        GradFn* child = fn->next[next++].fn.get();
+        if (child && seen.insert(child).second) stack.push_back({child, 0});
+        continue;
+      }
+      order.push_back(fn);
+      stack.pop_back();
+    }
+  }
+  return {order.rbegin(), order.rend()};
+}
+
+struct BackwardResult {
+  std::unordered_map<const void*, Tensor> grads;                 // by grad_key
+  std::vector<std::pair<TensorImpl*, const void*>> leaves;       // leaves reached
+};
+
+BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, Loc loc) {
+  BackwardResult r;
+  auto accumulate = [&r](const void* key, const Tensor& g) {
+    auto [it, fresh] = r.grads.emplace(key, g);
+    if (!fresh) it->second = it->second + g;
+  };
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    check(root.defined() && root.requires_grad(), "backward", loc, "tensor of shape ",
+          root.defined() ? to_string(root.shape()) : "undefined", " does not require grad and has no grad_fn");
+    Tensor seed;
+    if (i < seeds.size() && seeds[i].defined()) {
+      seed = seeds[i];
+      check(seed.shape() == root.shape(), "backward", loc, "seed gradient shape ", to_string(seed.shape()),
+            " does not match output shape ", to_string(root.shape()));
+    } else {
+      check(root.numel() == 1, "backward", loc,
+            "grad can be implicitly created only for scalar outputs; got shape ", to_string(root.shape()),
+            ": pass a seed gradient");
+      seed = ones(root.shape(), root.dtype());
+    }
+    if (!root.impl()->grad_fn) r.leaves.push_back({root.impl(), root.impl()});
+    accumulate(grad_key(root), seed);
+  }
+  for (GradFn* fn : backward_order(roots)) {
+    auto it = r.grads.find(fn);
+    if (it == r.grads.end()) continue;
+    std::vector<Tensor> in_grads = fn->backward(it->second);
+    for (size_t k = 0; k < fn->next.size() && k < in_grads.size(); ++k) {
+      const GradEdge& e = fn->next[k];
+      if (!e.active() || !in_grads[k].defined()) continue;
+      Tensor g = in_grads[k];
+      check(g.shape() == e.shape, "backward", loc, "gradient of ", fn->name, " input ", k, " has shape ",
+            to_string(g.shape()), " but the input has shape ", to_string(e.shape));
+      if (g.dtype() != e.dtype) g = cast(g, e.dtype);
+      if (e.leaf && !r.grads.count(e.leaf.get())) r.leaves.push_back({e.leaf.get(), e.leaf.get()});
+      accumulate(grad_key(e), g);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& seed, Loc loc) const {
+  check(defined(), "backward", loc, "called on an undefined tensor");
+  std::vector<Tensor> leaf_grads;
+  {
+    NoGradGuard no_grad;
+    BackwardResult r = run_backward({*this}, {seed}, loc);
+    for (auto [impl, key] : r.leaves) {
+      const Tensor& g = r.grads.at(key);
+      Tensor acc = impl->grad ? Tensor(impl->grad) + g : g;
+      impl->grad = acc.impl_ptr();
+      leaf_grads.push_back(acc);
+    }
+  }
+  // Backward runs now, as one schedule, like PyTorch's: the graph it frees is large.
+  alk::realize(leaf_grads);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& seeds, bool create_graph, Loc loc) {
+  check(seeds.empty() || seeds.size() == outputs.size(), "grad", loc, "got ", seeds.size(), " seeds for ",
+        outputs.size(), " outputs");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    check(inputs[i].defined() && inputs[i].requires_grad(), "grad", loc, "input ", i,
+          " does not require grad");
+  BackwardResult r;
+  if (create_graph) {
+    r = run_backward(outputs, seeds, loc);
+  } else {
+    NoGradGuard no_grad;
+    r = run_backward(outputs, seeds, loc);
+  }
+  std::vector<Tensor> result;
+  for (const Tensor& in : inputs) {
+    auto it = r.grads.find(grad_key(in));
+    result.push_back(it != r.grads.end() ? it->second : zeros(in.shape(), in.dtype()));
+  }
+  return result;
+}
+
+}  // namespace alk

@@ -1,0 +1,22 @@
+// Reverse-mode autodiff. Ops call with_grad() after recording their forward node;
+// backward() walks grad_fns from the root in reverse topological order.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace alk {
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+// True when grad mode is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+// Marks `out` as produced by `name` from `inputs` with the given backward rule (when needed).
+Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, BackwardFn backward);
+// Sums g over broadcast dims so it has `shape` (the backward of broadcasting).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+}  // namespace alk

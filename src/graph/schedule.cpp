@@ -1,0 +1,383 @@
+#include "graph/schedule.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/device.h"
+#include "expr/emit.h"
+
+namespace alk {
+
+namespace {
+
+thread_local ScheduleStats g_stats;
+
+int debug_level(const char* what) {
+  static const char* v = std::getenv("ALK_DEBUG");
+  if (!v) return 0;
+  return std::strstr(v, what) || std::strstr(v, "all") ? 1 : 0;
+}
+
+bool is_map(const Node* n) { return std::holds_alternative<MapParams>(n->params); }
+
+// True when impl reads node n's whole output in n's own layout (the only view through
+// which an elementwise producer can be inlined into a consumer of the same shape).
+bool identity_view(const TensorImpl* impl) {
+  const Node* n = impl->node.get();
+  return impl->offset == 0 && impl->shape == n->shape && impl->strides == contiguous_strides(n->shape);
+}
+
+struct NodeInfo {
+  int users = 0;          // input slots (in this graph) reading the node
+  bool external = false;  // someone outside the graph holds it: it must be stored
+  bool fused = false;     // inlined into a consumer or taken as a kernel's core
+  int kernel = -1;        // the kernel that produces its value
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const std::vector<TensorImpl*>& targets) : targets_(targets) {}
+
+  void run() {
+    collect();
+    if (order_.empty()) return;
+    find_external();
+    build_kernels();
+    plan_memory();
+    execute();
+  }
+
+ private:
+  // ---- 1. the graph, topologically ordered ----
+  void collect() {
+    std::vector<std::pair<Node*, size_t>> stack;
+    auto visit = [&](Node* n) {
+      if (n->realized() || info_.count(n)) return;
+      info_[n];
+      stack.push_back({n, 0});
+      while (!stack.empty()) {
+        Node* cur = stack.back().first;
+        size_t& next = stack.back().second;
+        if (next < cur->inputs.size()) {
+          Node* child = cur->inputs[next++]->node.get();
+          if (!child->realized() && !info_.count(child)) {
+            info_[child];
+            stack.push_back({child, 0});
+          }
+          continue;
+        }
+        order_.push_back(cur);
+        stack.pop_back();
+      }
+    };
+    for (TensorImpl* t : targets_) visit(t->node.get());
+  }
+
+  // ---- 2. what must be stored ----
+  // Reference counts tell who else holds a node: a TensorImpl held by more owners than
+  // the graph's input slots is held by the user (or a backward rule); a Node viewed by
+  // more TensorImpls than the graph's own is viewed from outside.
+  void find_external() {
+    std::unordered_map<const TensorImpl*, long> slot_refs, impl_owners;
+    std::unordered_map<const Node*, std::unordered_set<const TensorImpl*>> impls_of;
+    for (Node* n : order_)
+      for (auto& in : n->inputs) {
+        ++slot_refs[in.get()];
+        impl_owners[in.get()] = in.use_count();
+        impls_of[in->node.get()].insert(in.get());
+        if (info_.count(in->node.get())) ++info_[in->node.get()].users;
+      }
+    for (TensorImpl* t : targets_) info_[t->node.get()].external = true;
+    for (auto& [impl, owners] : impl_owners)
+      if (owners > slot_refs[impl] && info_.count(impl->node.get())) info_[impl->node.get()].external = true;
+    for (auto& [node, impls] : impls_of) {
+      if (!info_.count(node) || impls.empty()) continue;
+      long viewers = (*impls.begin())->node.use_count();
+      if (viewers > static_cast<long>(impls.size())) info_[node].external = true;
+    }
+  }
+
+  // ---- 3. fusion and kernels ----
+  bool can_inline(const TensorImpl* impl, const Shape& consumer_shape) {
+    Node* p = impl->node.get();
+    if (p->realized()) return false;
+    if (p->op == OpId::Const) return true;  // a uniform value fits any view
+    const NodeInfo& pi = info_[p];
+    return is_map(p) && !pi.external && pi.users == 1 && identity_view(impl) && impl->shape == consumer_shape;
+  }
+
+  // Builds the expression for node n into b, inlining producers; leaves become inputs.
+  int build_expr(expr::Builder& b, const Node* n, std::vector<const TensorImpl*>& leaves) {
+    const expr::Expr& e = std::get<MapParams>(n->params).expr;
+    std::vector<int> ids;
+    for (auto& in : n->inputs) ids.push_back(leaf_or_inline(b, in.get(), n->shape, leaves));
+    return b.inline_expr(e, ids);
+  }
+
+  int leaf_or_inline(expr::Builder& b, const TensorImpl* impl, const Shape& shape,
+                     std::vector<const TensorImpl*>& leaves) {
+    Node* p = impl->node.get();
+    if (can_inline(impl, shape)) {
+      info_[p].fused = true;
+      if (p->op == OpId::Const)
+        return b.constant(std::get<ConstParams>(p->params).value, compute_type(p->dtype));
+      return build_expr(b, p, leaves);
+    }
+    for (size_t k = 0; k < leaves.size(); ++k)
+      if (leaves[k] == impl || (leaves[k]->node == impl->node && leaves[k]->shape == impl->shape &&
+                                leaves[k]->strides == impl->strides && leaves[k]->offset == impl->offset))
+        return b.input(static_cast<int>(k), compute_type(impl->dtype));
+    leaves.push_back(impl);
+    return b.input(static_cast<int>(leaves.size() - 1), compute_type(impl->dtype));
+  }
+
+  // A Map that reads a single-use Reduce/Matmul of its own shape takes it as its core.
+  Node* epilogue_core(const Node* map) {
+    for (auto& in : map->inputs) {
+      Node* p = in->node.get();
+      if (p->realized() || info_[p].external || info_[p].users != 1 || !identity_view(in.get())) continue;
+      if ((p->op == OpId::Reduce || p->op == OpId::Matmul) && p->shape == map->shape) return p;
+    }
+    return nullptr;
+  }
+
+  void build_kernels() {
+    // Consumers before producers, so a producer knows whether it was inlined.
+    std::vector<std::unique_ptr<PendingKernel>> pending;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      Node* n = *it;
+      if (info_[n].fused) continue;
+      auto k = std::make_unique<PendingKernel>();
+      k->root = n;
+      if (n->op == OpId::Const) {
+        expr::Builder b;
+        k->expr = b.finish(b.constant(std::get<ConstParams>(n->params).value, compute_type(n->dtype)));
+      } else if (!is_map(n)) {
+        prepare_core(*k, n);
+      } else if (Node* core = epilogue_core(n)) {
+        // The epilogue: slot 0 is the core's value, the rest are leaves over n's shape.
+        info_[core].fused = true;
+        expr::Builder b;
+        std::vector<const TensorImpl*> leaves;
+        for (auto& in : n->inputs)
+          if (in->node.get() == core) leaves.push_back(in.get());
+        k->epilogue = b.finish(build_expr(b, n, leaves));
+        k->epilogue_leaves.assign(leaves.begin() + 1, leaves.end());
+        prepare_core(*k, core);
+      } else {
+        expr::Builder b;
+        k->expr = b.finish(build_expr(b, n, k->leaves));
+      }
+      pending.push_back(std::move(k));
+    }
+    std::reverse(pending.begin(), pending.end());
+    // A constant needs memory only when stored or read as a leaf (template-op inputs);
+    // everywhere else it was inlined as a literal.
+    std::unordered_set<const Node*> read;
+    for (auto& k : pending) {
+      for (auto* l : k->leaves) read.insert(l->node.get());
+      for (auto* l : k->epilogue_leaves) read.insert(l->node.get());
+    }
+    for (auto& k : pending) {
+      NodeInfo& ni = info_[k->root];
+      if (ni.fused || (k->root->op == OpId::Const && !ni.external && !read.count(k->root))) continue;
+      ni.kernel = static_cast<int>(kernels_.size());
+      kernels_.push_back(std::move(k));
+    }
+    g_stats.nodes = static_cast<int64_t>(order_.size());
+    g_stats.kernels = static_cast<int64_t>(kernels_.size());
+    g_stats.fused_nodes = 0;
+    for (auto& [n, ni] : info_) g_stats.fused_nodes += ni.fused;
+  }
+
+  struct PendingKernel {
+    Node* root = nullptr;  // whose value the kernel produces
+    Node* core = nullptr;  // the template op (== root unless an epilogue wraps it)
+    OpId op = OpId::Map;
+    std::vector<const TensorImpl*> leaves;  // Map leaves, or the template op's inputs
+    std::optional<expr::Expr> expr;
+    std::optional<expr::Expr> epilogue;
+    std::vector<const TensorImpl*> epilogue_leaves;
+  };
+
+  void prepare_core(PendingKernel& k, Node* core) {
+    k.core = core;
+    k.op = core->op;
+    if (core->op == OpId::Reduce) {
+      // The reduced value may itself be a fused elementwise expression (the prologue).
+      expr::Builder b;
+      int root = leaf_or_inline(b, core->inputs[0].get(), core->inputs[0]->shape, k.leaves);
+      k.expr = b.finish(root);
+    } else {
+      for (auto& in : core->inputs) k.leaves.push_back(in.get());
+    }
+  }
+
+  // ---- 4. memory ----
+  void plan_memory() {
+    const int nk = static_cast<int>(kernels_.size());
+    // Last kernel reading each node's value.
+    std::unordered_map<const Node*, int> last_use;
+    auto note = [&](const TensorImpl* impl, int at) {
+      const Node* p = impl->node.get();
+      if (!p->realized()) last_use[p] = std::max(last_use[p], at);
+    };
+    for (int i = 0; i < nk; ++i) {
+      for (auto* l : kernels_[i]->leaves) note(l, i);
+      for (auto* l : kernels_[i]->epilogue_leaves) note(l, i);
+    }
+    struct Block { size_t offset, size; };
+    std::vector<Block> free_blocks;
+    size_t arena_end = 0;
+    auto align = [](size_t b) { return (b + 63) / 64 * 64; };
+    auto take = [&](size_t size) {
+      for (size_t i = 0; i < free_blocks.size(); ++i)
+        if (free_blocks[i].size >= size) {
+          Block b = free_blocks[i];
+          free_blocks.erase(free_blocks.begin() + static_cast<long>(i));
+          if (b.size > size) free_blocks.push_back({b.offset + size, b.size - size});
+          return b.offset;
+        }
+      size_t at = arena_end;
+      arena_end += size;
+      return at;
+    };
+    auto give_back = [&](size_t offset, size_t size) {
+      free_blocks.push_back({offset, size});
+      std::sort(free_blocks.begin(), free_blocks.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
+      for (size_t i = 0; i + 1 < free_blocks.size();)  // merge neighbours
+        if (free_blocks[i].offset + free_blocks[i].size == free_blocks[i + 1].offset) {
+          free_blocks[i].size += free_blocks[i + 1].size;
+          free_blocks.erase(free_blocks.begin() + static_cast<long>(i) + 1);
+        } else {
+          ++i;
+        }
+    };
+    g_stats.naive_bytes = g_stats.planned_bytes = g_stats.in_place = 0;
+    std::vector<std::vector<const Node*>> dies_at(static_cast<size_t>(nk));
+    for (auto& [n, at] : last_use)
+      if (info_.count(n) && !info_[n].external) dies_at[at].push_back(n);
+    for (int i = 0; i < nk; ++i) {
+      PendingKernel& k = *kernels_[i];
+      const Node* out = k.root;
+      size_t bytes = static_cast<size_t>(out->numel()) * dtype_size(out->dtype);
+      g_stats.naive_bytes += static_cast<int64_t>(bytes);
+      if (info_[out].external) {
+        stored_[out] = cpu_device().allocate(bytes);
+        g_stats.planned_bytes += static_cast<int64_t>(bytes);
+      } else {
+        // In place: a Map may overwrite a same-sized input that dies here.
+        std::optional<size_t> slot;
+        if (k.op == OpId::Map)
+          for (const TensorImpl* l : k.leaves) {
+            const Node* p = l->node.get();
+            auto it = arena_offset_.find(p);
+            if (it != arena_offset_.end() && last_use[p] == i && identity_view(l) && l->shape == out->shape &&
+                dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p)) {
+              slot = it->second;
+              in_place_taken_.insert(p);
+              ++g_stats.in_place;
+              break;
+            }
+          }
+        arena_offset_[out] = slot ? *slot : take(align(bytes));
+      }
+      for (const Node* dead : dies_at[i]) {
+        if (!arena_offset_.count(dead) || in_place_taken_.count(dead)) continue;
+        give_back(arena_offset_[dead], align(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype)));
+      }
+    }
+    g_stats.arena_bytes = static_cast<int64_t>(arena_end);
+    g_stats.planned_bytes += static_cast<int64_t>(arena_end);
+    if (arena_end) arena_ = cpu_device().allocate(arena_end);
+  }
+
+  KernelArg arg_for(const TensorImpl* impl) {
+    const Node* p = impl->node.get();
+    KernelArg a;
+    a.dtype = impl->dtype;
+    a.shape = impl->shape;
+    a.strides = impl->strides;
+    a.offset = impl->offset;
+    if (p->realized()) {
+      a.buffer = p->buffer;
+    } else if (auto it = stored_.find(p); it != stored_.end()) {
+      a.buffer = it->second;
+    } else {
+      a.buffer = arena_;
+      a.byte_offset = arena_offset_.at(p);
+    }
+    return a;
+  }
+
+  // ---- 5. run ----
+  void execute() {
+    Device& dev = cpu_device();
+    const bool show_kernels = debug_level("kernels");
+    for (auto& pk : kernels_) {
+      Kernel k;
+      k.node = pk->core ? pk->core : pk->root;
+      k.op = pk->op;
+      for (auto* l : pk->leaves) k.inputs.push_back(arg_for(l));
+      for (auto* l : pk->epilogue_leaves) k.epilogue_inputs.push_back(arg_for(l));
+      TensorImpl out_view;
+      out_view.node = std::shared_ptr<Node>(std::shared_ptr<Node>{}, pk->root);  // non-owning
+      out_view.shape = pk->root->shape;
+      out_view.strides = contiguous_strides(pk->root->shape);
+      out_view.dtype = pk->root->dtype;
+      k.output = arg_for(&out_view);
+      k.expr = pk->expr;
+      k.epilogue = pk->epilogue;
+      if (k.op == OpId::Map) {
+        expr::MapSignature sig{"map_" + std::to_string(k.expr->hash() % 1000000), {}, k.output.dtype};
+        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+        k.source_key = expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
+        if (show_kernels) std::fprintf(stderr, "[alk kernel %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(), k.source_key.c_str());
+      } else if (show_kernels) {
+        std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
+                     k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
+                     k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
+      }
+      dev.run(k);
+    }
+    dev.synchronize();
+    // Stored nodes become realized data; their inputs (and so the graph below) are freed.
+    for (auto& [node, buffer] : stored_) {
+      Node* n = const_cast<Node*>(node);
+      n->buffer = buffer;
+      n->inputs.clear();
+      n->params = std::monostate{};
+      n->op = OpId::Buffer;
+    }
+    if (debug_level("schedule"))
+      std::fprintf(stderr, "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld planned=%lld B naive=%lld B\n",
+                   static_cast<long long>(g_stats.nodes), static_cast<long long>(g_stats.kernels),
+                   static_cast<long long>(g_stats.fused_nodes), static_cast<long long>(g_stats.in_place),
+                   static_cast<long long>(g_stats.planned_bytes), static_cast<long long>(g_stats.naive_bytes));
+  }
+
+  std::vector<TensorImpl*> targets_;
+  std::vector<Node*> order_;
+  std::unordered_map<const Node*, NodeInfo> info_;
+  std::vector<std::unique_ptr<PendingKernel>> kernels_;
+  std::map<const Node*, std::shared_ptr<Buffer>> stored_;
+  std::unordered_map<const Node*, size_t> arena_offset_;
+  std::unordered_set<const Node*> in_place_taken_;
+  std::shared_ptr<Buffer> arena_;
+};
+
+}  // namespace
+
+const ScheduleStats& last_schedule_stats() { return g_stats; }
+
+void realize_all(const std::vector<TensorImpl*>& targets) {
+  Scheduler s(targets);
+  s.run();
+}
+
+}  // namespace alk

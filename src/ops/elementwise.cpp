@@ -1,0 +1,190 @@
+// Turns each entry of elementwise.def into a Tensor function: dtype rule, broadcasting,
+// the forward Map node built from the entry's expression, and a backward rule built
+// from the entry's gradient expressions. Nothing here is specific to one op.
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "graph/autograd.h"
+#include "ops/ops.h"
+
+namespace alk {
+
+namespace {
+
+// The names an expression text mentions (to save only the tensors backward reads).
+std::set<std::string> names_in(std::string_view text) {
+  std::set<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    if (std::isalpha(static_cast<unsigned char>(text[i])) || text[i] == '_') {
+      size_t j = i;
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
+      out.emplace(text.substr(i, j - i));
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+// The dtype operands are brought to before the expression runs.
+DType common_dtype(const std::vector<Operand>& xs, Loc loc) {
+  std::optional<DType> tensors;
+  bool float_scalar = false, int_scalar = false, bool_scalar = false;
+  for (const Operand& x : xs) {
+    if (!x.is_scalar) {
+      check(x.tensor.defined(), "elementwise", loc, "operand is an undefined tensor");
+      tensors = tensors ? promote(*tensors, x.tensor.dtype()) : x.tensor.dtype();
+    } else if (x.is_float) {
+      float_scalar = true;
+    } else if (x.is_bool) {
+      bool_scalar = true;
+    } else {
+      int_scalar = true;
+    }
+  }
+  if (!tensors) return float_scalar ? DType::F32 : int_scalar ? DType::I64 : DType::Bool;
+  DType t = *tensors;
+  if (float_scalar && !is_floating(t)) return DType::F32;
+  if (int_scalar && t == DType::Bool) return DType::I64;
+  (void)bool_scalar;
+  return t;
+}
+
+}  // namespace
+
+Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& names,
+                const std::vector<Operand>& operands, const std::vector<DType>& operand_dtypes, DType literal_dtype,
+                DType out_dtype, Loc loc) {
+  Shape shape;
+  for (const Operand& x : operands)
+    if (!x.is_scalar) shape = broadcast_shapes(shape, x.tensor.shape(), loc);
+  expr::Builder b;
+  std::vector<int> ids;
+  std::vector<Tensor> inputs;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const ComputeType want = compute_type(operand_dtypes[k]);
+    if (operands[k].is_scalar) {
+      ids.push_back(b.constant(operands[k].scalar, want));
+      continue;
+    }
+    const Tensor& t = operands[k].tensor;
+    int id = b.input(static_cast<int>(inputs.size()), compute_type(t.dtype()));
+    ids.push_back(b.cast(id, want));
+    inputs.push_back(t.shape() == shape ? alias(t) : broadcast_to(alias(t), shape, loc));
+  }
+  int root = parse_into(b, text, names, ids, compute_type(literal_dtype));
+  root = b.cast(root, compute_type(out_dtype));
+  return make_node(op, shape, out_dtype, std::move(inputs), MapParams{b.finish(root)}, loc);
+}
+
+Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc) {
+  const ElementwiseEntry& e = elementwise_entry(op);
+  const std::string name(e.name);
+  DType common = common_dtype(operands, loc);
+  std::vector<DType> dtypes(operands.size(), common);
+  DType out = common;
+  switch (e.rule) {
+    case DTypeRule::Same: break;
+    case DTypeRule::Float: out = common = to_floating(common); std::fill(dtypes.begin(), dtypes.end(), common); break;
+    case DTypeRule::Compare: out = DType::Bool; break;
+    case DTypeRule::Logical:
+      out = common = DType::Bool;
+      std::fill(dtypes.begin(), dtypes.end(), DType::Bool);
+      break;
+    case DTypeRule::Select: {
+      common = common_dtype({operands.begin() + 1, operands.end()}, loc);
+      dtypes = {DType::Bool, common, common};
+      out = common;
+      break;
+    }
+  }
+  Tensor result;
+  try {
+    result = map_expr(op, e.forward, e.inputs, operands, dtypes, common, out, loc);
+  } catch (const Error& err) {
+    if (err.op() == name) throw;
+    throw Error(name, err.detail(), loc);
+  }
+  std::vector<Tensor> tensor_inputs;
+  for (const Operand& x : operands) tensor_inputs.push_back(x.is_scalar ? Tensor() : x.tensor);
+  if (!e.differentiable() || !needs_grad(tensor_inputs)) return result;
+
+  // Backward: each operand's gradient expression over (operands, y, g), summed back
+  // over broadcast dims. Only the tensors the expressions name are kept alive.
+  std::set<std::string> used;
+  for (auto text : e.backward) used.merge(names_in(text));
+  std::vector<Operand> saved;
+  std::vector<Shape> shapes(operands.size());
+  std::vector<bool> is_tensor(operands.size(), false);
+  for (size_t k = 0; k < operands.size(); ++k) {
+    if (operands[k].is_scalar) {
+      saved.push_back(operands[k]);
+      continue;
+    }
+    is_tensor[k] = true;
+    shapes[k] = operands[k].tensor.shape();
+    saved.push_back(used.count(e.inputs[k]) ? Operand(alias(operands[k].tensor)) : Operand(0.0));
+  }
+  Tensor y = used.count("y") ? alias(result) : Tensor();
+  auto backward = [&e, saved, shapes, is_tensor, dtypes, common, y, loc](const Tensor& g) {
+    std::vector<std::string> names = e.inputs;
+    names.push_back("y");
+    names.push_back("g");
+    std::vector<Operand> xs = saved;
+    xs.push_back(y.defined() ? Operand(y) : Operand(0.0));
+    xs.push_back(g);
+    std::vector<DType> types = dtypes;
+    types.push_back(common);
+    types.push_back(common);
+    std::vector<Tensor> grads(saved.size());
+    for (size_t k = 0; k < saved.size(); ++k) {
+      if (e.backward[k].empty() || !is_tensor[k]) continue;
+      Tensor gk = map_expr(OpId::Map, e.backward[k], names, xs, types, common, common, loc);
+      if (gk.shape() != g.shape()) gk = broadcast_to(gk, g.shape(), loc);
+      grads[k] = sum_to(gk, shapes[k]);
+    }
+    return grads;
+  };
+  return with_grad(result, name, tensor_inputs, backward);
+}
+
+// One function per table entry.
+#define ALK_DEFINE_1(name) \
+  Tensor name(const Operand& x, Loc loc) { return apply_elementwise(OpId::name, {x}, loc); }
+#define ALK_DEFINE_2(name) \
+  Tensor name(const Operand& a, const Operand& b, Loc loc) { return apply_elementwise(OpId::name, {a, b}, loc); }
+#define ALK_DEFINE_3(name)                                                \
+  Tensor name(const Operand& a, const Operand& b, const Operand& c, Loc loc) { \
+    return apply_elementwise(OpId::name, {a, b, c}, loc);                 \
+  }
+#define ALK_EW(name, arity, ...) ALK_DEFINE_##arity(name)
+#include "ops/elementwise.def"
+#undef ALK_EW
+
+Tensor cast(const Tensor& x, DType dtype, Loc loc) {
+  check(x.defined(), "cast", loc, "undefined tensor");
+  if (x.dtype() == dtype) return x;
+  expr::Builder b;
+  int root = b.cast(b.input(0, compute_type(x.dtype())), compute_type(dtype));
+  Tensor out = make_node(OpId::Cast, x.shape(), dtype, {alias(x)}, MapParams{b.finish(root)}, loc);
+  if (!is_floating(dtype) || !is_floating(x.dtype())) return out;
+  DType from = x.dtype();
+  return with_grad(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
+}
+
+Tensor operator+(const Operand& a, const Operand& b) { return add(a, b); }
+Tensor operator-(const Operand& a, const Operand& b) { return sub(a, b); }
+Tensor operator*(const Operand& a, const Operand& b) { return mul(a, b); }
+Tensor operator/(const Operand& a, const Operand& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator<(const Operand& a, const Operand& b) { return lt(a, b); }
+Tensor operator<=(const Operand& a, const Operand& b) { return le(a, b); }
+Tensor operator>(const Operand& a, const Operand& b) { return gt(a, b); }
+Tensor operator>=(const Operand& a, const Operand& b) { return ge(a, b); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+Tensor operator!(const Tensor& x) { return logical_not(x); }
+
+}  // namespace alk

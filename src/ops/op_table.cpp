@@ -1,0 +1,55 @@
+#include "ops/op_table.h"
+
+#include <sstream>
+
+namespace alk {
+
+namespace {
+
+std::vector<std::string> split_names(std::string_view s) {
+  std::vector<std::string> out;
+  std::istringstream in{std::string(s)};
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+constexpr std::string_view kNames[] = {
+#define ALK_EW(name, ...) #name,
+#include "ops/elementwise.def"
+#undef ALK_EW
+#define ALK_X(name) #name,
+    ALK_TEMPLATE_OPS(ALK_X)
+#undef ALK_X
+};
+static_assert(std::size(kNames) == kNumOps, "every op needs a name");
+
+}  // namespace
+
+bool ElementwiseEntry::differentiable() const {
+  for (auto b : backward)
+    if (!b.empty()) return true;
+  return false;
+}
+
+std::string_view op_name(OpId op) { return kNames[static_cast<int>(op)]; }
+bool is_elementwise(OpId op) { return static_cast<int>(op) < kNumElementwiseOps; }
+
+const std::vector<ElementwiseEntry>& elementwise_table() {
+  static const std::vector<ElementwiseEntry> table = {
+#define ALK_EW(name, arity, inputs, rule, domain, fwd, d0, d1, d2) \
+  {OpId::name, #name, arity, split_names(inputs), DTypeRule::rule, Domain::domain, fwd, {d0, d1, d2}},
+#include "ops/elementwise.def"
+#undef ALK_EW
+  };
+  return table;
+}
+
+const ElementwiseEntry& elementwise_entry(OpId op) { return elementwise_table()[static_cast<size_t>(op)]; }
+
+const ElementwiseEntry* find_elementwise(std::string_view name) {
+  for (const auto& e : elementwise_table())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+}  // namespace alk

@@ -1,0 +1,61 @@
+// The op table as data: the OpId enum and names are generated from the elementwise
+// table (elementwise.def) and the template-op list below, so there is no second list
+// to keep in step.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace alk {
+
+enum class DTypeRule : uint8_t { Same, Float, Compare, Logical, Select };
+enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
+
+// Ops whose kernels are hand-written per backend (or that are not kernels at all:
+// Buffer is realized data, Const a number, Map a generated elementwise expression).
+#define ALK_TEMPLATE_OPS(X)                                                                   \
+  X(Buffer) X(Const) X(Map) X(Cast) X(Reduce) X(ArgReduce) X(Matmul) X(Softmax) X(LogSoftmax) \
+  X(LayerNorm) X(RmsNorm) X(Gather) X(IndexSelect) X(ScatterAdd) X(OneHot) X(Tri) X(Cumsum)  \
+  X(Pad) X(Concat) X(SliceScatter) X(Random)
+
+enum class OpId : uint16_t {
+#define ALK_EW(name, ...) name,
+#include "ops/elementwise.def"
+#undef ALK_EW
+#define ALK_X(name) name,
+  ALK_TEMPLATE_OPS(ALK_X)
+#undef ALK_X
+};
+
+inline constexpr int kNumElementwiseOps = 0
+#define ALK_EW(name, ...) +1
+#include "ops/elementwise.def"
+#undef ALK_EW
+    ;
+inline constexpr int kNumOps = kNumElementwiseOps
+#define ALK_X(name) +1
+    ALK_TEMPLATE_OPS(ALK_X)
+#undef ALK_X
+    ;
+
+struct ElementwiseEntry {
+  OpId op;
+  std::string_view name;
+  int arity;
+  std::vector<std::string> inputs;  // operand names used by the expressions
+  DTypeRule rule;
+  Domain domain;
+  std::string_view forward;
+  std::array<std::string_view, 3> backward;  // "" = no gradient for that operand
+  bool differentiable() const;               // any operand has a gradient
+};
+
+std::string_view op_name(OpId op);
+bool is_elementwise(OpId op);
+const ElementwiseEntry& elementwise_entry(OpId op);
+const std::vector<ElementwiseEntry>& elementwise_table();
+const ElementwiseEntry* find_elementwise(std::string_view name);
+
+}  // namespace alk

@@ -1,0 +1,115 @@
+// random(): determinism, the counter-offset convention, and distribution moments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "core/philox.h"
+#include "kernel_test_util.h"
+
+namespace alk::cpu {
+namespace {
+
+using namespace alk::cpu::testing;
+
+std::vector<double> draw(Distribution d, uint64_t seed, uint64_t offset, double lo, double hi, int64_t n,
+                         DType dt = DType::F32) {
+  Buf out = make_output({n}, dt);
+  random(d, seed, offset, lo, hi, out.view);
+  expect_guards(out);
+  return out.values();
+}
+
+TEST(Random, DeterministicAndOffsetShifts) {
+  for (Distribution d : {Distribution::Uniform, Distribution::Normal, Distribution::Integer}) {
+    std::vector<double> a = draw(d, 42, 100, 0, 10, 1000), b = draw(d, 42, 100, 0, 10, 1000);
+    EXPECT_EQ(a, b);
+    std::vector<double> shifted = draw(d, 42, 99, 0, 10, 1001);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], shifted[i + 1]) << i;
+    EXPECT_NE(a, draw(d, 43, 100, 0, 10, 1000));
+  }
+}
+
+TEST(Random, IndependentOfThreadCount) {
+  int saved = num_threads();
+  set_num_threads(1);
+  std::vector<double> one = draw(Distribution::Normal, 7, 0, 0, 1, 100000);
+  set_num_threads(4);
+  std::vector<double> four = draw(Distribution::Normal, 7, 0, 0, 1, 100000);
+  set_num_threads(saved);
+  EXPECT_EQ(one, four);
+}
+
+TEST(Random, FollowsPhiloxConvention) {
+  std::vector<double> u = draw(Distribution::Uniform, 5, 1000, 0, 1, 10, DType::F64);
+  std::vector<double> z = draw(Distribution::Normal, 5, 1000, 0, 1, 10, DType::F64);
+  std::vector<double> k = draw(Distribution::Integer, 5, 1000, -3, 4, 10, DType::I64);
+  for (uint64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(u[i], philox_uniform(5, 1000 + i));
+    EXPECT_EQ(z[i], philox_normal(5, 1000 + i));
+    EXPECT_EQ(k[i], philox_integer(5, 1000 + i, -3, 4));
+  }
+}
+
+TEST(Random, UniformMoments) {
+  std::vector<double> u = draw(Distribution::Uniform, 1, 0, 0, 1, 100000);
+  double mean = 0;
+  for (double v : u) {
+    ASSERT_GE(v, 0.0);
+    ASSERT_LT(v, 1.0);
+    mean += v / static_cast<double>(u.size());
+  }
+  EXPECT_NEAR(mean, 0.5, 0.01);
+  std::vector<double> r = draw(Distribution::Uniform, 2, 0, -3, 5, 100000, DType::F64);
+  double rmean = 0;
+  for (double v : r) {
+    ASSERT_GE(v, -3.0);
+    ASSERT_LT(v, 5.0);
+    rmean += v / static_cast<double>(r.size());
+  }
+  EXPECT_NEAR(rmean, 1.0, 0.05);
+}
+
+TEST(Random, NormalMomentsUseLowAsMeanHighAsStd) {
+  for (auto [mu, sigma] : {std::pair{0.0, 1.0}, std::pair{3.0, 0.5}}) {
+    std::vector<double> z = draw(Distribution::Normal, 9, 0, mu, sigma, 100000);
+    double mean = 0, var = 0;
+    for (double v : z) mean += v / static_cast<double>(z.size());
+    for (double v : z) var += (v - mean) * (v - mean) / static_cast<double>(z.size());
+    EXPECT_NEAR(mean, mu, 0.02 * sigma);
+    EXPECT_NEAR(std::sqrt(var), sigma, 0.02 * sigma);
+  }
+}
+
+TEST(Random, IntegersInRange) {
+  for (DType dt : {DType::I64, DType::I32, DType::F32}) {
+    std::vector<double> k = draw(Distribution::Integer, 3, 0, -5, 7, 20000, dt);
+    std::vector<int> counts(12, 0);
+    for (double v : k) {
+      ASSERT_EQ(v, std::floor(v));
+      ASSERT_GE(v, -5);
+      ASSERT_LT(v, 7);
+      ++counts[static_cast<size_t>(v + 5)];
+    }
+    for (int c : counts) EXPECT_GT(c, 20000 / 12 / 2);  // every value turns up
+  }
+  Buf out = make_output({4}, DType::I64);
+  EXPECT_THROW(random(Distribution::Integer, 1, 0, 3, 3, out.view), Error);
+}
+
+TEST(Random, NarrowDtypes) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::vector<double> u = draw(Distribution::Uniform, 4, 0, 0, 1, 10000, dt);
+    double mean = 0;
+    for (double v : u) {
+      ASSERT_GE(v, 0.0);
+      ASSERT_LE(v, 1.0);
+      mean += v / 10000.0;
+    }
+    EXPECT_NEAR(mean, 0.5, 0.02);
+  }
+}
+
+}  // namespace
+}  // namespace alk::cpu

@@ -1,0 +1,178 @@
+// Emitted kernels: golden files per op and target (ALK_UPDATE_GOLDEN=1 rewrites
+// them), and, where the tools are installed, the emitted text is compiled/validated.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "alk/error.h"
+#include "expr/emit.h"
+#include "expr_eval.h"
+
+#ifndef ALK_SOURCE_DIR
+#error "ALK_SOURCE_DIR must name the repository root"
+#endif
+
+namespace alk::expr {
+namespace {
+
+namespace fs = std::filesystem;
+
+const testing::TableOp& find_op(std::string_view name) {
+  for (const testing::TableOp& op : testing::table())
+    if (op.name == name) return op;
+  throw std::runtime_error("no op " + std::string(name));
+}
+
+// The table's forward expression with every operand of type t (the condition of a
+// Select-rule op is bool).
+Expr op_expr(std::string_view name, Type t) {
+  const testing::TableOp& op = find_op(name);
+  std::vector<std::string> names = testing::split(op.inputs);
+  std::vector<Type> types;
+  for (size_t k = 0; k < names.size(); ++k)
+    types.push_back(std::string_view(op.rule) == "Select" && k == 0 ? Type::Bool : t);
+  return parse(op.fwd, names, types, t);
+}
+
+Expr fused_gelu() {
+  Builder b;
+  std::string abc[] = {"a", "b", "c"};
+  int in[] = {b.input(0, Type::F32), b.input(1, Type::F32), b.input(2, Type::F32)};
+  int pre[] = {parse_into(b, "a * b + c", abc, in, Type::F32)};
+  return b.finish(b.inline_expr(op_expr("gelu", Type::F32), pre));
+}
+
+struct Golden {
+  std::string name;
+  Expr expr;
+  MapSignature sig;
+};
+
+std::vector<Golden> goldens() {
+  using D = DType;
+  auto sig = [](std::string n, std::vector<D> in, D out) { return MapSignature{"golden_" + n, std::move(in), out}; };
+  std::string x[] = {"x"};
+  Type i64[] = {Type::I64};
+  return {
+      {"add", op_expr("add", Type::F32), sig("add", {D::F32, D::F32}, D::F32)},
+      {"relu", op_expr("relu", Type::F32), sig("relu", {D::F32}, D::F32)},
+      {"gelu", op_expr("gelu", Type::F32), sig("gelu", {D::F32}, D::F32)},
+      {"where", op_expr("where", Type::F32), sig("where", {D::Bool, D::F32, D::F32}, D::F32)},
+      {"fused_gelu", fused_gelu(), sig("fused_gelu", {D::F32, D::F32, D::F32}, D::F32)},
+      {"lt_bool", op_expr("lt", Type::F32), sig("lt_bool", {D::F32, D::F32}, D::Bool)},
+      {"mul_f16_bf16", op_expr("mul", Type::F32), sig("mul_f16_bf16", {D::F16, D::BF16}, D::F32)},
+      {"sigmoid_bf16", op_expr("sigmoid", Type::F32), sig("sigmoid_bf16", {D::BF16}, D::BF16)},
+      {"softplus_f64", op_expr("softplus", Type::F64), sig("softplus_f64", {D::F64}, D::F64)},
+      {"sign_i32", parse("(x > 0) - (x < 0)", x, i64, Type::I64), sig("sign_i32", {D::I32}, D::I32)},
+      {"expm1_u8", op_expr("expm1", Type::F32), sig("expm1_u8", {D::U8}, D::F32)},
+  };
+}
+
+const Target kTargets[] = {Target::Cpp, Target::Cuda, Target::Glsl, Target::Wgsl};
+
+std::string ext(Target t) {
+  switch (t) {
+    case Target::Cpp: return "cpp";
+    case Target::Cuda: return "cu";
+    case Target::Glsl: return "glsl";
+    case Target::Wgsl: return "wgsl";
+  }
+  return "";
+}
+
+fs::path golden_path(const std::string& name, Target t) {
+  return fs::path(ALK_SOURCE_DIR) / "tests" / "golden" / (name + "." + ext(t));
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(ExprEmit, GoldenKernels) {
+  const char* update = std::getenv("ALK_UPDATE_GOLDEN");
+  bool rewrite = update && std::string_view(update) == "1";
+  for (const Golden& g : goldens()) {
+    for (Target t : kTargets) {
+      SCOPED_TRACE(g.name + "." + ext(t));
+      std::string text = emit_map_kernel(g.expr, g.sig, t);
+      fs::path p = golden_path(g.name, t);
+      if (rewrite) {
+        std::ofstream(p, std::ios::binary) << text;
+        continue;
+      }
+      ASSERT_TRUE(fs::exists(p)) << p << " is missing; run with ALK_UPDATE_GOLDEN=1";
+      EXPECT_EQ(text, read(p)) << "kernel text changed; if intended, rerun with ALK_UPDATE_GOLDEN=1 and review the diff";
+    }
+  }
+}
+
+TEST(ExprEmit, TargetNames) {
+  for (Target t : kTargets) EXPECT_EQ(parse_target(target_name(t)), t);
+  EXPECT_FALSE(parse_target("metal").has_value());
+}
+
+TEST(ExprEmit, LanguageGapsAreRewrittenNotSpelled) {
+  MapSignature sig{"k", {DType::F64}, DType::F64};
+  Expr e = op_expr("gelu", Type::F64);
+  std::string glsl = emit_map_kernel(e, sig, Target::Glsl), wgsl = emit_map_kernel(e, sig, Target::Wgsl);
+  // The header comment quotes the original IR; the kernel body must not call erf.
+  EXPECT_EQ(glsl.find("erf(", glsl.find("void main")), std::string::npos);
+  EXPECT_EQ(wgsl.find("erf(", wgsl.find("@compute")), std::string::npos);
+  EXPECT_EQ(wgsl.find("f64", wgsl.find("struct Params")), std::string::npos);
+  EXPECT_NE(wgsl.find("narrowed"), std::string::npos);
+  EXPECT_NE(emit_map_kernel(e, sig, Target::Cuda).find("erf("), std::string::npos);
+  EXPECT_NE(emit_map_kernel(op_expr("round", Type::F32), {"r", {DType::F32}, DType::F32}, Target::Glsl)
+                .find("roundEven("),
+            std::string::npos);
+}
+
+TEST(ExprEmit, RejectsTooFewInputs) {
+  EXPECT_THROW(emit_map_kernel(op_expr("add", Type::F32), {"k", {DType::F32}, DType::F32}, Target::Cpp), Error);
+}
+
+// ---- external validators (skipped when not installed) ----------------------------------
+
+bool have(const char* tool) { return std::system(("command -v " + std::string(tool) + " >/dev/null 2>&1").c_str()) == 0; }
+
+// Writes every golden kernel for target t into a scratch folder and runs `cmd` on each.
+void check_with(Target t, const std::string& suffix, const std::string& cmd) {
+  fs::path dir = fs::path(::testing::TempDir()) / ("alk_emit_" + ext(t));
+  fs::create_directories(dir);
+  for (const Golden& g : goldens()) {
+    fs::path p = dir / (g.name + suffix);
+    std::ofstream(p, std::ios::binary) << emit_map_kernel(g.expr, g.sig, t);
+    std::string log = (dir / (g.name + ".log")).string();
+    int rc = std::system((cmd + " " + p.string() + " >" + log + " 2>&1").c_str());
+    EXPECT_EQ(rc, 0) << g.name << ": " << cmd << " failed:\n" << read(log);
+  }
+}
+
+TEST(ExprEmitValidate, GlslCompiles) {
+  if (!have("glslangValidator")) GTEST_SKIP() << "glslangValidator not installed";
+  check_with(Target::Glsl, ".comp", "glslangValidator -V --target-env vulkan1.2 -o /dev/null");
+}
+
+TEST(ExprEmitValidate, WgslValidates) {
+  if (!have("naga")) GTEST_SKIP() << "naga not installed";
+  check_with(Target::Wgsl, ".wgsl", "naga");
+}
+
+TEST(ExprEmitValidate, CppCompiles) {
+  if (!have("c++")) GTEST_SKIP() << "no host C++ compiler";
+  std::string inc = std::string(" -I") + ALK_SOURCE_DIR + "/src -I" + ALK_SOURCE_DIR + "/include";
+  check_with(Target::Cpp, ".cpp", "c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror" + inc);
+}
+
+TEST(ExprEmitValidate, CudaCompiles) {
+  if (!have("nvcc")) GTEST_SKIP() << "nvcc not installed";
+  check_with(Target::Cuda, ".cu", "nvcc -c -o /dev/null");
+}
+
+}  // namespace
+}  // namespace alk::expr
