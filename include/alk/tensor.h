@@ -76,16 +76,22 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // An operand of an elementwise op: a tensor or a number. Numbers are "weak": they take
 // the tensor's dtype unless a float meets an integer tensor (docs/dtypes.md).
+// An operand of an elementwise op: a tensor or a number. Numbers are "weak": they take
+// the tensor's dtype unless a float meets an integer tensor (docs/dtypes.md). The
+// conversion records where it happened, so errors from operators (a + b) name the
+// user's line even though operators cannot take a location argument.
 struct Operand {
-  Operand(const Tensor& t) : tensor(t) {}  // NOLINT(google-explicit-constructor)
-  Operand(double v) : scalar(v), is_scalar(true), is_float(true) {}  // NOLINT
-  Operand(float v) : scalar(v), is_scalar(true), is_float(true) {}   // NOLINT
-  Operand(int v) : scalar(v), is_scalar(true) {}                      // NOLINT
-  Operand(int64_t v) : scalar(static_cast<double>(v)), is_scalar(true) {}  // NOLINT
-  Operand(bool v) : scalar(v), is_scalar(true), is_bool(true) {}     // NOLINT
+  Operand(const Tensor& t, Loc at = Loc::current()) : tensor(t), loc(at) {}  // NOLINT(google-explicit-constructor)
+  Operand(double v, Loc at = Loc::current()) : scalar(v), is_scalar(true), is_float(true), loc(at) {}  // NOLINT
+  Operand(float v, Loc at = Loc::current()) : scalar(v), is_scalar(true), is_float(true), loc(at) {}   // NOLINT
+  Operand(int v, Loc at = Loc::current()) : scalar(v), is_scalar(true), loc(at) {}                      // NOLINT
+  Operand(int64_t v, Loc at = Loc::current())  // NOLINT
+      : scalar(static_cast<double>(v)), is_scalar(true), loc(at) {}
+  Operand(bool v, Loc at = Loc::current()) : scalar(v), is_scalar(true), is_bool(true), loc(at) {}  // NOLINT
   Tensor tensor;
   double scalar = 0;
   bool is_scalar = false, is_float = false, is_bool = false;
+  Loc loc;
 };
 
 // ---- elementwise ops: one function per entry of src/ops/elementwise.def ----
@@ -106,14 +112,14 @@ Tensor operator+(const Operand& a, const Operand& b);
 Tensor operator-(const Operand& a, const Operand& b);
 Tensor operator*(const Operand& a, const Operand& b);
 Tensor operator/(const Operand& a, const Operand& b);
-Tensor operator-(const Tensor& x);
+Tensor operator-(const Operand& x);
 Tensor operator<(const Operand& a, const Operand& b);
 Tensor operator<=(const Operand& a, const Operand& b);
 Tensor operator>(const Operand& a, const Operand& b);
 Tensor operator>=(const Operand& a, const Operand& b);
-Tensor operator&&(const Tensor& a, const Tensor& b);
-Tensor operator||(const Tensor& a, const Tensor& b);
-Tensor operator!(const Tensor& x);
+Tensor operator&&(const Operand& a, const Operand& b);
+Tensor operator||(const Operand& a, const Operand& b);
+Tensor operator!(const Operand& x);
 
 // ---- creation ----
 Tensor tensor(const std::vector<float>& data, Shape shape, Loc loc = Loc::current());

@@ -101,9 +101,12 @@ bool lossless(Type from, Type to) {
   return from == Type::Bool || from == to || (from == Type::F32 && to == Type::F64);
 }
 
-std::string format_value(double v) {
+// Shortest text that reads back to the same value; f32 constants print as floats
+// ("0.70710677", not the double "0.7071067690849304").
+std::string format_value(double v, Type t) {
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  auto r = t == Type::F32 ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(v))
+                          : std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
 
@@ -199,7 +202,7 @@ std::string Expr::str() const {
     if (x.fn == Fn::Input) {
       s = "in" + std::to_string(x.slot) + ":" + tn;
     } else if (x.fn == Fn::Const) {
-      s = format_value(x.value) + ":" + tn;
+      s = format_value(x.value, x.type) + ":" + tn;
     } else {
       s = std::string(fn_name(x.fn));
       if (x.fn == Fn::Cast) s += ":" + tn;

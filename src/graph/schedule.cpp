@@ -123,9 +123,11 @@ class Scheduler {
                      std::vector<const TensorImpl*>& leaves) {
     Node* p = impl->node.get();
     if (can_inline(impl, shape)) {
-      info_[p].fused = true;
+      // A constant may also be read as a leaf elsewhere: whether it needs memory is
+      // decided once all kernels are known (build_kernels).
       if (p->op == OpId::Const)
         return b.constant(std::get<ConstParams>(p->params).value, compute_type(p->dtype));
+      info_[p].fused = true;
       return build_expr(b, p, leaves);
     }
     for (size_t k = 0; k < leaves.size(); ++k)

@@ -174,17 +174,18 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   return with_grad(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
 }
 
-Tensor operator+(const Operand& a, const Operand& b) { return add(a, b); }
-Tensor operator-(const Operand& a, const Operand& b) { return sub(a, b); }
-Tensor operator*(const Operand& a, const Operand& b) { return mul(a, b); }
-Tensor operator/(const Operand& a, const Operand& b) { return div(a, b); }
-Tensor operator-(const Tensor& x) { return neg(x); }
-Tensor operator<(const Operand& a, const Operand& b) { return lt(a, b); }
-Tensor operator<=(const Operand& a, const Operand& b) { return le(a, b); }
-Tensor operator>(const Operand& a, const Operand& b) { return gt(a, b); }
-Tensor operator>=(const Operand& a, const Operand& b) { return ge(a, b); }
-Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
-Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
-Tensor operator!(const Tensor& x) { return logical_not(x); }
+// Operators cannot take a location argument; the operands' conversions recorded it.
+Tensor operator+(const Operand& a, const Operand& b) { return add(a, b, a.loc); }
+Tensor operator-(const Operand& a, const Operand& b) { return sub(a, b, a.loc); }
+Tensor operator*(const Operand& a, const Operand& b) { return mul(a, b, a.loc); }
+Tensor operator/(const Operand& a, const Operand& b) { return div(a, b, a.loc); }
+Tensor operator-(const Operand& x) { return neg(x, x.loc); }
+Tensor operator<(const Operand& a, const Operand& b) { return lt(a, b, a.loc); }
+Tensor operator<=(const Operand& a, const Operand& b) { return le(a, b, a.loc); }
+Tensor operator>(const Operand& a, const Operand& b) { return gt(a, b, a.loc); }
+Tensor operator>=(const Operand& a, const Operand& b) { return ge(a, b, a.loc); }
+Tensor operator&&(const Operand& a, const Operand& b) { return logical_and(a, b, a.loc); }
+Tensor operator||(const Operand& a, const Operand& b) { return logical_or(a, b, a.loc); }
+Tensor operator!(const Operand& x) { return logical_not(x, x.loc); }
 
 }  // namespace alk

@@ -15,16 +15,18 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
 
 // Ops whose kernels are hand-written per backend (or that are not kernels at all:
 // Buffer is realized data, Const a number, Map a generated elementwise expression).
-#define ALK_TEMPLATE_OPS(X)                                                                   \
-  X(Buffer) X(Const) X(Map) X(Cast) X(Reduce) X(ArgReduce) X(Matmul) X(Softmax) X(LogSoftmax) \
-  X(LayerNorm) X(RmsNorm) X(Gather) X(IndexSelect) X(ScatterAdd) X(OneHot) X(Tri) X(Cumsum)  \
-  X(Pad) X(Concat) X(SliceScatter) X(Random)
+// X(name, differentiable): differentiable ops must have a gradcheck case (tests/ops).
+#define ALK_TEMPLATE_OPS(X)                                                                          \
+  X(Buffer, false) X(Const, false) X(Map, false) X(Cast, true) X(Reduce, true) X(ArgReduce, false)    \
+  X(Matmul, true) X(Softmax, true) X(LogSoftmax, true) X(LayerNorm, true) X(RmsNorm, true)           \
+  X(Gather, true) X(IndexSelect, true) X(ScatterAdd, true) X(OneHot, false) X(Tri, true)             \
+  X(Cumsum, true) X(Pad, true) X(Concat, true) X(SliceScatter, true) X(Random, false)
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,
 #include "ops/elementwise.def"
 #undef ALK_EW
-#define ALK_X(name) name,
+#define ALK_X(name, differentiable) name,
   ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
 };
@@ -35,7 +37,7 @@ inline constexpr int kNumElementwiseOps = 0
 #undef ALK_EW
     ;
 inline constexpr int kNumOps = kNumElementwiseOps
-#define ALK_X(name) +1
+#define ALK_X(name, differentiable) +1
     ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
     ;
@@ -53,6 +55,8 @@ struct ElementwiseEntry {
 };
 
 std::string_view op_name(OpId op);
+// Whether the op has a backward rule (elementwise: any operand has a gradient expression).
+bool op_differentiable(OpId op);
 bool is_elementwise(OpId op);
 const ElementwiseEntry& elementwise_entry(OpId op);
 const std::vector<ElementwiseEntry>& elementwise_table();

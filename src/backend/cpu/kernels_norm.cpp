@@ -33,9 +33,14 @@ void softmax_impl(const View& x, int axis, bool log, const View& out) {
       if (!std::isfinite(mx)) mx = T(0);
       double sum = 0;
       if (log) {
-        for (T v : buf) sum += static_cast<double>(std::exp(v - mx));
-        T shift = mx + static_cast<T>(std::log(sum));
-        for (T& v : buf) v -= shift;
+        for (T& v : buf) {
+          v -= mx;
+          sum += static_cast<double>(std::exp(v));
+        }
+        // Subtracting max and log(sum) separately: folding them into one shift would
+        // round it at max's magnitude and lose the small differences.
+        T log_sum = static_cast<T>(std::log(sum));
+        for (T& v : buf) v -= log_sum;
       } else {
         for (T& v : buf) {
           v = std::exp(v - mx);

@@ -125,7 +125,8 @@ inline Buf make_output(std::vector<int64_t> shape, DType dtype) {
 }
 
 inline void expect_guards(const Buf& out) {
-  for (int64_t i = 0; i < kGuard; ++i) EXPECT_EQ(load_as_double(out.view.data, out.view.dtype, i), kSentinel);
+  double sentinel = out.view.dtype == DType::Bool ? 1.0 : kSentinel;
+  for (int64_t i = 0; i < kGuard; ++i) EXPECT_EQ(load_as_double(out.view.data, out.view.dtype, i), sentinel);
 }
 
 struct Tol {

@@ -54,6 +54,21 @@ TEST(Tri, KeepsTheRightTriangle) {
           }
 }
 
+TEST(Tri, LargeInputSplitAcrossThreads) {
+  // Big enough that chunks start mid-matrix, exercising the walker's start position.
+  std::mt19937 rng(26);
+  std::vector<int64_t> shape = {3, 200, 150};
+  Buf x = make_input(shape, DType::F32, Layout::Transposed, rng);
+  Buf out = make_output(shape, DType::F32);
+  tri(x.view, 4, false, out.view);
+  std::vector<double> xv = x.values(), ref(xv.size());
+  for (int64_t i = 0; i < numel(shape); ++i) {
+    auto idx = unravel(i, shape);
+    ref[static_cast<size_t>(i)] = idx[2] - idx[1] <= 4 ? xv[static_cast<size_t>(i)] : 0.0;
+  }
+  expect_close(out, ref, {0, 0});
+}
+
 TEST(Cumsum, ForwardAndReverse) {
   std::mt19937 rng(22);
   for (DType dt : kTypes)

@@ -1,0 +1,80 @@
+// Shared test helpers: seeded inputs in an op's gradcheck domain, and gradcheck by
+// central differences in float64.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "alk/alk.h"
+#include "ops/op_table.h"
+
+namespace alk::testing {
+
+// Values in the domain where the op is smooth (away from kinks, poles and integers).
+inline std::vector<double> sample(Domain d, size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  std::vector<double> v(n);
+  for (double& x : v) {
+    x = u(rng);
+    switch (d) {
+      case Domain::Any: break;
+      case Domain::Positive: x = 0.2 + std::fabs(x); break;
+      case Domain::NonZero: x = (x < 0 ? -0.3 : 0.3) + x * 0.8; break;
+      case Domain::Frac: x = std::floor(x) + 0.3 + 0.1 * std::fabs(x); break;
+    }
+  }
+  return v;
+}
+
+inline Tensor f64_tensor(Shape shape, Domain d, std::mt19937& rng) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return tensor(sample(d, static_cast<size_t>(n), rng), shape);
+}
+
+// Checks the gradient of sum(f(inputs) * w) for random w against central differences,
+// for every input with requires_grad set. Inputs must be f64.
+inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
+                      double atol = 1e-6, double rtol = 1e-5, double eps = 1e-6) {
+  std::mt19937 rng(1234);
+  Tensor y = f(inputs);
+  ASSERT_TRUE(y.requires_grad()) << "output does not require grad";
+  std::vector<double> w = sample(Domain::Any, static_cast<size_t>(y.numel()), rng);
+  Tensor wt = tensor(w, y.shape());
+  std::vector<Tensor> wrt;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].requires_grad()) {
+      wrt.push_back(inputs[i]);
+      which.push_back(i);
+    }
+  auto analytic = grad({sum(y * wt)}, wrt);
+  auto loss_at = [&](const std::vector<Tensor>& xs) {
+    NoGradGuard ng;
+    return sum(f(xs) * wt).item();
+  };
+  for (size_t j = 0; j < which.size(); ++j) {
+    const size_t i = which[j];
+    std::vector<double> base = inputs[i].to_vector<double>();
+    std::vector<double> got = analytic[j].to_vector<double>();
+    ASSERT_EQ(got.size(), base.size());
+    for (size_t e = 0; e < base.size(); ++e) {
+      std::vector<Tensor> xs = inputs;
+      std::vector<double> v = base;
+      v[e] = base[e] + eps;
+      xs[i] = tensor(v, inputs[i].shape());
+      double up = loss_at(xs);
+      v[e] = base[e] - eps;
+      xs[i] = tensor(v, inputs[i].shape());
+      double down = loss_at(xs);
+      double numeric = (up - down) / (2 * eps);
+      EXPECT_NEAR(got[e], numeric, atol + rtol * std::fabs(numeric))
+          << "input " << i << " element " << e << " of shape " << to_string(inputs[i].shape());
+    }
+  }
+}
+
+}  // namespace alk::testing
