@@ -10,7 +10,7 @@
 #   make clean       remove the build directories
 
 # Debian packages the build needs. Later issues append to this list.
-DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest
+DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

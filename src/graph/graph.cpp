@@ -96,12 +96,17 @@ Tensor make_view(const Tensor& t, Shape shape, Shape strides, int64_t offset) {
   return Tensor(std::move(impl));
 }
 
-bool eager_mode() {
-  static const bool eager = [] {
+namespace {
+bool& eager_flag() {
+  static bool eager = [] {
     const char* v = std::getenv("ALK_EAGER");
-    return v && std::strcmp(v, "0") != 0 && *v;
+    return v && *v && std::strcmp(v, "0") != 0;
   }();
   return eager;
 }
+}  // namespace
+
+bool eager_mode() { return eager_flag(); }
+void set_eager_mode(bool on) { eager_flag() = on; }
 
 }  // namespace alk

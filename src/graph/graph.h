@@ -99,5 +99,6 @@ Tensor make_view(const Tensor& t, Shape shape, Shape strides, int64_t offset);
 // Realizes every tensor's node (one schedule for all of them).
 void realize_all(const std::vector<TensorImpl*>& targets);
 bool eager_mode();  // ALK_EAGER=1
+void set_eager_mode(bool on);  // for tests and tools; overrides ALK_EAGER
 
 }  // namespace alk

@@ -32,6 +32,22 @@ bool identity_view(const TensorImpl* impl) {
   return impl->offset == 0 && impl->shape == n->shape && impl->strides == contiguous_strides(n->shape);
 }
 
+// True when impl reads node n's output in n's memory order, perhaps reshaped (element i
+// of the view is element i of n): enough for an epilogue or an in-place write.
+bool linear_view(const TensorImpl* impl) {
+  const Node* n = impl->node.get();
+  if (impl->offset != 0) return false;
+  int64_t numel = 1, expect = 1;
+  for (int64_t s : impl->shape) numel *= s;
+  if (numel != n->numel()) return false;
+  for (size_t d = impl->shape.size(); d-- > 0;) {
+    if (impl->shape[d] == 1) continue;
+    if (impl->strides[d] != expect) return false;
+    expect *= impl->shape[d];
+  }
+  return true;
+}
+
 struct NodeInfo {
   int users = 0;          // input slots (in this graph) reading the node
   bool external = false;  // someone outside the graph holds it: it must be stored
@@ -79,9 +95,13 @@ class Scheduler {
   }
 
   // ---- 2. what must be stored ----
-  // Reference counts tell who else holds a node: a TensorImpl held by more owners than
-  // the graph's input slots is held by the user (or a backward rule); a Node viewed by
-  // more TensorImpls than the graph's own is viewed from outside.
+  // Reference counts tell who else holds a node: a TensorImpl with more owners than the
+  // graph's input slots is held by the user (or a backward rule, or a temporary of the
+  // caller's expression); a Node viewed by more TensorImpls than the graph's own is
+  // viewed from outside. Held template-op results are stored, since recomputing them
+  // would be costly. Held elementwise results are not: they stay lazy and are fused
+  // here (and recomputed if asked for later), as tinygrad does; anything that must be
+  // kept is a target.
   void find_external() {
     std::unordered_map<const TensorImpl*, long> slot_refs, impl_owners;
     std::unordered_map<const Node*, std::unordered_set<const TensorImpl*>> impls_of;
@@ -92,14 +112,14 @@ class Scheduler {
         impls_of[in->node.get()].insert(in.get());
         if (info_.count(in->node.get())) ++info_[in->node.get()].users;
       }
-    for (TensorImpl* t : targets_) info_[t->node.get()].external = true;
+    auto hold = [this](const Node* n) {
+      if (info_.count(n) && !is_map(n) && n->op != OpId::Const) info_[n].external = true;
+    };
     for (auto& [impl, owners] : impl_owners)
-      if (owners > slot_refs[impl] && info_.count(impl->node.get())) info_[impl->node.get()].external = true;
-    for (auto& [node, impls] : impls_of) {
-      if (!info_.count(node) || impls.empty()) continue;
-      long viewers = (*impls.begin())->node.use_count();
-      if (viewers > static_cast<long>(impls.size())) info_[node].external = true;
-    }
+      if (owners > slot_refs[impl]) hold(impl->node.get());
+    for (auto& [node, impls] : impls_of)
+      if (!impls.empty() && (*impls.begin())->node.use_count() > static_cast<long>(impls.size())) hold(node);
+    for (TensorImpl* t : targets_) info_[t->node.get()].external = true;
   }
 
   // ---- 3. fusion and kernels ----
@@ -138,14 +158,12 @@ class Scheduler {
     return b.input(static_cast<int>(leaves.size() - 1), compute_type(impl->dtype));
   }
 
-  // A Map that reads a single-use Reduce/Matmul of its own shape takes it as its core.
-  Node* epilogue_core(const Node* map) {
-    for (auto& in : map->inputs) {
-      Node* p = in->node.get();
-      if (p->realized() || info_[p].external || info_[p].users != 1 || !identity_view(in.get())) continue;
-      if ((p->op == OpId::Reduce || p->op == OpId::Matmul) && p->shape == map->shape) return p;
-    }
-    return nullptr;
+  // A Reduce or Matmul whose only reader is one fused Map, reading all of it in order,
+  // can hand its result straight to that Map as an epilogue.
+  bool epilogue_core(const TensorImpl* leaf) {
+    const Node* p = leaf->node.get();
+    if (p->realized() || info_[p].external || info_[p].users != 1 || !linear_view(leaf)) return false;
+    return p->op == OpId::Reduce || p->op == OpId::Matmul;
   }
 
   void build_kernels() {
@@ -161,19 +179,24 @@ class Scheduler {
         k->expr = b.finish(b.constant(std::get<ConstParams>(n->params).value, compute_type(n->dtype)));
       } else if (!is_map(n)) {
         prepare_core(*k, n);
-      } else if (Node* core = epilogue_core(n)) {
-        // The epilogue: slot 0 is the core's value, the rest are leaves over n's shape.
-        info_[core].fused = true;
-        expr::Builder b;
-        std::vector<const TensorImpl*> leaves;
-        for (auto& in : n->inputs)
-          if (in->node.get() == core) leaves.push_back(in.get());
-        k->epilogue = b.finish(build_expr(b, n, leaves));
-        k->epilogue_leaves.assign(leaves.begin() + 1, leaves.end());
-        prepare_core(*k, core);
       } else {
         expr::Builder b;
-        k->expr = b.finish(build_expr(b, n, k->leaves));
+        std::vector<const TensorImpl*> leaves;
+        int root = build_expr(b, n, leaves);
+        auto core = std::find_if(leaves.begin(), leaves.end(), [this](auto* l) { return epilogue_core(l); });
+        if (core == leaves.end()) {
+          k->expr = b.finish(root);
+          k->leaves = std::move(leaves);
+        } else {
+          // Rebuild with the core's value as input slot 0; the rest are the epilogue's leaves.
+          Node* core_node = (*core)->node.get();
+          info_[core_node].fused = true;
+          expr::Builder eb;
+          std::vector<const TensorImpl*> epilogue_leaves{*core};
+          k->epilogue = eb.finish(build_expr(eb, n, epilogue_leaves));
+          k->epilogue_leaves.assign(epilogue_leaves.begin() + 1, epilogue_leaves.end());
+          prepare_core(*k, core_node);
+        }
       }
       pending.push_back(std::move(k));
     }
@@ -279,7 +302,7 @@ class Scheduler {
           for (const TensorImpl* l : k.leaves) {
             const Node* p = l->node.get();
             auto it = arena_offset_.find(p);
-            if (it != arena_offset_.end() && last_use[p] == i && identity_view(l) && l->shape == out->shape &&
+            if (it != arena_offset_.end() && last_use[p] == i && linear_view(l) && l->shape == out->shape &&
                 dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p)) {
               slot = it->second;
               in_place_taken_.insert(p);
@@ -296,7 +319,8 @@ class Scheduler {
     }
     g_stats.arena_bytes = static_cast<int64_t>(arena_end);
     g_stats.planned_bytes += static_cast<int64_t>(arena_end);
-    if (arena_end) arena_ = cpu_device().allocate(arena_end);
+    // Even an all-empty arena is allocated, so zero-size intermediates have an address.
+    if (!arena_offset_.empty()) arena_ = cpu_device().allocate(arena_end);
   }
 
   KernelArg arg_for(const TensorImpl* impl) {

@@ -339,6 +339,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim, Loc loc) {
   int64_t d = normalize_axis(dim, x.dim(), "split", loc);
   std::vector<Tensor> out;
   for (int64_t at = 0; at < x.shape()[d]; at += size) out.push_back(x.slice(d, at, at + size, 1, loc));
+  if (out.empty()) out.push_back(x.slice(d, 0, 0, 1, loc));  // an empty dim splits into one empty piece
   return out;
 }
 

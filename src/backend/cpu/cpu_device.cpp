@@ -51,17 +51,18 @@ class CpuDevice final : public Device {
       return;
     }
     // The core writes its value where the epilogue can read it: the output itself when
-    // the types match (the epilogue then runs in place), else a scratch buffer.
+    // the types match (the epilogue then runs in place), else a scratch buffer. Both
+    // views are contiguous over the same memory: the core's shape, then the output's.
     const Node& core = *k.node;
     cpu::View out = view_of(k.output);
     std::shared_ptr<Buffer> scratch;
-    cpu::View value = out;
+    void* value_data = out.data;
     if (core.dtype != k.output.dtype) {
       scratch = allocate(static_cast<size_t>(core.numel()) * dtype_size(core.dtype));
-      value = cpu::View{scratch->data, core.dtype, core.shape, out.strides, 0};
+      value_data = scratch->data;
     }
-    run_core(k, value);
-    std::vector<cpu::View> in{value};
+    run_core(k, cpu::View{value_data, core.dtype, core.shape, contiguous_strides(core.shape), 0});
+    std::vector<cpu::View> in{cpu::View{value_data, core.dtype, out.shape, contiguous_strides(out.shape), 0}};
     for (auto& a : k.epilogue_inputs) in.push_back(view_of(a));
     cpu::eval_map(*k.epilogue, in, out);
   }

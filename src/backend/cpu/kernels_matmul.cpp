@@ -72,13 +72,13 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __r
   }
 }
 
-// Copies all of one batch matrix of B into column panels: panel j holds columns
+// Copies column panels [j0, j1) of one batch matrix of B: panel j holds columns
 // [j*NR, j*NR + NR) as k rows of NR floats, zero-padded past n.
-void pack_b(const View& b, const Operand& ob, int64_t base, float* dst) {
-  int64_t k = ob.rows, n = ob.cols, panels = (n + kNR - 1) / kNR;
+void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, float* dst) {
+  int64_t k = ob.rows, n = ob.cols;
   dispatch(b.dtype, [&](auto e) {
     using E = decltype(e);
-    for (int64_t j = 0; j < panels; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       int64_t c0 = j * kNR, nr = std::min<int64_t>(kNR, n - c0);
       float* panel = dst + j * k * kNR;
       for (int64_t p = 0; p < k; ++p) {
@@ -127,8 +127,13 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
   bool shared_b = ob.batch_broadcast();
   int64_t b_copies = shared_b ? 1 : batches;
   std::vector<float> bpack(static_cast<size_t>(b_copies * panel_floats));
-  parallel_for(b_copies, detail::grain_for(panel_floats), [&](int64_t lo, int64_t hi) {
-    for (int64_t bi = lo; bi < hi; ++bi) pack_b(b, ob, ob.batch.offset_of(bi), bpack.data() + bi * panel_floats);
+  // Packed per panel rather than per matrix so a single large B is also split over threads.
+  parallel_for(b_copies * panels, detail::grain_for(k * kNR), [&](int64_t lo, int64_t hi) {
+    for (int64_t item = lo; item < hi;) {
+      int64_t bi = item / panels, j0 = item % panels, j1 = std::min(panels, j0 + (hi - item));
+      pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, bpack.data() + bi * panel_floats);
+      item += j1 - j0;
+    }
   });
 
   int64_t mc = row_block(m, batches), blocks = (m + mc - 1) / mc;

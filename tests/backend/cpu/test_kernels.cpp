@@ -103,6 +103,7 @@ TEST(Matmul, LargeBatchedMultiThreaded) {
     set_num_threads(threads);
     check_matmul(2, 203, 270, 77, DType::F32, Layout::Contiguous, Layout::Broadcast, DType::F32);
     check_matmul(2, 70, 130, 45, DType::F64, Layout::Transposed, Layout::Contiguous, DType::F64);
+    check_matmul(2, 40, 300, 250, DType::BF16, Layout::Contiguous, Layout::Strided, DType::F32);  // B packed in parallel
     set_num_threads(saved);
   }
 }

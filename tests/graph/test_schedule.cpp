@@ -1,0 +1,216 @@
+// The lazy graph and scheduler: laziness, dead-code elimination, fusion (elementwise
+// chains, reduction prologues, matmul/reduction epilogues), memory planning, the kernel
+// cache and eager mode, each checked by counting kernels and comparing values.
+#include <cmath>
+
+#include "backend/cpu/kernel_cache.h"
+#include "graph/graph.h"
+#include "graph/schedule.h"
+#include "testing.h"
+
+namespace alk {
+namespace {
+
+std::vector<double> iota_values(size_t n, double scale = 0.1) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::sin(static_cast<double>(i) * 1.3) * scale * 10;
+  return v;
+}
+
+TEST(Schedule, OpsAreLazyUntilDataIsNeeded) {
+  Tensor a = tensor(iota_values(6), {2, 3});
+  Tensor b = exp(a) + 1.0;
+  EXPECT_FALSE(b.is_realized());
+  EXPECT_TRUE(a.is_realized());
+  b.realize();
+  EXPECT_TRUE(b.is_realized());
+}
+
+TEST(Schedule, ElementwiseChainWithBroadcastIsOneKernel) {
+  auto av = iota_values(12), bv = iota_values(4, 0.3);
+  Tensor a = tensor(av, {3, 4}), b = tensor(bv, {4});
+  Tensor y = relu(a * b + 1.0) * 2.0 - sigmoid(a);
+  auto got = y.to_vector<double>();
+  const auto& st = last_schedule_stats();
+  EXPECT_EQ(st.kernels, 1);
+  EXPECT_EQ(st.fused_nodes, 5);
+  for (size_t i = 0; i < 12; ++i) {
+    double x = av[i], w = bv[i % 4];
+    double want = std::max(x * w + 1.0, 0.0) * 2.0 - 1.0 / (1.0 + std::exp(-x));
+    EXPECT_NEAR(got[i], want, 1e-12);
+  }
+}
+
+TEST(Schedule, FusionReadsStridedViews) {
+  auto av = iota_values(24);
+  Tensor a = tensor(av, {2, 3, 4});
+  Tensor y = exp(a.permute({2, 0, 1})) * a.permute({2, 0, 1});
+  EXPECT_EQ(y.shape(), (Shape{4, 2, 3}));
+  auto got = y.to_vector<double>();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        double x = av[static_cast<size_t>(i * 12 + j * 4 + k)];
+        EXPECT_NEAR(got[static_cast<size_t>(k * 6 + i * 3 + j)], std::exp(x) * x, 1e-12);
+      }
+}
+
+TEST(Schedule, ReductionTakesElementwiseProducerAsPrologue) {
+  auto av = iota_values(12), bv = iota_values(12, 0.2);
+  Tensor a = tensor(av, {3, 4}), b = tensor(bv, {3, 4});
+  Tensor s = sum(exp(a) * b, {1});
+  auto got = s.to_vector<double>();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  for (int i = 0; i < 3; ++i) {
+    double want = 0;
+    for (int j = 0; j < 4; ++j) want += std::exp(av[static_cast<size_t>(i * 4 + j)]) * bv[static_cast<size_t>(i * 4 + j)];
+    EXPECT_NEAR(got[static_cast<size_t>(i)], want, 1e-12);
+  }
+}
+
+TEST(Schedule, MatmulTakesElementwiseConsumerAsEpilogue) {
+  auto av = iota_values(6), bv = iota_values(6, 0.2), cv = iota_values(3, 0.5);
+  Tensor a = tensor(av, {3, 2}), b = tensor(bv, {2, 3}), bias = tensor(cv, {1, 3}).slice(1, 0, 3);
+  Tensor y = gelu(matmul(a, b) + bias);
+  auto got = y.to_vector<double>();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double x = cv[static_cast<size_t>(j)];
+      for (int k = 0; k < 2; ++k) x += av[static_cast<size_t>(i * 2 + k)] * bv[static_cast<size_t>(k * 3 + j)];
+      EXPECT_NEAR(got[static_cast<size_t>(i * 3 + j)], 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))), 1e-12);
+    }
+}
+
+TEST(Schedule, ReductionEpilogueAndPrologueTogether) {
+  auto av = iota_values(20);
+  Tensor a = tensor(av, {4, 5});
+  Tensor y = sqrt(sum(a * a, {1}) + 1.0);
+  auto got = y.to_vector<double>();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  for (int i = 0; i < 4; ++i) {
+    double s = 1;
+    for (int j = 0; j < 5; ++j) s += av[static_cast<size_t>(i * 5 + j)] * av[static_cast<size_t>(i * 5 + j)];
+    EXPECT_NEAR(got[static_cast<size_t>(i)], std::sqrt(s), 1e-12);
+  }
+}
+
+TEST(Schedule, ValuesHeldByTheUserAreStoredNotRecomputed) {
+  Tensor a = tensor(iota_values(6), {6});
+  Tensor h = exp(a);
+  Tensor y = h * 2.0;
+  realize({y, h});
+  EXPECT_EQ(last_schedule_stats().kernels, 2);
+  EXPECT_TRUE(h.is_realized());
+  auto hv = h.to_vector<double>(), yv = y.to_vector<double>();
+  for (size_t i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ(yv[i], 2 * hv[i]);
+}
+
+TEST(Schedule, DeadNodesDoNotRun) {
+  Tensor a = tensor(iota_values(6), {6});
+  Tensor unused = exp(a) * 3.0;
+  Tensor y = a + 1.0;
+  y.realize();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  EXPECT_FALSE(unused.is_realized());
+}
+
+TEST(Schedule, MemoryPlanReusesDeadIntermediates) {
+  Tensor x = tensor(iota_values(4096), {64, 64});
+  // Softmax is a template op, so each one needs a buffer; the arena reuses dead ones.
+  Tensor y = softmax(softmax(softmax(softmax(x, 1), 0), 1), 0);
+  y.realize();
+  const auto& st = last_schedule_stats();
+  EXPECT_EQ(st.kernels, 4);
+  EXPECT_EQ(st.naive_bytes, 4 * 4096 * 8);
+  // Output stored (1 buffer) + at most 2 live intermediates at any time.
+  EXPECT_LE(st.planned_bytes, 3 * 4096 * 8);
+  EXPECT_LT(st.planned_bytes, st.naive_bytes);
+  auto got = y.to_vector<double>();
+  NoGradGuard ng;
+  Tensor step = softmax(x, 1);
+  step.realize();
+  step = softmax(step, 0);
+  step.realize();
+  step = softmax(step, 1);
+  step.realize();
+  auto ref = softmax(step, 0).to_vector<double>();
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-15);
+}
+
+TEST(Schedule, ElementwiseAfterTemplateOpRunsInPlace) {
+  Tensor x = tensor(iota_values(64), {8, 8});
+  // The Map overwrites the softmax output that dies there (no names hold the middle).
+  auto build = [](const Tensor& in) { return softmax(softmax(softmax(in, 1), 0) * 3.0 + 1.0, 1); };
+  Tensor z = build(x);
+  z.realize();
+  EXPECT_GE(last_schedule_stats().in_place, 1);
+}
+
+TEST(Schedule, KernelCacheHitsOnRepeatedExpressions) {
+  Tensor a = tensor(iota_values(8), {8});
+  (tanh(a) * 7.25 + 0.125).realize();
+  int64_t hits = cpu_kernel_cache().hits();
+  (tanh(a) * 7.25 + 0.125).realize();
+  EXPECT_EQ(cpu_kernel_cache().hits(), hits + 1);
+}
+
+TEST(Schedule, EagerModeRealizesEveryOp) {
+  set_eager_mode(true);
+  Tensor a = tensor(iota_values(4), {4});
+  Tensor b = exp(a);
+  Tensor c = b * 2.0;
+  EXPECT_TRUE(b.is_realized());
+  EXPECT_TRUE(c.is_realized());
+  set_eager_mode(false);
+  Tensor d = exp(a);
+  EXPECT_FALSE(d.is_realized());
+  auto cv = c.to_vector<double>(), dv = d.to_vector<double>();
+  for (size_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(cv[i], 2 * dv[i]);
+}
+
+TEST(Schedule, ReductionsMatchReferenceOverAnyAxes) {
+  auto av = iota_values(120);
+  Tensor a = tensor(av, {2, 3, 4, 5});
+  auto at = [&](int i, int j, int k, int l) { return av[static_cast<size_t>(((i * 3 + j) * 4 + k) * 5 + l)]; };
+  auto s = sum(a, {1, 3}).to_vector<double>();
+  auto m = max(a, {0, 2}, true).to_vector<double>();
+  auto p = prod(a, {3}).to_vector<double>();
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) {
+      double want = 0;
+      for (int j = 0; j < 3; ++j)
+        for (int l = 0; l < 5; ++l) want += at(i, j, k, l);
+      EXPECT_NEAR(s[static_cast<size_t>(i * 4 + k)], want, 1e-12);
+    }
+  for (int j = 0; j < 3; ++j)
+    for (int l = 0; l < 5; ++l) {
+      double want = -INFINITY;
+      for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 4; ++k) want = std::max(want, at(i, j, k, l));
+      EXPECT_EQ(m[static_cast<size_t>(j * 5 + l)], want);
+    }
+  for (int i = 0; i < 24; ++i) {
+    double want = 1;
+    for (int l = 0; l < 5; ++l) want *= av[static_cast<size_t>(i * 5 + l)];
+    EXPECT_NEAR(p[static_cast<size_t>(i)], want, 1e-12);
+  }
+  // A large full reduction takes the split-row path across threads.
+  std::vector<double> big(200000, 0.5);
+  EXPECT_DOUBLE_EQ(sum(tensor(big, {200000})).item(), 100000.0);
+  EXPECT_DOUBLE_EQ(mean(tensor(big, {400, 500})).item(), 0.5);
+}
+
+TEST(Schedule, SixteenBitFloatsComputeInF32) {
+  Tensor a = tensor(std::vector<float>{1.0f, 2.5f, -3.25f, 1000.0f}, {4});
+  Tensor h = a.to(DType::F16), bh = a.to(DType::BF16);
+  auto hv = (h * 2.0).to_vector<float>();
+  auto bv = (bh + 1.0).to_vector<float>();
+  EXPECT_EQ((h * 2.0).dtype(), DType::F16);
+  EXPECT_EQ(hv, (std::vector<float>{2.0f, 5.0f, -6.5f, 2000.0f}));
+  EXPECT_EQ(bv, (std::vector<float>{2.0f, 3.5f, -2.25f, 1000.0f}));  // bf16: 1001 rounds to 1000
+}
+
+}  // namespace
+}  // namespace alk
