@@ -54,15 +54,23 @@ DType common_dtype(const std::vector<Operand>& xs, Loc loc) {
 
 }  // namespace
 
-Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& names,
-                const std::vector<Operand>& operands, const std::vector<DType>& operand_dtypes, DType literal_dtype,
-                DType out_dtype, Loc loc) {
-  Shape shape;
+namespace {
+
+struct BuiltExpr {
+  expr::Expr expr;
+  std::vector<Tensor> inputs;  // one per Input slot, in slot order
+  Shape shape;                 // the broadcast shape
+};
+
+// Builds `text` over the operands: numbers become literals, tensors become inputs cast
+// to their operand dtype; the result is cast to out_dtype.
+BuiltExpr build(std::string_view text, const std::vector<std::string>& names, const std::vector<Operand>& operands,
+                const std::vector<DType>& operand_dtypes, DType literal_dtype, DType out_dtype, Loc loc) {
+  BuiltExpr r;
   for (const Operand& x : operands)
-    if (!x.is_scalar) shape = broadcast_shapes(shape, x.tensor.shape(), loc);
+    if (!x.is_scalar) r.shape = broadcast_shapes(r.shape, x.tensor.shape(), loc);
   expr::Builder b;
   std::vector<int> ids;
-  std::vector<Tensor> inputs;
   for (size_t k = 0; k < operands.size(); ++k) {
     const ComputeType want = compute_type(operand_dtypes[k]);
     if (operands[k].is_scalar) {
@@ -70,13 +78,84 @@ Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& 
       continue;
     }
     const Tensor& t = operands[k].tensor;
-    int id = b.input(static_cast<int>(inputs.size()), compute_type(t.dtype()));
+    int id = b.input(static_cast<int>(r.inputs.size()), compute_type(t.dtype()));
     ids.push_back(b.cast(id, want));
-    inputs.push_back(t.shape() == shape ? alias(t) : broadcast_to(alias(t), shape, loc));
+    r.inputs.push_back(t);
   }
   int root = parse_into(b, text, names, ids, compute_type(literal_dtype));
-  root = b.cast(root, compute_type(out_dtype));
-  return make_node(op, shape, out_dtype, std::move(inputs), MapParams{b.finish(root)}, loc);
+  r.expr = b.finish(b.cast(root, compute_type(out_dtype)));
+  return r;
+}
+
+DType dtype_of(expr::Type t) {
+  switch (t) {
+    case expr::Type::Bool: return DType::Bool;
+    case expr::Type::I64: return DType::I64;
+    case expr::Type::F32: return DType::F32;
+    case expr::Type::F64: return DType::F64;
+  }
+  return DType::F32;
+}
+
+// Evaluates an expression with the table's own (differentiable) ops instead of one Map
+// node: used for backward under create_graph, so gradients of gradients exist. The
+// scheduler fuses the resulting chain back into one kernel anyway.
+Tensor eval_with_ops(const expr::Expr& e, const std::vector<Tensor>& inputs) {
+  using expr::Fn;
+  std::vector<Tensor> v(e.nodes.size());
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const expr::Node& n = e.nodes[i];
+    auto a = [&](int k) -> const Tensor& { return v[static_cast<size_t>(n.args[k])]; };
+    switch (n.fn) {
+      case Fn::Input: v[i] = inputs[static_cast<size_t>(n.slot)]; break;
+      case Fn::Const: v[i] = scalar_tensor(n.value, dtype_of(n.type)); break;
+      case Fn::Cast: v[i] = cast(a(0), dtype_of(n.type)); break;
+      case Fn::Neg: v[i] = neg(a(0)); break;
+      case Fn::Not: v[i] = logical_not(a(0)); break;
+      case Fn::Exp: v[i] = exp(a(0)); break;
+      case Fn::Log: v[i] = log(a(0)); break;
+      case Fn::Log1p: v[i] = log1p(a(0)); break;
+      case Fn::Expm1: v[i] = expm1(a(0)); break;
+      case Fn::Sqrt: v[i] = sqrt(a(0)); break;
+      case Fn::Rsqrt: v[i] = rsqrt(a(0)); break;
+      case Fn::Sin: v[i] = sin(a(0)); break;
+      case Fn::Cos: v[i] = cos(a(0)); break;
+      case Fn::Tanh: v[i] = tanh(a(0)); break;
+      case Fn::Erf: v[i] = erf(a(0)); break;
+      case Fn::Abs: v[i] = abs(a(0)); break;
+      case Fn::Floor: v[i] = floor(a(0)); break;
+      case Fn::Ceil: v[i] = ceil(a(0)); break;
+      case Fn::Round: v[i] = round(a(0)); break;
+      case Fn::Add: v[i] = add(a(0), a(1)); break;
+      case Fn::Sub: v[i] = sub(a(0), a(1)); break;
+      case Fn::Mul: v[i] = mul(a(0), a(1)); break;
+      case Fn::Div: v[i] = div(a(0), a(1)); break;
+      case Fn::Pow: v[i] = pow(a(0), a(1)); break;
+      case Fn::Max: v[i] = maximum(a(0), a(1)); break;
+      case Fn::Min: v[i] = minimum(a(0), a(1)); break;
+      case Fn::Lt: v[i] = lt(a(0), a(1)); break;
+      case Fn::Le: v[i] = le(a(0), a(1)); break;
+      case Fn::Gt: v[i] = gt(a(0), a(1)); break;
+      case Fn::Ge: v[i] = ge(a(0), a(1)); break;
+      case Fn::Eq: v[i] = eq(a(0), a(1)); break;
+      case Fn::Ne: v[i] = ne(a(0), a(1)); break;
+      case Fn::And: v[i] = logical_and(a(0), a(1)); break;
+      case Fn::Or: v[i] = logical_or(a(0), a(1)); break;
+      case Fn::Select: v[i] = where(a(0), a(1), a(2)); break;
+    }
+  }
+  return v.back();
+}
+
+}  // namespace
+
+Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& names,
+                const std::vector<Operand>& operands, const std::vector<DType>& operand_dtypes, DType literal_dtype,
+                DType out_dtype, Loc loc) {
+  BuiltExpr r = build(text, names, operands, operand_dtypes, literal_dtype, out_dtype, loc);
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : r.inputs) inputs.push_back(t.shape() == r.shape ? alias(t) : broadcast_to(alias(t), r.shape, loc));
+  return make_node(op, r.shape, out_dtype, std::move(inputs), MapParams{std::move(r.expr)}, loc);
 }
 
 Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc) {
@@ -125,15 +204,24 @@ Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc)
     }
     is_tensor[k] = true;
     shapes[k] = operands[k].tensor.shape();
-    saved.push_back(used.count(e.inputs[k]) ? Operand(alias(operands[k].tensor)) : Operand(0.0));
+    // Inputs are kept when a gradient names them, or names y (create_graph recomputes y).
+    saved.push_back(used.count(e.inputs[k]) || used.count("y") ? operands[k] : Operand(0.0));
   }
+  // The output itself cannot be kept with its history (it would own its own grad_fn);
+  // a detached alias serves plain backward, and create_graph recomputes it.
   Tensor y = used.count("y") ? alias(result) : Tensor();
-  auto backward = [&e, saved, shapes, is_tensor, dtypes, common, y, loc](const Tensor& g) {
+  auto backward = [&e, saved, shapes, is_tensor, dtypes, out, common, y, loc](const Tensor& g) {
+    const bool create_graph = is_grad_enabled();
     std::vector<std::string> names = e.inputs;
     names.push_back("y");
     names.push_back("g");
     std::vector<Operand> xs = saved;
-    xs.push_back(y.defined() ? Operand(y) : Operand(0.0));
+    Operand y_operand = y.defined() ? Operand(y) : Operand(0.0);
+    if (create_graph && y.defined()) {
+      BuiltExpr fwd = build(e.forward, e.inputs, saved, dtypes, common, out, loc);
+      y_operand = eval_with_ops(fwd.expr, fwd.inputs);
+    }
+    xs.push_back(y_operand);
     xs.push_back(g);
     std::vector<DType> types = dtypes;
     types.push_back(common);
@@ -141,7 +229,13 @@ Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc)
     std::vector<Tensor> grads(saved.size());
     for (size_t k = 0; k < saved.size(); ++k) {
       if (e.backward[k].empty() || !is_tensor[k]) continue;
-      Tensor gk = map_expr(OpId::Map, e.backward[k], names, xs, types, common, common, loc);
+      Tensor gk;
+      if (create_graph) {
+        BuiltExpr r = build(e.backward[k], names, xs, types, common, common, loc);
+        gk = eval_with_ops(r.expr, r.inputs);
+      } else {
+        gk = map_expr(OpId::Map, e.backward[k], names, xs, types, common, common, loc);
+      }
       if (gk.shape() != g.shape()) gk = broadcast_to(gk, g.shape(), loc);
       grads[k] = sum_to(gk, shapes[k]);
     }

@@ -1,7 +1,12 @@
+// One function per subcommand; each lives in its own *_command.cpp.
 #pragma once
 #include <CLI/CLI.hpp>
 
 namespace alk::cli {
 void add_kernels_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
 }  // namespace alk::cli

@@ -10,6 +10,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   alk::cli::add_kernels_command(app);
   alk::cli::add_demo_command(app);
+  alk::cli::add_train_command(app);
+  alk::cli::add_sample_command(app);
+  alk::cli::add_tokenizer_command(app);
+  alk::cli::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

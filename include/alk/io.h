@@ -1,0 +1,105 @@
+// File formats: safetensors checkpoints and atomic file writes.
+//
+// safetensors (https://github.com/huggingface/safetensors, "Format"):
+//   u64 little-endian N | N bytes of UTF-8 JSON header | data buffer
+// The header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+// relative to the data buffer) plus an optional "__metadata__" object of string -> string.
+//
+// What alk writes (deterministic, so the same tensors give the same bytes; the script
+// scripts/gen_safetensors_fixture.py writes the same bytes from plain Python):
+//   - header JSON without any whitespace; "__metadata__" first (omitted when empty, keys in
+//     std::map order = byte order), then the tensors in the caller's order, each as
+//     {"dtype":..,"shape":[..],"data_offsets":[b,e]} in that key order;
+//   - strings escaped like Python's json.dumps(ensure_ascii=False): '"', '\\' and control
+//     characters only, non-ASCII as UTF-8;
+//   - the header padded with spaces (0x20) to a multiple of 8 bytes;
+//   - tensor data in the caller's order, contiguous row-major, no gaps.
+//
+// What alk reads: any file following the spec, treated as untrusted. N must fit the file
+// and be <= 100 MB; the header must be strict JSON (json.h); dtypes F64 F32 F16 BF16 I64 I32
+// U8 BOOL (others are rejected by name); shape product * dtype size == end - begin; the
+// tensors must cover the data buffer exactly (no holes, overlaps or trailing bytes); names
+// unique; metadata values strings. Any violation is alk::Error("safetensors", ...) naming
+// the file, the tensor and the offending values. BOOL bytes other than 0 read as true (1).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "alk/tensor.h"
+
+namespace alk {
+
+// ---- atomic writes ----
+
+// Writes a file so that readers see either the old contents or the complete new contents:
+// data goes to DIR/.NAME.tmp-XXXXXX (same directory, so rename is atomic), which is
+// flushed, fsynced, renamed over the target, and the directory is fsynced. A new file gets
+// mode 0644; an existing target keeps its mode. If commit() is never reached (an exception,
+// a failed write), the destructor removes the temp file and the target is untouched.
+// Failures throw alk::Error("write_file", ...) naming the path and the errno text.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path, Loc loc = Loc::current());
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  void commit();
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  [[noreturn]] void fail_errno(const std::string& what, int err);
+  void abandon() noexcept;
+  std::string path_, temp_path_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+  Loc loc_;
+};
+
+// One-shot form of AtomicFile.
+void write_file_atomic(const std::string& path, std::string_view bytes, Loc loc = Loc::current());
+
+// ---- safetensors ----
+
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // in file order (sorted by offset)
+  std::map<std::string, std::string> metadata;
+};
+
+// The parsed and validated header, without reading tensor data (for `alk inspect`).
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype_tag;  // as in the file: "F32", "BF16", ...
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // relative to the data buffer
+};
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> entries;  // sorted by offset (ties keep header order)
+  std::map<std::string, std::string> metadata;
+  uint64_t header_bytes = 0;  // N
+  uint64_t data_bytes = 0;    // size of the data buffer
+};
+
+inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+// Realizes every tensor (lazy, views, broadcasts, any dtype) and writes its contiguous
+// row-major bytes; atomic (AtomicFile). Names must be unique and not "__metadata__".
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {}, Loc loc = Loc::current());
+SafetensorsFile load_safetensors(const std::string& path, Loc loc = Loc::current());
+SafetensorsHeader read_safetensors_header(const std::string& path, Loc loc = Loc::current());
+
+// The safetensors dtype tag of an alk dtype ("F32", "BOOL", ...), and back (false if unknown).
+std::string_view safetensors_dtype_tag(DType t);
+bool safetensors_dtype_from_tag(std::string_view tag, DType* out);
+
+}  // namespace alk

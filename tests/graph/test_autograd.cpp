@@ -1,0 +1,145 @@
+// Reverse-mode autodiff: accumulation, detach, no_grad, the functional alk::grad with
+// and without create_graph (second derivatives), un-broadcasting and the error paths.
+#include <cmath>
+
+#include "testing.h"
+
+namespace alk {
+namespace {
+
+Tensor vec(std::vector<double> v) {
+  int64_t n = static_cast<int64_t>(v.size());
+  return tensor(std::move(v), {n});
+}
+
+TEST(Autograd, BackwardAccumulatesIntoLeaves) {
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  sum(x * x).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  sum(x * 3.0).backward();  // accumulates, like PyTorch
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, 7, 9}));
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+  sum(x).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 1, 1}));
+}
+
+TEST(Autograd, SharedInputsSumTheirPaths) {
+  Tensor x = vec({0.5, -1.0}).requires_grad_();
+  Tensor y = x * x + exp(x) * x;  // d/dx = 2x + e^x (1 + x)
+  sum(y).backward();
+  auto g = x.grad().to_vector<double>();
+  for (int i = 0; i < 2; ++i) {
+    double v = i == 0 ? 0.5 : -1.0;
+    EXPECT_NEAR(g[static_cast<size_t>(i)], 2 * v + std::exp(v) * (1 + v), 1e-12);
+  }
+}
+
+TEST(Autograd, BroadcastGradientsAreSummedBackToInputShape) {
+  Tensor a = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor b = vec({10, 20, 30}).requires_grad_();
+  Tensor c = tensor(std::vector<double>{2}, {1, 1}).requires_grad_();
+  sum(a * b * c).backward();
+  EXPECT_EQ(b.grad().shape(), (Shape{3}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{10, 14, 18}));
+  EXPECT_EQ(c.grad().shape(), (Shape{1, 1}));
+  EXPECT_DOUBLE_EQ(c.grad().item(), 10 + 40 + 90 + 40 + 100 + 180);
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{20, 40, 60, 20, 40, 60}));
+}
+
+TEST(Autograd, DetachAndNoGradStopRecording) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor d = (x * 2.0).detach();
+  EXPECT_FALSE(d.requires_grad());
+  {
+    NoGradGuard ng;
+    EXPECT_FALSE(is_grad_enabled());
+    Tensor y = x * x;
+    EXPECT_FALSE(y.requires_grad());
+  }
+  EXPECT_TRUE(is_grad_enabled());
+  Tensor z = x * d;  // d is a constant to autograd
+  sum(z).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+}
+
+TEST(Autograd, FunctionalGradLeavesGradUntouched) {
+  Tensor x = vec({0.3, 0.7}).requires_grad_();
+  Tensor y = sum(sin(x));
+  auto g = grad({y}, {x});
+  EXPECT_FALSE(x.grad().defined());
+  auto gv = g[0].to_vector<double>();
+  EXPECT_NEAR(gv[0], std::cos(0.3), 1e-12);
+  EXPECT_NEAR(gv[1], std::cos(0.7), 1e-12);
+  // Gradients with respect to an intermediate tensor.
+  Tensor h = x * 3.0;
+  Tensor out = sum(h * h);
+  auto gh = grad({out}, {h});
+  EXPECT_NEAR(gh[0].to_vector<double>()[1], 2 * 2.1, 1e-12);
+}
+
+TEST(Autograd, SeedGradientForNonScalarOutputs) {
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor y = x * x;
+  y.backward(vec({1, 0, 2}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 0, 12}));
+}
+
+TEST(Autograd, SecondDerivativesThroughCreateGraph) {
+  Tensor x = vec({0.5, -1.5, 2.0}).requires_grad_();
+  // d2/dx2 x^3 = 6x; d2/dx2 tanh(x) = -2 tanh(x) (1 - tanh^2(x)) (tanh's backward uses y).
+  Tensor y = sum(x * x * x + tanh(x));
+  auto g1 = grad({y}, {x}, {}, true);
+  ASSERT_TRUE(g1[0].requires_grad());
+  auto g2 = grad({sum(g1[0])}, {x});
+  auto v = g2[0].to_vector<double>();
+  for (int i = 0; i < 3; ++i) {
+    double xi = std::vector<double>{0.5, -1.5, 2.0}[static_cast<size_t>(i)];
+    double t = std::tanh(xi);
+    EXPECT_NEAR(v[static_cast<size_t>(i)], 6 * xi - 2 * t * (1 - t * t), 1e-10);
+  }
+  // Through a template op and a broadcast: d/dw of ||d(sum(softmax(w * x)^2))/dx||^2 exists
+  // and matches central differences.
+  testing::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor xx = in[1].detach().requires_grad_();
+        Tensor inner = sum(square(gelu(in[0] * xx)));
+        auto gx = grad({inner}, {xx}, {}, true);
+        return sum(gx[0] * gx[0]).reshape({1});
+      },
+      {vec({0.4, -0.8, 1.1}).requires_grad_(), vec({0.9, 0.2, -0.5})});
+}
+
+TEST(Autograd, CastAndSixteenBitGradients) {
+  Tensor x = tensor(std::vector<float>{1.5f, -2.0f}, {2}).requires_grad_();
+  Tensor h = x.to(DType::BF16);
+  sum(h * h).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::F32);
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{3.0f, -4.0f}));
+}
+
+TEST(Autograd, Errors) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y = x * 2.0;
+  try {
+    y.backward();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scalar"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2]"), std::string::npos) << e.what();
+  }
+  Tensor c = vec({1, 2});
+  EXPECT_THROW(sum(c).backward(), Error);
+  // Comparisons and argmax have no gradient: their results do not require grad.
+  Tensor lt_result = lt(x, 1.5);
+  EXPECT_FALSE(lt_result.requires_grad());
+  EXPECT_FALSE(argmax(x).requires_grad());
+  EXPECT_THROW(cast(lt_result, DType::F64).backward(), Error);
+  EXPECT_THROW(y.backward(vec({1, 2, 3})), Error);
+  EXPECT_THROW(tensor(std::vector<int64_t>{1}, {1}).requires_grad_(), Error);
+  EXPECT_THROW(y.requires_grad_(false), Error);  // not a leaf
+  EXPECT_THROW(grad({sum(y)}, {c}), Error);
+}
+
+}  // namespace
+}  // namespace alk
