@@ -389,7 +389,10 @@ TEST(PromotionOpTable, EveryOpEveryDtype) {
   for (const TableOp& op : table_ops()) {
     SCOPED_TRACE(op.name);
     auto it = documented_rules().find(op.name);
-    ASSERT_NE(it, documented_rules().end()) << "op " << op.name << " is not listed in docs/dtypes.md";
+    if (it == documented_rules().end()) {
+      ADD_FAILURE() << "op " << op.name << " of elementwise.def is not listed under any rule in docs/dtypes.md";
+      continue;
+    }
     const Rule rule = it->second;
     std::vector<std::vector<DType>> combos;
     if (op.arity == 1)

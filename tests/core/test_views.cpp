@@ -499,9 +499,10 @@ void step(Chain& c, Rng& r) {
       case 14: {  // split / chunk, then continue with one piece
         if (rank < 1) break;
         int64_t d = r.dim(rank);
-        if (c.n.shape[static_cast<size_t>(norm_dim(d, rank))] == 0) break;  // covered separately
         int64_t size = r.uniform(1, 4);
         bool use_chunk = r.coin();
+        // PyTorch's chunk of an empty dim gives `chunks` empty pieces; not modelled here.
+        if (use_chunk && c.n.shape[static_cast<size_t>(norm_dim(d, rank))] == 0) break;
         std::vector<Tensor> ts = use_chunk ? alk::chunk(c.t, size, d) : alk::split(c.t, size, d);
         std::vector<Naive> ns = use_chunk ? n_chunk(c.n, size, d) : n_split(c.n, size, d);
         c.log << (use_chunk ? " chunk(" : " split(") << size << "," << d << ")";
@@ -568,10 +569,6 @@ void run_random_chain(uint32_t seed) {
     ASSERT_EQ(c.t.shape(), c.n.shape) << c.log.str();
     ASSERT_EQ(c.t.dim(), c.n.rank()) << c.log.str();
     ASSERT_EQ(c.t.numel(), c.n.numel()) << c.log.str();
-    // A lazy zero-element intermediate crashes the scheduler (see
-    // ViewsZeroSize.LazyEmptyIntermediateDoesNotCrash); realize empty tensors at once so the
-    // random chains keep testing views rather than that one bug.
-    if (c.t.numel() == 0) c.t.realize();
   }
   if (c.pure) {
     EXPECT_TRUE(c.t.is_realized()) << c.log.str() << ": a view of a realized tensor must not need computing";

@@ -1,0 +1,186 @@
+// Byte-level BPE: assembling a tokenizer from its parts, encode and decode.
+// Training lives in bpe_train.cpp, the files in bpe_json.cpp, pre-tokenization in
+// bpe_pretokenize.cpp.
+#include <algorithm>
+#include <limits>
+
+#include "alk/tokenizer.h"
+
+namespace alk {
+
+Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc loc) {
+  Tokenizer t;
+  const size_t n = parts.keys.size();
+  check(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "tokenizer", loc, source,
+        ": too many tokens (", n, ")");
+  t.keys_ = std::move(parts.keys);
+  t.bytes_.resize(n);
+  t.special_flag_.assign(n, false);
+  for (int32_t id : parts.specials) {
+    check(id >= 0 && static_cast<size_t>(id) < n, "tokenizer", loc, source, ": special token id ", id,
+          " is out of range");
+    check(!t.special_flag_[static_cast<size_t>(id)], "tokenizer", loc, source, ": special token '",
+          t.keys_[static_cast<size_t>(id)], "' is listed twice");
+    check(!t.keys_[static_cast<size_t>(id)].empty(), "tokenizer", loc, source, ": empty special token");
+    t.special_flag_[static_cast<size_t>(id)] = true;
+  }
+  t.specials_ = std::move(parts.specials);
+  t.key_to_id_.reserve(n);
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& key = t.keys_[id];
+    check(t.key_to_id_.emplace(key, static_cast<int32_t>(id)).second, "tokenizer", loc, source,
+          ": token '", key, "' appears twice (ids ", t.key_to_id_[key], " and ", id, ")");
+    // A key outside GPT-2's byte alphabet can only be literal text (HF stores added
+    // tokens that way), so it decodes to its own UTF-8 bytes.
+    std::optional<std::string> b = t.special_flag_[id] ? std::nullopt : bpe::key_to_bytes(key);
+    t.bytes_[id] = b ? std::move(*b) : key;
+  }
+  for (int b = 0; b < 256; ++b) {
+    std::string key = bpe::bytes_to_key(std::string(1, static_cast<char>(b)));
+    auto it = t.key_to_id_.find(key);
+    check(it != t.key_to_id_.end() && !t.special_flag_[static_cast<size_t>(it->second)], "tokenizer", loc,
+          source, ": the vocabulary lacks the token '", key, "' for byte ", b,
+          " (a byte-level vocabulary needs all 256)");
+    t.byte_ids_[b] = it->second;
+  }
+  t.merges_ = std::move(parts.merges);
+  t.merge_info_.reserve(t.merges_.size());
+  for (size_t r = 0; r < t.merges_.size(); ++r) {
+    auto [a, b] = t.merges_[r];
+    check(a >= 0 && b >= 0 && static_cast<size_t>(a) < n && static_cast<size_t>(b) < n, "tokenizer", loc,
+          source, ": merge ", r, " refers to an unknown id");
+    auto it = t.key_to_id_.find(t.keys_[static_cast<size_t>(a)] + t.keys_[static_cast<size_t>(b)]);
+    check(it != t.key_to_id_.end(), "tokenizer", loc, source, ": merge ", r, " ('", t.keys_[static_cast<size_t>(a)],
+          "' '", t.keys_[static_cast<size_t>(b)], "') makes a token that is not in the vocabulary");
+    check(t.merge_info_.emplace(pair_key(a, b), MergeInfo{static_cast<int32_t>(r), it->second}).second,
+          "tokenizer", loc, source, ": merge ", r, " ('", t.keys_[static_cast<size_t>(a)], "' '",
+          t.keys_[static_cast<size_t>(b)], "') is listed twice");
+  }
+  return t;
+}
+
+// GPT-2's bpe(): while some adjacent pair has a merge, take the lowest-ranked one and merge
+// each of its occurrences left to right.
+void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  std::vector<int32_t> word;
+  word.reserve(piece.size());
+  for (char ch : piece) word.push_back(byte_ids_[static_cast<uint8_t>(ch)]);
+  while (word.size() > 1) {
+    const MergeInfo* best = nullptr;
+    uint64_t best_key = 0;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      auto it = merge_info_.find(pair_key(word[i], word[i + 1]));
+      if (it != merge_info_.end() && (!best || it->second.rank < best->rank)) {
+        best = &it->second;
+        best_key = it->first;
+      }
+    }
+    if (!best) break;
+    size_t w = 0;
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (i + 1 < word.size() && pair_key(word[i], word[i + 1]) == best_key) {
+        word[w++] = best->result;
+        ++i;
+      } else {
+        word[w++] = word[i];
+      }
+    }
+    word.resize(w);
+  }
+  out.insert(out.end(), word.begin(), word.end());
+}
+
+void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+  for (std::string_view piece : bpe::pretokenize(text)) encode_piece(piece, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  if (specials_.empty()) {
+    encode_ordinary(text, out);
+    return out;
+  }
+  // next[k]: where special k next occurs at or after pos (npos when it no longer does).
+  std::vector<size_t> next(specials_.size(), 0);
+  size_t pos = 0, done = 0;
+  while (true) {
+    size_t best = std::string_view::npos, best_len = 0;
+    int32_t best_id = -1;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      const std::string& s = keys_[static_cast<size_t>(specials_[k])];
+      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(s, pos);
+      if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos && s.size() > best_len))
+        best = next[k], best_len = s.size(), best_id = specials_[k];
+    }
+    if (best == std::string_view::npos) break;
+    encode_ordinary(text.substr(done, best - done), out);
+    out.push_back(best_id);
+    pos = done = best + best_len;
+  }
+  encode_ordinary(text.substr(done), out);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, Loc loc) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    check(id >= 0 && id < vocab_size(), "tokenizer", loc, "cannot decode id ", id, " at position ", i,
+          ": the vocabulary has ids 0..", vocab_size() - 1);
+    out += bytes_[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+  auto it = key_to_id_.find(std::string(token));
+  if (it == key_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string& Tokenizer::token(int32_t id, Loc loc) const {
+  check(id >= 0 && id < vocab_size(), "tokenizer", loc, "id ", id, " is outside 0..", vocab_size() - 1);
+  return keys_[static_cast<size_t>(id)];
+}
+
+const std::string& Tokenizer::token_bytes(int32_t id, Loc loc) const {
+  check(id >= 0 && id < vocab_size(), "tokenizer", loc, "id ", id, " is outside 0..", vocab_size() - 1);
+  return bytes_[static_cast<size_t>(id)];
+}
+
+std::vector<std::string> Tokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (int32_t id : specials_) out.push_back(keys_[static_cast<size_t>(id)]);
+  return out;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && special_flag_[static_cast<size_t>(id)];
+}
+
+int32_t Tokenizer::add_special_token(const std::string& text, Loc loc) {
+  check(!text.empty(), "tokenizer", loc, "a special token cannot be empty");
+  check(bpe::key_to_bytes(text).has_value() || text.find_first_of("\0", 0, 1) == std::string::npos, "tokenizer",
+        loc, "bad special token");
+  auto it = key_to_id_.find(text);
+  int32_t id;
+  if (it != key_to_id_.end()) {
+    id = it->second;
+    if (special_flag_[static_cast<size_t>(id)]) return id;
+    check(bytes_[static_cast<size_t>(id)] == text, "tokenizer", loc, "'", text,
+          "' is an ordinary token whose bytes differ from its text; it cannot become special");
+    for (int b = 0; b < 256; ++b)
+      check(byte_ids_[b] != id, "tokenizer", loc, "'", text, "' is a byte token; it cannot become special");
+  } else {
+    id = vocab_size();
+    keys_.push_back(text);
+    bytes_.push_back(text);
+    special_flag_.push_back(false);
+    key_to_id_.emplace(text, id);
+  }
+  special_flag_[static_cast<size_t>(id)] = true;
+  specials_.push_back(id);
+  return id;
+}
+
+}  // namespace alk

@@ -1,0 +1,178 @@
+// GPT-2's pre-tokenizer, written out as a scanner over code points instead of a regex,
+// and GPT-2's byte-to-unicode alphabet.
+#include <algorithm>
+#include <array>
+
+#include "alk/tokenizer.h"
+
+namespace alk::bpe {
+
+namespace {
+
+struct CodeRange {
+  char32_t lo, hi;
+};
+#include "data/unicode_tables.inc"
+
+template <size_t N>
+bool in_table(const CodeRange (&table)[N], char32_t c) {
+  auto it = std::upper_bound(std::begin(table), std::end(table), c,
+                             [](char32_t v, const CodeRange& r) { return v < r.lo; });
+  return it != std::begin(table) && c <= (it - 1)->hi;
+}
+
+enum class Cls : uint8_t { Letter, Number, Space, Other };
+
+struct Char {
+  char32_t cp;  // kInvalid for an invalid UTF-8 byte
+  uint32_t begin, end;
+  Cls cls;
+};
+constexpr char32_t kInvalid = 0xFFFFFFFF;
+
+Cls classify(char32_t c) {
+  if (c < 0x80) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Cls::Letter;
+    if (c >= '0' && c <= '9') return Cls::Number;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return Cls::Space;
+    return Cls::Other;
+  }
+  if (c == kInvalid) return Cls::Other;
+  if (in_table(kLetterRanges, c)) return Cls::Letter;
+  if (in_table(kNumberRanges, c)) return Cls::Number;
+  if (in_table(kWhiteSpaceRanges, c)) return Cls::Space;
+  return Cls::Other;
+}
+
+// Decodes one strict UTF-8 sequence at s[i]: no overlongs, surrogates or code points past
+// U+10FFFF. Returns its length, or 0 when the byte at i does not start a valid sequence.
+size_t utf8_next(std::string_view s, size_t i, char32_t& cp) {
+  auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  uint8_t c = b(i);
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  size_t len;
+  char32_t min;
+  if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+  else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+  else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+std::vector<Char> decode_chars(std::string_view text) {
+  std::vector<Char> out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    char32_t cp;
+    size_t n = utf8_next(text, i, cp);
+    if (n == 0) cp = kInvalid, n = 1;
+    out.push_back({cp, static_cast<uint32_t>(i), static_cast<uint32_t>(i + n), classify(cp)});
+    i += n;
+  }
+  return out;
+}
+
+// Length in characters of the piece GPT-2's pattern matches at c[i].
+size_t match_at(const std::vector<Char>& c, size_t i) {
+  const size_t n = c.size();
+  auto cp = [&](size_t k) { return k < n ? c[k].cp : kInvalid; };
+  auto run = [&](size_t k, Cls cls) {
+    while (k < n && c[k].cls == cls) ++k;
+    return k;
+  };
+  if (cp(i) == '\'') {  // 's|'t|'re|'ve|'m|'ll|'d
+    char32_t a = cp(i + 1), b = cp(i + 2);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  }
+  // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': an optional space, then a run of one class.
+  size_t start = cp(i) == ' ' && i + 1 < n && c[i + 1].cls != Cls::Space ? i + 1 : i;
+  if (c[start].cls != Cls::Space) return run(start, c[start].cls) - i;
+  // '\s+(?!\S)' leaves the last space of a run for the next piece when a non-space follows;
+  // '\s+' takes a lone space before a non-space.
+  size_t end = run(i, Cls::Space);
+  if (end < n && end - i > 1) --end;
+  return end - i;
+}
+
+}  // namespace
+
+std::vector<std::string_view> pretokenize(std::string_view text) {
+  std::vector<Char> chars = decode_chars(text);
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < chars.size();) {
+    size_t len = match_at(chars, i);
+    size_t b = chars[i].begin, e = chars[i + len - 1].end;
+    pieces.push_back(text.substr(b, e - b));
+    i += len;
+  }
+  return pieces;
+}
+
+namespace {
+struct ByteTables {
+  std::array<char32_t, 256> to_unicode{};
+  std::array<uint8_t, 256> order{};  // order[i]: the byte at position i of GPT-2's table
+  ByteTables() {
+    int pos = 0, extra = 0;
+    auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); };
+    for (int b = 0; b < 256; ++b)
+      if (printable(b)) to_unicode[b] = static_cast<char32_t>(b), order[pos++] = static_cast<uint8_t>(b);
+    for (int b = 0; b < 256; ++b)
+      if (!printable(b)) to_unicode[b] = static_cast<char32_t>(256 + extra++), order[pos++] = static_cast<uint8_t>(b);
+  }
+};
+const ByteTables& tables() {
+  static const ByteTables t;
+  return t;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+}  // namespace
+
+char32_t byte_to_unicode(uint8_t b) { return tables().to_unicode[b]; }
+uint8_t byte_at_rank(int i) { return tables().order[static_cast<size_t>(i)]; }
+
+std::string bytes_to_key(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char ch : bytes) append_utf8(out, byte_to_unicode(static_cast<uint8_t>(ch)));
+  return out;
+}
+
+std::optional<std::string> key_to_bytes(std::string_view key) {
+  std::string out;
+  for (size_t i = 0; i < key.size();) {
+    char32_t cp;
+    size_t n = utf8_next(key, i, cp);
+    if (n == 0 || cp > 0x143) return std::nullopt;  // the alphabet ends at U+0143
+    // Bytes stand for themselves except the 68 remapped to U+0100..U+0143.
+    int b = cp >= 0x100 ? tables().order[188 + (cp - 0x100)] : static_cast<int>(cp);
+    if (byte_to_unicode(static_cast<uint8_t>(b)) != cp) return std::nullopt;
+    out += static_cast<char>(b);
+    i += n;
+  }
+  return out;
+}
+
+}  // namespace alk::bpe
