@@ -65,6 +65,12 @@ class Tensor {
   Tensor contiguous(Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;
 
+  // ---- in place (how optimizers and load_state_dict update parameters) ----
+  // Makes this handle (and every copy of it) refer to `value`'s data from now on. Same
+  // shape and dtype required; autograd identity (leaf, requires_grad, .grad) is kept.
+  // Functional underneath: tensors computed from the old value keep seeing the old value.
+  Tensor& assign_(const Tensor& value, Loc loc = Loc::current());
+
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
@@ -190,6 +196,28 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::curr
 std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim = 0, Loc loc = Loc::current());
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0, Loc loc = Loc::current());
 Tensor broadcast_to(const Tensor& x, Shape shape, Loc loc = Loc::current());
+
+// Fused attention over q, k, v [..., T, D] (k, v: [..., S, D]): softmax(q k^T * scale [+ causal
+// mask]) v, computed tile by tile with an online softmax; no T x S matrix is kept for backward.
+// scale < 0 means 1/sqrt(D).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
+                                    double scale = -1, Loc loc = Loc::current());
+
+// Sliding windows, as torch.nn.functional.unfold: [N, C, H, W] -> [N, C*kh*kw, L] where L is
+// the number of window positions; out-of-image taps read pad_value. fold is the adjoint:
+// [N, C*kh*kw, L] -> [N, C, H, W], summing overlapping taps.
+struct Conv2dGeometry {
+  int64_t kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+};
+Tensor unfold2d(const Tensor& x, const Conv2dGeometry& g, double pad_value = 0, Loc loc = Loc::current());
+Tensor fold2d(const Tensor& cols, int64_t h, int64_t w, const Conv2dGeometry& g, Loc loc = Loc::current());
+// x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0,
+                  Loc loc = Loc::current());  // stride -1 = kernel
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0,
+                  Loc loc = Loc::current());
 Shape broadcast_shapes(const Shape& a, const Shape& b, Loc loc = Loc::current());
 
 // ---- autograd ----

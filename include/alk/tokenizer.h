@@ -107,6 +107,14 @@ std::string bytes_to_key(std::string_view bytes);
 std::optional<std::string> key_to_bytes(std::string_view key);
 // Splits text (no special tokens) into GPT-2 pre-tokens; the pieces tile the text.
 std::vector<std::string_view> pretokenize(std::string_view text);
+// Cuts text at occurrences of the special tokens (leftmost first, then longest): the
+// stretches between them (index -1) and the occurrences (index into specials), in order.
+struct Segment {
+  std::string_view text;
+  int special;
+};
+std::vector<Segment> split_specials(std::string_view text, const std::vector<std::string>& specials);
+bool valid_utf8(std::string_view s);
 }  // namespace bpe
 
 }  // namespace alk

@@ -304,6 +304,18 @@ Tensor Tensor::contiguous(Loc loc) const {
 
 Tensor Tensor::to(DType t, Loc loc) const { return cast(*this, t, loc); }
 
+Tensor& Tensor::assign_(const Tensor& value, Loc loc) {
+  check_defined(*this, "assign_", loc);
+  check_defined(value, "assign_", loc);
+  check(value.shape() == shape() && value.dtype() == dtype(), "assign_", loc, "cannot assign a ",
+        dtype_name(value.dtype()), " tensor of shape ", to_string(value.shape()), " to a ", dtype_name(dtype()),
+        " tensor of shape ", to_string(shape()));
+  impl_->node = value.impl()->node;
+  impl_->strides = value.impl()->strides;
+  impl_->offset = value.impl()->offset;
+  return *this;
+}
+
 // ---- shared checks ----
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, Loc loc) {

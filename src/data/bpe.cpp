@@ -28,8 +28,8 @@ Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc l
   t.key_to_id_.reserve(n);
   for (size_t id = 0; id < n; ++id) {
     const std::string& key = t.keys_[id];
-    check(t.key_to_id_.emplace(key, static_cast<int32_t>(id)).second, "tokenizer", loc, source,
-          ": token '", key, "' appears twice (ids ", t.key_to_id_[key], " and ", id, ")");
+    auto [it, fresh] = t.key_to_id_.emplace(key, static_cast<int32_t>(id));
+    if (!fresh) fail("tokenizer", loc, source, ": token '", key, "' appears twice (ids ", it->second, " and ", id, ")");
     // A key outside GPT-2's byte alphabet can only be literal text (HF stores added
     // tokens that way), so it decodes to its own UTF-8 bytes.
     std::optional<std::string> b = t.special_flag_[id] ? std::nullopt : bpe::key_to_bytes(key);
@@ -100,24 +100,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     encode_ordinary(text, out);
     return out;
   }
-  // next[k]: where special k next occurs at or after pos (npos when it no longer does).
-  std::vector<size_t> next(specials_.size(), 0);
-  size_t pos = 0, done = 0;
-  while (true) {
-    size_t best = std::string_view::npos, best_len = 0;
-    int32_t best_id = -1;
-    for (size_t k = 0; k < specials_.size(); ++k) {
-      const std::string& s = keys_[static_cast<size_t>(specials_[k])];
-      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(s, pos);
-      if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos && s.size() > best_len))
-        best = next[k], best_len = s.size(), best_id = specials_[k];
-    }
-    if (best == std::string_view::npos) break;
-    encode_ordinary(text.substr(done, best - done), out);
-    out.push_back(best_id);
-    pos = done = best + best_len;
+  for (const bpe::Segment& seg : bpe::split_specials(text, special_tokens())) {
+    if (seg.special < 0) encode_ordinary(seg.text, out);
+    else out.push_back(specials_[static_cast<size_t>(seg.special)]);
   }
-  encode_ordinary(text.substr(done), out);
   return out;
 }
 
@@ -160,8 +146,7 @@ bool Tokenizer::is_special(int32_t id) const {
 
 int32_t Tokenizer::add_special_token(const std::string& text, Loc loc) {
   check(!text.empty(), "tokenizer", loc, "a special token cannot be empty");
-  check(bpe::key_to_bytes(text).has_value() || text.find_first_of("\0", 0, 1) == std::string::npos, "tokenizer",
-        loc, "bad special token");
+  check(bpe::valid_utf8(text), "tokenizer", loc, "special token '", text, "' is not valid UTF-8");
   auto it = key_to_id_.find(text);
   int32_t id;
   if (it != key_to_id_.end()) {

@@ -118,6 +118,36 @@ std::vector<std::string_view> pretokenize(std::string_view text) {
   return pieces;
 }
 
+std::vector<Segment> split_specials(std::string_view text, const std::vector<std::string>& specials) {
+  std::vector<Segment> out;
+  constexpr size_t npos = std::string_view::npos;
+  std::vector<size_t> next(specials.size());  // where special k next occurs at or after pos
+  for (size_t k = 0; k < specials.size(); ++k) next[k] = specials[k].empty() ? npos : text.find(specials[k]);
+  size_t pos = 0;
+  while (true) {
+    size_t best = npos, best_len = 0;
+    int best_k = -1;
+    for (size_t k = 0; k < specials.size(); ++k) {
+      if (next[k] != npos && next[k] < pos) next[k] = text.find(specials[k], pos);
+      if (next[k] != npos && (next[k] < best || (next[k] == best && specials[k].size() > best_len)))
+        best = next[k], best_len = specials[k].size(), best_k = static_cast<int>(k);
+    }
+    if (best == npos) break;
+    if (best > pos) out.push_back({text.substr(pos, best - pos), -1});
+    out.push_back({text.substr(best, best_len), best_k});
+    pos = best + best_len;
+  }
+  if (pos < text.size()) out.push_back({text.substr(pos), -1});
+  return out;
+}
+
+bool valid_utf8(std::string_view s) {
+  char32_t cp;
+  for (size_t i = 0, n; i < s.size(); i += n)
+    if ((n = utf8_next(s, i, cp)) == 0) return false;
+  return true;
+}
+
 namespace {
 struct ByteTables {
   std::array<char32_t, 256> to_unicode{};

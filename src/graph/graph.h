@@ -40,8 +40,16 @@ struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in 
 struct SliceScatterParams { int dim; int64_t start, step; };
 struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
 struct ConstParams { double value; };
+struct AttentionParams { bool causal; double scale; };
+// unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
+struct UnfoldParams {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t h, w;  // the spatial size of the [N, C, H, W] side
+  double pad_value;
+};
 using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
-                            OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams>;
+                            OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
+                            AttentionParams, UnfoldParams>;
 
 struct Node {
   OpId op = OpId::Buffer;
@@ -51,6 +59,7 @@ struct Node {
   Params params;
   std::shared_ptr<Buffer> buffer;  // set once realized; then inputs and params are dropped
   Loc loc;                         // the user's call site, for errors raised while running
+  std::string name;                // the user-facing op, when a composite built this node
   bool realized() const { return buffer != nullptr; }
   int64_t numel() const;
 };

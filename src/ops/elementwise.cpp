@@ -29,12 +29,12 @@ std::set<std::string> names_in(std::string_view text) {
 }
 
 // The dtype operands are brought to before the expression runs.
-DType common_dtype(const std::vector<Operand>& xs, Loc loc) {
+DType common_dtype(const std::vector<Operand>& xs, const char* op, Loc loc) {
   std::optional<DType> tensors;
   bool float_scalar = false, int_scalar = false, bool_scalar = false;
   for (const Operand& x : xs) {
     if (!x.is_scalar) {
-      check(x.tensor.defined(), "elementwise", loc, "operand is an undefined tensor");
+      check(x.tensor.defined(), op, loc, "operand is an undefined tensor");
       tensors = tensors ? promote(*tensors, x.tensor.dtype()) : x.tensor.dtype();
     } else if (x.is_float) {
       float_scalar = true;
@@ -161,7 +161,7 @@ Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& 
 Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc) {
   const ElementwiseEntry& e = elementwise_entry(op);
   const std::string name(e.name);
-  DType common = common_dtype(operands, loc);
+  DType common = common_dtype(operands, name.c_str(), loc);
   std::vector<DType> dtypes(operands.size(), common);
   DType out = common;
   switch (e.rule) {
@@ -173,7 +173,10 @@ Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc)
       std::fill(dtypes.begin(), dtypes.end(), DType::Bool);
       break;
     case DTypeRule::Select: {
-      common = common_dtype({operands.begin() + 1, operands.end()}, loc);
+      const Operand& c = operands[0];
+      check(c.is_scalar ? c.is_bool : c.tensor.dtype() == DType::Bool, name, loc,
+            "the condition must be bool, got ", c.is_scalar ? "a number" : std::string(dtype_name(c.tensor.dtype())));
+      common = common_dtype({operands.begin() + 1, operands.end()}, name.c_str(), loc);
       dtypes = {DType::Bool, common, common};
       out = common;
       break;

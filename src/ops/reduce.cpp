@@ -111,6 +111,7 @@ Tensor std(const Tensor& x, std::vector<int64_t> axes, int64_t correction, bool 
 
 Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes, bool keepdim, Loc loc) {
   check_floating(x, "logsumexp", loc);
+  reduce_axes(x, axes, "logsumexp", loc);
   // Shift by the max for stability; a row of -inf keeps a shift of 0 (result -inf, not NaN).
   Tensor m = max(x, axes, true, loc).detach();
   m = where(eq(abs(m), INFINITY), 0.0, m);

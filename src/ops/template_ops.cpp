@@ -28,8 +28,13 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, Loc loc) {
   const int64_t k2 = b.shape()[b.dim() - 2], n = b.shape()[b.dim() - 1];
   check(k == k2, "matmul", loc, "inner dimensions do not match: ", to_string(a.shape()), " @ ",
         to_string(b.shape()), " (", k, " vs ", k2, ")");
-  Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
-                                 Shape(b.shape().begin(), b.shape().end() - 2), loc);
+  Shape abatch(a.shape().begin(), a.shape().end() - 2), bbatch(b.shape().begin(), b.shape().end() - 2);
+  for (size_t i = 0; i < std::min(abatch.size(), bbatch.size()); ++i) {
+    int64_t x = abatch[abatch.size() - 1 - i], y = bbatch[bbatch.size() - 1 - i];
+    check(x == y || x == 1 || y == 1, "matmul", loc, "batch dimensions do not broadcast: ", to_string(a.shape()),
+          " @ ", to_string(b.shape()));
+  }
+  Shape batch = broadcast_shapes(abatch, bbatch, loc);
   Shape ash = batch, bsh = batch, osh = batch;
   ash.insert(ash.end(), {m, k});
   bsh.insert(bsh.end(), {k, n});
@@ -194,7 +199,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, Loc loc) {
   check_index(ids, "embedding", loc);
   Shape osh = ids.shape();
   osh.push_back(weight.shape()[1]);
-  return index_select(weight, 0, ids.reshape({-1}, loc), loc).reshape(osh, loc);
+  Tensor rows = index_select(weight, 0, ids.reshape({-1}, loc), loc);
+  rows.impl()->node->name = "embedding";  // a bad id is reported as embedding's, at this call
+  return rows.reshape(osh, loc);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Loc loc) {

@@ -46,6 +46,11 @@ using Case = std::function<void(std::mt19937&)>;
 const std::map<OpId, Case>& template_cases() {
 
   static const std::map<OpId, Case> cases = {
+      {OpId::Attention, [](std::mt19937& rng) {
+         gradcheck([](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); },
+                   {leaf(f64_tensor({2, 3, 4}, Domain::Any, rng)), leaf(f64_tensor({2, 5, 4}, Domain::Any, rng)),
+                    leaf(f64_tensor({2, 5, 4}, Domain::Any, rng))});
+       }},
       {OpId::Cast, [](std::mt19937& rng) {
          // Through f32: the function is the identity up to f32 rounding, so use a wide step.
          gradcheck([](auto& x) { return cast(cast(x[0], DType::F32), DType::F64) * 2.0; },
@@ -121,6 +126,18 @@ const std::map<OpId, Case>& template_cases() {
       {OpId::SliceScatter, [](std::mt19937& rng) {
          gradcheck([](auto& x) { return x[0].slice(1, 1, 5, 2) * x[0].slice(0, 0, 1).slice(1, 0, 2); },
                    {leaf(f64_tensor({2, 5}, Domain::Any, rng))});
+       }},
+      {OpId::Unfold, [](std::mt19937& rng) {
+         // kernel 2x3, stride (2, 1), padding (1, 1), dilation (1, 2); conv2d composes unfold with matmul.
+         gradcheck([](auto& x) { return unfold2d(x[0], Conv2dGeometry{2, 3, 2, 1, 1, 1, 1, 2}); },
+                   {leaf(f64_tensor({2, 2, 4, 5}, Domain::Any, rng))});
+         gradcheck([](auto& x) { return conv2d(x[0], x[1], x[2], 1, 1); },
+                   {leaf(f64_tensor({1, 2, 3, 4}, Domain::Any, rng)), leaf(f64_tensor({2, 2, 3, 3}, Domain::Any, rng)),
+                    leaf(f64_tensor({2}, Domain::Any, rng))});
+       }},
+      {OpId::Fold, [](std::mt19937& rng) {
+         gradcheck([](auto& x) { return fold2d(x[0], 4, 5, Conv2dGeometry{2, 3, 2, 1, 1, 1, 1, 2}); },
+                   {leaf(f64_tensor({2, 12, 9}, Domain::Any, rng))});
        }},
   };
   return cases;

@@ -47,7 +47,13 @@ class CpuDevice final : public Device {
       return;
     }
     if (!k.epilogue) {
-      run_core(k, view_of(k.output));
+      try {
+        run_core(k, view_of(k.output));
+      } catch (const Error& e) {
+        // A composite (embedding) owns the errors of the node it built.
+        if (k.node->name.empty() || e.op() == k.node->name) throw;
+        throw Error(k.node->name, e.detail(), k.node->loc);
+      }
       return;
     }
     // The core writes its value where the epilogue can read it: the output itself when
@@ -131,6 +137,26 @@ class CpuDevice final : public Device {
       case OpId::Random: {
         const auto& p = std::get<RandomParams>(n.params);
         cpu::random(static_cast<cpu::Distribution>(p.dist), p.seed, p.offset, p.low, p.high, out);
+        return;
+      }
+      case OpId::Attention: {
+        const auto& p = std::get<AttentionParams>(n.params);
+        cpu::attention_forward(in[0], in[1], in[2], p.causal, p.scale, out);
+        return;
+      }
+      case OpId::AttentionBackward: {
+        const auto& p = std::get<AttentionParams>(n.params);
+        cpu::attention_backward(in[0], in[1], in[2], in[3], in[4], p.causal, p.scale, out);
+        return;
+      }
+      case OpId::Unfold: {
+        const auto& p = std::get<UnfoldParams>(n.params);
+        cpu::unfold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.pad_value, out);
+        return;
+      }
+      case OpId::Fold: {
+        const auto& p = std::get<UnfoldParams>(n.params);
+        cpu::fold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
         return;
       }
       default:

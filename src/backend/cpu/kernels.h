@@ -42,6 +42,20 @@ void concat(std::span<const View> xs, int dim, const View& out);
 // out = zeros; out.slice(dim, start, start + step * g.shape[dim], step) = g.
 void slice_scatter(const View& g, int dim, int64_t start, int64_t step, const View& out);
 
+// q [B, T, D], k and v [B, S, D] (batch dims flattened) -> out [B, T, D + 1]: the attention
+// output in [..., :D] and each row's logsumexp of the scaled (masked) scores in [..., D].
+// Causal: query t sees keys s <= t + (S - T).
+void attention_forward(const View& q, const View& k, const View& v, bool causal, double scale, const View& out);
+// Gradients of the above: d_out [B, T, D], fwd = the forward's [B, T, D + 1] output;
+// out [3, B, max(T, S), D] packs dq (rows < T), dk and dv (rows < S).
+void attention_backward(const View& q, const View& k, const View& v, const View& fwd, const View& d_out, bool causal,
+                        double scale, const View& out);
+// x [N, C, H, W] -> out [N, C*kh*kw, L]; fold: cols [N, C*kh*kw, L] -> out [N, C, h, w] (summing).
+void unfold2d(const View& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+              int64_t dw, double pad_value, const View& out);
+void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+            int64_t dw, const View& out);
+
 enum class Distribution : uint8_t { Uniform, Normal, Integer };
 // Element i of out is drawn from Philox4x32-10 (core/philox.h) with key `seed` and counter
 // offset + i (normal: Box-Muller over pairs); Uniform in [low, high), Integer in [low, high).

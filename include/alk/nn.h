@@ -1,0 +1,225 @@
+// Neural-network building blocks: Module (a named tree of parameters and buffers),
+// layers, initializers and losses. Modules hold Tensor handles; optimizers and
+// load_state_dict update them in place with Tensor::assign_, so every holder of a
+// parameter sees the new value.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "alk/tensor.h"
+
+namespace alk::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // The module's computation on one input. Modules with other signatures add their own.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Parameters of this module then of its children (prefixed "child."), in registration order.
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;
+  NamedTensors state_dict() const;  // parameters, then buffers
+  // Strict: every key must be present and known, with matching shape and dtype.
+  void load_state_dict(const NamedTensors& state, bool strict = true, Loc loc = Loc::current());
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  int64_t num_parameters() const;
+  void zero_grad();
+
+ protected:
+  Tensor register_parameter(std::string name, Tensor value);  // sets requires_grad
+  Tensor register_buffer(std::string name, Tensor value);
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    children_.emplace_back(std::move(name), m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out, bool buffers) const;
+  NamedTensors params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// ---- initializers (draw from the seeded generator; see manual_seed) ----
+namespace init {
+void normal_(Tensor& t, double mean = 0, double std = 1);
+void uniform_(Tensor& t, double low, double high);
+void zeros_(Tensor& t);
+void ones_(Tensor& t);
+// fan_in/fan_out from the shape as PyTorch computes them ([out, in, k...]).
+void kaiming_uniform_(Tensor& t, double a = 0);
+void kaiming_normal_(Tensor& t, double a = 0);
+void xavier_uniform_(Tensor& t, double gain = 1);
+void xavier_normal_(Tensor& t, double gain = 1);
+}  // namespace init
+
+// ---- layers ----
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;  // weight [out, in]
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim);
+  Tensor forward(const Tensor& ids) override;
+  Tensor weight;  // [num, dim]
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t dim;
+  double eps;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;
+  int64_t dim;
+  double eps;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5) : p(p) {}
+  Tensor forward(const Tensor& x) override { return dropout(x, p, is_training()); }
+  double p;
+};
+
+enum class Activation { ReLU, GELU, GELUTanh, SiLU };
+Tensor activate(const Tensor& x, Activation a);
+
+class Act : public Module {
+ public:
+  explicit Act(Activation a) : kind(a) {}
+  Tensor forward(const Tensor& x) override { return activate(x, kind); }
+  Activation kind;
+};
+
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start = 1, int64_t end = -1) : start(start), end(end) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start, end); }
+  int64_t start, end;
+};
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential& add(std::shared_ptr<Module> m);  // named "0", "1", ...
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+class MLP : public Module {
+ public:
+  MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELUTanh, double dropout = 0, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> fc, proj;
+  Activation act;
+  std::shared_ptr<Dropout> drop;
+};
+
+// Multi-head causal self-attention over x [B, T, dim] with the fused attention op.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> drop;
+  int64_t dim, heads;
+};
+
+// Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio = 4, double dropout = 0, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+struct GPTConfig {
+  int64_t vocab = 256, ctx = 128, dim = 128, heads = 4, layers = 4;
+  double dropout = 0;
+  bool tie_embeddings = true, bias = true;
+};
+
+// A GPT-2 style language model: token + position embeddings, pre-norm blocks, final
+// norm, and a head (tied to the token embedding when configured).
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& cfg);
+  Tensor forward(const Tensor& ids) override;  // [B, T] i64 -> logits [B, T, vocab]
+  GPTConfig cfg;
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> head;  // null when tied
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1,
+         int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;  // weight [out, in/groups, k, k]
+  int64_t stride, padding, dilation, groups;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
+      : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, padding); }
+  int64_t kernel, stride, padding;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
+      : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel, stride, padding); }
+  int64_t kernel, stride, padding;
+};
+
+// Normalizes over (N, H, W) per channel; in training also updates the running statistics
+// (momentum-weighted, unbiased variance), which eval mode uses.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias, running_mean, running_var;
+  double eps, momentum;
+};
+
+// ---- losses (mean over the non-ignored elements) ----
+// logits [N, C] or [..., C]; targets i64 [N] or [...]. Fused log-softmax + NLL.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     double label_smoothing = 0, Loc loc = Loc::current());
+Tensor mse_loss(const Tensor& x, const Tensor& target, Loc loc = Loc::current());
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Loc loc = Loc::current());
+
+}  // namespace alk::nn

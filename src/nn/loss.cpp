@@ -1,0 +1,34 @@
+// Losses, composed from table ops (the scheduler fuses the elementwise parts).
+#include "alk/nn.h"
+
+namespace alk::nn {
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double smoothing, Loc loc) {
+  check(logits.defined() && targets.defined(), "cross_entropy", loc, "undefined input");
+  check(logits.dim() >= 1 && is_floating(logits.dtype()), "cross_entropy", loc,
+        "logits must be a floating tensor [..., C], got ", dtype_name(logits.dtype()), " ", to_string(logits.shape()));
+  check(targets.dtype() == DType::I64 || targets.dtype() == DType::I32, "cross_entropy", loc,
+        "targets must be i64 or i32, got ", dtype_name(targets.dtype()));
+  const int64_t c = logits.shape().back();
+  Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+  check(targets.shape() == lead, "cross_entropy", loc, "targets shape ", to_string(targets.shape()),
+        " must be the logits shape without the class dim ", to_string(lead));
+  check(smoothing >= 0 && smoothing <= 1, "cross_entropy", loc, "label_smoothing must be in [0, 1], got ", smoothing);
+  Tensor lp = log_softmax(logits.reshape({-1, c}, loc), 1, loc);  // [N, C]
+  Tensor t = targets.reshape({-1, 1}, loc);
+  Tensor keep = ne(t, ignore_index);                      // [N, 1]
+  Tensor safe = where(keep, t, int64_t{0});               // ignored rows gather class 0, then are masked
+  Tensor nll = -gather(lp, 1, safe.to(DType::I64), loc);  // [N, 1]
+  if (smoothing > 0) nll = nll * (1 - smoothing) - mean(lp, {1}, true) * smoothing;
+  Tensor w = keep.to(logits.dtype());
+  return sum(nll * w) / maximum(sum(w), 1.0);
+}
+
+Tensor mse_loss(const Tensor& x, const Tensor& target, Loc loc) { return mean(square(x - target), {}, false, loc); }
+
+// max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|.
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Loc loc) {
+  return mean(relu(x) - x * y + log1p(exp(-abs(x))), {}, false, loc);
+}
+
+}  // namespace alk::nn

@@ -1,0 +1,71 @@
+// The GPT: attention, blocks and the model, with GPT-2's initialization.
+#include <cmath>
+
+#include "alk/nn.h"
+
+namespace alk::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t d, int64_t h, double p, bool bias) : dim(d), heads(h) {
+  check(h > 0 && d % h == 0, "CausalSelfAttention", Loc::current(), "dim ", d, " is not divisible by heads ", h);
+  qkv = register_module("qkv", std::make_shared<Linear>(d, 3 * d, bias));
+  proj = register_module("proj", std::make_shared<Linear>(d, d, bias));
+  drop = register_module("drop", std::make_shared<Dropout>(p));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  const int64_t b = x.shape()[0], t = x.shape()[1], hd = dim / heads;
+  Tensor qkv_out = qkv->forward(x).reshape({b, t, 3, heads, hd});  // [B, T, 3, H, D]
+  auto part = [&](int64_t i) { return qkv_out.select(2, i).transpose(1, 2); };  // [B, H, T, D]
+  Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), true);
+  y = y.transpose(1, 2).reshape({b, t, dim});
+  return drop->forward(proj->forward(y));
+}
+
+TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, double p, bool bias) {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(dim));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(dim, heads, p, bias));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(dim));
+  mlp = register_module("mlp", std::make_shared<MLP>(dim, mlp_ratio * dim, Activation::GELUTanh, p, bias));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + attn->forward(ln1->forward(x));
+  return h + mlp->forward(ln2->forward(h));
+}
+
+GPT::GPT(const GPTConfig& c) : cfg(c) {
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab, c.dim));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.ctx, c.dim));
+  for (int64_t i = 0; i < c.layers; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i),
+                                     std::make_shared<TransformerBlock>(c.dim, c.heads, 4, c.dropout, c.bias)));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.dim));
+  if (!c.tie_embeddings) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, false));
+  // GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 * layers), zero biases.
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
+  for (auto& [name, p] : named_parameters()) {
+    Tensor t = p;
+    bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    bool is_norm = name.find("ln") != std::string::npos;
+    if (is_norm) continue;
+    if (is_bias) {
+      init::zeros_(t);
+    } else if (name.find("proj.weight") != std::string::npos) {
+      init::normal_(t, 0, residual_std);
+    } else {
+      init::normal_(t, 0, 0.02);
+    }
+  }
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  check(ids.dim() == 2, "GPT", Loc::current(), "expected token ids [B, T], got shape ", to_string(ids.shape()));
+  const int64_t t = ids.shape()[1];
+  check(t <= cfg.ctx, "GPT", Loc::current(), "sequence length ", t, " exceeds the context ", cfg.ctx);
+  Tensor x = wte->forward(ids) + wpe->forward(arange(t));
+  for (auto& block : blocks) x = block->forward(x);
+  x = ln_f->forward(x);
+  return head ? head->forward(x) : matmul(x, wte->weight.t());
+}
+
+}  // namespace alk::nn

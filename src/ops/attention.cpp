@@ -1,0 +1,74 @@
+// Fused attention: softmax(q k^T * scale [+ causal mask]) v as one template op.
+// The forward node packs the output and each query row's logsumexp ([B, T, D + 1]), so
+// the backward node recomputes the probabilities tile by tile from it (FlashAttention-2
+// style) and no T x S matrix is ever stored. Both kernels live in
+// src/backend/<name>/kernels_attention.cpp.
+#include <cmath>
+
+#include "graph/autograd.h"
+#include "ops/ops.h"
+
+namespace alk {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return "q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool causal, double scale,
+                                    Loc loc) {
+  check_defined(q0, kOp, loc);
+  check_defined(k0, kOp, loc);
+  check_defined(v0, kOp, loc);
+  check(q0.dim() >= 2 && k0.dim() >= 2 && v0.dim() >= 2, kOp, loc,
+        "q, k and v need rank >= 2 ([..., T, D] and [..., S, D]); got ", shapes_of(q0, k0, v0));
+  check(q0.dim() == k0.dim() && q0.dim() == v0.dim(), kOp, loc, "q, k and v must have the same rank; got ",
+        shapes_of(q0, k0, v0));
+  const int64_t r = q0.dim();
+  const Shape lead(q0.shape().begin(), q0.shape().end() - 2);
+  check(Shape(k0.shape().begin(), k0.shape().end() - 2) == lead &&
+            Shape(v0.shape().begin(), v0.shape().end() - 2) == lead,
+        kOp, loc, "batch dims (all but the last two) of q, k and v must be equal; got ", shapes_of(q0, k0, v0));
+  const int64_t T = q0.shape()[r - 2], D = q0.shape()[r - 1];
+  const int64_t S = k0.shape()[r - 2];
+  check(k0.shape()[r - 1] == D, kOp, loc, "q and k must have the same last dim (head size); got ",
+        shapes_of(q0, k0, v0));
+  check(v0.shape()[r - 2] == S, kOp, loc, "k and v must have the same number of keys (dim -2); got ",
+        shapes_of(q0, k0, v0));
+  check(v0.shape()[r - 1] == D, kOp, loc, "v must have the same last dim as q and k; got ", shapes_of(q0, k0, v0));
+  check(std::isfinite(scale), kOp, loc, "scale must be finite, got ", scale);
+  if (scale < 0) scale = D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+
+  const DType t = to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype()));
+  int64_t B = 1;
+  for (int64_t s : lead) B *= s;
+  // Flattening the batch dims is a view when it can be (a copy otherwise); the kernels
+  // read strided [B, T, D] views, so e.g. a transposed [T, B, D] input is not copied.
+  Tensor q = cast(q0, t, loc).reshape({B, T, D}, loc);
+  Tensor k = cast(k0, t, loc).reshape({B, S, D}, loc);
+  Tensor v = cast(v0, t, loc).reshape({B, S, D}, loc);
+
+  const AttentionParams params{causal, scale};
+  Tensor packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
+  Tensor out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
+  if (needs_grad({&q, &k, &v})) {
+    Tensor sq = alias(q), sk = alias(k), sv = alias(v), sfwd = alias(packed);
+    out = with_grad(out, kOp, {q, k, v}, [sq, sk, sv, sfwd, params, B, T, S, D, t, loc](const Tensor& g0) {
+      Tensor g = cast(g0, t, loc).contiguous(loc);
+      const int64_t M = std::max(T, S);
+      Tensor grads = make_node(OpId::AttentionBackward, {3, B, M, D}, t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
+      return std::vector<Tensor>{grads.select(0, 0).slice(1, 0, T), grads.select(0, 1).slice(1, 0, S),
+                                 grads.select(0, 2).slice(1, 0, S)};
+    });
+  }
+  Shape osh = lead;
+  osh.insert(osh.end(), {T, D});
+  return out.reshape(osh, loc);
+}
+
+}  // namespace alk

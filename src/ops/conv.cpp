@@ -1,0 +1,179 @@
+// Convolution and pooling. unfold2d (im2col) and fold2d (its adjoint, col2im) are
+// template ops whose backward rules are each other; conv2d is unfold + one batched
+// matmul over the groups, and the pools reduce over the window dim of an unfold, so
+// autograd composes their backward from matmul's, max's and mean's rules.
+#include <cmath>
+#include <sstream>
+#include <tuple>
+#include <string>
+
+#include "graph/autograd.h"
+#include "ops/ops.h"
+
+namespace alk {
+
+namespace {
+
+std::string describe(const Conv2dGeometry& g) {
+  std::ostringstream s;
+  s << "kernel (" << g.kh << ", " << g.kw << "), stride (" << g.stride_h << ", " << g.stride_w << "), padding ("
+    << g.pad_h << ", " << g.pad_w << "), dilation (" << g.dilation_h << ", " << g.dilation_w << ")";
+  return s.str();
+}
+
+int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  return span < 0 ? 0 : span / s + 1;  // a negative span means no window fits
+}
+
+// Checks the geometry against a spatial size (h, w); returns the window grid (OH, OW).
+std::pair<int64_t, int64_t> check_geometry(const Conv2dGeometry& g, int64_t h, int64_t w, const Shape& shape,
+                                           const char* op, Loc loc) {
+  check(g.kh > 0 && g.kw > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0, op, loc,
+        "kernel size, stride and dilation must be positive, got ", describe(g), " for input shape ", to_string(shape));
+  check(g.pad_h >= 0 && g.pad_w >= 0, op, loc, "padding must be non-negative, got ", describe(g), " for input shape ",
+        to_string(shape));
+  const int64_t oh = out_size(h, g.kh, g.stride_h, g.pad_h, g.dilation_h);
+  const int64_t ow = out_size(w, g.kw, g.stride_w, g.pad_w, g.dilation_w);
+  check(oh > 0 && ow > 0, op, loc, "output size would be ", oh, " x ", ow, " (must be positive) for spatial size ", h,
+        " x ", w, " with ", describe(g), "; input shape ", to_string(shape));
+  return {oh, ow};
+}
+
+void check_rank4(const Tensor& x, const char* what, const char* op, Loc loc) {
+  check_defined(x, op, loc);
+  check(x.dim() == 4, op, loc, what, " must be 4-D [N, C, H, W], got shape ", to_string(x.shape()));
+}
+
+UnfoldParams params_of(const Conv2dGeometry& g, int64_t h, int64_t w, double pad_value) {
+  return UnfoldParams{g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w,
+                      h,    w,    pad_value};
+}
+
+Tensor fold_node(const Tensor& cols, int64_t channels, const UnfoldParams& p, Loc loc);
+
+// Both assume checked arguments.
+Tensor unfold_node(const Tensor& x, const UnfoldParams& p, Loc loc) {
+  const int64_t oh = (p.h + 2 * p.ph - p.dh * (p.kh - 1) - 1) / p.sh + 1;
+  const int64_t ow = (p.w + 2 * p.pw - p.dw * (p.kw - 1) - 1) / p.sw + 1;
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  Tensor out = make_node(OpId::Unfold, {n, c * p.kh * p.kw, oh * ow}, x.dtype(), {alias(x)}, p, loc);
+  UnfoldParams back = p;
+  back.pad_value = 0;
+  return with_grad(out, "unfold2d", {x}, [back, c, loc](const Tensor& g) {
+    return std::vector<Tensor>{fold_node(g, c, back, loc)};
+  });
+}
+
+Tensor fold_node(const Tensor& cols, int64_t channels, const UnfoldParams& p, Loc loc) {
+  Tensor out = make_node(OpId::Fold, {cols.shape()[0], channels, p.h, p.w}, cols.dtype(), {alias(cols)}, p, loc);
+  return with_grad(out, "fold2d", {cols}, [p, loc](const Tensor& g) {
+    return std::vector<Tensor>{unfold_node(g, p, loc)};
+  });
+}
+
+Conv2dGeometry square(int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  Conv2dGeometry g;
+  g.kh = g.kw = kernel;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = padding;
+  g.dilation_h = g.dilation_w = dilation;
+  return g;
+}
+
+// Shared by the pools: checks, then returns the window values as [N, C, k*k, OH*OW] and (OH, OW).
+Tensor pool_windows(const Tensor& x, int64_t kernel, int64_t& stride, int64_t padding, double pad_value,
+                    const char* op, Loc loc, int64_t& oh, int64_t& ow) {
+  check_rank4(x, "input", op, loc);
+  check_floating(x, op, loc);
+  if (stride == -1) stride = kernel;
+  Conv2dGeometry g = square(kernel, stride, padding, 1);
+  std::tie(oh, ow) = check_geometry(g, x.shape()[2], x.shape()[3], x.shape(), op, loc);
+  check(2 * padding <= kernel, op, loc, "padding should be at most half of the kernel size, got ", describe(g),
+        " for input shape ", to_string(x.shape()));
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], pad_value), loc);
+  return cols.reshape({n, c, kernel * kernel, oh * ow}, loc);
+}
+
+}  // namespace
+
+Tensor unfold2d(const Tensor& x, const Conv2dGeometry& g, double pad_value, Loc loc) {
+  check_rank4(x, "input", "unfold2d", loc);
+  check_geometry(g, x.shape()[2], x.shape()[3], x.shape(), "unfold2d", loc);
+  return unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], pad_value), loc);
+}
+
+Tensor fold2d(const Tensor& cols, int64_t h, int64_t w, const Conv2dGeometry& g, Loc loc) {
+  check_defined(cols, "fold2d", loc);
+  check(cols.dim() == 3, "fold2d", loc, "input must be 3-D [N, C*kh*kw, L], got shape ", to_string(cols.shape()));
+  check(h > 0 && w > 0, "fold2d", loc, "output size must be positive, got ", h, " x ", w);
+  auto [oh, ow] = check_geometry(g, h, w, cols.shape(), "fold2d", loc);
+  const int64_t k = g.kh * g.kw;
+  check(cols.shape()[1] % k == 0, "fold2d", loc, "dim 1 of input shape ", to_string(cols.shape()),
+        " must be a multiple of kh*kw = ", k, " (", describe(g), ")");
+  check(cols.shape()[2] == oh * ow, "fold2d", loc, "dim 2 of input shape ", to_string(cols.shape()), " must be ",
+        oh * ow, " (", oh, " x ", ow, " windows of output ", h, " x ", w, " with ", describe(g), ")");
+  return fold_node(cols, cols.shape()[1] / k, params_of(g, h, w, 0), loc);
+}
+
+Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups, Loc loc) {
+  const char* op = "conv2d";
+  check_rank4(x0, "input", op, loc);
+  check_defined(w0, op, loc);
+  check(w0.dim() == 4, op, loc, "weight must be 4-D [O, C/groups, kh, kw], got shape ", to_string(w0.shape()),
+        " (input shape ", to_string(x0.shape()), ")");
+  const int64_t n = x0.shape()[0], c = x0.shape()[1], o = w0.shape()[0];
+  check(groups > 0, op, loc, "groups must be positive, got ", groups);
+  check(c % groups == 0, op, loc, "input channels ", c, " (input shape ", to_string(x0.shape()),
+        ") are not divisible by groups = ", groups);
+  check(o % groups == 0, op, loc, "output channels ", o, " (weight shape ", to_string(w0.shape()),
+        ") are not divisible by groups = ", groups);
+  check(w0.shape()[1] == c / groups, op, loc, "weight shape ", to_string(w0.shape()), " expects ",
+        w0.shape()[1] * groups, " input channels (", w0.shape()[1], " per group x ", groups,
+        " groups) but input shape ", to_string(x0.shape()), " has ", c);
+  if (b0.defined())
+    check(b0.dim() == 1 && b0.shape()[0] == o, op, loc, "bias must have shape [", o, "] (weight shape ",
+          to_string(w0.shape()), "), got ", to_string(b0.shape()));
+  Conv2dGeometry g;
+  g.kh = w0.shape()[2];
+  g.kw = w0.shape()[3];
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = padding;
+  g.dilation_h = g.dilation_w = dilation;
+  auto [oh, ow] = check_geometry(g, x0.shape()[2], x0.shape()[3], x0.shape(), op, loc);
+
+  DType t = to_floating(promote(x0.dtype(), w0.dtype()));
+  if (b0.defined()) t = to_floating(promote(t, b0.dtype()));
+  Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
+
+  const int64_t k = (c / groups) * g.kh * g.kw;
+  Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], 0), loc);  // [N, C*kh*kw, L]
+  Tensor out;
+  if (groups == 1) {
+    out = matmul(w.reshape({o, k}, loc), cols, loc);  // [N, O, L]
+  } else {
+    // Group gi's channels are rows [gi*k, (gi+1)*k) of cols and outputs [gi*O/g, (gi+1)*O/g): one batched matmul.
+    Tensor cg = cols.reshape({n, groups, k, oh * ow}, loc);
+    Tensor wg = w.reshape({groups, o / groups, k}, loc);
+    out = matmul(wg, cg, loc);  // [N, groups, O/groups, L]
+  }
+  out = out.reshape({n, o, oh, ow}, loc);
+  if (b0.defined()) out = out + cast(b0, t, loc).reshape({1, o, 1, 1}, loc);
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Loc loc) {
+  int64_t oh = 0, ow = 0;
+  Tensor win = pool_windows(x, kernel, stride, padding, -INFINITY, "max_pool2d", loc, oh, ow);
+  return max(win, {2}, false, loc).reshape({x.shape()[0], x.shape()[1], oh, ow}, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Loc loc) {
+  int64_t oh = 0, ow = 0;
+  Tensor win = pool_windows(x, kernel, stride, padding, 0, "avg_pool2d", loc, oh, ow);
+  return mean(win, {2}, false, loc).reshape({x.shape()[0], x.shape()[1], oh, ow}, loc);
+}
+
+}  // namespace alk

@@ -1,0 +1,173 @@
+#include <cmath>
+#include <map>
+
+#include "alk/optim.h"
+#include "graph/graph.h"
+
+namespace alk::optim {
+
+Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+  for (auto& [name, p] : params_)
+    check(p.defined() && p.requires_grad() && p.is_leaf(), "optimizer", Loc::current(), "parameter '", name,
+          "' must be a leaf tensor that requires grad");
+}
+
+Tensor Optimizer::scalar(double v) const {
+  Tensor t = make_buffer_tensor({}, DType::F32);
+  *static_cast<float*>(t.impl()->node->buffer->data) = static_cast<float>(v);
+  return t;
+}
+
+Tensor Optimizer::state(size_t i, const std::string& slot) {
+  for (auto& [name, t] : state_[i])
+    if (name == slot) return t;
+  const Tensor& p = params_[i].second;
+  Tensor z = zeros(p.shape(), p.dtype()).contiguous();
+  z.realize();
+  state_[i].emplace_back(slot, z);
+  return state_[i].back().second;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  ++steps_;
+  lr_t_ = scalar(lr_);
+  std::vector<Tensor> targets;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor next = update(i, p, g);
+    p.assign_(next);
+    targets.push_back(p);
+    for (auto& [slot, t] : state_[i]) targets.push_back(t);
+  }
+  // Every parameter and state update in one schedule.
+  realize(targets);
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, p] : params_) p.zero_grad();
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  Tensor step = make_buffer_tensor({}, DType::I64);
+  *static_cast<int64_t*>(step.impl()->node->buffer->data) = steps_;
+  out.emplace_back("step", step);
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (auto& [slot, t] : state_[i]) out.emplace_back(params_[i].first + "." + slot, t);
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
+  std::map<std::string, Tensor> given(state.begin(), state.end());
+  auto step = given.find("step");
+  check(step != given.end() && step->second.numel() == 1, "optimizer.load_state_dict", loc,
+        "the state has no scalar 'step'");
+  steps_ = static_cast<int64_t>(step->second.item());
+  given.erase(step);
+  for (size_t i = 0; i < params_.size(); ++i) state_[i].clear();
+  for (auto& [key, t] : given) {
+    size_t found = params_.size();
+    std::string slot;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& name = params_[i].first;
+      if (key.size() > name.size() + 1 && key.compare(0, name.size(), name) == 0 && key[name.size()] == '.' &&
+          key.find('.', name.size() + 1) == std::string::npos) {
+        found = i;
+        slot = key.substr(name.size() + 1);
+      }
+    }
+    check(found < params_.size(), "optimizer.load_state_dict", loc, "state '", key, "' matches no parameter");
+    const Tensor& p = params_[found].second;
+    check(t.shape() == p.shape(), "optimizer.load_state_dict", loc, "state '", key, "' has shape ",
+          to_string(t.shape()), " but its parameter has ", to_string(p.shape()));
+    Tensor v = t.to(p.dtype()).contiguous();
+    v.realize();
+    state_[found].emplace_back(slot, v);
+  }
+}
+
+SGD::SGD(NamedTensors params, double lr, SGDOptions o) : Optimizer(std::move(params), lr), o_(o) {}
+
+Tensor SGD::update(size_t i, const Tensor& p, const Tensor& g0) {
+  Tensor g = o_.weight_decay != 0 ? g0 + p * o_.weight_decay : g0;
+  if (o_.momentum != 0) {
+    Tensor buf = state(i, "momentum_buffer");
+    // PyTorch: the first step takes the gradient itself as the buffer.
+    Tensor next = steps() == 1 ? g : buf * o_.momentum + g * (1 - o_.dampening);
+    buf.assign_(next);
+    g = o_.nesterov ? g + buf * o_.momentum : buf;
+  }
+  return p - lr_tensor() * g;
+}
+
+Adam::Adam(NamedTensors params, double lr, AdamOptions o, bool decoupled)
+    : Optimizer(std::move(params), lr), o_(std::move(o)), decoupled_(decoupled) {
+  if (!o_.decay) o_.decay = [](const std::string&, const Tensor& p) { return p.dim() >= 2; };
+}
+
+Tensor Adam::update(size_t i, const Tensor& p, const Tensor& g0) {
+  const bool decays = o_.weight_decay != 0 && (!decoupled_ || o_.decay(params()[i].first, p));
+  Tensor g = decays && !decoupled_ ? g0 + p * o_.weight_decay : g0;
+  Tensor m = state(i, "exp_avg");
+  Tensor v = state(i, "exp_avg_sq");
+  m.assign_(m * o_.beta1 + g * (1 - o_.beta1));
+  v.assign_(v * o_.beta2 + g * g * (1 - o_.beta2));
+  const double t = static_cast<double>(steps());
+  Tensor c1 = scalar(1 / (1 - std::pow(o_.beta1, t))), c2 = scalar(1 / (1 - std::pow(o_.beta2, t)));
+  Tensor base = decays && decoupled_ ? p - lr_tensor() * o_.weight_decay * p : p;
+  return base - lr_tensor() * (m * c1) / (sqrt(v * c2) + o_.eps);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  Tensor total;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor s = sum(square(g.to(DType::F32)));
+    total = total.defined() ? total + s : s;
+    grads.push_back(g);
+  }
+  if (!total.defined()) return 0;
+  Tensor norm = sqrt(total);
+  // Scale by min(1, max_norm / norm) as a tensor: no value-dependent kernel text.
+  Tensor coef = minimum(max_norm / (norm + 1e-6), 1.0);
+  std::vector<Tensor> targets{norm};
+  for (Tensor g : grads) {
+    g.assign_((g * coef).to(g.dtype()));
+    targets.push_back(g);
+  }
+  realize(targets);
+  return norm.item();
+}
+
+Schedule constant_lr(double lr) {
+  return [lr](int64_t) { return lr; };
+}
+Schedule linear_lr(double from, double to, int64_t steps) {
+  return [=](int64_t s) {
+    double f = steps > 0 ? std::min<double>(static_cast<double>(s) / static_cast<double>(steps), 1.0) : 1.0;
+    return from + (to - from) * f;
+  };
+}
+Schedule cosine_lr(double lr, int64_t steps, double min_lr) {
+  return [=](int64_t s) {
+    double f = steps > 0 ? std::min<double>(static_cast<double>(s) / static_cast<double>(steps), 1.0) : 1.0;
+    return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * f));
+  };
+}
+Schedule step_lr(double lr, int64_t step_size, double gamma) {
+  return [=](int64_t s) { return lr * std::pow(gamma, static_cast<double>(s / std::max<int64_t>(step_size, 1))); };
+}
+Schedule warmup(int64_t n, Schedule then) {
+  return [n, then](int64_t s) {
+    if (s < n) return then(0) * static_cast<double>(s + 1) / static_cast<double>(n);
+    return then(s - n);
+  };
+}
+
+}  // namespace alk::optim
