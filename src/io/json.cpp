@@ -31,36 +31,36 @@ namespace {
 
 bool Value::as_bool(Loc loc) const {
   if (!is_bool()) wrong_kind(Kind::Bool, kind(), loc);
-  return std::get<bool>(v_);
+  return b_;
 }
 int64_t Value::as_int(Loc loc) const {
   if (!is_int()) wrong_kind(Kind::Int, kind(), loc);
-  return std::get<int64_t>(v_);
+  return i_;
 }
 double Value::as_double(Loc loc) const {
-  if (is_int()) return static_cast<double>(std::get<int64_t>(v_));
+  if (is_int()) return static_cast<double>(i_);
   if (kind() != Kind::Double) wrong_kind(Kind::Double, kind(), loc);
-  return std::get<double>(v_);
+  return d_;
 }
 const std::string& Value::as_string(Loc loc) const {
   if (!is_string()) wrong_kind(Kind::String, kind(), loc);
-  return std::get<std::string>(v_);
+  return s_;
 }
 const Array& Value::as_array(Loc loc) const {
   if (!is_array()) wrong_kind(Kind::Array, kind(), loc);
-  return std::get<Array>(v_);
+  return a_;
 }
 const Object& Value::as_object(Loc loc) const {
   if (!is_object()) wrong_kind(Kind::Object, kind(), loc);
-  return std::get<Object>(v_);
+  return o_;
 }
 Array& Value::as_array(Loc loc) {
   if (!is_array()) wrong_kind(Kind::Array, kind(), loc);
-  return std::get<Array>(v_);
+  return a_;
 }
 Object& Value::as_object(Loc loc) {
   if (!is_object()) wrong_kind(Kind::Object, kind(), loc);
-  return std::get<Object>(v_);
+  return o_;
 }
 
 const Value* Value::find(std::string_view key, Loc loc) const {
@@ -81,6 +81,20 @@ Value& Value::set(std::string key, Value value, Loc loc) {
     if (k == key) return v = std::move(value);
   o.emplace_back(std::move(key), std::move(value));
   return o.back().second;
+}
+
+bool operator==(const Value& a, const Value& b) {
+  if (a.kind_ != b.kind_) return false;
+  switch (a.kind_) {
+    case Kind::Null: return true;
+    case Kind::Bool: return a.b_ == b.b_;
+    case Kind::Int: return a.i_ == b.i_;
+    case Kind::Double: return a.d_ == b.d_;
+    case Kind::String: return a.s_ == b.s_;
+    case Kind::Array: return a.a_ == b.a_;
+    case Kind::Object: return a.o_ == b.o_;
+  }
+  return false;
 }
 
 // ---- parser ----

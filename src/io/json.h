@@ -13,7 +13,6 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "alk/error.h"
@@ -30,26 +29,26 @@ std::string_view kind_name(Kind k);
 class Value {
  public:
   Value() = default;
-  Value(std::nullptr_t) {}                                           // NOLINT(google-explicit-constructor)
-  Value(bool b) : v_(b) {}                                           // NOLINT
-  Value(int i) : v_(static_cast<int64_t>(i)) {}                      // NOLINT
-  Value(int64_t i) : v_(i) {}                                        // NOLINT
-  Value(uint64_t i) : v_(static_cast<int64_t>(i)) {}                 // NOLINT (caller ensures < 2^63)
-  Value(double d) : v_(d) {}                                         // NOLINT
-  Value(std::string s) : v_(std::move(s)) {}                         // NOLINT
-  Value(const char* s) : v_(std::string(s)) {}                       // NOLINT
-  Value(std::string_view s) : v_(std::string(s)) {}                  // NOLINT
-  Value(json::Array a) : v_(std::move(a)) {}                         // NOLINT
-  Value(json::Object o) : v_(std::move(o)) {}                        // NOLINT
+  Value(std::nullptr_t) {}                                                 // NOLINT(google-explicit-constructor)
+  Value(bool b) : kind_(Kind::Bool), b_(b) {}                              // NOLINT
+  Value(int i) : kind_(Kind::Int), i_(i) {}                                // NOLINT
+  Value(int64_t i) : kind_(Kind::Int), i_(i) {}                            // NOLINT
+  Value(uint64_t i) : kind_(Kind::Int), i_(static_cast<int64_t>(i)) {}     // NOLINT (caller ensures < 2^63)
+  Value(double d) : kind_(Kind::Double), d_(d) {}                          // NOLINT
+  Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}          // NOLINT
+  Value(const char* s) : kind_(Kind::String), s_(s) {}                     // NOLINT
+  Value(std::string_view s) : kind_(Kind::String), s_(s) {}                // NOLINT
+  Value(json::Array a) : kind_(Kind::Array), a_(std::move(a)) {}           // NOLINT
+  Value(json::Object o) : kind_(Kind::Object), o_(std::move(o)) {}         // NOLINT
 
-  Kind kind() const { return static_cast<Kind>(v_.index()); }
-  bool is_null() const { return kind() == Kind::Null; }
-  bool is_bool() const { return kind() == Kind::Bool; }
-  bool is_int() const { return kind() == Kind::Int; }
-  bool is_number() const { return kind() == Kind::Int || kind() == Kind::Double; }
-  bool is_string() const { return kind() == Kind::String; }
-  bool is_array() const { return kind() == Kind::Array; }
-  bool is_object() const { return kind() == Kind::Object; }
+  Kind kind() const { return kind_; }
+  bool is_null() const { return kind_ == Kind::Null; }
+  bool is_bool() const { return kind_ == Kind::Bool; }
+  bool is_int() const { return kind_ == Kind::Int; }
+  bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Double; }
+  bool is_string() const { return kind_ == Kind::String; }
+  bool is_array() const { return kind_ == Kind::Array; }
+  bool is_object() const { return kind_ == Kind::Object; }
 
   // Typed access; the wrong kind throws alk::Error("json", "expected K, got K2").
   bool as_bool(Loc loc = Loc::current()) const;
@@ -68,10 +67,19 @@ class Value {
   // Objects: replaces the member named key, or appends it (keeps order).
   Value& set(std::string key, Value value, Loc loc = Loc::current());
 
-  friend bool operator==(const Value& a, const Value& b) { return a.v_ == b.v_; }
+  // Deep equality; objects compare in order, and 1 (Int) differs from 1.0 (Double).
+  friend bool operator==(const Value& a, const Value& b);
 
  private:
-  std::variant<std::monostate, bool, int64_t, double, std::string, json::Array, json::Object> v_;
+  // Plain members rather than std::variant: GCC 12 reports false -Wmaybe-uninitialized
+  // for a variant holding vectors of the type being defined. Only the member of kind_ is used.
+  Kind kind_ = Kind::Null;
+  bool b_ = false;
+  int64_t i_ = 0;
+  double d_ = 0;
+  std::string s_;
+  json::Array a_;
+  json::Object o_;
 };
 
 inline constexpr int kDefaultMaxDepth = 128;

@@ -253,6 +253,41 @@ void check_against_composed(DType dtype, double atol, double rtol) {
 TEST(Attention, MatchesComposedF64) { check_against_composed(DType::F64, 1e-11, 1e-9); }
 TEST(Attention, MatchesComposedF32) { check_against_composed(DType::F32, 2e-5, 1e-4); }
 
+TEST(Attention, BF16Gradients) {
+  // bf16 inputs and outputs, f32 accumulation: compared loosely with the f64 composition.
+  std::mt19937 rng(29);
+  Tensor q = random_f64({2, 40, 16}, rng).to(DType::BF16).requires_grad_();
+  Tensor k = random_f64({2, 40, 16}, rng).to(DType::BF16).requires_grad_();
+  Tensor v = random_f64({2, 40, 16}, rng).to(DType::BF16).requires_grad_();
+  Tensor w = random_f64({2, 40, 16}, rng);
+  Tensor y = scaled_dot_product_attention(q, k, v, true);
+  auto gy = grad({sum(y.to(DType::F64) * w)}, {q, k, v});
+  std::vector<Tensor> x64;
+  for (const Tensor& t : {q, k, v}) x64.push_back(t.detach().to(DType::F64).requires_grad_());
+  Tensor r = composed_attention(x64[0], x64[1], x64[2], true, 0.25);
+  auto gr = grad({sum(r * w)}, x64);
+  expect_close(y.to_vector<double>(), r.to_vector<double>(), 2e-2, 2e-2, "output");
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(gy[i].dtype(), DType::BF16);
+    expect_close(gy[i].to_vector<double>(), gr[i].to_vector<double>(), 5e-2, 5e-2, "grad " + std::to_string(i));
+  }
+}
+
+TEST(Attention, EmptySizes) {
+  // No keys: every row sees nothing, so the output and dq are 0.
+  Tensor q = ones({2, 3, 4}).requires_grad_(), k = ones({2, 0, 4}).requires_grad_(), v = ones({2, 0, 4});
+  for (bool causal : {false, true}) {
+    Tensor y = scaled_dot_product_attention(q, k, v, causal);
+    for (float x : y.to_vector<float>()) EXPECT_EQ(x, 0.0f);
+    auto g = grad({sum(y)}, {q, k});
+    for (float x : g[0].to_vector<float>()) EXPECT_EQ(x, 0.0f);
+    EXPECT_EQ(g[1].shape(), (Shape{2, 0, 4}));
+  }
+  EXPECT_EQ(scaled_dot_product_attention(ones({2, 0, 4}), ones({2, 5, 4}), ones({2, 5, 4})).shape(),
+            (Shape{2, 0, 4}));
+  EXPECT_EQ(scaled_dot_product_attention(ones({0, 3, 4}), ones({0, 5, 4}), ones({0, 5, 4})).numel(), 0);
+}
+
 TEST(Attention, BackwardThroughViewsAndLeaves) {
   // Gradients flow back through the head split and reach the leaves' .grad.
   std::mt19937 rng(31);

@@ -328,11 +328,16 @@ TEST(Unfold, GradcheckAndDoubleBackward) {
             {leaf(f64_tensor({2, 2, 4, 5}, Domain::Any, rng))});
   gradcheck([](auto& x) { return fold2d(x[0], 4, 5, geo(2, 3, 2, 1, 1, 1, 1, 2)); },
             {leaf(f64_tensor({2, 12, 9}, Domain::Any, rng))});
-  // Double backward through conv2d: d/dx of sum(dL/dw) reuses unfold's and fold's rules.
-  gradcheck([](auto& x) {
-    Tensor y = conv2d(x[0], x[1], Tensor(), 1, 1);
-    return grad({sum(y * y)}, {x[1]}, {}, true)[0];
-  }, {leaf(f64_tensor({1, 2, 3, 3}, Domain::Any, rng)), leaf(f64_tensor({2, 2, 2, 2}, Domain::Any, rng))});
+  // Double backward: d/dz of sum(fold(unfold(x) * z)^2) depends on x through unfold and through fold's
+  // backward (an unfold of a gradient that depends on x), so both rules must be differentiable again.
+  // z is a fresh leaf per call (gradcheck passes plain tensors when it perturbs x).
+  Conv2dGeometry g = geo(2, 2, 1, 2, 1, 0, 1, 1);
+  Tensor z0 = f64_tensor({1, 8, 8}, Domain::Any, rng);
+  gradcheck([g, z0](auto& x) {
+    Tensor z = leaf(tensor(z0.to_vector<double>(), z0.shape()));
+    Tensor y = fold2d(unfold2d(x[0], g) * z, 3, 4, g);
+    return grad({sum(y * y)}, {z}, {}, true)[0];
+  }, {leaf(f64_tensor({1, 2, 3, 4}, Domain::Any, rng))});
 }
 
 // ---- errors ----

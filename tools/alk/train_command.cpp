@@ -1,6 +1,108 @@
+// `alk train`: runs a training job (train/). Flags override --config, which overrides the
+// defaults; --resume DIR continues the run in DIR from its config and checkpoint.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "alk/train.h"
 #include "tools/alk/commands.h"
 
 namespace alk::cli {
-// Placeholder until the training-stack work lands this command.
-void add_train_command(CLI::App& app) { (void)app; }
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_sigint(int) {
+  g_stop = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  check(static_cast<bool>(f), "train", Loc::current(), "cannot read ", path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model: a GPT on text (default) or a CNN on MNIST");
+  static train::Config flags;
+  static std::string config_file, resume_dir;
+  static train::Config defaults;
+  cmd->add_option("--task", flags.task, "gpt or mnist")->capture_default_str();
+  cmd->add_option("--corpus", flags.corpus, "gpt: training text file (default: the KJV Bible, data/kjv.txt)");
+  cmd->add_option("--data", flags.data, "mnist: directory with the IDX files (default: found automatically)");
+  cmd->add_option("--steps", flags.steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--device", flags.device, "auto or cpu")->capture_default_str();
+  cmd->add_option("--out", flags.out, "run directory (default runs/gpt or runs/mnist)");
+  cmd->add_option("--resume", resume_dir, "continue the run in DIR from its last checkpoint");
+  cmd->add_option("--config", config_file, "JSON config file (flags override it)");
+  cmd->add_option("--seed", flags.seed, "random seed")->capture_default_str();
+  cmd->add_option("--batch", flags.batch, "batch size")->capture_default_str();
+  cmd->add_option("--ctx", flags.ctx, "gpt: context length")->capture_default_str();
+  cmd->add_option("--dim", flags.dim, "gpt: model width")->capture_default_str();
+  cmd->add_option("--layers", flags.layers, "gpt: transformer blocks")->capture_default_str();
+  cmd->add_option("--heads", flags.heads, "gpt: attention heads")->capture_default_str();
+  cmd->add_option("--vocab-size", flags.vocab_size, "gpt: BPE vocabulary size")->capture_default_str();
+  cmd->add_option("--lr", flags.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--eval-every", flags.eval_every, "gpt: validation every N steps")->capture_default_str();
+  cmd->add_option("--ckpt-every", flags.ckpt_every, "checkpoint every N steps")->capture_default_str();
+  cmd->add_option("--log-every", flags.log_every, "metrics line every N steps")->capture_default_str();
+  cmd->add_option("--sample-tokens", flags.sample_tokens, "gpt: tokens sampled at the end")->capture_default_str();
+  cmd->callback([cmd] {
+    train::Config c;
+    if (flags.task == "mnist") {  // MNIST's own defaults
+      c.task = "mnist";
+      c.out = "runs/mnist";
+      c.steps = 1200;
+      c.batch = 64;
+      c.lr = 2e-3;
+      c.min_lr = 1e-4;
+      c.warmup = 50;
+      c.weight_decay = 0.01;
+      c.log_every = 50;
+      c.ckpt_every = 400;
+    }
+    if (!resume_dir.empty()) {
+      c = train::config_from_json(read_text(resume_dir + "/config.json"), c);
+      c.out = resume_dir;
+    }
+    if (!config_file.empty()) c = train::config_from_json(read_text(config_file), c);
+    // Every flag given on the command line wins.
+    auto given = [cmd](const char* name) { return cmd->count(name) > 0; };
+    if (given("--task")) c.task = flags.task;
+    if (given("--corpus")) c.corpus = flags.corpus;
+    if (given("--data")) c.data = flags.data;
+    if (given("--steps")) c.steps = flags.steps;
+    if (given("--device")) c.device = flags.device;
+    if (given("--out")) c.out = flags.out;
+    if (given("--seed")) c.seed = flags.seed;
+    if (given("--batch")) c.batch = flags.batch;
+    if (given("--ctx")) c.ctx = flags.ctx;
+    if (given("--dim")) c.dim = flags.dim;
+    if (given("--layers")) c.layers = flags.layers;
+    if (given("--heads")) c.heads = flags.heads;
+    if (given("--vocab-size")) c.vocab_size = flags.vocab_size;
+    if (given("--lr")) c.lr = flags.lr;
+    if (given("--eval-every")) c.eval_every = flags.eval_every;
+    if (given("--ckpt-every")) c.ckpt_every = flags.ckpt_every;
+    if (given("--log-every")) c.log_every = flags.log_every;
+    if (given("--sample-tokens")) c.sample_tokens = flags.sample_tokens;
+    c = train::config_from_json(train::config_to_json(c), train::Config{});  // validates
+    std::signal(SIGINT, on_sigint);
+    train::Result r = train::run(c, !resume_dir.empty(), std::cerr, &g_stop);
+    if (r.interrupted) {
+      std::cerr << "interrupted: checkpoint saved in " << c.out << "; continue with: alk train --resume " << c.out
+                << "\n";
+      throw CLI::RuntimeError(130);
+    }
+  });
+}
+
 }  // namespace alk::cli

@@ -17,6 +17,7 @@
 // (kQ or kK) of contiguous memory, which GCC vectorizes at -O2. Accumulation is in f32
 // for f16/bf16/f32 and in f64 for f64.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -38,6 +39,50 @@ struct Mat3 {
   explicit Mat3(const View& view) : v(&view), sb(view.strides[0]), sr(view.strides[1]), sc(view.strides[2]) {}
   int64_t at(int64_t b, int64_t r, int64_t c) const { return v->offset + b * sb + r * sr + c * sc; }
 };
+
+// One register block of tile_gemm: rows [r0, r0 + R), all W columns, two 16-byte vectors
+// (GCC vector extensions, so it does not depend on the auto-vectorizer) at a time.
+template <int R, int W, class Acc>
+inline void gemm_block(int64_t r0, int64_t depth, const Acc* a, int64_t a_rs, int64_t a_ps, const Acc* bt, Acc* c,
+                       bool accumulate) {
+  typedef Acc V __attribute__((vector_size(16)));
+  constexpr int L = static_cast<int>(16 / sizeof(Acc)), C = 2 * L;
+  static_assert(W % C == 0);
+  for (int c0 = 0; c0 < W; c0 += C) {
+    V acc[R][2];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) {
+        if (accumulate)
+          std::memcpy(&acc[r][h], c + (r0 + r) * W + c0 + h * L, sizeof(V));
+        else
+          acc[r][h] = V{} ;
+      }
+    for (int64_t p = 0; p < depth; ++p) {
+      V b0, b1;
+      std::memcpy(&b0, bt + p * W + c0, sizeof(V));
+      std::memcpy(&b1, bt + p * W + c0 + L, sizeof(V));
+      for (int r = 0; r < R; ++r) {
+        const Acc av = a[(r0 + r) * a_rs + p * a_ps];
+        acc[r][0] += av * b0;
+        acc[r][1] += av * b1;
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) std::memcpy(c + (r0 + r) * W + c0 + h * L, &acc[r][h], sizeof(V));
+  }
+}
+
+// c[r * W + j] (+)= sum_{p < depth} a[r * a_rs + p * a_ps] * bt[p * W + j] for r < rows, j < W:
+// the tile products, with a read through strides so it can be either operand transposed.
+// Each element sums over p in order (onto its old value when accumulating), so results do
+// not depend on how work is split.
+template <int W, class Acc>
+void tile_gemm(int64_t rows, int64_t depth, const Acc* a, int64_t a_rs, int64_t a_ps, const Acc* bt, Acc* c,
+               bool accumulate) {
+  int64_t r0 = 0;
+  for (; r0 + 4 <= rows; r0 += 4) gemm_block<4, W>(r0, depth, a, a_rs, a_ps, bt, c, accumulate);
+  for (; r0 < rows; ++r0) gemm_block<1, W>(r0, depth, a, a_rs, a_ps, bt, c, accumulate);
+}
 
 template <class E, class Acc>
 struct Attention {
@@ -78,32 +123,6 @@ struct Attention {
       for (int64_t j = 0; j < kK; ++j) dst[d * kK + j] = j < n ? load(src, m.at(b, r0 + j, d)) : Acc(0);
   }
 
-  // st[j * kQ + i] = sum_d rows[j * D + d] * cols[d * kQ + i] for j < nj.
-  void scores_t(const Acc* rows, const Acc* cols, int64_t nj, Acc* st) const {
-    for (int64_t j = 0; j < nj; ++j) {
-      Acc* sj = st + j * kQ;
-      for (int64_t i = 0; i < kQ; ++i) sj[i] = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        const Acc kd = rows[j * D + d];
-        const Acc* qd = cols + d * kQ;
-        for (int64_t i = 0; i < kQ; ++i) sj[i] += kd * qd[i];
-      }
-    }
-  }
-
-  // s[i * kK + j] = sum_d rows[i * D + d] * cols[d * kK + j] for i < kQ.
-  void scores_k(const Acc* rows, const Acc* cols, Acc* s) const {
-    for (int64_t i = 0; i < kQ; ++i) {
-      Acc* si = s + i * kK;
-      for (int64_t j = 0; j < kK; ++j) si[j] = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        const Acc qd = rows[i * D + d];
-        const Acc* kd = cols + d * kK;
-        for (int64_t j = 0; j < kK; ++j) si[j] += qd * kd[j];
-      }
-    }
-  }
-
   // ---- forward: one task per (batch, query block) ----
   void forward(const View& q, const View& k, const View& v, const View& out) const {
     const int64_t nqb = (T + kQ - 1) / kQ;
@@ -122,7 +141,7 @@ struct Attention {
           const int64_t nj = std::min(kK, kend - s0);
           load_rows(k, b, s0, nj, nj, kb.data());
           load_rows(v, b, s0, nj, nj, vb.data());
-          scores_t(kb.data(), qt.data(), nj, st.data());
+          tile_gemm<kQ>(nj, D, kb.data(), D, 1, qt.data(), st.data(), false);
           // Mask, then the new running max per row.
           for (int64_t i = 0; i < kQ; ++i) ms[i] = m[i];
           for (int64_t j = 0; j < nj; ++j) {
@@ -153,12 +172,8 @@ struct Attention {
           for (int64_t d = 0; d < D; ++d) {
             Acc* od = ot.data() + d * kQ;
             for (int64_t i = 0; i < kQ; ++i) od[i] *= alpha[i];
-            for (int64_t j = 0; j < nj; ++j) {
-              const Acc vd = vb[static_cast<size_t>(j * D + d)];
-              const Acc* sj = st.data() + j * kQ;
-              for (int64_t i = 0; i < kQ; ++i) od[i] += sj[i] * vd;
-            }
           }
+          tile_gemm<kQ>(D, nj, vb.data(), 1, D, st.data(), ot.data(), true);  // O += P^T-tile . V
         }
         for (int64_t i = 0; i < nq; ++i) {
           const int64_t row = out.offset + (b * T + t0 + i) * W;
@@ -205,8 +220,8 @@ struct Attention {
           const int64_t nq = std::min(kQ, T - t0);
           load_rows(q, b, t0, nq, kQ, qb.data());
           load_rows(dout, b, t0, nq, kQ, gb.data());
-          scores_k(qb.data(), kt.data(), p.data());   // q.k
-          scores_k(gb.data(), vt.data(), ds.data());  // dP = dO.v
+          tile_gemm<kK>(kQ, D, qb.data(), D, 1, kt.data(), p.data(), false);   // q.k
+          tile_gemm<kK>(kQ, D, gb.data(), D, 1, vt.data(), ds.data(), false);  // dP = dO.v
           for (int64_t i = 0; i < kQ; ++i) {
             Acc* pi = p.data() + i * kK;
             Acc* dsi = ds.data() + i * kK;
@@ -224,17 +239,8 @@ struct Attention {
               dsi[j] = pij * (dsi[j] - di_t);
             }
           }
-          for (int64_t i = 0; i < nq; ++i) {
-            const Acc* pi = p.data() + i * kK;
-            const Acc* dsi = ds.data() + i * kK;
-            for (int64_t d = 0; d < D; ++d) {
-              const Acc gd = gb[static_cast<size_t>(i * D + d)], qd = qb[static_cast<size_t>(i * D + d)];
-              Acc* dv = dvt.data() + d * kK;
-              Acc* dk = dkt.data() + d * kK;
-              for (int64_t j = 0; j < kK; ++j) dv[j] += pi[j] * gd;
-              for (int64_t j = 0; j < kK; ++j) dk[j] += dsi[j] * qd;
-            }
-          }
+          tile_gemm<kK>(D, nq, gb.data(), 1, D, p.data(), dvt.data(), true);   // dV += P^T dO
+          tile_gemm<kK>(D, nq, qb.data(), 1, D, ds.data(), dkt.data(), true);  // dK += dS^T Q
         }
         for (int64_t j = 0; j < nj; ++j) {
           const int64_t dk_row = out.offset + ((1 * B + b) * M + s0 + j) * D;
@@ -267,8 +273,8 @@ struct Attention {
           const int64_t nj = std::min(kK, kend - s0);
           load_rows(k, b, s0, nj, nj, kb.data());
           load_rows(v, b, s0, nj, nj, vb.data());
-          scores_t(kb.data(), qt.data(), nj, st.data());   // q.k
-          scores_t(vb.data(), gt.data(), nj, dst.data());  // dP = dO.v
+          tile_gemm<kQ>(nj, D, kb.data(), D, 1, qt.data(), st.data(), false);   // q.k
+          tile_gemm<kQ>(nj, D, vb.data(), D, 1, gt.data(), dst.data(), false);  // dP = dO.v
           for (int64_t j = 0; j < nj; ++j) {
             Acc* sj = st.data() + j * kQ;
             Acc* dsj = dst.data() + j * kQ;
@@ -279,14 +285,7 @@ struct Attention {
               dsj[i] = pij * (dsj[i] - di_i[i]);
             }
           }
-          for (int64_t d = 0; d < D; ++d) {
-            Acc* dq = dqt.data() + d * kQ;
-            for (int64_t j = 0; j < nj; ++j) {
-              const Acc kd = kb[static_cast<size_t>(j * D + d)];
-              const Acc* dsj = dst.data() + j * kQ;
-              for (int64_t i = 0; i < kQ; ++i) dq[i] += dsj[i] * kd;
-            }
-          }
+          tile_gemm<kQ>(D, nj, kb.data(), 1, D, dst.data(), dqt.data(), true);  // dQ += dS K
         }
         for (int64_t i = 0; i < nq; ++i) {
           const int64_t row = out.offset + (b * M + t0 + i) * D;

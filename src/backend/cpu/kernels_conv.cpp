@@ -72,7 +72,10 @@ void unfold2d(const View& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int
                 const T* src = plane.data();
                 const int64_t at = iy * W + j * dw - pw;
                 for (int64_t ox = 0; ox < ox_lo; ++ox) r[ox] = pad;
-                for (int64_t ox = ox_lo; ox < ox_hi; ++ox) r[ox] = src[at + ox * sw];
+                if (sw == 1)
+                  std::copy(src + at + ox_lo, src + at + ox_hi, r + ox_lo);
+                else
+                  for (int64_t ox = ox_lo; ox < ox_hi; ++ox) r[ox] = src[at + ox * sw];
                 for (int64_t ox = ox_hi; ox < OW; ++ox) r[ox] = pad;
               }
               const int64_t dst = out.offset + (n * C * K + c * K + i * kw + j) * L;
@@ -128,7 +131,10 @@ void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, in
                 if (iy < 0 || iy >= H) continue;
                 T* dst = plane.data();
                 const int64_t at = iy * W + j * dw - pw;
-                for (int64_t ox = ox_lo; ox < ox_hi; ++ox) dst[at + ox * sw] += r[ox];
+                if (sw == 1)
+                  for (int64_t ox = ox_lo; ox < ox_hi; ++ox) dst[at + ox] += r[ox];
+                else
+                  for (int64_t ox = ox_lo; ox < ox_hi; ++ox) dst[at + ox * sw] += r[ox];
               }
             }
           }

@@ -1,0 +1,58 @@
+// The training jobs behind `alk train` and `alk sample`: a GPT on raw text and a CNN on
+// MNIST, with checkpoints, resume, metrics and a loss curve in one run directory:
+//   config.json  model.safetensors  optimizer.safetensors  metrics.jsonl  loss.svg
+//   tokenizer/vocab.json  tokenizer/merges.txt  tokens.bin (the tokenized corpus cache)
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "alk/error.h"
+
+namespace alk::train {
+
+struct Config {
+  std::string task = "gpt";  // gpt | mnist
+  std::string corpus;        // gpt: text file; "" = the KJV Bible (Debian's bible-kjv), cached in data/
+  std::string data;          // mnist: directory of IDX files; "" = find_mnist_dir()
+  std::string out = "runs/gpt";
+  std::string device = "auto";  // auto | cpu (the only backend built so far)
+  uint64_t seed = 1337;
+  int64_t steps = 600;
+  int64_t batch = 8;
+  // GPT
+  int64_t ctx = 128, dim = 128, heads = 4, layers = 4, vocab_size = 1024;
+  double dropout = 0;
+  double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, grad_clip = 1.0;
+  int64_t warmup = 40;
+  double val_fraction = 0.05;
+  int64_t eval_every = 100, eval_batches = 8, ckpt_every = 200, log_every = 10;
+  int64_t sample_tokens = 200;  // printed at the end of a GPT run (0 = none)
+};
+
+// config.json <-> Config. Keys not present keep `base`'s value; unknown keys are an error.
+std::string config_to_json(const Config& c);
+Config config_from_json(const std::string& text, Config base, Loc loc = Loc::current());
+
+struct Result {
+  int64_t steps_done = 0;
+  std::vector<double> losses;  // training loss per step run in this call
+  double val_loss = 0;         // last measured (gpt)
+  double test_accuracy = 0;    // mnist
+  bool interrupted = false;
+};
+
+// Runs (or resumes, when cfg.out holds a checkpoint and `resume` is set) a job. Progress
+// goes to `log`; `stop` (set by Ctrl-C) ends the run after the current step, with a checkpoint.
+Result run(const Config& cfg, bool resume, std::ostream& log, const std::atomic<bool>* stop = nullptr);
+
+// Generates `tokens` tokens after `prompt` from a GPT run directory.
+std::string sample(const std::string& dir, const std::string& prompt, int64_t tokens, double temperature = 0.8,
+                   int64_t top_k = 40, uint64_t seed = 0, Loc loc = Loc::current());
+
+// The default corpus: data/kjv.txt, made with Debian's `bible` program if missing.
+std::string default_corpus(Loc loc = Loc::current());
+
+}  // namespace alk::train

@@ -1,0 +1,162 @@
+// The GPT job: tokenizer, dataset, model, AdamW with warmup + cosine, the training loop
+// with validation, checkpoints, metrics, and a sample at the end.
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "alk/data.h"
+#include "alk/io.h"
+#include "alk/nn.h"
+#include "alk/optim.h"
+#include "alk/tokenizer.h"
+#include "alk/train.h"
+#include "train/job.h"
+#include "train/report.h"
+
+namespace alk::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nn::GPTConfig model_config(const Config& c, int64_t vocab) {
+  nn::GPTConfig g;
+  g.vocab = vocab;
+  g.ctx = c.ctx;
+  g.dim = c.dim;
+  g.heads = c.heads;
+  g.layers = c.layers;
+  g.dropout = c.dropout;
+  return g;
+}
+
+std::string read_file(const std::string& path, Loc loc) {
+  std::ifstream f(path, std::ios::binary);
+  check(static_cast<bool>(f), "train", loc, "cannot read ", path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progress) {
+  const std::string tok_dir = dir + "/tokenizer";
+  if (fs::exists(tok_dir + "/vocab.json")) return Tokenizer::load(tok_dir);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string corpus = read_file(c.corpus, Loc::current());
+  Tokenizer tok = Tokenizer::train(corpus, static_cast<int>(c.vocab_size));
+  tok.save(tok_dir);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ostringstream msg;
+  msg << "tokenizer: trained a " << tok.vocab_size() << "-token byte-level BPE on " << corpus.size() / 1e6
+      << " MB in " << std::fixed << std::setprecision(1) << s << " s -> " << tok_dir;
+  progress.note(msg.str());
+  return tok;
+}
+
+// Mean loss over `batches` validation batches, in eval mode and without autograd.
+double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64_t step) {
+  NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < c.eval_batches; ++i) {
+    auto [x, y] = data.batch(false, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step * c.eval_batches + i));
+    total += nn::cross_entropy(model(x), y).item();
+  }
+  model.train();
+  return total / static_cast<double>(std::max<int64_t>(c.eval_batches, 1));
+}
+
+}  // namespace
+
+Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
+  Config c = cfg_in;
+  if (c.corpus.empty()) c.corpus = default_corpus();
+  fs::create_directories(c.out);
+  Progress progress(log, c.steps, 0);
+  Tokenizer tok = tokenizer_for(c, c.out, progress);
+  const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", Loc::current()));
+  TokenDataset data = TokenDataset::from_file(
+      c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
+      fingerprint);
+  check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(),
+        "corpus too small: ", data.train_size(), " training and ", data.val_size(), " validation tokens for ctx ",
+        c.ctx);
+  {
+    std::ostringstream msg;
+    msg << "data: " << c.corpus << ": " << data.train_size() << " training + " << data.val_size()
+        << " validation tokens" << (data.from_cache() ? " (cached)" : "");
+    progress.note(msg.str());
+  }
+
+  manual_seed(c.seed);
+  nn::GPT model(model_config(c, tok.vocab_size()));
+  optim::AdamW opt(model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
+  optim::Schedule schedule = optim::warmup(c.warmup, optim::cosine_lr(c.lr, std::max<int64_t>(c.steps - c.warmup, 1), c.min_lr));
+  int64_t start = 0;
+  if (resume) {
+    start = load_checkpoint(c.out, model, opt);
+    std::ostringstream msg;
+    msg << "resumed from " << c.out << " at step " << start;
+    progress.note(msg.str());
+  }
+  truncate_metrics(c.out + "/metrics.jsonl", start);
+  write_file_atomic(c.out + "/config.json", config_to_json(c));
+  {
+    std::ostringstream msg;
+    msg << "model: GPT " << model.num_parameters() / 1e6 << "M parameters (vocab " << tok.vocab_size() << ", ctx "
+        << c.ctx << ", dim " << c.dim << ", " << c.layers << " layers, " << c.heads << " heads); " << c.steps
+        << " steps of " << c.batch << "x" << c.ctx << " tokens; ln(vocab) = " << std::log(tok.vocab_size());
+    progress.note(msg.str());
+  }
+
+  Result result;
+  Progress bar(log, c.steps, start);
+  for (int64_t step = start; step < c.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    const double lr = schedule(step);
+    opt.set_lr(lr);
+    auto [x, y] = data.batch(true, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step));
+    Tensor loss = nn::cross_entropy(model(x), y);
+    const double loss_value = loss.item();
+    loss.backward();
+    if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);
+    opt.step();
+    opt.zero_grad();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tok_s = static_cast<double>(c.batch * c.ctx) / secs;
+    result.losses.push_back(loss_value);
+    result.steps_done = step + 1;
+    MetricPoint point{step + 1, loss_value, std::nullopt, lr, tok_s};
+    const bool last = step + 1 == c.steps;
+    if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || last)) {
+      point.val_loss = result.val_loss = validate(model, data, c, step + 1);
+      std::ostringstream msg;
+      msg << "step " << step + 1 << ": val loss " << std::fixed << std::setprecision(4) << *point.val_loss
+          << " (perplexity " << std::setprecision(1) << std::exp(*point.val_loss) << ")";
+      bar.note(msg.str());
+    }
+    if ((step + 1) % std::max<int64_t>(c.log_every, 1) == 0 || point.val_loss || last)
+      append_metric(c.out + "/metrics.jsonl", point);
+    bar.update(step, loss_value, lr, tok_s, c.log_every);
+    const bool interrupted = stop && stop->load();
+    if ((c.ckpt_every > 0 && (step + 1) % c.ckpt_every == 0) || last || interrupted) {
+      save_checkpoint(c.out, model, opt, step + 1, config_to_json(c));
+      if (interrupted || !last) bar.note("checkpoint: " + c.out + " at step " + std::to_string(step + 1));
+    }
+    if (interrupted) {
+      result.interrupted = true;
+      break;
+    }
+  }
+  bar.finish();
+  write_loss_svg(c.out + "/loss.svg", read_metrics(c.out + "/metrics.jsonl"), "alk GPT: " + c.corpus);
+  log << "wrote " << c.out << "/{model.safetensors, optimizer.safetensors, config.json, metrics.jsonl, loss.svg}\n";
+  if (c.sample_tokens > 0 && !result.interrupted)
+    log << "\nsample:\n" << sample(c.out, "And God said", c.sample_tokens, 0.8, 40, c.seed) << "\n";
+  return result;
+}
+
+}  // namespace alk::train
