@@ -240,4 +240,25 @@ class NoGradGuard {
 // Realizes several tensors in one schedule (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);
 
+// ---- memory ----
+// While a MemoryBudget lives, every realize whose plan needs more than max_bytes at its
+// peak is refused at plan time, before anything is allocated, with an alk::Error naming
+// the peak, the budget and the largest tensors.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(int64_t max_bytes);
+  ~MemoryBudget();
+  MemoryBudget(const MemoryBudget&) = delete;
+  MemoryBudget& operator=(const MemoryBudget&) = delete;
+
+ private:
+  int64_t previous_;
+};
+int64_t memory_budget();  // -1: none
+// The most recent realize's plan: peak bytes (stored outputs + arena) vs one buffer per tensor.
+struct MemoryPlan {
+  int64_t planned_bytes = 0, naive_bytes = 0, arena_bytes = 0, kernels = 0;
+};
+MemoryPlan last_memory_plan();
+
 }  // namespace alk

@@ -2,6 +2,7 @@
 // Training lives in bpe_train.cpp, the files in bpe_json.cpp, pre-tokenization in
 // bpe_pretokenize.cpp.
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "alk/tokenizer.h"
@@ -60,34 +61,62 @@ Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc l
 }
 
 // GPT-2's bpe(): while some adjacent pair has a merge, take the lowest-ranked one and merge
-// each of its occurrences left to right.
+// each of its occurrences left to right. Done with a linked list and a heap of
+// (rank, position) so that long pieces cost O(n log n), not GPT-2's O(n^2): all heap
+// entries of the lowest rank are taken as one batch (they pop in position order), and
+// the pairs the batch creates join the heap only afterwards, as in GPT-2's loop.
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  std::vector<int32_t> word;
-  word.reserve(piece.size());
-  for (char ch : piece) word.push_back(byte_ids_[static_cast<uint8_t>(ch)]);
-  while (word.size() > 1) {
-    const MergeInfo* best = nullptr;
-    uint64_t best_key = 0;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      auto it = merge_info_.find(pair_key(word[i], word[i + 1]));
-      if (it != merge_info_.end() && (!best || it->second.rank < best->rank)) {
-        best = &it->second;
-        best_key = it->first;
-      }
-    }
-    if (!best) break;
-    size_t w = 0;
-    for (size_t i = 0; i < word.size(); ++i) {
-      if (i + 1 < word.size() && pair_key(word[i], word[i + 1]) == best_key) {
-        word[w++] = best->result;
-        ++i;
-      } else {
-        word[w++] = word[i];
-      }
-    }
-    word.resize(w);
+  const auto n = static_cast<int32_t>(piece.size());
+  if (n == 1) {
+    out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
+    return;
   }
-  out.insert(out.end(), word.begin(), word.end());
+  struct Cand {
+    int32_t rank, pos, left, right;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<int32_t> id(static_cast<size_t>(n)), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  std::vector<bool> alive(static_cast<size_t>(n), true);
+  for (int32_t i = 0; i < n; ++i) {
+    id[static_cast<size_t>(i)] = byte_ids_[static_cast<uint8_t>(piece[static_cast<size_t>(i)])];
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    prev[static_cast<size_t>(i)] = i - 1;
+  }
+  std::vector<Cand> heap;
+  auto push = [&](int32_t p) {
+    int32_t q = next[static_cast<size_t>(p)];
+    if (q < 0) return;
+    int32_t l = id[static_cast<size_t>(p)], r = id[static_cast<size_t>(q)];
+    auto it = merge_info_.find(pair_key(l, r));
+    if (it == merge_info_.end()) return;
+    heap.push_back({it->second.rank, p, l, r});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<int32_t> touched;
+  while (!heap.empty()) {
+    const int32_t rank = heap.front().rank;
+    const int32_t result = merge_info_.at(pair_key(heap.front().left, heap.front().right)).result;
+    touched.clear();
+    while (!heap.empty() && heap.front().rank == rank) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      Cand c = heap.back();
+      heap.pop_back();
+      auto p = static_cast<size_t>(c.pos);
+      int32_t q = next[p];
+      if (!alive[p] || q < 0 || id[p] != c.left || id[static_cast<size_t>(q)] != c.right) continue;  // stale
+      id[p] = result;
+      alive[static_cast<size_t>(q)] = false;
+      next[p] = next[static_cast<size_t>(q)];
+      if (next[p] >= 0) prev[static_cast<size_t>(next[p])] = c.pos;
+      touched.push_back(c.pos);
+    }
+    for (int32_t p : touched) {
+      if (prev[static_cast<size_t>(p)] >= 0) push(prev[static_cast<size_t>(p)]);
+      push(p);
+    }
+  }
+  for (int32_t p = 0; p >= 0; p = next[static_cast<size_t>(p)]) out.push_back(id[static_cast<size_t>(p)]);
 }
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -293,7 +294,7 @@ class Scheduler {
       size_t bytes = static_cast<size_t>(out->numel()) * dtype_size(out->dtype);
       g_stats.naive_bytes += static_cast<int64_t>(bytes);
       if (info_[out].external) {
-        stored_[out] = cpu_device().allocate(bytes);
+        stored_bytes_.emplace_back(out, bytes);
         g_stats.planned_bytes += static_cast<int64_t>(bytes);
       } else {
         // In place: a Map may overwrite a same-sized input that dies here.
@@ -319,8 +320,29 @@ class Scheduler {
     }
     g_stats.arena_bytes = static_cast<int64_t>(arena_end);
     g_stats.planned_bytes += static_cast<int64_t>(arena_end);
+    check_budget();
+    // Only now, with the plan accepted, is anything allocated.
+    for (auto& [node, bytes] : stored_bytes_) stored_[node] = cpu_device().allocate(bytes);
     // Even an all-empty arena is allocated, so zero-size intermediates have an address.
     if (!arena_offset_.empty()) arena_ = cpu_device().allocate(arena_end);
+  }
+
+  // Refuses a plan whose peak exceeds the budget, naming the largest tensors it holds.
+  void check_budget() {
+    const int64_t budget = memory_budget();
+    if (budget < 0 || g_stats.planned_bytes <= budget) return;
+    std::vector<std::pair<int64_t, const Node*>> sizes;
+    for (auto& k : kernels_)
+      sizes.emplace_back(k->root->numel() * static_cast<int64_t>(dtype_size(k->root->dtype)), k->root);
+    std::sort(sizes.begin(), sizes.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::ostringstream largest;
+    for (size_t i = 0; i < std::min<size_t>(3, sizes.size()); ++i)
+      largest << (i ? "; " : "") << op_name(sizes[i].second->op) << " " << dtype_name(sizes[i].second->dtype) << " "
+              << to_string(sizes[i].second->shape) << " = " << sizes[i].first << " bytes";
+    const Node* first = targets_.empty() ? nullptr : targets_[0]->node.get();
+    fail("budget", first ? first->loc : Loc::current(), "the plan needs a peak of ", g_stats.planned_bytes,
+         " bytes but the memory budget is ", budget, " bytes (one buffer per tensor would need ", g_stats.naive_bytes,
+         "); largest tensors: ", largest.str());
   }
 
   KernelArg arg_for(const TensorImpl* impl) {
@@ -392,6 +414,7 @@ class Scheduler {
   std::unordered_map<const Node*, NodeInfo> info_;
   std::vector<std::unique_ptr<PendingKernel>> kernels_;
   std::map<const Node*, std::shared_ptr<Buffer>> stored_;
+  std::vector<std::pair<const Node*, size_t>> stored_bytes_;
   std::unordered_map<const Node*, size_t> arena_offset_;
   std::unordered_set<const Node*> in_place_taken_;
   std::shared_ptr<Buffer> arena_;
@@ -400,6 +423,17 @@ class Scheduler {
 }  // namespace
 
 const ScheduleStats& last_schedule_stats() { return g_stats; }
+
+namespace {
+int64_t g_budget = -1;
+}
+int64_t memory_budget() { return g_budget; }
+MemoryBudget::MemoryBudget(int64_t max_bytes) : previous_(g_budget) { g_budget = max_bytes; }
+MemoryBudget::~MemoryBudget() { g_budget = previous_; }
+
+MemoryPlan last_memory_plan() {
+  return {g_stats.planned_bytes, g_stats.naive_bytes, g_stats.arena_bytes, g_stats.kernels};
+}
 
 void realize_all(const std::vector<TensorImpl*>& targets) {
   Scheduler s(targets);

@@ -52,10 +52,17 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& x0, const std::vector
   Shape kept = kept_shape(x.shape(), axes);
   Tensor out = make_node(OpId::Reduce, kept, x.dtype(), {alias(x)}, ReduceParams{op, axes}, loc);
   if (needs_grad({&x})) {
-    Tensor saved_x = alias(x), saved_y = alias(out);
+    Tensor saved_x = x, saved_out = alias(out);
     Shape in_shape = x.shape();
-    out = with_grad(out, name, {x}, [op, saved_x, saved_y, in_shape, axes](const Tensor& g) -> std::vector<Tensor> {
+    std::vector<int64_t> ax64(axes.begin(), axes.end());
+    out = with_grad(out, name, {x}, [op, saved_x, saved_out, in_shape, axes, ax64](const Tensor& g) -> std::vector<Tensor> {
       Tensor gb = broadcast_to(g, in_shape);
+      // The output cannot hold its own history; under create_graph it is recomputed.
+      Tensor saved_y = saved_out;
+      if (is_grad_enabled() && op != ReduceOp::Sum) {
+        saved_y = op == ReduceOp::Max ? max(saved_x, ax64, true) : op == ReduceOp::Min ? min(saved_x, ax64, true)
+                                                                                       : prod(saved_x, ax64, true);
+      }
       switch (op) {
         case ReduceOp::Sum: return {gb};
         case ReduceOp::Prod: return {gb * broadcast_to(saved_y, in_shape) / saved_x};

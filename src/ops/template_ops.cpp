@@ -42,7 +42,8 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, Loc loc) {
   Tensor ae = alias(a).expand(ash, loc), be = alias(b).expand(bsh, loc);
   Tensor out = make_node(OpId::Matmul, osh, a.dtype(), {ae, be}, std::monostate{}, loc);
   if (!needs_grad({&a, &b})) return out;
-  Tensor sa = alias(a), sb = alias(b);
+  // The inputs themselves (with their history), so gradients of gradients flow through them.
+  Tensor sa = a, sb = b;
   return with_grad(out, "matmul", {a, b}, [sa, sb](const Tensor& g) {
     return std::vector<Tensor>{sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape()),
                                sum_to(matmul(sa.transpose(-1, -2), g), sb.shape())};
@@ -72,9 +73,11 @@ Tensor softmax(const Tensor& x0, int64_t dim, Loc loc) {
   Tensor x = float_operand(x0, "softmax", loc);
   int axis = static_cast<int>(normalize_axis(dim, x.dim(), "softmax", loc));
   Tensor out = make_node(OpId::Softmax, x.shape(), x.dtype(), {alias(x)}, AxisParams{axis, false}, loc);
+  // The output cannot hold its own history; under create_graph it is recomputed from x.
   Tensor y = alias(out);
-  return with_grad(out, "softmax", {x}, [y, axis](const Tensor& g) {
-    return std::vector<Tensor>{y * (g - sum(g * y, {axis}, true))};
+  return with_grad(out, "softmax", {x}, [x, y, axis](const Tensor& g) {
+    Tensor yy = is_grad_enabled() ? softmax(x, axis) : y;
+    return std::vector<Tensor>{yy * (g - sum(g * yy, {axis}, true))};
   });
 }
 
@@ -83,8 +86,9 @@ Tensor log_softmax(const Tensor& x0, int64_t dim, Loc loc) {
   int axis = static_cast<int>(normalize_axis(dim, x.dim(), "log_softmax", loc));
   Tensor out = make_node(OpId::LogSoftmax, x.shape(), x.dtype(), {alias(x)}, AxisParams{axis, true}, loc);
   Tensor y = alias(out);
-  return with_grad(out, "log_softmax", {x}, [y, axis](const Tensor& g) {
-    return std::vector<Tensor>{g - exp(y) * sum(g, {axis}, true)};
+  return with_grad(out, "log_softmax", {x}, [x, y, axis](const Tensor& g) {
+    Tensor yy = is_grad_enabled() ? log_softmax(x, axis) : y;
+    return std::vector<Tensor>{g - exp(yy) * sum(g, {axis}, true)};
   });
 }
 
@@ -123,7 +127,7 @@ Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, cons
   Tensor b = affine_param(bias, normalized, 0, x.dtype(), "bias", "layer_norm", loc);
   Tensor out = make_node(OpId::LayerNorm, x.shape(), x.dtype(), {alias(x), alias(w), alias(b)},
                          NormParams{inner, eps}, loc);
-  Tensor sx = alias(x), sw = alias(w);
+  Tensor sx = x, sw = w;
   return with_grad(out, "layer_norm", {x, weight, bias}, [sx, sw, lead, inner_axes, eps](const Tensor& g) {
     // Recomputes the statistics rather than keeping them: one more pass over x, no extra outputs.
     Tensor mu = mean(sx, inner_axes, true);
@@ -144,7 +148,7 @@ Tensor rms_norm(const Tensor& x0, Shape normalized, const Tensor& weight, double
   for (int64_t s : normalized) inner *= s;
   Tensor w = affine_param(weight, normalized, 1, x.dtype(), "weight", "rms_norm", loc);
   Tensor out = make_node(OpId::RmsNorm, x.shape(), x.dtype(), {alias(x), alias(w)}, NormParams{inner, eps}, loc);
-  Tensor sx = alias(x), sw = alias(w);
+  Tensor sx = x, sw = w;
   return with_grad(out, "rms_norm", {x, weight}, [sx, sw, lead, inner_axes, eps](const Tensor& g) {
     Tensor rstd = rsqrt(mean(sx * sx, inner_axes, true) + eps);
     Tensor xhat = sx * rstd;

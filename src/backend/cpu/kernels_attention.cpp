@@ -14,8 +14,8 @@
 // has exactly one writer and a fixed summation order, whatever the thread count.
 //
 // Tiles are laid out so the innermost loop always runs over a compile-time block width
-// (kQ or kK) of contiguous memory, which GCC vectorizes at -O2. Accumulation is in f32
-// for f16/bf16/f32 and in f64 for f64.
+// (kQ or kK) of contiguous memory; the tile products go through one register-blocked
+// micro-kernel (tile_gemm). Accumulation is in f32 for f16/bf16/f32 and in f64 for f64.
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -1,24 +1,135 @@
-// Batched matmul. The f32 path follows the usual packed-panel GEMM layout: B is
-// copied once into NR-wide column panels, each task copies an MC x KC block of A
-// into MR-tall row panels, and a register-blocked MR x NR micro-kernel (plain C++
-// that GCC vectorizes) runs over them, so the hot loop reads only contiguous
-// memory that sits in L1/L2. Everything narrower than f32 is widened while packing.
+// Batched matmul. The f32 path (also used for f16/bf16 inputs) is a Goto/BLIS-style
+// packed GEMM: B is copied once into NR-wide column panels (kc x NR floats each,
+// 64-byte aligned), each task copies a block of A into MR-tall row panels one KC-deep
+// slice at a time, and an MR x NR register-blocked micro-kernel runs over them, so the
+// hot loop reads only contiguous memory that sits in L1/L2. Strides (transposed, strided,
+// broadcast-0) and f16/bf16 -> f32 conversion are handled while packing.
+//
+// The micro-kernel is chosen at run time (gemm.h): AVX-512, AVX2+FMA or portable C++, each
+// compiled in its own file with its own -m flags (gemm_*.cpp). ALK_ISA=avx512|avx2|generic
+// forces a path; a path the CPU lacks is refused with a one-line stderr note.
+//
+// Threads split the (batch, row block, column block) grid of C. Every output element is
+// summed in a fixed order (KC-deep blocks in order, each summed p = 0..kc-1 and then added
+// to C), independent of the tiling, so results do not depend on the thread count.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
 
+// ---------------------------------------------------------------- ISA selection
+
+namespace {
+
+bool cpu_supports(const gemm::Kernel* k) {
+#if ALK_GEMM_X86
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (k == &gemm::kAvx512)
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  if (k == &gemm::kAvx2) return avx2;
+#endif
+  return k == &gemm::kGeneric;
+}
+
+// Every path, best first.
+std::vector<const gemm::Kernel*> all_kernels() {
+#if ALK_GEMM_X86
+  return {&gemm::kAvx512, &gemm::kAvx2, &gemm::kGeneric};
+#else
+  return {&gemm::kGeneric};
+#endif
+}
+
+const gemm::Kernel* best_kernel() {
+  for (const gemm::Kernel* k : all_kernels())
+    if (cpu_supports(k)) return k;
+  return &gemm::kGeneric;
+}
+
+const gemm::Kernel* find_kernel(std::string_view name) {
+  for (const gemm::Kernel* k : all_kernels())
+    if (name == k->name) return k;
+  return nullptr;
+}
+
+const gemm::Kernel* kernel_from_env() {
+  const gemm::Kernel* best = best_kernel();
+  const char* env = std::getenv("ALK_ISA");
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return best;
+  const gemm::Kernel* k = find_kernel(env);
+  if (k == nullptr) {
+    std::fprintf(stderr, "alk: ALK_ISA=%s is not one of avx512|avx2|generic; using %s\n", env, best->name);
+    return best;
+  }
+  if (!cpu_supports(k)) {
+    std::fprintf(stderr, "alk: ALK_ISA=%s is not supported by this CPU; using %s\n", env, best->name);
+    return best;
+  }
+  return k;
+}
+
+std::atomic<const gemm::Kernel*> g_kernel{nullptr};
+
+const gemm::Kernel& active_kernel() {
+  const gemm::Kernel* k = g_kernel.load(std::memory_order_acquire);
+  if (k == nullptr) {
+    static const gemm::Kernel* from_env = kernel_from_env();
+    const gemm::Kernel* expected = nullptr;
+    g_kernel.compare_exchange_strong(expected, from_env);
+    k = g_kernel.load(std::memory_order_acquire);
+  }
+  return *k;
+}
+
+}  // namespace
+
+std::vector<std::string> gemm_supported_isas() {
+  std::vector<std::string> names;
+  for (const gemm::Kernel* k : all_kernels())
+    if (cpu_supports(k)) names.emplace_back(k->name);
+  return names;
+}
+
+std::string gemm_isa() { return active_kernel().name; }
+
+bool set_gemm_isa(std::string_view name) {
+  const gemm::Kernel* k = name.empty() || name == "auto" ? best_kernel() : find_kernel(name);
+  if (k == nullptr || !cpu_supports(k)) return false;
+  g_kernel.store(k, std::memory_order_release);
+  return true;
+}
+
+// ---------------------------------------------------------------- matmul
+
 namespace {
 
 using detail::dispatch;
 
-constexpr int kMR = 4;     // rows of C per micro-kernel call
-constexpr int kNR = 16;    // columns of C per micro-kernel call (a multiple of any SIMD width)
-constexpr int64_t kKC = 256;  // depth of one packed block: a kKC x kNR panel of B is 16 KiB, L1-sized
-constexpr int64_t kMC = 96;   // rows per task: an kMC x kKC block of A is 96 KiB, L2-sized
+// 64-byte aligned float scratch.
+class Floats {
+ public:
+  explicit Floats(size_t n)
+      : p_(static_cast<float*>(::operator new[](std::max<size_t>(n, 1) * sizeof(float), std::align_val_t{64}))) {}
+  ~Floats() { ::operator delete[](p_, std::align_val_t{64}); }
+  Floats(const Floats&) = delete;
+  Floats& operator=(const Floats&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_;
+};
 
 // The element layout of one operand of a batched matmul.
 struct Operand {
@@ -42,50 +153,36 @@ struct Operand {
   }
 };
 
-// acc[MR][NR] += A panel (kc x MR, p-major) * B panel (kc x NR, p-major). The k loop is
-// outermost so the MR*NR accumulators stay in registers across it.
-inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-                         int mr, int nr, bool accumulate) {
-  float acc[kMR][kNR] = {};
-  for (int64_t p = 0; p < kc; ++p) {
-    const float* bp = b + p * kNR;
-    const float* ap = a + p * kMR;
-    for (int i = 0; i < kMR; ++i) {
-      float ai = ap[i];
-      for (int j = 0; j < kNR; ++j) acc[i][j] += ai * bp[j];
-    }
-  }
-  if (mr == kMR && nr == kNR) {
-    for (int i = 0; i < kMR; ++i) {
-      float* ci = c + i * ldc;
-      if (accumulate) {
-        for (int j = 0; j < kNR; ++j) ci[j] += acc[i][j];
-      } else {
-        for (int j = 0; j < kNR; ++j) ci[j] = acc[i][j];
-      }
-    }
-    return;
-  }
-  for (int i = 0; i < mr; ++i) {
-    float* ci = c + i * ldc;
-    for (int j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + acc[i][j] : acc[i][j];
-  }
-}
+int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 
 // Copies column panels [j0, j1) of one batch matrix of B: panel j holds columns
-// [j*NR, j*NR + NR) as k rows of NR floats, zero-padded past n.
-void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, float* dst) {
-  int64_t k = ob.rows, n = ob.cols;
+// [j*nr, j*nr + nr) as k rows of nr floats, zero-padded past n.
+void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, int64_t NR, float* dst) {
+  int64_t k = ob.rows, n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
   dispatch(b.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t j = j0; j < j1; ++j) {
-      int64_t c0 = j * kNR, nr = std::min<int64_t>(kNR, n - c0);
-      float* panel = dst + j * k * kNR;
-      for (int64_t p = 0; p < k; ++p) {
-        int64_t at = base + p * ob.row_stride + c0 * ob.col_stride;
-        float* row = panel + p * kNR;
-        for (int64_t c = 0; c < nr; ++c) row[c] = static_cast<float>(E::load(b.data, at + c * ob.col_stride));
-        for (int64_t c = nr; c < kNR; ++c) row[c] = 0.0f;
+      int64_t c0 = j * NR, w = std::min<int64_t>(NR, n - c0);
+      float* panel = dst + j * k * NR;
+      if (w < NR)
+        for (int64_t p = 0; p < k; ++p) std::fill(panel + p * NR + w, panel + (p + 1) * NR, 0.0f);
+      if (abs64(cs) <= abs64(rs)) {  // row-major B: each panel row is a run of one B row
+        for (int64_t p = 0; p < k; ++p) {
+          int64_t at = base + p * rs + c0 * cs;
+          float* row = panel + p * NR;
+          if constexpr (std::is_same_v<E, detail::Elem<DType::F32>>) {
+            if (cs == 1) {
+              std::memcpy(row, static_cast<const float*>(b.data) + at, static_cast<size_t>(w) * sizeof(float));
+              continue;
+            }
+          }
+          for (int64_t c = 0; c < w; ++c) row[c] = static_cast<float>(E::load(b.data, at + c * cs));
+        }
+      } else {  // column-major B: walk each column down k
+        for (int64_t c = 0; c < w; ++c) {
+          int64_t at = base + (c0 + c) * cs;
+          for (int64_t p = 0; p < k; ++p) panel[p * NR + c] = static_cast<float>(E::load(b.data, at + p * rs));
+        }
       }
     }
   });
@@ -94,74 +191,96 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
 // Copies rows [r0, r1) x columns [p0, p0 + kc) of A into MR-row panels (kc x MR each),
 // zero-padded past r1.
 void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t r1, int64_t p0, int64_t kc,
-            float* dst) {
+            int64_t MR, float* dst) {
+  int64_t rs = oa.row_stride, cs = oa.col_stride;
   dispatch(a.dtype, [&](auto e) {
     using E = decltype(e);
-    for (int64_t i0 = r0; i0 < r1; i0 += kMR) {
-      float* panel = dst + ((i0 - r0) / kMR) * kc * kMR;
-      for (int64_t r = 0; r < kMR; ++r) {
-        if (i0 + r >= r1) {
-          for (int64_t p = 0; p < kc; ++p) panel[p * kMR + r] = 0.0f;
-          continue;
+    for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+      float* panel = dst + ((i0 - r0) / MR) * kc * MR;
+      int64_t h = std::min<int64_t>(MR, r1 - i0);
+      int64_t at0 = base + i0 * rs + p0 * cs;
+      if (abs64(rs) <= abs64(cs)) {  // column-major A (e.g. a transposed view): panel rows are runs
+        for (int64_t p = 0; p < kc; ++p) {
+          float* row = panel + p * MR;
+          int64_t at = at0 + p * cs;
+          for (int64_t r = 0; r < h; ++r) row[r] = static_cast<float>(E::load(a.data, at + r * rs));
+          for (int64_t r = h; r < MR; ++r) row[r] = 0.0f;
         }
-        int64_t at = base + (i0 + r) * oa.row_stride + p0 * oa.col_stride;
-        for (int64_t p = 0; p < kc; ++p) panel[p * kMR + r] = static_cast<float>(E::load(a.data, at + p * oa.col_stride));
+      } else {
+        for (int64_t r = 0; r < h; ++r) {
+          int64_t at = at0 + r * rs;
+          for (int64_t p = 0; p < kc; ++p) panel[p * MR + r] = static_cast<float>(E::load(a.data, at + p * cs));
+        }
+        for (int64_t r = h; r < MR; ++r)
+          for (int64_t p = 0; p < kc; ++p) panel[p * MR + r] = 0.0f;
       }
     }
   });
 }
 
-int64_t row_block(int64_t m, int64_t batches) {
-  // With few matrices, split rows finely enough that every thread gets a share.
-  int64_t threads = num_threads();
-  if (batches >= threads) return kMC;
-  int64_t per = (m * batches + threads - 1) / threads;
-  per = (per + kMR - 1) / kMR * kMR;
-  return std::clamp<int64_t>(per, kMR, kMC);
-}
-
 void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
+  const gemm::Kernel& kern = active_kernel();
+  const int64_t MR = kern.mr, NR = kern.nr, KC = kern.kc;
   Operand oa(a), ob(b);
   int64_t m = oa.rows, k = oa.cols, n = ob.cols;
-  int64_t panels = (n + kNR - 1) / kNR, panel_floats = k * panels * kNR;
+  int64_t panels = (n + NR - 1) / NR, panel_floats = k * panels * NR;
   bool shared_b = ob.batch_broadcast();
   int64_t b_copies = shared_b ? 1 : batches;
-  std::vector<float> bpack(static_cast<size_t>(b_copies * panel_floats));
+  Floats bpack(static_cast<size_t>(b_copies * panel_floats));
   // Packed per panel rather than per matrix so a single large B is also split over threads.
-  parallel_for(b_copies * panels, detail::grain_for(k * kNR), [&](int64_t lo, int64_t hi) {
+  parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
     for (int64_t item = lo; item < hi;) {
       int64_t bi = item / panels, j0 = item % panels, j1 = std::min(panels, j0 + (hi - item));
-      pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, bpack.data() + bi * panel_floats);
+      pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, bpack.get() + bi * panel_floats);
       item += j1 - j0;
     }
   });
 
-  int64_t mc = row_block(m, batches), blocks = (m + mc - 1) / mc;
-  double flops_per_item = 2.0 * static_cast<double>(mc) * static_cast<double>(n) * static_cast<double>(k);
+  // The grid of C blocks: mb row blocks (in units of MR-row micro panels) x nb column
+  // blocks (in units of NR-wide panels) per batch matrix. With few blocks, split so they
+  // divide evenly over the threads, splitting columns once rows run out.
+  int64_t threads = num_threads();
+  int64_t micro_rows = (m + MR - 1) / MR;
+  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + kern.mc - 1) / kern.mc), nb = 1;
+  if (threads > 1 && batches * mb < 8 * threads) {
+    mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
+    if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
+  }
+  int64_t max_rows = (micro_rows + mb - 1) / mb * MR;
+  double flops_per_item = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                          static_cast<double>(mb * nb);
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
   bool direct = out.dtype == DType::F32;
-  parallel_for(batches * blocks, grain, [&](int64_t lo, int64_t hi) {
-    std::vector<float> apack(static_cast<size_t>(((mc + kMR - 1) / kMR) * kMR * std::min(k, kKC)));
-    std::vector<float> cbuf(direct ? 0 : static_cast<size_t>(mc * n));
+  int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
+  parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
+    Floats apack(static_cast<size_t>(max_rows * std::min(k, KC)));
+    std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
-      int64_t bi = item / blocks, r0 = (item % blocks) * mc, r1 = std::min(m, r0 + mc);
+      int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
+      int64_t r0 = micro_rows * mbi / mb * MR, r1 = std::min(m, micro_rows * (mbi + 1) / mb * MR);
+      int64_t j0 = panels * nbi / nb, j1 = panels * (nbi + 1) / nb;
+      int64_t c0 = j0 * NR, c1 = std::min(n, j1 * NR);
+      if (r0 >= r1 || j0 >= j1) continue;
       int64_t a_base = oa.batch.offset_of(bi);
-      const float* bp = bpack.data() + (shared_b ? 0 : bi) * panel_floats;
-      float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n : cbuf.data();
-      for (int64_t p0 = 0; p0 < k; p0 += kKC) {
-        int64_t kc = std::min(kKC, k - p0);
-        pack_a(a, oa, a_base, r0, r1, p0, kc, apack.data());
-        for (int64_t j = 0; j < panels; ++j) {
-          int nr = static_cast<int>(std::min<int64_t>(kNR, n - j * kNR));
-          const float* bs = bp + j * k * kNR + p0 * kNR;
-          for (int64_t i0 = r0; i0 < r1; i0 += kMR) {
-            int mr = static_cast<int>(std::min<int64_t>(kMR, r1 - i0));
-            micro_kernel(kc, apack.data() + ((i0 - r0) / kMR) * kc * kMR, bs, c + (i0 - r0) * n + j * kNR, n, mr, nr,
-                         p0 > 0);
+      const float* bp = bpack.get() + (shared_b ? 0 : bi) * panel_floats;
+      int64_t ldc = direct ? n : c1 - c0;
+      float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
+      for (int64_t p0 = 0; p0 < k; p0 += KC) {
+        int64_t kc = std::min(KC, k - p0);
+        pack_a(a, oa, a_base, r0, r1, p0, kc, MR, apack.get());
+        for (int64_t j = j0; j < j1; ++j) {
+          int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
+          const float* bs = bp + j * k * NR + p0 * NR;
+          float* cj = c + (j - j0) * NR;
+          for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+            int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
+            kern.run(kc, apack.get() + ((i0 - r0) / MR) * kc * MR, bs, cj + (i0 - r0) * ldc, ldc, mr, nr, p0 > 0);
           }
         }
       }
-      if (!direct) detail::store_run(out, out.offset + bi * m * n + r0 * n, 1, (r1 - r0) * n, cbuf.data());
+      if (!direct)
+        for (int64_t i = r0; i < r1; ++i)
+          detail::store_run(out, out.offset + bi * m * n + i * n + c0, 1, c1 - c0, cbuf.data() + (i - r0) * ldc);
     }
   });
 }

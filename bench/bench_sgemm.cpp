@@ -1,0 +1,128 @@
+// SGEMM throughput of alk::cpu::matmul (per micro-kernel ISA path) against OpenBLAS.
+//
+//   bench_sgemm [runs] [isa...]      runs: timed repetitions per shape (median reported)
+//
+// For each shape prints a GFLOP/s line per alk ISA path, OpenBLAS's GFLOP/s (when the bench
+// was linked against it) and one line
+//   RATIO sgemm_<M>x<N>x<K> alk=<ms>ms anchor=<ms>ms ratio=<alk/anchor>
+// for alk's default (best) path; ratio < 1 means alk is faster. OpenBLAS runs with as many
+// threads as alk (ALK_NUM_THREADS, default: all cores). On machines that preset
+// OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, unset them so OpenBLAS picks its best kernel:
+//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./bench_sgemm
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+
+#ifdef ALK_BENCH_OPENBLAS
+extern "C" {
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc);
+void openblas_set_num_threads(int n);
+}
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+#endif
+
+namespace {
+
+using alk::cpu::View;
+
+struct Shape {
+  int64_t m, n, k;
+  bool ta, tb;  // A stored k x m (transposed view), B stored n x k
+};
+
+// A [m, k] view over storage; transposed: the storage is [k, m] row-major.
+View matrix(std::vector<float>& s, int64_t rows, int64_t cols, bool transposed) {
+  View v;
+  v.data = s.data();
+  v.dtype = alk::DType::F32;
+  v.shape = {rows, cols};
+  v.strides = transposed ? std::vector<int64_t>{1, rows} : std::vector<int64_t>{cols, 1};
+  return v;
+}
+
+template <class Fn>
+double median_ms(int runs, Fn&& fn) {
+  fn();  // warm-up (pool start, page faults)
+  std::vector<double> t;
+  for (int r = 0; r < runs; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    auto t1 = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 15;
+  std::vector<std::string> isas;
+  for (int i = 2; i < argc; ++i) isas.emplace_back(argv[i]);
+  if (isas.empty()) isas = alk::cpu::gemm_supported_isas();
+  std::string best = alk::cpu::gemm_supported_isas().front();
+  int threads = alk::cpu::num_threads();
+#ifdef ALK_BENCH_OPENBLAS
+  openblas_set_num_threads(threads);
+#endif
+  std::printf("threads=%d runs=%d\n", threads, runs);
+
+  std::vector<Shape> shapes = {{256, 256, 256, false, false}, {1024, 1024, 1024, false, false},
+                               {2048, 2048, 2048, false, false}};
+  // The tiny GPT (1024 tokens): forward y = x W  [M, K] x [K, N], and its backward
+  // dx = dy W^T ([M, N] x [N, K], B transposed) and dW = x^T dy ([K, M] x [M, N], A transposed).
+  const int64_t gpt[][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}, {128, 256}};
+  for (auto [kdim, ndim] : gpt) {
+    shapes.push_back({1024, ndim, kdim, false, false});
+    shapes.push_back({1024, kdim, ndim, false, true});
+    shapes.push_back({kdim, ndim, 1024, true, false});
+  }
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
+        c(static_cast<size_t>(s.m * s.n));
+    for (float& x : a) x = u(rng);
+    for (float& x : b) x = u(rng);
+    View va = matrix(a, s.m, s.k, s.ta), vb = matrix(b, s.k, s.n, s.tb), vc = matrix(c, s.m, s.n, false);
+    double gflop = 2.0 * static_cast<double>(s.m * s.n * s.k) * 1e-9;
+    char name[96];
+    std::snprintf(name, sizeof name, "sgemm_%lldx%lldx%lld%s%s", static_cast<long long>(s.m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? "_At" : "", s.tb ? "_Bt" : "");
+    double best_ms = 0;
+    for (const std::string& isa : isas) {
+      if (!alk::cpu::set_gemm_isa(isa)) continue;
+      double ms = median_ms(runs, [&] { alk::cpu::matmul(va, vb, vc); });
+      if (isa == best) best_ms = ms;
+      std::printf("%-28s alk-%-8s %9.3f ms %8.1f GFLOP/s\n", name, isa.c_str(), ms, gflop / ms * 1e3);
+    }
+    alk::cpu::set_gemm_isa("auto");
+    if (best_ms == 0) best_ms = median_ms(runs, [&] { alk::cpu::matmul(va, vb, vc); });
+#ifdef ALK_BENCH_OPENBLAS
+    int lda = static_cast<int>(s.ta ? s.m : s.k), ldb = static_cast<int>(s.tb ? s.k : s.n);
+    double blas_ms = median_ms(runs, [&] {
+      cblas_sgemm(kRowMajor, s.ta ? kTrans : kNoTrans, s.tb ? kTrans : kNoTrans, static_cast<int>(s.m),
+                  static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(),
+                  static_cast<int>(s.n));
+    });
+    std::printf("%-28s openblas     %9.3f ms %8.1f GFLOP/s\n", name, blas_ms, gflop / blas_ms * 1e3);
+    std::printf("RATIO %s alk=%.3fms anchor=%.3fms ratio=%.3f\n", name, best_ms, blas_ms, best_ms / blas_ms);
+#else
+    std::printf("RATIO %s alk=%.3fms (OpenBLAS not linked: no anchor)\n", name, best_ms);
+#endif
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,38 @@
+// The SGEMM micro-kernel interface shared by the ISA-specific translation units
+// (gemm_generic.cpp, gemm_avx2.cpp, gemm_avx512.cpp). Those files are compiled with
+// different -m flags, so this header must stay free of inline functions and templates:
+// an inline definition emitted from an AVX-512 file could be picked by the linker for
+// every caller (ODR), and crash on a CPU without AVX-512.
+#pragma once
+#include <cstdint>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ALK_GEMM_X86 1
+#else
+#define ALK_GEMM_X86 0
+#endif
+
+namespace alk::cpu::gemm {
+
+// c[mr x nr] (row stride ldc) = (accumulate ? c : 0) + A panel * B panel, where the A panel
+// is kc x MR floats (p-major, zero-padded past mr) and the B panel kc x NR floats (p-major,
+// 64-byte aligned, zero-padded past nr). For each element the kc products are summed in
+// order p = 0, 1, ..., kc - 1 and the sum is then added to c, so the result does not
+// depend on how the caller tiles M and N.
+using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int mr, int nr,
+                             bool accumulate);
+
+struct Kernel {
+  const char* name;  // "avx512", "avx2", "generic"
+  int mr, nr;        // register tile
+  int64_t kc, mc;    // cache blocking: depth of one packed block, rows of A per L2 block
+  MicroKernel run;
+};
+
+extern const Kernel kGeneric;
+#if ALK_GEMM_X86
+extern const Kernel kAvx2;
+extern const Kernel kAvx512;
+#endif
+
+}  // namespace alk::cpu::gemm
