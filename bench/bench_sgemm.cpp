@@ -1,6 +1,7 @@
 // SGEMM throughput of alk::cpu::matmul (per micro-kernel ISA path) against OpenBLAS.
 //
 //   bench_sgemm [runs] [isa...]      runs: timed repetitions per shape (median reported)
+//   ALK_BENCH_FILTER=<text>           only the shapes whose name contains <text>
 //
 // For each shape prints a GFLOP/s line per alk ISA path, OpenBLAS's GFLOP/s (when the bench
 // was linked against it) and one line
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const char* filter = std::getenv("ALK_BENCH_FILTER");  // run only shapes whose name contains this
   for (const Shape& s : shapes) {
     std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
         c(static_cast<size_t>(s.m * s.n));
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
     char name[96];
     std::snprintf(name, sizeof name, "sgemm_%lldx%lldx%lld%s%s", static_cast<long long>(s.m),
                   static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? "_At" : "", s.tb ? "_Bt" : "");
+    if (filter != nullptr && std::string(name).find(filter) == std::string::npos) continue;
     double best_ms = 0;
     for (const std::string& isa : isas) {
       if (!alk::cpu::set_gemm_isa(isa)) continue;

@@ -40,9 +40,9 @@ namespace alk {
 
 // Raw material of a tokenizer, as train and load produce it.
 struct BpeParts {
-  std::vector<std::string> keys;                  // per id: its vocab.json key
+  std::vector<std::string> keys;                    // per id: its vocab.json key
   std::vector<std::pair<int32_t, int32_t>> merges;  // rank order: (left id, right id)
-  std::vector<int32_t> specials;                  // ids whose key is a special token's raw text
+  std::vector<int32_t> specials;                    // ids whose key is a special token's raw text
 };
 
 class Tokenizer {
@@ -52,8 +52,8 @@ class Tokenizer {
   // smaller (vocab_size() says how big). Special tokens in the corpus are cut out before
   // counting, so merges never span them. Deterministic: the most frequent pair wins, ties
   // go to the pair whose (left bytes, right bytes) is lexicographically smallest.
-  static Tokenizer train(std::string_view corpus, int vocab_size,
-                         const std::vector<std::string>& special_tokens = {}, Loc loc = Loc::current());
+  static Tokenizer train(std::string_view corpus, int vocab_size, const std::vector<std::string>& special_tokens = {},
+                         Loc loc = Loc::current());
   static Tokenizer load(const std::string& dir, Loc loc = Loc::current());
   // Validates parts (ids, merges, the 256 byte tokens); errors name `source`.
   static Tokenizer from_parts(BpeParts parts, const std::string& source, Loc loc = Loc::current());

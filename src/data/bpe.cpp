@@ -12,8 +12,8 @@ namespace alk {
 Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc loc) {
   Tokenizer t;
   const size_t n = parts.keys.size();
-  check(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "tokenizer", loc, source,
-        ": too many tokens (", n, ")");
+  check(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "tokenizer", loc, source, ": too many tokens (",
+        n, ")");
   t.keys_ = std::move(parts.keys);
   t.bytes_.resize(n);
   t.special_flag_.assign(n, false);
@@ -39,23 +39,22 @@ Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc l
   for (int b = 0; b < 256; ++b) {
     std::string key = bpe::bytes_to_key(std::string(1, static_cast<char>(b)));
     auto it = t.key_to_id_.find(key);
-    check(it != t.key_to_id_.end() && !t.special_flag_[static_cast<size_t>(it->second)], "tokenizer", loc,
-          source, ": the vocabulary lacks the token '", key, "' for byte ", b,
-          " (a byte-level vocabulary needs all 256)");
+    check(it != t.key_to_id_.end() && !t.special_flag_[static_cast<size_t>(it->second)], "tokenizer", loc, source,
+          ": the vocabulary lacks the token '", key, "' for byte ", b, " (a byte-level vocabulary needs all 256)");
     t.byte_ids_[b] = it->second;
   }
   t.merges_ = std::move(parts.merges);
   t.merge_info_.reserve(t.merges_.size());
   for (size_t r = 0; r < t.merges_.size(); ++r) {
     auto [a, b] = t.merges_[r];
-    check(a >= 0 && b >= 0 && static_cast<size_t>(a) < n && static_cast<size_t>(b) < n, "tokenizer", loc,
-          source, ": merge ", r, " refers to an unknown id");
+    check(a >= 0 && b >= 0 && static_cast<size_t>(a) < n && static_cast<size_t>(b) < n, "tokenizer", loc, source,
+          ": merge ", r, " refers to an unknown id");
     auto it = t.key_to_id_.find(t.keys_[static_cast<size_t>(a)] + t.keys_[static_cast<size_t>(b)]);
     check(it != t.key_to_id_.end(), "tokenizer", loc, source, ": merge ", r, " ('", t.keys_[static_cast<size_t>(a)],
           "' '", t.keys_[static_cast<size_t>(b)], "') makes a token that is not in the vocabulary");
-    check(t.merge_info_.emplace(pair_key(a, b), MergeInfo{static_cast<int32_t>(r), it->second}).second,
-          "tokenizer", loc, source, ": merge ", r, " ('", t.keys_[static_cast<size_t>(a)], "' '",
-          t.keys_[static_cast<size_t>(b)], "') is listed twice");
+    check(t.merge_info_.emplace(pair_key(a, b), MergeInfo{static_cast<int32_t>(r), it->second}).second, "tokenizer",
+          loc, source, ": merge ", r, " ('", t.keys_[static_cast<size_t>(a)], "' '", t.keys_[static_cast<size_t>(b)],
+          "') is listed twice");
   }
   return t;
 }
@@ -130,8 +129,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     return out;
   }
   for (const bpe::Segment& seg : bpe::split_specials(text, special_tokens())) {
-    if (seg.special < 0) encode_ordinary(seg.text, out);
-    else out.push_back(specials_[static_cast<size_t>(seg.special)]);
+    if (seg.special < 0)
+      encode_ordinary(seg.text, out);
+    else
+      out.push_back(specials_[static_cast<size_t>(seg.special)]);
   }
   return out;
 }

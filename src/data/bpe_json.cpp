@@ -53,8 +53,10 @@ class JsonReader {
   [[noreturn]] void error_at(size_t pos, const Parts&... parts) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos && i < s_.size(); ++i) {
-      if (s_[i] == '\n') ++line, col = 1;
-      else ++col;
+      if (s_[i] == '\n')
+        ++line, col = 1;
+      else
+        ++col;
     }
     fail("tokenizer", loc_, path_, ":", line, ":", col, ": ", parts...);
   }
@@ -93,14 +95,30 @@ class JsonReader {
       if (pos_ >= s_.size()) error_at(start, "unterminated string");
       char e = s_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) error_at(pos_ - 6, "unpaired low surrogate");
@@ -115,7 +133,8 @@ class JsonReader {
           append_utf8(out, cp);
           break;
         }
-        default: error_at(pos_ - 2, "unknown escape \\", e);
+        default:
+          error_at(pos_ - 2, "unknown escape \\", e);
       }
     }
     if (!bpe::valid_utf8(out)) error_at(start, "string is not valid UTF-8");
@@ -143,7 +162,10 @@ class JsonReader {
     uint32_t v = 0;
     for (int k = 0; k < 4; ++k) {
       char h = s_[pos_++];
-      int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      int d = h >= '0' && h <= '9'   ? h - '0'
+              : h >= 'a' && h <= 'f' ? h - 'a' + 10
+              : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                     : -1;
       if (d < 0) error_at(pos_ - 1, "bad hex digit in a \\u escape");
       v = v * 16 + static_cast<uint32_t>(d);
     }
@@ -172,18 +194,36 @@ void write_json_string(std::string& out, std::string_view s) {
     for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
     i += n;
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      default:
+        break;
     }
-    if (cp >= 0x20 && cp <= 0x7E) out += static_cast<char>(cp);
-    else if (cp < 0x10000) u(cp);
-    else u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
+    if (cp >= 0x20 && cp <= 0x7E)
+      out += static_cast<char>(cp);
+    else if (cp < 0x10000)
+      u(cp);
+    else
+      u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
   }
   out += '"';
 }
@@ -250,8 +290,8 @@ Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
     }
     for (int b = 0; b < 256; ++b) {
       std::string key = bpe::bytes_to_key(std::string(1, static_cast<char>(b)));
-      check(ids.count(key), "tokenizer", loc, vocab_path, ": the vocabulary lacks the token '", key, "' for byte ",
-            b, " (a byte-level vocabulary needs all 256)");
+      check(ids.count(key), "tokenizer", loc, vocab_path, ": the vocabulary lacks the token '", key, "' for byte ", b,
+            " (a byte-level vocabulary needs all 256)");
     }
   }
 
@@ -286,16 +326,18 @@ Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line_no == 1 && line.starts_with("#")) continue;  // "#version: 0.2"
     size_t sp = line.find(' ');
-    check(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string_view::npos,
-          "tokenizer", loc, merges_path, ":", line_no, ": expected two tokens separated by one space, got '", line, "'");
+    check(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+              line.find(' ', sp + 1) == std::string_view::npos,
+          "tokenizer", loc, merges_path, ":", line_no, ": expected two tokens separated by one space, got '", line,
+          "'");
     std::string left(line.substr(0, sp)), right(line.substr(sp + 1));
     auto a = ids.find(left), b = ids.find(right), c = ids.find(left + right);
     check(a != ids.end(), "tokenizer", loc, merges_path, ":", line_no, ": '", left, "' is not in ", vocab_path);
     check(b != ids.end(), "tokenizer", loc, merges_path, ":", line_no, ": '", right, "' is not in ", vocab_path);
     check(c != ids.end(), "tokenizer", loc, merges_path, ":", line_no, ": the merged token '", left + right,
           "' is not in ", vocab_path);
-    check(seen.insert(pair_key(a->second, b->second)).second, "tokenizer", loc, merges_path, ":", line_no,
-          ": merge '", line, "' is listed twice");
+    check(seen.insert(pair_key(a->second, b->second)).second, "tokenizer", loc, merges_path, ":", line_no, ": merge '",
+          line, "' is listed twice");
     parts.merges.emplace_back(a->second, b->second);
   }
   return from_parts(std::move(parts), vocab_path, loc);

@@ -16,8 +16,8 @@ struct CodeRange {
 
 template <size_t N>
 bool in_table(const CodeRange (&table)[N], char32_t c) {
-  auto it = std::upper_bound(std::begin(table), std::end(table), c,
-                             [](char32_t v, const CodeRange& r) { return v < r.lo; });
+  auto it =
+      std::upper_bound(std::begin(table), std::end(table), c, [](char32_t v, const CodeRange& r) { return v < r.lo; });
   return it != std::begin(table) && c <= (it - 1)->hi;
 }
 
@@ -55,10 +55,14 @@ size_t utf8_next(std::string_view s, size_t i, char32_t& cp) {
   }
   size_t len;
   char32_t min;
-  if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
+  if ((c & 0xE0) == 0xC0)
+    len = 2, cp = c & 0x1F, min = 0x80;
+  else if ((c & 0xF0) == 0xE0)
+    len = 3, cp = c & 0x0F, min = 0x800;
+  else if ((c & 0xF8) == 0xF0)
+    len = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (i + len > s.size()) return 0;
   for (size_t k = 1; k < len; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;

@@ -109,8 +109,10 @@ class Trainer {
       if (d == 0) continue;
       int64_t& n = counts_[k];
       n += d;
-      if (n <= 0) counts_.erase(k);
-      else heap_.push({n, k});
+      if (n <= 0)
+        counts_.erase(k);
+      else
+        heap_.push({n, k});
     }
     counts_.erase(pair);
   }

@@ -52,29 +52,55 @@ const Tokenizer& gpt2() {
 // Random byte strings: arbitrary bytes (invalid UTF-8, NULs), text-like ASCII, and
 // valid multi-byte characters mixed with stray continuation and lead bytes.
 std::string random_bytes(std::mt19937& rng) {
-  static const std::vector<std::string> atoms = {"a", "Z", " ", "  ", "\n", "\t", "'s", "'ll", "9", "0", ".",
-                                                 "!", "é", "ß", "日", "本", "😀", "\xC3", "\x80", "\xFF",
-                                                 std::string(1, '\0'), "\xED\xA0\x80", "\xF0\x9F", "\u00a0",
-                                                 "\u3000", "\u2028", "Ⅻ", "½"};
+  static const std::vector<std::string> atoms = {"a",
+                                                 "Z",
+                                                 " ",
+                                                 "  ",
+                                                 "\n",
+                                                 "\t",
+                                                 "'s",
+                                                 "'ll",
+                                                 "9",
+                                                 "0",
+                                                 ".",
+                                                 "!",
+                                                 "é",
+                                                 "ß",
+                                                 "日",
+                                                 "本",
+                                                 "😀",
+                                                 "\xC3",
+                                                 "\x80",
+                                                 "\xFF",
+                                                 std::string(1, '\0'),
+                                                 "\xED\xA0\x80",
+                                                 "\xF0\x9F",
+                                                 "\u00a0",
+                                                 "\u3000",
+                                                 "\u2028",
+                                                 "Ⅻ",
+                                                 "½"};
   std::uniform_int_distribution<int> len(0, 40), mode(0, 2), byte(0, 255), atom(0, static_cast<int>(atoms.size()) - 1);
   std::string s;
   int n = len(rng), m = mode(rng);
   for (int i = 0; i < n; ++i) {
-    if (m == 0) s += static_cast<char>(byte(rng));
-    else if (m == 1) s += static_cast<char>(" eeetaoin\n'sl.,0A"[byte(rng) % 17]);
-    else s += atoms[static_cast<size_t>(atom(rng))];
+    if (m == 0)
+      s += static_cast<char>(byte(rng));
+    else if (m == 1)
+      s += static_cast<char>(" eeetaoin\n'sl.,0A"[byte(rng) % 17]);
+    else
+      s += atoms[static_cast<size_t>(atom(rng))];
   }
   return s;
 }
 
 std::string training_corpus() {
   std::mt19937 rng(7);
-  static const std::vector<std::string> words = {"the", "of", "and", "to", "in", "that", "is", "was", "he", "for",
-                                                 "it", "with", "as", "his", "on", "be", "at", "by", "I", "this",
-                                                 "had", "not", "are", "but", "from", "or", "have", "an", "they",
-                                                 "which", "one", "you", "were", "her", "all", "she", "there",
-                                                 "would", "their", "we", "him", "been", "has", "when", "who",
-                                                 "café", "naïve", "日本語", "don't", "it's", "42", "1999"};
+  static const std::vector<std::string> words = {
+      "the",  "of",  "and",  "to",    "in",   "that", "is",   "was",   "he",     "for",   "it",    "with",  "as",
+      "his",  "on",  "be",   "at",    "by",   "I",    "this", "had",   "not",    "are",   "but",   "from",  "or",
+      "have", "an",  "they", "which", "one",  "you",  "were", "her",   "all",    "she",   "there", "would", "their",
+      "we",   "him", "been", "has",   "when", "who",  "café", "naïve", "日本語", "don't", "it's",  "42",    "1999"};
   std::uniform_int_distribution<size_t> pick(0, words.size() - 1);
   std::uniform_int_distribution<int> punct(0, 11);
   std::string s;
@@ -284,7 +310,8 @@ TEST(BpeLoad, MalformedFilesThrow) {
   std::string v2 = vocab;
   v2.replace(v2.find("\"!\": 0"), 6, "\"!\": 9");  // the id of another token
   expect_load_error("vocab.json", v2, "used twice");
-  expect_load_error("merges.txt", merges + "q z\n", "merges.txt:" + std::to_string(std::count(merges.begin(), merges.end(), '\n') + 1));
+  expect_load_error("merges.txt", merges + "q z\n",
+                    "merges.txt:" + std::to_string(std::count(merges.begin(), merges.end(), '\n') + 1));
   expect_load_error("merges.txt", merges + "\u0120zzz q\n", "is not in");
   expect_load_error("merges.txt", merges + "lo\n", "expected two tokens");
   expect_load_error("merges.txt", merges + "l  o\n", "expected two tokens");

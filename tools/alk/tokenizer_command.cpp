@@ -30,9 +30,9 @@ void run_train(const std::string& corpus_path, int vocab_size, const std::string
   Tokenizer t = Tokenizer::train(corpus, vocab_size, specials);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   t.save(out);
-  std::cerr << "trained " << t.vocab_size() << " tokens (" << t.merges().size() << " merges, "
-            << t.special_ids().size() << " special) from " << corpus.size() << " bytes in " << seconds
-            << " s; wrote " << out << "/vocab.json, merges.txt, special_tokens.json\n";
+  std::cerr << "trained " << t.vocab_size() << " tokens (" << t.merges().size() << " merges, " << t.special_ids().size()
+            << " special) from " << corpus.size() << " bytes in " << seconds << " s; wrote " << out
+            << "/vocab.json, merges.txt, special_tokens.json\n";
   if (t.vocab_size() < vocab_size)
     std::cerr << "note: the corpus ran out of pairs before reaching " << vocab_size << " tokens\n";
 }
@@ -75,8 +75,9 @@ void add_tokenizer_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenizer", "train, or encode and decode with, a byte-level BPE tokenizer");
   cmd->require_subcommand(1);
 
-  auto* train = cmd->add_subcommand("train", "learn BPE merges from a text file; writes vocab.json, merges.txt "
-                                             "and special_tokens.json");
+  auto* train = cmd->add_subcommand("train",
+                                    "learn BPE merges from a text file; writes vocab.json, merges.txt "
+                                    "and special_tokens.json");
   static std::string corpus, out, from;
   static int vocab_size = 0;
   static std::vector<std::string> specials;

@@ -220,7 +220,10 @@ void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t 
 
 void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
   const gemm::Kernel& kern = active_kernel();
-  const int64_t MR = kern.mr, NR = kern.nr, KC = kern.kc;
+  const int64_t MR = kern.mr, NR = kern.nr;
+  static const int64_t tune_kc = std::getenv("ALK_TUNE_KC") ? std::atoll(std::getenv("ALK_TUNE_KC")) : 0;  // TUNE
+  static const int64_t tune_mc = std::getenv("ALK_TUNE_MC") ? std::atoll(std::getenv("ALK_TUNE_MC")) : 0;  // TUNE
+  const int64_t KC = tune_kc ? tune_kc : kern.kc, MCb = tune_mc ? tune_mc : kern.mc;  // TUNE
   Operand oa(a), ob(b);
   int64_t m = oa.rows, k = oa.cols, n = ob.cols;
   int64_t panels = (n + NR - 1) / NR, panel_floats = k * panels * NR;
@@ -241,7 +244,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
   // divide evenly over the threads, splitting columns once rows run out.
   int64_t threads = num_threads();
   int64_t micro_rows = (m + MR - 1) / MR;
-  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + kern.mc - 1) / kern.mc), nb = 1;
+  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + MCb - 1) / MCb), nb = 1;
   if (threads > 1 && batches * mb < 8 * threads) {
     mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
     if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
