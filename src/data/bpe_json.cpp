@@ -94,48 +94,23 @@ class JsonReader {
       }
       if (pos_ >= s_.size()) error_at(start, "unterminated string");
       char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) error_at(pos_ - 6, "unpaired low surrogate");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (pos_ + 1 >= s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
-              error_at(pos_ - 6, "unpaired high surrogate");
-            pos_ += 2;
-            uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) error_at(pos_ - 6, "high surrogate not followed by a low one");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          error_at(pos_ - 2, "unknown escape \\", e);
+      static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
+      if (size_t k = kFrom.find(e); k != std::string_view::npos) {
+        out += kTo[k];
+        continue;
       }
+      if (e != 'u') error_at(pos_ - 2, "unknown escape \\", e);
+      uint32_t cp = hex4();
+      if (cp >= 0xDC00 && cp <= 0xDFFF) error_at(pos_ - 6, "unpaired low surrogate");
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (pos_ + 1 >= s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
+          error_at(pos_ - 6, "unpaired high surrogate");
+        pos_ += 2;
+        uint32_t lo = hex4();
+        if (lo < 0xDC00 || lo > 0xDFFF) error_at(pos_ - 6, "high surrogate not followed by a low one");
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      }
+      append_utf8(out, cp);
     }
     if (!bpe::valid_utf8(out)) error_at(start, "string is not valid UTF-8");
     return out;

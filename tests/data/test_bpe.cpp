@@ -244,12 +244,12 @@ TEST(BpeSpecial, SingleIdsAndRoundTrip) {
 TEST(BpeSaveLoad, IdenticalEncodingsAndFiles) {
   TempDir dir;
   std::string corpus = training_corpus();
-  Tokenizer t = Tokenizer::train(corpus, 450, {"<|endoftext|>", "<a b>"});
+  Tokenizer t = Tokenizer::train(corpus, 450, {"<|endoftext|>", "<a b😀>"});
   t.save(dir.str() + "/one");
   Tokenizer u = Tokenizer::load(dir.str() + "/one");
   EXPECT_EQ(u.vocab_size(), t.vocab_size());
   EXPECT_EQ(u.special_ids(), t.special_ids());
-  EXPECT_EQ(u.encode(corpus + "<a b><|endoftext|>"), t.encode(corpus + "<a b><|endoftext|>"));
+  EXPECT_EQ(u.encode(corpus + "<a b😀><|endoftext|>"), t.encode(corpus + "<a b😀><|endoftext|>"));
   std::mt19937 rng(3);
   for (int i = 0; i < 500; ++i) {
     std::string s = random_bytes(rng);
@@ -259,6 +259,7 @@ TEST(BpeSaveLoad, IdenticalEncodingsAndFiles) {
   for (const char* f : {"vocab.json", "merges.txt", "special_tokens.json"})
     EXPECT_EQ(slurp(dir.path / "one" / f), slurp(dir.path / "two" / f)) << f;
   EXPECT_TRUE(slurp(dir.path / "one" / "merges.txt").starts_with("#version: 0.2\n"));
+  EXPECT_NE(slurp(dir.path / "one" / "vocab.json").find("\"<a b\\ud83d\\ude00>\": 449"), std::string::npos);
   EXPECT_TRUE(slurp(dir.path / "one" / "vocab.json").starts_with("{\"!\": 0, \"\\\"\": 1, "));
 }
 

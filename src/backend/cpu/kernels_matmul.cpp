@@ -190,9 +190,35 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
 
 // Copies rows [r0, r1) x columns [p0, p0 + kc) of A into MR-row panels (kc x MR each),
 // zero-padded past r1.
+// Fast path of pack_a for f32 rows with unit column stride: panel rows are written in
+// order from MR row streams (MR a compile-time constant, so the row loop unrolls).
+template <int MR>
+void pack_a_rows_f32(const float* src, int64_t rs, int64_t h, int64_t kc, float* panel) {
+  const float* rows[MR];
+  for (int r = 0; r < MR; ++r) rows[r] = src + std::min<int64_t>(r, h - 1) * rs;  // rows past h: read row h-1, then zeroed
+  for (int64_t p = 0; p < kc; ++p) {
+    float* out = panel + p * MR;
+    for (int r = 0; r < MR; ++r) out[r] = rows[r][p];
+  }
+  if (h < MR)
+    for (int64_t p = 0; p < kc; ++p) std::fill(panel + p * MR + h, panel + (p + 1) * MR, 0.0f);
+}
+
 void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t r1, int64_t p0, int64_t kc,
             int64_t MR, float* dst) {
   int64_t rs = oa.row_stride, cs = oa.col_stride;
+  if (a.dtype == DType::F32 && cs == 1 && (MR == 14 || MR == 6)) {
+    const float* src = static_cast<const float*>(a.data) + base + p0;
+    for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+      float* panel = dst + ((i0 - r0) / MR) * kc * MR;
+      int64_t h = std::min<int64_t>(MR, r1 - i0);
+      if (MR == 14)
+        pack_a_rows_f32<14>(src + i0 * rs, rs, h, kc, panel);
+      else
+        pack_a_rows_f32<6>(src + i0 * rs, rs, h, kc, panel);
+    }
+    return;
+  }
   dispatch(a.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t i0 = r0; i0 < r1; i0 += MR) {
