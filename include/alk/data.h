@@ -38,8 +38,7 @@ MnistSplit load_mnist(const std::string& dir, bool train, Loc loc = Loc::current
 std::string find_mnist_dir();
 
 // u8 [N, H, W] -> f32 [N, 1, H, W] of (x / 255 - mean) / std (lazy).
-Tensor normalize_images(const Tensor& u8_images, double mean = 0.1307, double std = 0.3081,
-                        Loc loc = Loc::current());
+Tensor normalize_images(const Tensor& u8_images, double mean = 0.1307, double std = 0.3081, Loc loc = Loc::current());
 
 // ---- tokenized text ----
 
@@ -62,17 +61,15 @@ class TokenDataset {
   explicit TokenDataset(std::vector<int32_t> ids, double val_fraction = 0.1, Loc loc = Loc::current());
 
   // cache_path "" disables the cache.
-  static TokenDataset from_file(const std::string& text_path, const TextEncoder& encode,
-                                const std::string& cache_path, double val_fraction = 0.1,
-                                uint64_t encoder_fingerprint = 0, Loc loc = Loc::current());
+  static TokenDataset from_file(const std::string& text_path, const TextEncoder& encode, const std::string& cache_path,
+                                double val_fraction = 0.1, uint64_t encoder_fingerprint = 0, Loc loc = Loc::current());
 
   // B windows of T + 1 consecutive tokens from the chosen split: inputs i64 [B, T] are the
   // first T, targets i64 [B, T] the last T. Row b starts at
   //   philox_integer(step_seed, counter, 0, n - T)   (n = tokens in the split)
   // with counter = b for train and 2^63 + b for validation, so a batch is a pure function of
   // (step_seed, train, B, T) and the data: resuming at step k reproduces batch k exactly.
-  std::pair<Tensor, Tensor> batch(bool train, int64_t B, int64_t T, uint64_t step_seed,
-                                  Loc loc = Loc::current()) const;
+  std::pair<Tensor, Tensor> batch(bool train, int64_t B, int64_t T, uint64_t step_seed, Loc loc = Loc::current()) const;
   // Same, with step_seed = step_seed(seed, step).
   std::pair<Tensor, Tensor> batch(bool train, int64_t B, int64_t T, uint64_t seed, uint64_t step,
                                   Loc loc = Loc::current()) const;

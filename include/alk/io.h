@@ -19,8 +19,9 @@
 // and be <= 100 MB; the header must be strict JSON (json.h); dtypes F64 F32 F16 BF16 I64 I32
 // U8 BOOL (others are rejected by name); shape product * dtype size == end - begin; the
 // tensors must cover the data buffer exactly (no holes, overlaps or trailing bytes); names
-// unique; metadata values strings. Any violation is alk::Error("safetensors", ...) naming
-// the file, the tensor and the offending values. BOOL bytes other than 0 read as true (1).
+// unique; "__metadata__" an object of strings (or null). Any violation is
+// alk::Error("safetensors", ...) naming the file, the tensor and the offending values.
+// BOOL bytes other than 0 read as true (1).
 #pragma once
 #include <cstddef>
 #include <cstdint>

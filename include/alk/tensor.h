@@ -114,6 +114,22 @@ struct Operand {
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
 
+// A user-defined elementwise op, written in the op table's expression language
+// (src/ops/elementwise.def): it fuses with its neighbours, runs on every backend and is
+// differentiable through its gradient expressions (names: the inputs, y = the output,
+// g = the incoming gradient; "" = no gradient for that input).
+struct CustomOp {
+  std::string name;
+  std::vector<std::string> inputs;    // e.g. {"x"} or {"a", "b"}
+  std::string forward;                // e.g. "x * tanh(log1p(exp(x)))"
+  std::vector<std::string> backward;  // one per input, or empty for no gradient
+  bool float_result = true;           // integer operands give f32 (else the promoted type)
+};
+Tensor custom_elementwise(const CustomOp& op, const std::vector<Operand>& operands, Loc loc = Loc::current());
+// The kernel text alk generates for a lazy elementwise tensor's node ("cpp", "cuda",
+// "glsl", "wgsl"), as `alk kernels` prints it.
+std::string generated_kernel(const Tensor& t, std::string_view target, Loc loc = Loc::current());
+
 Tensor operator+(const Operand& a, const Operand& b);
 Tensor operator-(const Operand& a, const Operand& b);
 Tensor operator*(const Operand& a, const Operand& b);

@@ -68,8 +68,7 @@ Tensor read_idx_u8(const std::string& path, int ndims, Loc loc) {
   }
   if (overflow || count > size - header)
     fail("mnist", loc, "'", path, "' is truncated: dims ", to_string(shape), " need ",
-         overflow ? std::string("more than 2^64") : std::to_string(count), " data bytes, the file has ",
-         size - header);
+         overflow ? std::string("more than 2^64") : std::to_string(count), " data bytes, the file has ", size - header);
   if (count < size - header)
     fail("mnist", loc, "'", path, "' has ", size - header - count, " trailing bytes after dims ", to_string(shape));
   Tensor t = make_buffer_tensor(shape, DType::U8);

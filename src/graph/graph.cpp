@@ -1,6 +1,8 @@
 #include "graph/graph.h"
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,20 +12,84 @@ namespace alk {
 namespace {
 std::atomic<int64_t> g_live_buffers{0}, g_live_bytes{0};
 constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
+
+// Freed blocks of 1 MB and more are kept for reuse, keyed by size class (the size rounded
+// up to 1/8 of its power of two): a fresh large block from the OS costs a page fault and
+// a page clear per 4 KB, which for a training step's buffers costs more than the kernels.
+class BlockCache {
+ public:
+  static constexpr size_t kMinCached = size_t{1} << 20;
+  static constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+
+  static size_t size_class(size_t n) {
+    if (n < kMinCached) return (n + kAlign - 1) / kAlign * kAlign;
+    size_t p = size_t{1} << (63 - __builtin_clzll(n));  // highest power of two <= n
+    size_t step = p / 8;
+    return (n + step - 1) / step * step;
+  }
+
+  void* take(size_t cls) {
+    if (cls >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= cls;
+        return p;
+      }
+    }
+    return ::operator new(cls == 0 ? kAlign : cls, std::align_val_t{kAlign});
+  }
+
+  void give(void* p, size_t cls) {
+    if (cls >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_bytes_ + cls <= kMaxCachedBytes) {
+        free_[cls].push_back(p);
+        cached_bytes_ += cls;
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t{kAlign});
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, blocks] : free_)
+      for (void* p : blocks) ::operator delete(p, std::align_val_t{kAlign});
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+  ~BlockCache() { release(); }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache cache;
+  return cache;
+}
+
 }  // namespace
 
 Buffer::Buffer(size_t n) : bytes(n) {
-  size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
-  data = ::operator new(rounded == 0 ? kAlign : rounded, std::align_val_t{kAlign});
+  data = block_cache().take(BlockCache::size_class(n));
   ++g_live_buffers;
   g_live_bytes += static_cast<int64_t>(n);
 }
 
 Buffer::~Buffer() {
-  ::operator delete(data, std::align_val_t{kAlign});
+  block_cache().give(data, BlockCache::size_class(bytes));
   --g_live_buffers;
   g_live_bytes -= static_cast<int64_t>(bytes);
 }
+
+void release_cached_memory() { block_cache().release(); }
 
 int64_t Buffer::live_count() { return g_live_buffers; }
 int64_t Buffer::live_bytes() { return g_live_bytes; }

@@ -26,6 +26,8 @@ struct Buffer {
   static int64_t live_count();  // for the leak report and tests
   static int64_t live_bytes();
 };
+// Returns the blocks kept for reuse (large freed buffers are cached) to the system.
+void release_cached_memory();
 
 // ---- typed parameters, one struct per template op family ----
 struct MapParams { expr::Expr expr; };                   // elementwise: expr over the inputs

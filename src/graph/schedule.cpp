@@ -69,6 +69,23 @@ class Scheduler {
     execute();
   }
 
+  // The fused elementwise kernel that would compute the (single) target, without running
+  // anything: what `generated_kernel` shows.
+  std::optional<std::pair<expr::Expr, expr::MapSignature>> fused_map() {
+    collect();
+    if (order_.empty()) return std::nullopt;
+    find_external();
+    build_kernels();
+    for (auto& k : kernels_) {
+      if (k->root != targets_[0]->node.get() || k->op != OpId::Map || !k->expr) continue;
+      const Node* n = k->root;
+      expr::MapSignature sig{n->name.empty() ? std::string(op_name(n->op)) : n->name, {}, n->dtype};
+      for (auto* l : k->leaves) sig.inputs.push_back(l->dtype);
+      return std::make_pair(*k->expr, sig);
+    }
+    return std::nullopt;
+  }
+
  private:
   // ---- 1. the graph, topologically ordered ----
   void collect() {
@@ -438,6 +455,11 @@ MemoryPlan last_memory_plan() {
 void realize_all(const std::vector<TensorImpl*>& targets) {
   Scheduler s(targets);
   s.run();
+}
+
+std::optional<std::pair<expr::Expr, expr::MapSignature>> fused_map_kernel(TensorImpl* target) {
+  Scheduler s({target});
+  return s.fused_map();
 }
 
 }  // namespace alk

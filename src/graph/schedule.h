@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "expr/emit.h"
 #include "graph/graph.h"
 
 namespace alk {
@@ -50,5 +51,8 @@ struct ScheduleStats {
 };
 // Statistics of the most recent realize on this thread (for ALK_DEBUG=schedule and tests).
 const ScheduleStats& last_schedule_stats();
+// The fused elementwise kernel the scheduler would build for target (nothing runs), or
+// nothing when the target is realized or not elementwise.
+std::optional<std::pair<expr::Expr, expr::MapSignature>> fused_map_kernel(TensorImpl* target);
 
 }  // namespace alk

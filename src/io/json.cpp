@@ -10,13 +10,20 @@ namespace alk::json {
 
 std::string_view kind_name(Kind k) {
   switch (k) {
-    case Kind::Null: return "null";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "integer";
-    case Kind::Double: return "number";
-    case Kind::String: return "string";
-    case Kind::Array: return "array";
-    case Kind::Object: return "object";
+    case Kind::Null:
+      return "null";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "integer";
+    case Kind::Double:
+      return "number";
+    case Kind::String:
+      return "string";
+    case Kind::Array:
+      return "array";
+    case Kind::Object:
+      return "object";
   }
   return "?";
 }
@@ -86,13 +93,20 @@ Value& Value::set(std::string key, Value value, Loc loc) {
 bool operator==(const Value& a, const Value& b) {
   if (a.kind_ != b.kind_) return false;
   switch (a.kind_) {
-    case Kind::Null: return true;
-    case Kind::Bool: return a.b_ == b.b_;
-    case Kind::Int: return a.i_ == b.i_;
-    case Kind::Double: return a.d_ == b.d_;
-    case Kind::String: return a.s_ == b.s_;
-    case Kind::Array: return a.a_ == b.a_;
-    case Kind::Object: return a.o_ == b.o_;
+    case Kind::Null:
+      return true;
+    case Kind::Bool:
+      return a.b_ == b.b_;
+    case Kind::Int:
+      return a.i_ == b.i_;
+    case Kind::Double:
+      return a.d_ == b.d_;
+    case Kind::String:
+      return a.s_ == b.s_;
+    case Kind::Array:
+      return a.a_ == b.a_;
+    case Kind::Object:
+      return a.o_ == b.o_;
   }
   return false;
 }
@@ -156,12 +170,21 @@ class Parser {
   Value parse_value(int depth) {
     if (at_end()) error("expected a value");
     switch (s_[pos_]) {
-      case '{': return parse_object(depth + 1);
-      case '[': return parse_array(depth + 1);
-      case '"': return Value(parse_string());
-      case 't': literal("true"); return Value(true);
-      case 'f': literal("false"); return Value(false);
-      case 'n': literal("null"); return Value();
+      case '{':
+        return parse_object(depth + 1);
+      case '[':
+        return parse_array(depth + 1);
+      case '"':
+        return Value(parse_string());
+      case 't':
+        literal("true");
+        return Value(true);
+      case 'f':
+        literal("false");
+        return Value(false);
+      case 'n':
+        literal("null");
+        return Value();
       default:
         if (s_[pos_] == '-' || (s_[pos_] >= '0' && s_[pos_] <= '9')) return parse_number();
         error("expected a value");
@@ -270,10 +293,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = s_[pos_];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else error("invalid hex digit in \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        error("invalid hex digit in \\u escape");
       ++pos_;
     }
     return v;
@@ -305,10 +332,14 @@ class Parser {
     unsigned char b0 = byte(0);
     size_t len = 0;
     uint32_t cp = 0, min = 0;
-    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2, cp = b0 & 0x1F, min = 0x80;
-    else if (b0 >= 0xE0 && b0 <= 0xEF) len = 3, cp = b0 & 0x0F, min = 0x800;
-    else if (b0 >= 0xF0 && b0 <= 0xF4) len = 4, cp = b0 & 0x07, min = 0x10000;
-    else error("invalid UTF-8 in string");
+    if (b0 >= 0xC2 && b0 <= 0xDF)
+      len = 2, cp = b0 & 0x1F, min = 0x80;
+    else if (b0 >= 0xE0 && b0 <= 0xEF)
+      len = 3, cp = b0 & 0x0F, min = 0x800;
+    else if (b0 >= 0xF0 && b0 <= 0xF4)
+      len = 4, cp = b0 & 0x07, min = 0x10000;
+    else
+      error("invalid UTF-8 in string");
     if (s_.size() - start < len) error("truncated UTF-8 sequence in string");
     for (size_t i = 1; i < len; ++i) {
       if ((byte(i) & 0xC0) != 0x80) error_at(start + i, "invalid UTF-8 continuation byte in string");
@@ -344,14 +375,30 @@ class Parser {
       if (at_end()) error("unterminated escape");
       char e = s_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) error_at(escape_at, "unpaired low surrogate in \\u escape");
@@ -365,7 +412,8 @@ class Parser {
           append_utf8(out, cp);
           break;
         }
-        default: error_at(escape_at, "invalid escape");
+        default:
+          error_at(escape_at, "invalid escape");
       }
     }
   }
@@ -378,13 +426,27 @@ void dump_string(std::string& out, const std::string& s) {
   for (char ch : s) {
     unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -406,9 +468,15 @@ void newline(std::string& out, int indent, int level) {
 
 void dump_value(std::string& out, const Value& v, int indent, int level, Loc loc) {
   switch (v.kind()) {
-    case Kind::Null: out += "null"; return;
-    case Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
-    case Kind::Int: out += std::to_string(v.as_int()); return;
+    case Kind::Null:
+      out += "null";
+      return;
+    case Kind::Bool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Kind::Int:
+      out += std::to_string(v.as_int());
+      return;
     case Kind::Double: {
       double d = v.as_double();
       if (!std::isfinite(d)) fail("json", loc, "cannot write ", d, ": JSON has no NaN or infinity");
@@ -419,7 +487,9 @@ void dump_value(std::string& out, const Value& v, int indent, int level, Loc loc
       out += s;
       return;
     }
-    case Kind::String: dump_string(out, v.as_string()); return;
+    case Kind::String:
+      dump_string(out, v.as_string());
+      return;
     case Kind::Array: {
       const Array& a = v.as_array();
       out += '[';

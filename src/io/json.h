@@ -29,17 +29,17 @@ std::string_view kind_name(Kind k);
 class Value {
  public:
   Value() = default;
-  Value(std::nullptr_t) {}                                                 // NOLINT(google-explicit-constructor)
-  Value(bool b) : kind_(Kind::Bool), b_(b) {}                              // NOLINT
-  Value(int i) : kind_(Kind::Int), i_(i) {}                                // NOLINT
-  Value(int64_t i) : kind_(Kind::Int), i_(i) {}                            // NOLINT
-  Value(uint64_t i) : kind_(Kind::Int), i_(static_cast<int64_t>(i)) {}     // NOLINT (caller ensures < 2^63)
-  Value(double d) : kind_(Kind::Double), d_(d) {}                          // NOLINT
-  Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}          // NOLINT
-  Value(const char* s) : kind_(Kind::String), s_(s) {}                     // NOLINT
-  Value(std::string_view s) : kind_(Kind::String), s_(s) {}                // NOLINT
-  Value(json::Array a) : kind_(Kind::Array), a_(std::move(a)) {}           // NOLINT
-  Value(json::Object o) : kind_(Kind::Object), o_(std::move(o)) {}         // NOLINT
+  Value(std::nullptr_t) {}                                              // NOLINT(google-explicit-constructor)
+  Value(bool b) : kind_(Kind::Bool), b_(b) {}                           // NOLINT
+  Value(int i) : kind_(Kind::Int), i_(i) {}                             // NOLINT
+  Value(int64_t i) : kind_(Kind::Int), i_(i) {}                         // NOLINT
+  Value(uint64_t i) : kind_(Kind::Int), i_(static_cast<int64_t>(i)) {}  // NOLINT (caller ensures < 2^63)
+  Value(double d) : kind_(Kind::Double), d_(d) {}                       // NOLINT
+  Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}       // NOLINT
+  Value(const char* s) : kind_(Kind::String), s_(s) {}                  // NOLINT
+  Value(std::string_view s) : kind_(Kind::String), s_(s) {}             // NOLINT
+  Value(json::Array a) : kind_(Kind::Array), a_(std::move(a)) {}        // NOLINT
+  Value(json::Object o) : kind_(Kind::Object), o_(std::move(o)) {}      // NOLINT
 
   Kind kind() const { return kind_; }
   bool is_null() const { return kind_ == Kind::Null; }
@@ -52,8 +52,8 @@ class Value {
 
   // Typed access; the wrong kind throws alk::Error("json", "expected K, got K2").
   bool as_bool(Loc loc = Loc::current()) const;
-  int64_t as_int(Loc loc = Loc::current()) const;     // Int only: never rounds a double
-  double as_double(Loc loc = Loc::current()) const;   // Int or Double
+  int64_t as_int(Loc loc = Loc::current()) const;    // Int only: never rounds a double
+  double as_double(Loc loc = Loc::current()) const;  // Int or Double
   const std::string& as_string(Loc loc = Loc::current()) const;
   const json::Array& as_array(Loc loc = Loc::current()) const;
   const json::Object& as_object(Loc loc = Loc::current()) const;

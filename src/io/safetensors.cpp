@@ -16,7 +16,7 @@ namespace alk {
 
 namespace {
 
-constexpr DType kAllDTypes[] = {DType::Bool, DType::U8,  DType::I32, DType::I64,
+constexpr DType kAllDTypes[] = {DType::Bool, DType::U8,   DType::I32, DType::I64,
                                 DType::F16,  DType::BF16, DType::F32, DType::F64};
 
 struct FileCloser {
@@ -50,7 +50,9 @@ bool read_exact(std::FILE* f, void* out, size_t bytes) { return bytes == 0 || st
 
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json::Value& v,
                              uint64_t data_bytes, Loc loc) {
-  auto bad = [&](const auto&... parts) { fail("safetensors", loc, quoted(path), ": tensor ", quoted(name), ": ", parts...); };
+  auto bad = [&](const auto&... parts) {
+    fail("safetensors", loc, quoted(path), ": tensor ", quoted(name), ": ", parts...);
+  };
   if (!v.is_object()) bad("entry must be an object, got ", json::kind_name(v.kind()));
   SafetensorsEntry e;
   e.name = name;
@@ -120,6 +122,7 @@ SafetensorsHeader read_header(std::FILE* f, const std::string& path, uint64_t fi
   if (!root.is_object()) bad("header must be a JSON object, got ", json::kind_name(root.kind()));
   for (auto& [key, v] : root.as_object()) {
     if (key == "__metadata__") {
+      if (v.is_null()) continue;  // Python writers may emit null for "no metadata"
       if (!v.is_object()) bad("\"__metadata__\" must be an object, got ", json::kind_name(v.kind()));
       for (auto& [mk, mv] : v.as_object()) {
         if (!mv.is_string()) bad("metadata ", quoted(mk), " must be a string, got ", json::kind_name(mv.kind()));
@@ -161,14 +164,22 @@ const unsigned char* raw_bytes(const Tensor& t) {
 
 std::string_view safetensors_dtype_tag(DType t) {
   switch (t) {
-    case DType::Bool: return "BOOL";
-    case DType::U8: return "U8";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
+    case DType::Bool:
+      return "BOOL";
+    case DType::U8:
+      return "U8";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
   }
   return "?";
 }
@@ -250,7 +261,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   header.append((8 - header.size() % 8) % 8, ' ');
 
   unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
   AtomicFile file(path, loc);
   file.write(len_bytes, 8);
   file.write(header);

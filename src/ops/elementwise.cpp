@@ -5,7 +5,9 @@
 #include <cctype>
 #include <set>
 
+#include "expr/emit.h"
 #include "graph/autograd.h"
+#include "graph/schedule.h"
 #include "ops/ops.h"
 
 namespace alk {
@@ -159,7 +161,13 @@ Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& 
 }
 
 Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc) {
-  const ElementwiseEntry& e = elementwise_entry(op);
+  return apply_entry(elementwise_entry(op), nullptr, operands, loc);
+}
+
+// `keep` keeps a custom op's strings alive as long as a backward rule may read them.
+Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, const std::vector<Operand>& operands,
+                   Loc loc) {
+  const OpId op = e.op;
   const std::string name(e.name);
   DType common = common_dtype(operands, name.c_str(), loc);
   std::vector<DType> dtypes(operands.size(), common);
@@ -185,6 +193,7 @@ Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc)
   Tensor result;
   try {
     result = map_expr(op, e.forward, e.inputs, operands, dtypes, common, out, loc);
+    if (op == OpId::Map) result.impl()->node->name = name;  // a custom op
   } catch (const Error& err) {
     if (err.op() == name) throw;
     throw Error(name, err.detail(), loc);
@@ -213,7 +222,7 @@ Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc)
   // The output itself cannot be kept with its history (it would own its own grad_fn);
   // a detached alias serves plain backward, and create_graph recomputes it.
   Tensor y = used.count("y") ? alias(result) : Tensor();
-  auto backward = [&e, saved, shapes, is_tensor, dtypes, out, common, y, loc](const Tensor& g) {
+  auto backward = [&e, keep, saved, shapes, is_tensor, dtypes, out, common, y, loc](const Tensor& g) {
     const bool create_graph = is_grad_enabled();
     std::vector<std::string> names = e.inputs;
     names.push_back("y");
@@ -271,6 +280,34 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   return with_grad(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
 }
 
+namespace {
+// A custom op's entry, owning the strings the entry's views point into.
+struct CustomEntry {
+  CustomOp op;
+  ElementwiseEntry entry;
+};
+}  // namespace
+
+Tensor custom_elementwise(const CustomOp& op, const std::vector<Operand>& operands, Loc loc) {
+  check(!op.inputs.empty() && op.inputs.size() <= 3 && op.inputs.size() == operands.size(), op.name, loc,
+        "a custom op takes 1 to 3 operands, one per input name; got ", op.inputs.size(), " names and ",
+        operands.size(), " operands");
+  check(op.backward.empty() || op.backward.size() == op.inputs.size(), op.name, loc, "got ", op.backward.size(),
+        " gradient expressions for ", op.inputs.size(), " inputs");
+  auto custom = std::make_shared<CustomEntry>();
+  custom->op = op;
+  ElementwiseEntry& e = custom->entry;
+  e.op = OpId::Map;
+  e.name = custom->op.name;
+  e.arity = static_cast<int>(op.inputs.size());
+  e.inputs = custom->op.inputs;
+  e.rule = op.float_result ? DTypeRule::Float : DTypeRule::Same;
+  e.domain = Domain::Any;
+  e.forward = custom->op.forward;
+  for (size_t k = 0; k < custom->op.backward.size(); ++k) e.backward[k] = custom->op.backward[k];
+  return apply_entry(e, custom, operands, loc);
+}
+
 // Operators cannot take a location argument; the operands' conversions recorded it.
 Tensor operator+(const Operand& a, const Operand& b) { return add(a, b, a.loc); }
 Tensor operator-(const Operand& a, const Operand& b) { return sub(a, b, a.loc); }
@@ -284,5 +321,16 @@ Tensor operator>=(const Operand& a, const Operand& b) { return ge(a, b, a.loc); 
 Tensor operator&&(const Operand& a, const Operand& b) { return logical_and(a, b, a.loc); }
 Tensor operator||(const Operand& a, const Operand& b) { return logical_or(a, b, a.loc); }
 Tensor operator!(const Operand& x) { return logical_not(x, x.loc); }
+
+std::string generated_kernel(const Tensor& t, std::string_view target, Loc loc) {
+  check(t.defined(), "generated_kernel", loc, "undefined tensor");
+  auto which = expr::parse_target(target);
+  check(which.has_value(), "generated_kernel", loc, "unknown target '", target, "' (cpp, cuda, glsl, wgsl)");
+  auto kernel = fused_map_kernel(t.impl());
+  check(kernel.has_value(), "generated_kernel", loc,
+        "only a lazy elementwise result has a generated kernel (this one is ",
+        t.is_realized() ? "realized" : "a template op", ")");
+  return expr::emit_map_kernel(kernel->first, kernel->second, *which);
+}
 
 }  // namespace alk

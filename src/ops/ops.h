@@ -13,6 +13,8 @@ Tensor map_expr(OpId op, std::string_view text, const std::vector<std::string>& 
                 const std::vector<Operand>& operands, const std::vector<DType>& operand_dtypes, DType literal_dtype,
                 DType out_dtype, Loc loc);
 Tensor apply_elementwise(OpId op, const std::vector<Operand>& operands, Loc loc);
+Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, const std::vector<Operand>& operands,
+                   Loc loc);
 
 // Wraps a possibly negative axis into [0, rank); errors name the op.
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, Loc loc);

@@ -259,7 +259,9 @@ TEST(BpeSaveLoad, IdenticalEncodingsAndFiles) {
   for (const char* f : {"vocab.json", "merges.txt", "special_tokens.json"})
     EXPECT_EQ(slurp(dir.path / "one" / f), slurp(dir.path / "two" / f)) << f;
   EXPECT_TRUE(slurp(dir.path / "one" / "merges.txt").starts_with("#version: 0.2\n"));
-  EXPECT_NE(slurp(dir.path / "one" / "vocab.json").find("\"<a b\\ud83d\\ude00>\": 449"), std::string::npos);
+  EXPECT_NE(slurp(dir.path / "one" / "vocab.json")
+                .find("\"<a b\\ud83d\\ude00>\": " + std::to_string(t.vocab_size() - 1) + "}"),
+            std::string::npos);
   EXPECT_TRUE(slurp(dir.path / "one" / "vocab.json").starts_with("{\"!\": 0, \"\\\"\": 1, "));
 }
 

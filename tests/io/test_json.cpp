@@ -102,12 +102,15 @@ TEST(Json, RejectsBadInputWithBytePosition) {
       {"{} x", "unexpected trailing data at byte 3"},
       {"1e999", "number out of range at byte 0"},
   };
-  for (const Case& c : cases) EXPECT_NE(parse_error(c.text).find(c.message), std::string::npos)
-      << "input: " << c.text << "\nerror: " << parse_error(c.text);
+  for (const Case& c : cases)
+    EXPECT_NE(parse_error(c.text).find(c.message), std::string::npos)
+        << "input: " << c.text << "\nerror: " << parse_error(c.text);
 }
 
 TEST(Json, DepthLimit) {
-  auto nested = [](int depth) { return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']'); };
+  auto nested = [](int depth) {
+    return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']');
+  };
   EXPECT_EQ(parse_error(nested(json::kDefaultMaxDepth)), "");
   EXPECT_NE(parse_error(nested(json::kDefaultMaxDepth + 1)).find("nesting deeper than 128"), std::string::npos);
   EXPECT_NE(parse_error(nested(100000)).find("nesting deeper"), std::string::npos);  // no stack overflow

@@ -66,8 +66,10 @@ TEST(Safetensors, RoundTripsEveryDtypeBitExact) {
     tensors.emplace_back(std::string(dtype_name(dt)), from_bytes(bytes.data(), bytes.size(), shape, dt));
   }
   // Special f16/bf16 patterns: signed zero, subnormals, infinities, NaN payloads.
-  tensors.emplace_back("f16_special", from_u16_bits({0x8000, 0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7E01, 0x7BFF}, {7}, DType::F16));
-  tensors.emplace_back("bf16_special", from_u16_bits({0x8000, 0x0001, 0x007F, 0x7F80, 0xFF80, 0x7FC1, 0x7F7F}, {7}, DType::BF16));
+  tensors.emplace_back("f16_special",
+                       from_u16_bits({0x8000, 0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7E01, 0x7BFF}, {7}, DType::F16));
+  tensors.emplace_back("bf16_special",
+                       from_u16_bits({0x8000, 0x0001, 0x007F, 0x7F80, 0xFF80, 0x7FC1, 0x7F7F}, {7}, DType::BF16));
   std::string path = dir / "all.safetensors";
   save_safetensors(path, tensors);
   SafetensorsFile f = load_safetensors(path);
@@ -265,31 +267,37 @@ TEST(Safetensors, RejectsMalformedFiles) {
       {"reversed", make_file(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[5,3]}})", f32x2),
        "tensor 'w': data_offsets [5, 3] end before they begin"},
       {"overlap",
-       make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                 f32x2),
+       make_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           f32x2),
        "tensor 'b' data_offsets [4, 8] overlap tensor 'a' [0, 8]"},
       {"hole",
-       make_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
-                 f32x2),
+       make_file(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
+           f32x2),
        "hole in the data buffer: bytes [2, 6) before tensor 'b'"},
       {"trailing", make_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", f32x2),
        "hole in the data buffer: bytes [2, 8) at the end"},
       {"duplicate",
-       make_file(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
-                 f32x2),
+       make_file(
+           R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+           f32x2),
        "duplicate key \"a\""},
-      {"meta_not_string", make_file(R"({"__metadata__":{"step":12}})", ""), "metadata 'step' must be a string, got integer"},
+      {"meta_not_string", make_file(R"({"__metadata__":{"step":12}})", ""),
+       "metadata 'step' must be a string, got integer"},
       {"meta_not_object", make_file(R"({"__metadata__":"x"})", ""), "\"__metadata__\" must be an object"},
       {"negative_dim", make_file(R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", ""),
        "tensor 'w': \"shape\" entries must be non-negative integers"},
       {"float_offset", make_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1.0]}})", "a"),
        "\"data_offsets\" must be non-negative integers"},
-      {"missing_field", make_file(R"({"w":{"dtype":"U8","shape":[1]}})", "a"), "needs \"dtype\", \"shape\" and \"data_offsets\""},
+      {"missing_field", make_file(R"({"w":{"dtype":"U8","shape":[1]}})", "a"),
+       "needs \"dtype\", \"shape\" and \"data_offsets\""},
       {"unknown_field", make_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", "a"),
        "unknown field \"x\""},
       {"entry_not_object", make_file(R"({"w":[1]})", ""), "tensor 'w': entry must be an object, got array"},
       {"shape_overflow",
-       make_file(R"({"w":{"dtype":"F64","shape":[1099511627776,1099511627776,1099511627776],"data_offsets":[0,8]}})", f32x2),
+       make_file(R"({"w":{"dtype":"F64","shape":[1099511627776,1099511627776,1099511627776],"data_offsets":[0,8]}})",
+                 f32x2),
        "needs more than 2^64 bytes"},
       {"shape_wraps_to_size",  // 2^61 * 8 wraps to 0 in 64 bits: must not be taken as 0 bytes
        make_file(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", ""),
@@ -323,6 +331,8 @@ TEST(Safetensors, ReadsValidHandWrittenVariants) {
   EXPECT_EQ(f.tensors[2].first, "b");
   EXPECT_EQ(f.tensors[0].second.to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1}));  // bool byte 7 reads as 1
   EXPECT_EQ(f.tensors[2].second.to_vector<uint8_t>(), (std::vector<uint8_t>{5, 6}));
+  write_file(path, make_file(R"({"__metadata__":null})", ""));
+  EXPECT_TRUE(load_safetensors(path).metadata.empty());
 }
 
 // Random byte flips and truncations of a valid file: every outcome is a clean load or an
@@ -348,10 +358,12 @@ TEST(Safetensors, FuzzMutationsNeverCrash) {
       }
     }
     if (mode == 1 || mode == 3) bytes.resize(rng() % bytes.size());  // truncate
-    if (mode == 2) {                                                  // replace a digit in the header
+    if (mode == 2) {                                                 // replace a digit in the header
       size_t at = 8 + rng() % (header_end - 8);
-      if (bytes[at] >= '0' && bytes[at] <= '9') bytes[at] = static_cast<char>('0' + rng() % 10);
-      else bytes[at] = "{}[],:\" 0-9eE.\\u"[rng() % 16];
+      if (bytes[at] >= '0' && bytes[at] <= '9')
+        bytes[at] = static_cast<char>('0' + rng() % 10);
+      else
+        bytes[at] = "{}[],:\" 0-9eE.\\u"[rng() % 16];
     }
     // Overwritten in place, then cut to size: truncating to 0 makes ext4 flush the file on
     // every close (auto_da_alloc), which costs milliseconds per iteration.

@@ -152,6 +152,11 @@ TEST(Loss, CrossEntropyErrors) {
   EXPECT_THROW(nn::cross_entropy(logits.to(DType::I64), tensor(std::vector<int64_t>{0, 1, 2}, {3})), Error);
   EXPECT_THROW(nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3}), -100, 1.5), Error);
   EXPECT_THROW(nn::cross_entropy(logits, Tensor()), Error);
+  // Targets outside [0, C) (other than ignore_index) are refused, not read out of bounds.
+  for (int64_t bad : {int64_t{4}, int64_t{-1}, int64_t{1} << 40}) {
+    m = message([&] { nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, bad, 1}, {3})).item(); });
+    EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << bad << ": " << m;
+  }
 }
 
 TEST(Loss, MseMatchesReferenceAndGradcheck) {

@@ -36,8 +36,9 @@ int run_inspect(const std::string& path) {
   }
   auto row = [&](const std::string& name, const std::string& dtype, const std::string& shape,
                  const std::string& bytes) {
-    std::cout << std::left << std::setw(static_cast<int>(name_w)) << name << "  " << std::setw(static_cast<int>(dtype_w))
-              << dtype << "  " << std::setw(static_cast<int>(shape_w)) << shape << "  " << bytes << "\n";
+    std::cout << std::left << std::setw(static_cast<int>(name_w)) << name << "  "
+              << std::setw(static_cast<int>(dtype_w)) << dtype << "  " << std::setw(static_cast<int>(shape_w)) << shape
+              << "  " << bytes << "\n";
   };
   row("name", "dtype", "shape", "bytes");
   for (auto& e : h.entries) row(printable(e.name), e.dtype_tag, to_string(e.shape), std::to_string(e.end - e.begin));

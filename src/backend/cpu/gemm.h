@@ -1,10 +1,10 @@
 // Run-time selection of the SGEMM micro-kernel behind cpu::matmul's f32/f16/bf16 path.
 //
 // Paths: "avx512" (AVX-512F/BW/VL + FMA), "avx2" (AVX2 + FMA), "generic" (portable C++).
-// By default the best one the CPU supports is used. The environment variable
-// ALK_ISA=avx512|avx2|generic (read once, on first matmul) forces a path; a path the CPU
-// lacks, or an unknown name, is refused with a one-line note on stderr and the best
-// supported path is used instead.
+// By default the path follows the process-wide ISA choice (isa.h): the best the CPU
+// supports, or the one the environment variable ALK_ISA=avx512|avx2|generic names; a path
+// the CPU lacks is refused there with a one-line note on stderr and the best supported
+// path is used instead.
 #pragma once
 #include <string>
 #include <string_view>
@@ -16,7 +16,7 @@ namespace alk::cpu {
 std::vector<std::string> gemm_supported_isas();
 // The path matmul uses now.
 std::string gemm_isa();
-// Test/bench hook: forces a path ("auto" or "" = best supported). Returns false and
+// Test/bench hook: forces the GEMM path ("auto" or "" = follow isa.h again). Returns false and
 // leaves the current path unchanged when the name is unknown or the CPU lacks it.
 // Not meant to be called while a matmul is running on another thread.
 bool set_gemm_isa(std::string_view name);

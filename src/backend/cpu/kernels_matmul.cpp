@@ -6,22 +6,22 @@
 // broadcast-0) and f16/bf16 -> f32 conversion are handled while packing.
 //
 // The micro-kernel is chosen at run time (gemm.h): AVX-512, AVX2+FMA or portable C++, each
-// compiled in its own file with its own -m flags (gemm_*.cpp). ALK_ISA=avx512|avx2|generic
-// forces a path; a path the CPU lacks is refused with a one-line stderr note.
+// compiled in its own file with its own -m flags (gemm_*.cpp). It follows the process-wide
+// ISA choice of isa.h, so ALK_ISA=avx512|avx2|generic forces a path (a path the CPU lacks is
+// refused there with a one-line stderr note); set_gemm_isa overrides it for the GEMM alone.
 //
 // Threads split the (batch, row block, column block) grid of C. Every output element is
 // summed in a fixed order (KC-deep blocks in order, each summed p = 0..kc-1 and then added
 // to C), independent of the tiling, so results do not depend on the thread count.
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_kernel.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_internal.h"
 
@@ -52,45 +52,28 @@ std::vector<const gemm::Kernel*> all_kernels() {
 #endif
 }
 
-const gemm::Kernel* best_kernel() {
-  for (const gemm::Kernel* k : all_kernels())
-    if (cpu_supports(k)) return k;
-  return &gemm::kGeneric;
-}
-
 const gemm::Kernel* find_kernel(std::string_view name) {
   for (const gemm::Kernel* k : all_kernels())
     if (name == k->name) return k;
   return nullptr;
 }
 
-const gemm::Kernel* kernel_from_env() {
-  const gemm::Kernel* best = best_kernel();
-  const char* env = std::getenv("ALK_ISA");
-  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return best;
-  const gemm::Kernel* k = find_kernel(env);
-  if (k == nullptr) {
-    std::fprintf(stderr, "alk: ALK_ISA=%s is not one of avx512|avx2|generic; using %s\n", env, best->name);
-    return best;
-  }
-  if (!cpu_supports(k)) {
-    std::fprintf(stderr, "alk: ALK_ISA=%s is not supported by this CPU; using %s\n", env, best->name);
-    return best;
-  }
-  return k;
+// The kernel for the process-wide ISA choice (isa.h: the best the CPU has, or ALK_ISA).
+const gemm::Kernel* kernel_for(Isa i) {
+#if ALK_GEMM_X86
+  if (i == Isa::Avx512 && cpu_supports(&gemm::kAvx512)) return &gemm::kAvx512;
+  if (i != Isa::Generic && cpu_supports(&gemm::kAvx2)) return &gemm::kAvx2;
+#endif
+  (void)i;
+  return &gemm::kGeneric;
 }
 
-std::atomic<const gemm::Kernel*> g_kernel{nullptr};
+// Set by set_gemm_isa (tests, benchmarks); null follows isa().
+std::atomic<const gemm::Kernel*> g_override{nullptr};
 
 const gemm::Kernel& active_kernel() {
-  const gemm::Kernel* k = g_kernel.load(std::memory_order_acquire);
-  if (k == nullptr) {
-    static const gemm::Kernel* from_env = kernel_from_env();
-    const gemm::Kernel* expected = nullptr;
-    g_kernel.compare_exchange_strong(expected, from_env);
-    k = g_kernel.load(std::memory_order_acquire);
-  }
-  return *k;
+  const gemm::Kernel* k = g_override.load(std::memory_order_acquire);
+  return k != nullptr ? *k : *kernel_for(isa());
 }
 
 }  // namespace
@@ -105,9 +88,13 @@ std::vector<std::string> gemm_supported_isas() {
 std::string gemm_isa() { return active_kernel().name; }
 
 bool set_gemm_isa(std::string_view name) {
-  const gemm::Kernel* k = name.empty() || name == "auto" ? best_kernel() : find_kernel(name);
+  if (name.empty() || name == "auto") {
+    g_override.store(nullptr, std::memory_order_release);
+    return true;
+  }
+  const gemm::Kernel* k = find_kernel(name);
   if (k == nullptr || !cpu_supports(k)) return false;
-  g_kernel.store(k, std::memory_order_release);
+  g_override.store(k, std::memory_order_release);
   return true;
 }
 
@@ -246,10 +233,7 @@ void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t 
 
 void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
   const gemm::Kernel& kern = active_kernel();
-  const int64_t MR = kern.mr, NR = kern.nr;
-  static const int64_t tune_kc = std::getenv("ALK_TUNE_KC") ? std::atoll(std::getenv("ALK_TUNE_KC")) : 0;  // TUNE
-  static const int64_t tune_mc = std::getenv("ALK_TUNE_MC") ? std::atoll(std::getenv("ALK_TUNE_MC")) : 0;  // TUNE
-  const int64_t KC = tune_kc ? tune_kc : kern.kc, MCb = tune_mc ? tune_mc : kern.mc;  // TUNE
+  const int64_t MR = kern.mr, NR = kern.nr, KC = kern.kc;
   Operand oa(a), ob(b);
   int64_t m = oa.rows, k = oa.cols, n = ob.cols;
   int64_t panels = (n + NR - 1) / NR, panel_floats = k * panels * NR;
@@ -270,7 +254,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
   // divide evenly over the threads, splitting columns once rows run out.
   int64_t threads = num_threads();
   int64_t micro_rows = (m + MR - 1) / MR;
-  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + MCb - 1) / MCb), nb = 1;
+  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + kern.mc - 1) / kern.mc), nb = 1;
   if (threads > 1 && batches * mb < 8 * threads) {
     mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
     if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
