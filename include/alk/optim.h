@@ -23,7 +23,10 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t steps() const { return steps_; }
-  // Per-parameter state as "<param name>.<slot>" plus "step": safetensors-ready.
+  // Updates parameter i has had, counting the current one (PyTorch keeps a step per
+  // parameter: one that first gets a gradient late starts its bias correction then).
+  int64_t param_steps(size_t i) const { return param_steps_[i]; }
+  // Per-parameter state as "<param name>.<slot>" (with "<param name>.step") plus "step".
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state, Loc loc = Loc::current());
   const NamedTensors& params() const { return params_; }
@@ -39,6 +42,7 @@ class Optimizer {
  private:
   NamedTensors params_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;
+  std::vector<int64_t> param_steps_;
   double lr_;
   int64_t steps_ = 0;
   Tensor lr_t_;

@@ -64,7 +64,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict, Loc loc) {
     check(v.shape() == t.shape(), "load_state_dict", loc, "'", name, "' has shape ", to_string(v.shape()),
           " in the state dict but ", to_string(t.shape()), " in the model");
     Tensor target = t;
-    target.assign_(v.dtype() == t.dtype() ? v.contiguous() : v.to(t.dtype()), loc);
+    target.assign_(v.dtype() == t.dtype() ? v.contiguous() : v.to(t.dtype()), loc);  // like copy_: casts
     used.insert(name);
   }
   if (!strict) return;

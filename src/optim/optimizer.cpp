@@ -6,7 +6,8 @@
 
 namespace alk::optim {
 
-Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+Optimizer::Optimizer(NamedTensors params, double lr)
+    : params_(std::move(params)), state_(params_.size()), param_steps_(params_.size(), 0), lr_(lr) {
   for (auto& [name, p] : params_)
     check(p.defined() && p.requires_grad() && p.is_leaf(), "optimizer", Loc::current(), "parameter '", name,
           "' must be a leaf tensor that requires grad");
@@ -37,6 +38,7 @@ void Optimizer::step() {
     Tensor p = params_[i].second;
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    ++param_steps_[i];
     Tensor next = update(i, p, g);
     p.assign_(next);
     targets.push_back(p);
@@ -55,8 +57,13 @@ NamedTensors Optimizer::state_dict() const {
   Tensor step = make_buffer_tensor({}, DType::I64);
   *static_cast<int64_t*>(step.impl()->node->buffer->data) = steps_;
   out.emplace_back("step", step);
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (param_steps_[i] == 0) continue;
+    Tensor ps = make_buffer_tensor({}, DType::I64);
+    *static_cast<int64_t*>(ps.impl()->node->buffer->data) = param_steps_[i];
+    out.emplace_back(params_[i].first + ".step", ps);
     for (auto& [slot, t] : state_[i]) out.emplace_back(params_[i].first + "." + slot, t);
+  }
   return out;
 }
 
@@ -67,7 +74,10 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
         "the state has no scalar 'step'");
   steps_ = static_cast<int64_t>(step->second.item());
   given.erase(step);
-  for (size_t i = 0; i < params_.size(); ++i) state_[i].clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    state_[i].clear();
+    param_steps_[i] = 0;
+  }
   for (auto& [key, t] : given) {
     size_t found = params_.size();
     std::string slot;
@@ -81,9 +91,15 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
     }
     check(found < params_.size(), "optimizer.load_state_dict", loc, "state '", key, "' matches no parameter");
     const Tensor& p = params_[found].second;
+    if (slot == "step") {
+      check(t.numel() == 1, "optimizer.load_state_dict", loc, "state '", key, "' must be a scalar");
+      param_steps_[found] = static_cast<int64_t>(t.item());
+      continue;
+    }
     check(t.shape() == p.shape(), "optimizer.load_state_dict", loc, "state '", key, "' has shape ",
           to_string(t.shape()), " but its parameter has ", to_string(p.shape()));
-    Tensor v = t.to(p.dtype()).contiguous();
+    // A handle of our own: assign_ on it must never reach the caller's tensor.
+    Tensor v = alias(t.to(p.dtype()).contiguous());
     v.realize();
     state_[found].emplace_back(slot, v);
   }
@@ -96,7 +112,7 @@ Tensor SGD::update(size_t i, const Tensor& p, const Tensor& g0) {
   if (o_.momentum != 0) {
     Tensor buf = state(i, "momentum_buffer");
     // PyTorch: the first step takes the gradient itself as the buffer.
-    Tensor next = steps() == 1 ? g : buf * o_.momentum + g * (1 - o_.dampening);
+    Tensor next = param_steps(i) == 1 ? g : buf * o_.momentum + g * (1 - o_.dampening);
     buf.assign_(next);
     g = o_.nesterov ? g + buf * o_.momentum : buf;
   }
@@ -115,7 +131,7 @@ Tensor Adam::update(size_t i, const Tensor& p, const Tensor& g0) {
   Tensor v = state(i, "exp_avg_sq");
   m.assign_(m * o_.beta1 + g * (1 - o_.beta1));
   v.assign_(v * o_.beta2 + g * g * (1 - o_.beta2));
-  const double t = static_cast<double>(steps());
+  const double t = static_cast<double>(param_steps(i));
   Tensor c1 = scalar(1 / (1 - std::pow(o_.beta1, t))), c2 = scalar(1 / (1 - std::pow(o_.beta2, t)));
   Tensor base = decays && decoupled_ ? p - lr_tensor() * o_.weight_decay * p : p;
   return base - lr_tensor() * (m * c1) / (sqrt(v * c2) + o_.eps);

@@ -102,7 +102,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     msg << "resumed from " << c.out << " at step " << start;
     progress.note(msg.str());
   }
-  truncate_metrics(c.out + "/metrics.jsonl", start);
+  truncate_metrics(c.out + "/metrics.jsonl", start + 1);  // keeps steps 1..start
   write_file_atomic(c.out + "/config.json", config_to_json(c));
   {
     std::ostringstream msg;

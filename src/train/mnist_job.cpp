@@ -71,7 +71,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   optim::AdamW opt(net->named_parameters(), c.lr, {.weight_decay = c.weight_decay});
   optim::Schedule schedule = optim::warmup(c.warmup, optim::cosine_lr(c.lr, std::max<int64_t>(c.steps - c.warmup, 1), c.min_lr));
   int64_t start = resume ? load_checkpoint(c.out, *net, opt) : 0;
-  truncate_metrics(c.out + "/metrics.jsonl", start);
+  truncate_metrics(c.out + "/metrics.jsonl", start + 1);  // keeps steps 1..start
   write_file_atomic(c.out + "/config.json", config_to_json(c));
   log << "model: CNN " << net->num_parameters() << " parameters; " << c.steps << " steps of " << c.batch
       << " images\n";
