@@ -386,7 +386,9 @@ class Scheduler {
     const bool show_kernels = debug_level("kernels");
     for (auto& pk : kernels_) {
       Kernel k;
-      k.node = pk->core ? pk->core : pk->root;
+      const Node* core = pk->core ? pk->core : pk->root;
+      k.node = KernelOp{core->op, core->params, core->shape,
+                        core->op == OpId::Reduce ? core->inputs[0]->shape : Shape{}, core->dtype, core->loc, core->name};
       k.op = pk->op;
       for (auto* l : pk->leaves) k.inputs.push_back(arg_for(l));
       for (auto* l : pk->epilogue_leaves) k.epilogue_inputs.push_back(arg_for(l));

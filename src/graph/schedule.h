@@ -28,9 +28,20 @@ struct KernelArg {
   void* data() const { return static_cast<char*>(buffer->data) + byte_offset; }
 };
 
+// What a kernel computes, copied out of its node so a recorded kernel can be replayed
+// after the graph it came from is gone (alk::compile).
+struct KernelOp {
+  OpId op = OpId::Map;
+  Params params;
+  Shape shape, in_shape;  // the op's output shape; a Reduce's input shape
+  DType dtype = DType::F32;
+  Loc loc;
+  std::string name;  // the user-facing op, when a composite built the node
+};
+
 struct Kernel {
-  const Node* node = nullptr;  // the op (for Map: the root of the fused expression)
-  OpId op = OpId::Map;         // Map for fused elementwise kernels, else the template op
+  KernelOp node;        // the op (for Map: the root of the fused expression)
+  OpId op = OpId::Map;  // Map for fused elementwise kernels, else the template op
   std::vector<KernelArg> inputs;
   KernelArg output;
   // Map: the fused expression over inputs. Reduce: the prologue computing the reduced

@@ -51,20 +51,22 @@ class CpuDevice final : public Device {
         run_core(k, view_of(k.output));
       } catch (const Error& e) {
         // A composite (embedding) owns the errors of the node it built.
-        if (k.node->name.empty() || e.op() == k.node->name) throw;
-        throw Error(k.node->name, e.detail(), k.node->loc);
+        if (k.node.name.empty() || e.op() == k.node.name) throw;
+        throw Error(k.node.name, e.detail(), k.node.loc);
       }
       return;
     }
     // The core writes its value where the epilogue can read it: the output itself when
     // the types match (the epilogue then runs in place), else a scratch buffer. Both
     // views are contiguous over the same memory: the core's shape, then the output's.
-    const Node& core = *k.node;
+    const KernelOp& core = k.node;
     cpu::View out = view_of(k.output);
     std::shared_ptr<Buffer> scratch;
     void* value_data = out.data;
     if (core.dtype != k.output.dtype) {
-      scratch = allocate(static_cast<size_t>(core.numel()) * dtype_size(core.dtype));
+      int64_t numel = 1;
+      for (int64_t d : core.shape) numel *= d;
+      scratch = allocate(static_cast<size_t>(numel) * dtype_size(core.dtype));
       value_data = scratch->data;
     }
     run_core(k, cpu::View{value_data, core.dtype, core.shape, contiguous_strides(core.shape), 0});
@@ -75,12 +77,12 @@ class CpuDevice final : public Device {
 
  private:
   void run_core(const Kernel& k, const cpu::View& out) {
-    const Node& n = *k.node;
+    const KernelOp& n = k.node;
     auto in = views_of(k.inputs);
     switch (n.op) {
       case OpId::Reduce: {
         const auto& p = std::get<ReduceParams>(n.params);
-        cpu::eval_reduce(*k.expr, in, n.inputs[0]->shape, p.axes, reduction_of(p.op), out);
+        cpu::eval_reduce(*k.expr, in, n.in_shape, p.axes, reduction_of(p.op), out);
         return;
       }
       case OpId::Matmul: cpu::matmul(in[0], in[1], out); return;
