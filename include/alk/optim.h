@@ -21,19 +21,20 @@ class Optimizer {
   void step();
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
-  int64_t steps() const { return steps_; }
-  // Updates parameter i has had, counting the current one (PyTorch keeps a step per
-  // parameter: one that first gets a gradient late starts its bias correction then).
-  int64_t param_steps(size_t i) const { return param_steps_[i]; }
+  void set_lr(double lr);
+  int64_t steps() const;  // the most steps any parameter has had
+  // Updates parameter i has had (PyTorch keeps a step per parameter: one that first gets a
+  // gradient late starts its bias correction then). Kept in the tensor state slot "step".
+  int64_t param_steps(size_t i) const;
   // Per-parameter state as "<param name>.<slot>" (with "<param name>.step") plus "step".
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state, Loc loc = Loc::current());
   const NamedTensors& params() const { return params_; }
 
  protected:
-  // Returns the new value of parameter i given its gradient; may assign_ state slots.
-  virtual Tensor update(size_t i, const Tensor& p, const Tensor& g) = 0;
+  // Returns the new value of parameter i given its gradient and its (already incremented)
+  // step count t, a 0-d tensor; may assign_ state slots.
+  virtual Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& t) = 0;
   // Creates (zeros) or returns state slot `slot` of parameter i.
   Tensor state(size_t i, const std::string& slot);  // a handle: assign_ on it updates the slot
   Tensor lr_tensor() const { return lr_t_; }
@@ -42,10 +43,8 @@ class Optimizer {
  private:
   NamedTensors params_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;
-  std::vector<int64_t> param_steps_;
   double lr_;
-  int64_t steps_ = 0;
-  Tensor lr_t_;
+  Tensor lr_t_;  // one buffer for the whole run: set_lr writes it in place
 };
 
 struct SGDOptions {
@@ -57,7 +56,7 @@ class SGD : public Optimizer {
   SGD(NamedTensors params, double lr, SGDOptions o = {});
 
  protected:
-  Tensor update(size_t i, const Tensor& p, const Tensor& g) override;
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& t) override;
   SGDOptions o_;
 };
 
@@ -73,7 +72,7 @@ class Adam : public Optimizer {
   Adam(NamedTensors params, double lr, AdamOptions o = {}, bool decoupled = false);
 
  protected:
-  Tensor update(size_t i, const Tensor& p, const Tensor& g) override;
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& t) override;
   AdamOptions o_;
   bool decoupled_;
 };

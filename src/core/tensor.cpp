@@ -5,6 +5,7 @@
 
 #include "backend/cpu/view.h"
 #include "graph/autograd.h"
+#include "graph/trace.h"
 #include "ops/ops.h"
 
 namespace alk {
@@ -310,6 +311,8 @@ Tensor& Tensor::assign_(const Tensor& value, Loc loc) {
   check(value.shape() == shape() && value.dtype() == dtype(), "assign_", loc, "cannot assign a ",
         dtype_name(value.dtype()), " tensor of shape ", to_string(value.shape()), " to a ", dtype_name(dtype()),
         " tensor of shape ", to_string(shape()));
+  if (TraceRecorder* trace = active_trace(); trace && trace->seen.insert(impl_.get()).second && is_realized())
+    trace->assigned.push_back({impl_, impl_->node, impl_->strides, impl_->offset});
   impl_->node = value.impl()->node;
   impl_->strides = value.impl()->strides;
   impl_->offset = value.impl()->offset;

@@ -11,6 +11,7 @@
 
 #include "backend/device.h"
 #include "expr/emit.h"
+#include "graph/trace.h"
 
 namespace alk {
 
@@ -338,6 +339,10 @@ class Scheduler {
     g_stats.arena_bytes = static_cast<int64_t>(arena_end);
     g_stats.planned_bytes += static_cast<int64_t>(arena_end);
     check_budget();
+    if (TraceRecorder* trace = active_trace()) {
+      trace->held_bytes += g_stats.planned_bytes;
+      trace->naive_bytes += g_stats.naive_bytes;
+    }
     // Only now, with the plan accepted, is anything allocated.
     for (auto& [node, bytes] : stored_bytes_) stored_[node] = cpu_device().allocate(bytes);
     // Even an all-empty arena is allocated, so zero-size intermediates have an address.
@@ -346,8 +351,11 @@ class Scheduler {
 
   // Refuses a plan whose peak exceeds the budget, naming the largest tensors it holds.
   void check_budget() {
+    // A traced step (alk::compile) keeps every schedule's memory: the budget covers them all.
+    const TraceRecorder* trace = active_trace();
+    const int64_t held = trace ? trace->held_bytes : 0;
     const int64_t budget = memory_budget();
-    if (budget < 0 || g_stats.planned_bytes <= budget) return;
+    if (budget < 0 || held + g_stats.planned_bytes <= budget) return;
     std::vector<std::pair<int64_t, const Node*>> sizes;
     for (auto& k : kernels_)
       sizes.emplace_back(k->root->numel() * static_cast<int64_t>(dtype_size(k->root->dtype)), k->root);
@@ -357,7 +365,7 @@ class Scheduler {
       largest << (i ? "; " : "") << op_name(sizes[i].second->op) << " " << dtype_name(sizes[i].second->dtype) << " "
               << to_string(sizes[i].second->shape) << " = " << sizes[i].first << " bytes";
     const Node* first = targets_.empty() ? nullptr : targets_[0]->node.get();
-    fail("budget", first ? first->loc : Loc::current(), "the plan needs a peak of ", g_stats.planned_bytes,
+    fail("budget", first ? first->loc : Loc::current(), "the plan needs a peak of ", held + g_stats.planned_bytes,
          " bytes but the memory budget is ", budget, " bytes (one buffer per tensor would need ", g_stats.naive_bytes,
          "); largest tensors: ", largest.str());
   }
@@ -411,6 +419,7 @@ class Scheduler {
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
       dev.run(k);
+      if (TraceRecorder* trace = active_trace()) trace->kernels.push_back(std::move(k));
     }
     dev.synchronize();
     // Stored nodes become realized data; their inputs (and so the graph below) are freed.
@@ -442,6 +451,11 @@ class Scheduler {
 }  // namespace
 
 const ScheduleStats& last_schedule_stats() { return g_stats; }
+
+TraceRecorder*& active_trace() {
+  thread_local TraceRecorder* trace = nullptr;
+  return trace;
+}
 
 namespace {
 int64_t g_budget = -1;

@@ -6,16 +6,26 @@
 
 namespace alk::optim {
 
-Optimizer::Optimizer(NamedTensors params, double lr)
-    : params_(std::move(params)), state_(params_.size()), param_steps_(params_.size(), 0), lr_(lr) {
+// Everything a step computes lives in tensors (the learning rate, each parameter's step
+// count, hence the bias corrections): nothing on the host changes the kernels a step runs,
+// so a traced step (alk::compile) replays exactly, and changing the rate never recompiles.
+Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), state_(params_.size()), lr_(lr) {
   for (auto& [name, p] : params_)
     check(p.defined() && p.requires_grad() && p.is_leaf(), "optimizer", Loc::current(), "parameter '", name,
           "' must be a leaf tensor that requires grad");
+  lr_t_ = scalar(lr);
 }
 
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  // In place, so a compiled step reads the new rate from the same buffer.
+  *static_cast<double*>(lr_t_.impl()->node->buffer->data) = lr;
+}
+
+// f64, whatever the parameters' dtype: update rules cast the coefficients they derive.
 Tensor Optimizer::scalar(double v) const {
-  Tensor t = make_buffer_tensor({}, DType::F32);
-  *static_cast<float*>(t.impl()->node->buffer->data) = static_cast<float>(v);
+  Tensor t = make_buffer_tensor({}, DType::F64);
+  *static_cast<double*>(t.impl()->node->buffer->data) = v;
   return t;
 }
 
@@ -23,26 +33,37 @@ Tensor Optimizer::state(size_t i, const std::string& slot) {
   for (auto& [name, t] : state_[i])
     if (name == slot) return t;
   const Tensor& p = params_[i].second;
-  Tensor z = zeros(p.shape(), p.dtype()).contiguous();
+  Tensor z = slot == "step" ? scalar(0) : zeros(p.shape(), p.dtype()).contiguous();
   z.realize();
   state_[i].emplace_back(slot, z);
   return state_[i].back().second;
 }
 
+int64_t Optimizer::param_steps(size_t i) const {
+  for (auto& [name, t] : state_[i])
+    if (name == "step") return static_cast<int64_t>(t.item());
+  return 0;
+}
+
+int64_t Optimizer::steps() const {
+  int64_t most = 0;
+  for (size_t i = 0; i < params_.size(); ++i) most = std::max(most, param_steps(i));
+  return most;
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
-  ++steps_;
-  lr_t_ = scalar(lr_);
   std::vector<Tensor> targets;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].second;
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    ++param_steps_[i];
-    Tensor next = update(i, p, g);
+    Tensor t = state(i, "step");
+    t.assign_(t + 1.0);
+    Tensor next = update(i, p, g, t);
     p.assign_(next);
     targets.push_back(p);
-    for (auto& [slot, t] : state_[i]) targets.push_back(t);
+    for (auto& [slot, st] : state_[i]) targets.push_back(st);
   }
   // Every parameter and state update in one schedule.
   realize(targets);
@@ -55,15 +76,10 @@ void Optimizer::zero_grad() {
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   Tensor step = make_buffer_tensor({}, DType::I64);
-  *static_cast<int64_t*>(step.impl()->node->buffer->data) = steps_;
+  *static_cast<int64_t*>(step.impl()->node->buffer->data) = steps();
   out.emplace_back("step", step);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (param_steps_[i] == 0) continue;
-    Tensor ps = make_buffer_tensor({}, DType::I64);
-    *static_cast<int64_t*>(ps.impl()->node->buffer->data) = param_steps_[i];
-    out.emplace_back(params_[i].first + ".step", ps);
+  for (size_t i = 0; i < params_.size(); ++i)
     for (auto& [slot, t] : state_[i]) out.emplace_back(params_[i].first + "." + slot, t);
-  }
   return out;
 }
 
@@ -72,12 +88,8 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
   auto step = given.find("step");
   check(step != given.end() && step->second.numel() == 1, "optimizer.load_state_dict", loc,
         "the state has no scalar 'step'");
-  steps_ = static_cast<int64_t>(step->second.item());
   given.erase(step);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    state_[i].clear();
-    param_steps_[i] = 0;
-  }
+  for (size_t i = 0; i < params_.size(); ++i) state_[i].clear();
   for (auto& [key, t] : given) {
     size_t found = params_.size();
     std::string slot;
@@ -91,15 +103,11 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
     }
     check(found < params_.size(), "optimizer.load_state_dict", loc, "state '", key, "' matches no parameter");
     const Tensor& p = params_[found].second;
-    if (slot == "step") {
-      check(t.numel() == 1, "optimizer.load_state_dict", loc, "state '", key, "' must be a scalar");
-      param_steps_[found] = static_cast<int64_t>(t.item());
-      continue;
-    }
-    check(t.shape() == p.shape(), "optimizer.load_state_dict", loc, "state '", key, "' has shape ",
-          to_string(t.shape()), " but its parameter has ", to_string(p.shape()));
+    const bool scalar_slot = slot == "step";
+    check(scalar_slot ? t.numel() == 1 : t.shape() == p.shape(), "optimizer.load_state_dict", loc, "state '", key,
+          "' has shape ", to_string(t.shape()), " but expected ", scalar_slot ? "a scalar" : to_string(p.shape()));
     // A handle of our own: assign_ on it must never reach the caller's tensor.
-    Tensor v = alias(t.to(p.dtype()).contiguous());
+    Tensor v = alias(scalar_slot ? t.reshape({}).to(DType::F64).contiguous() : t.to(p.dtype()).contiguous());
     v.realize();
     state_[found].emplace_back(slot, v);
   }
@@ -107,16 +115,16 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
 
 SGD::SGD(NamedTensors params, double lr, SGDOptions o) : Optimizer(std::move(params), lr), o_(o) {}
 
-Tensor SGD::update(size_t i, const Tensor& p, const Tensor& g0) {
+Tensor SGD::update(size_t i, const Tensor& p, const Tensor& g0, const Tensor& t) {
   Tensor g = o_.weight_decay != 0 ? g0 + p * o_.weight_decay : g0;
   if (o_.momentum != 0) {
     Tensor buf = state(i, "momentum_buffer");
-    // PyTorch: the first step takes the gradient itself as the buffer.
-    Tensor next = param_steps(i) == 1 ? g : buf * o_.momentum + g * (1 - o_.dampening);
+    // PyTorch: a parameter's first step takes the gradient itself as the buffer.
+    Tensor next = where(eq(t, 1.0), g, buf * o_.momentum + g * (1 - o_.dampening));
     buf.assign_(next);
     g = o_.nesterov ? g + buf * o_.momentum : buf;
   }
-  return p - lr_tensor() * g;
+  return p - lr_tensor().to(p.dtype()) * g;
 }
 
 Adam::Adam(NamedTensors params, double lr, AdamOptions o, bool decoupled)
@@ -124,17 +132,18 @@ Adam::Adam(NamedTensors params, double lr, AdamOptions o, bool decoupled)
   if (!o_.decay) o_.decay = [](const std::string&, const Tensor& p) { return p.dim() >= 2; };
 }
 
-Tensor Adam::update(size_t i, const Tensor& p, const Tensor& g0) {
+Tensor Adam::update(size_t i, const Tensor& p, const Tensor& g0, const Tensor& t) {
   const bool decays = o_.weight_decay != 0 && (!decoupled_ || o_.decay(params()[i].first, p));
   Tensor g = decays && !decoupled_ ? g0 + p * o_.weight_decay : g0;
   Tensor m = state(i, "exp_avg");
   Tensor v = state(i, "exp_avg_sq");
   m.assign_(m * o_.beta1 + g * (1 - o_.beta1));
   v.assign_(v * o_.beta2 + g * g * (1 - o_.beta2));
-  const double t = static_cast<double>(param_steps(i));
-  Tensor c1 = scalar(1 / (1 - std::pow(o_.beta1, t))), c2 = scalar(1 / (1 - std::pow(o_.beta2, t)));
-  Tensor base = decays && decoupled_ ? p - lr_tensor() * o_.weight_decay * p : p;
-  return base - lr_tensor() * (m * c1) / (sqrt(v * c2) + o_.eps);
+  // Bias corrections from this parameter's own step count, computed in the step's kernels.
+  Tensor c1 = (1.0 / (1.0 - pow(o_.beta1, t))).to(p.dtype()), c2 = (1.0 / (1.0 - pow(o_.beta2, t))).to(p.dtype());
+  Tensor lr = lr_tensor().to(p.dtype());
+  Tensor base = decays && decoupled_ ? p - lr * o_.weight_decay * p : p;
+  return base - lr * (m * c1) / (sqrt(v * c2) + o_.eps);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

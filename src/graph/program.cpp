@@ -1,0 +1,172 @@
+// alk::compile: warm-up call, traced call, then replays of the recorded kernel list.
+#include <cstring>
+#include <map>
+
+#include "alk/compile.h"
+#include "backend/device.h"
+#include "graph/trace.h"
+
+namespace alk {
+
+namespace {
+thread_local std::map<std::string, Tensor>* g_captures = nullptr;
+
+// The realized, contiguous bytes behind t (t must view its node's whole buffer in order).
+bool whole_buffer(const TensorImpl* t) {
+  const Node* n = t->node.get();
+  return n->realized() && t->offset == 0 && t->strides == contiguous_strides(t->shape) && t->shape == n->shape;
+}
+}  // namespace
+
+void capture(const std::string& name, const Tensor& t, Loc loc) {
+  check(t.defined(), "capture", loc, "'", name, "' is an undefined tensor");
+  if (g_captures) (*g_captures)[name] = t;
+}
+
+struct Program::State {
+  StepFn fn;
+  int calls = 0;
+  std::vector<Kernel> kernels;
+  std::vector<Tensor> inputs;  // the traced call's inputs: replays copy new data into them
+  struct Carry {
+    std::shared_ptr<Buffer> from, to;  // the step's result -> the buffer the next step reads
+    size_t bytes;
+  };
+  std::vector<Carry> carries;
+  std::map<std::string, Tensor> captures;  // values of the latest call (their buffers are rewritten by replays)
+  uint64_t rng_used = 0;                   // generator offsets one step consumes
+  int64_t held_bytes = 0, naive_bytes = 0;
+
+  void run_eager(const std::vector<Tensor>& in) {
+    std::map<std::string, Tensor> caps;
+    g_captures = &caps;
+    try {
+      fn(in);
+    } catch (...) {
+      g_captures = nullptr;
+      throw;
+    }
+    g_captures = nullptr;
+    std::vector<Tensor> targets;
+    for (auto& [name, t] : caps) targets.push_back(t);
+    realize(targets);
+    captures = std::move(caps);
+  }
+
+  void trace(const std::vector<Tensor>& in, Loc loc) {
+    for (const Tensor& t : in) {
+      t.realize();
+      check(whole_buffer(t.impl()), "compile", loc, "inputs must be realized contiguous tensors");
+    }
+    inputs = in;
+    const uint64_t rng_before = random_offset();
+    TraceRecorder rec;
+    active_trace() = &rec;
+    try {
+      run_eager(in);
+      // Everything the step carries forward must be realized inside the trace.
+      std::vector<Tensor> carried;
+      for (auto& a : rec.assigned) carried.push_back(Tensor(a.impl));
+      realize(carried);
+    } catch (...) {
+      active_trace() = nullptr;
+      throw;
+    }
+    active_trace() = nullptr;
+    rng_used = random_offset() - rng_before;
+    rng_base = rng_before;
+    kernels = std::move(rec.kernels);
+    held_bytes = rec.held_bytes;
+    naive_bytes = rec.naive_bytes;
+    // Each carried tensor goes back to the buffer the step read it from; from now on a
+    // replay ends by copying the new value there.
+    for (auto& a : rec.assigned) {
+      TensorImpl* impl = a.impl.get();
+      TensorImpl before;
+      before.node = a.before;
+      before.shape = impl->shape;
+      before.strides = a.strides;
+      before.offset = a.offset;
+      // A view (a gradient seen through a transpose, say) is not carried: it keeps the
+      // traced result, whose buffer every replay rewrites.
+      if (!whole_buffer(impl) || !whole_buffer(&before)) continue;
+      const size_t bytes = a.before->buffer->bytes;
+      if (impl->node->buffer != a.before->buffer) {
+        carries.push_back({impl->node->buffer, a.before->buffer, bytes});
+        std::memcpy(a.before->buffer->data, impl->node->buffer->data, bytes);
+      }
+      impl->node = a.before;
+      impl->strides = a.strides;
+      impl->offset = a.offset;
+    }
+  }
+
+  void replay(const std::vector<Tensor>& in, Loc loc) {
+    check(in.size() == inputs.size(), "compile", loc, "the program was traced with ", inputs.size(),
+          " inputs, got ", in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      check(in[i].shape() == inputs[i].shape() && in[i].dtype() == inputs[i].dtype(), "compile", loc, "input ", i,
+            " has shape ", to_string(in[i].shape()), " ", dtype_name(in[i].dtype()), " but the program was traced with ",
+            to_string(inputs[i].shape()), " ", dtype_name(inputs[i].dtype()));
+      if (in[i].impl()->node == inputs[i].impl()->node) continue;
+      Tensor src = in[i].contiguous();
+      src.realize();
+      std::memcpy(inputs[i].impl()->node->buffer->data,
+                  static_cast<char*>(src.impl()->node->buffer->data) +
+                      static_cast<size_t>(src.offset()) * dtype_size(src.dtype()),
+                  static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+    }
+    Device& dev = cpu_device();
+    // Random kernels draw what an eager call would now: offsets from the generator's current
+    // position (the recorded ones start at rng_base), which then moves on by one step's use.
+    const uint64_t start = random_offset();
+    for (Kernel& k : kernels) {
+      if (k.node.op == OpId::Random) {
+        auto& p = std::get<RandomParams>(k.node.params);
+        p.offset = p.offset - rng_base + start;
+        p.seed = random_seed();
+      }
+      dev.run(k);
+    }
+    dev.synchronize();
+    rng_base = start;
+    set_random_state(random_seed(), start + rng_used);
+    for (const Carry& c : carries) std::memcpy(c.to->data, c.from->data, c.bytes);
+  }
+
+  uint64_t rng_base = 0;  // the generator offset the recorded Random kernels start from
+};
+
+Program::Program(StepFn fn) : s_(std::make_shared<State>()) { s_->fn = std::move(fn); }
+
+Program compile(StepFn fn) { return Program(std::move(fn)); }
+
+void Program::operator()(const std::vector<Tensor>& inputs, Loc loc) {
+  State& s = *s_;
+  if (s.calls == 0) {
+    s.run_eager(inputs);
+  } else if (s.calls == 1) {
+    s.trace(inputs, loc);
+  } else {
+    s.replay(inputs, loc);
+  }
+  ++s.calls;
+}
+
+Tensor Program::captured(const std::string& name, Loc loc) const {
+  auto it = s_->captures.find(name);
+  check(it != s_->captures.end(), "compile", loc, "nothing was captured as '", name, "'");
+  const Tensor& t = it->second;
+  Tensor c = t.contiguous();
+  c.realize();
+  return from_bytes(static_cast<char*>(c.impl()->node->buffer->data) + static_cast<size_t>(c.offset()) * dtype_size(c.dtype()),
+                    static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), c.shape(), c.dtype(), loc);
+}
+
+bool Program::traced() const { return s_->calls >= 2; }
+int64_t Program::kernels() const { return static_cast<int64_t>(s_->kernels.size()); }
+MemoryPlan Program::plan() const {
+  return {s_->held_bytes, s_->naive_bytes, 0, static_cast<int64_t>(s_->kernels.size())};
+}
+
+}  // namespace alk

@@ -1,0 +1,28 @@
+// The recorder behind alk::compile: while a trace is active, the scheduler appends every
+// kernel it runs, and Tensor::assign_ notes the tensors a step carries forward.
+#pragma once
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "graph/schedule.h"
+
+namespace alk {
+
+struct TraceRecorder {
+  std::vector<Kernel> kernels;
+  struct Assigned {
+    std::shared_ptr<TensorImpl> impl;
+    std::shared_ptr<Node> before;  // the realized value the step started from
+    Shape strides;
+    int64_t offset;
+  };
+  std::vector<Assigned> assigned;  // the first assign_ of each tensor realized before it
+  std::unordered_set<const TensorImpl*> seen;
+  int64_t held_bytes = 0, naive_bytes = 0;  // summed over the step's schedules
+};
+
+// The active recorder of this thread (null when not tracing).
+TraceRecorder*& active_trace();
+
+}  // namespace alk
