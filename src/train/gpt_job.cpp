@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "alk/compile.h"
 #include "alk/data.h"
 #include "alk/io.h"
 #include "alk/nn.h"
@@ -112,6 +113,15 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     progress.note(msg.str());
   }
 
+  // The whole step (forward, loss, backward, clipping, AdamW) is traced once and replayed.
+  Program train_step = compile([&](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+    capture("loss", loss);
+    loss.backward();
+    if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);
+    opt.step();
+    opt.zero_grad();
+  });
   Result result;
   Progress bar(log, c.steps, start);
   for (int64_t step = start; step < c.steps; ++step) {
@@ -119,12 +129,8 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     const double lr = schedule(step);
     opt.set_lr(lr);
     auto [x, y] = data.batch(true, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step));
-    Tensor loss = nn::cross_entropy(model(x), y);
-    const double loss_value = loss.item();
-    loss.backward();
-    if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);
-    opt.step();
-    opt.zero_grad();
+    train_step({x, y});
+    const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(c.batch * c.ctx) / secs;
     result.losses.push_back(loss_value);

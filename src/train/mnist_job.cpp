@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "alk/compile.h"
 #include "alk/data.h"
 #include "alk/io.h"
 #include "core/philox.h"
@@ -76,6 +77,15 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   log << "model: CNN " << net->num_parameters() << " parameters; " << c.steps << " steps of " << c.batch
       << " images\n";
 
+  // The whole step (batch gather, forward, loss, backward, AdamW) is traced once and replayed.
+  Program train_step = compile([&](const std::vector<Tensor>& in) {
+    Tensor x = index_select(train_x, 0, in[0]), y = index_select(train_split.labels, 0, in[0]);
+    Tensor loss = nn::cross_entropy(net->forward(x), y);
+    capture("loss", loss);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+  });
   Result result;
   Progress bar(log, c.steps, start);
   for (int64_t step = start; step < c.steps; ++step) {
@@ -83,12 +93,8 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
     const double lr = schedule(step);
     opt.set_lr(lr);
     Tensor rows = batch_rows(c.seed, step, c.batch, n);
-    Tensor x = index_select(train_x, 0, rows), y = index_select(train_split.labels, 0, rows);
-    Tensor loss = nn::cross_entropy(net->forward(x), y);
-    const double loss_value = loss.item();
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
+    train_step({rows});
+    const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.losses.push_back(loss_value);
     result.steps_done = step + 1;
