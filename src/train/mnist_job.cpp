@@ -87,7 +87,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
     opt.zero_grad();
   });
   Result result;
-  Progress bar(log, c.steps, start);
+  Progress bar(log, c.steps, start, "img");
   for (int64_t step = start; step < c.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     const double lr = schedule(step);

@@ -38,8 +38,8 @@ std::string rate(double per_s) {
 
 }  // namespace
 
-Progress::Progress(std::ostream& out, int64_t total, int64_t first)
-    : out_(out), total_(total), first_(first), tty_(&out == &std::cerr ? isatty(2) : (&out == &std::cout && isatty(1))),
+Progress::Progress(std::ostream& out, int64_t total, int64_t first, std::string unit)
+    : out_(out), total_(total), first_(first), unit_(std::move(unit)), tty_(&out == &std::cerr ? isatty(2) : (&out == &std::cout && isatty(1))),
       start_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(int64_t step, double loss, double lr, double tokens_per_s, int64_t every) {
@@ -54,7 +54,7 @@ void Progress::update(int64_t step, double loss, double lr, double tokens_per_s,
   line << "step " << std::setw(5) << done << "/" << total_ << " [" << std::string(static_cast<size_t>(filled), '=')
        << (filled < width ? ">" : "") << std::string(static_cast<size_t>(std::max(0, width - filled - 1)), ' ') << "] loss "
        << std::fixed << std::setprecision(4) << loss << " | lr " << std::scientific << std::setprecision(2) << lr
-       << " | " << rate(tokens_per_s) << " tok/s | ETA " << duration(eta);
+       << " | " << rate(tokens_per_s) << " " << unit_ << "/s | ETA " << duration(eta);
   if (tty_)
     out_ << "\r" << line.str() << "\033[K" << std::flush;
   else

@@ -10,7 +10,7 @@ namespace alk::train {
 
 class Progress {
  public:
-  Progress(std::ostream& out, int64_t total_steps, int64_t first_step);
+  Progress(std::ostream& out, int64_t total_steps, int64_t first_step, std::string unit = "tok");
   // Redraws the line (a TTY) or prints a line every `every` steps (a log file or pipe).
   void update(int64_t step, double loss, double lr, double tokens_per_s, int64_t every);
   void note(const std::string& line);  // a line of its own (validation, checkpoints)
@@ -19,6 +19,7 @@ class Progress {
  private:
   std::ostream& out_;
   int64_t total_, first_;
+  std::string unit_;
   bool tty_;
   std::chrono::steady_clock::time_point start_;
 };
