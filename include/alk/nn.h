@@ -27,7 +27,8 @@ class Module {
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;
   NamedTensors state_dict() const;  // parameters, then buffers
-  // Strict: every key must be present and known, with matching shape and dtype.
+  // Strict: every key must be present and known, with a matching shape. Values are copied
+  // into the parameters' dtype (as PyTorch's copy_ does).
   void load_state_dict(const NamedTensors& state, bool strict = true, Loc loc = Loc::current());
   void train(bool on = true);
   void eval() { train(false); }

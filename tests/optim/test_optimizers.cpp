@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -221,7 +222,9 @@ TEST(Optim, ParametersWithoutGradAreSkipped) {
   EXPECT_NE(p.to_vector<double>(), (Vec{1, 2}));
   std::vector<std::string> keys;
   for (auto& [k, t] : opt.state_dict()) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"step", "p.exp_avg", "p.exp_avg_sq"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"step", "p.step", "p.exp_avg", "p.exp_avg_sq"}));
+  EXPECT_EQ(opt.param_steps(0), 1);
+  EXPECT_EQ(opt.param_steps(1), 0);
 }
 
 // torch.optim keeps a step count per parameter (state["step"]): a parameter whose first
@@ -353,20 +356,25 @@ TEST(Optim, StateDictKeysAndValues) {
     opt.step();
   }
   auto sd = opt.state_dict();
-  ASSERT_EQ(sd.size(), 3u);
+  std::map<std::string, Tensor> by_name(sd.begin(), sd.end());
+  ASSERT_EQ(sd.size(), 4u);
   EXPECT_EQ(sd[0].first, "step");
   EXPECT_EQ(sd[0].second.item(), 3);
-  EXPECT_EQ(sd[1].first, "layer.w.exp_avg");
-  EXPECT_EQ(sd[2].first, "layer.w.exp_avg_sq");
-  expect_close(sd[1].second.to_vector<double>(), ref.m, "exp_avg");
-  expect_close(sd[2].second.to_vector<double>(), ref.v, "exp_avg_sq");
+  ASSERT_TRUE(by_name.count("layer.w.step"));
+  EXPECT_EQ(by_name["layer.w.step"].item(), 3);
+  ASSERT_TRUE(by_name.count("layer.w.exp_avg"));
+  ASSERT_TRUE(by_name.count("layer.w.exp_avg_sq"));
+  expect_close(by_name["layer.w.exp_avg"].to_vector<double>(), ref.m, "exp_avg");
+  expect_close(by_name["layer.w.exp_avg_sq"].to_vector<double>(), ref.v, "exp_avg_sq");
   // Errors: unknown parameter, wrong shape, no step.
   optim::Adam other({{"layer.w", leaf(kP0, {2, 3})}}, 0.05);
   auto bad = sd;
-  bad[1].first = "nope.exp_avg";
+  for (auto& kv : bad)
+    if (kv.first == "layer.w.exp_avg") kv.first = "nope.exp_avg";
   EXPECT_THROW(other.load_state_dict(bad), Error);
   bad = sd;
-  bad[2].second = zeros({6}, DType::F64);
+  for (auto& kv : bad)
+    if (kv.first == "layer.w.exp_avg_sq") kv.second = zeros({6}, DType::F64);
   EXPECT_THROW(other.load_state_dict(bad), Error);
   bad = sd;
   bad.erase(bad.begin());
