@@ -24,7 +24,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 CCACHE_DIR ?= $(HOME)/.ccache
-export CCACHE_DIR
+# Paths relative to the checkout, so a clone elsewhere (CI) hits the same cache entries.
+CCACHE_BASEDIR ?= $(CURDIR)
+CCACHE_NOHASHDIR ?= true
+export CCACHE_DIR CCACHE_BASEDIR CCACHE_NOHASHDIR
 
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -65,8 +68,8 @@ build:
 
 build-asan:
 	$(call phase,"build-asan: Debug -O1 + ASan/UBSan into $(ASAN_DIR)/")
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DALK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g"
-	cmake --build $(ASAN_DIR) -j$(JOBS)
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DALK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+	cmake --build $(ASAN_DIR) --target alk_tests -j$(JOBS)
 
 test-normal:
 	$(call phase,"test: ctest on the Release build")
