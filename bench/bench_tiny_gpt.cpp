@@ -1,6 +1,7 @@
 // The tiny-GPT training step of ../shared/anchors/torch_tiny_gpt_cpu.py, in alk: same shapes
 // (V256 T128 d128 H4 L4 B8, untied head), AdamW(lr 3e-4, wd 0.1), median ms/step over
-// --steps steps after 3 warm-up steps. With --anchor SCRIPT it also runs PyTorch's version
+// --steps steps after 3 warm-up steps. The step runs through alk::compile (traced once,
+// replayed), as a training loop would; --eager builds and schedules the graph every step. With --anchor SCRIPT it also runs PyTorch's version
 // in the same command and prints the ratio line:
 //   RATIO tiny_gpt_step alk=<ms>ms anchor=<ms>ms ratio=<alk/anchor>
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "alk/alk.h"
+#include "alk/compile.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
 #include "backend/cpu/isa.h"
@@ -42,8 +44,10 @@ double run_anchor(const std::string& script, int threads, int steps) {
 
 int main(int argc, char** argv) {
   int steps = 10;
+  bool eager = false;
   std::string anchor;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--eager")) eager = true;
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--anchor") && i + 1 < argc) anchor = argv[++i];
   }
@@ -54,21 +58,32 @@ int main(int argc, char** argv) {
   alk::Tensor x = alk::randint(0, V, {B, T}), y = alk::randint(0, V, {B, T});
   x.realize();
   y.realize();
-  std::vector<double> ms;
-  for (int i = 0; i < steps + 3; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    alk::Tensor loss = alk::nn::cross_entropy(model(x), y);
-    loss.item();
+  auto step = [&](const std::vector<alk::Tensor>& in) {
+    alk::Tensor loss = alk::nn::cross_entropy(model(in[0]), in[1]);
+    alk::capture("loss", loss);
     loss.backward();
     opt.step();
     opt.zero_grad();
+  };
+  alk::Program program = alk::compile(step);
+  std::vector<double> ms;
+  double loss = 0;
+  for (int i = 0; i < steps + 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (eager) {
+      step({x, y});
+    } else {
+      program({x, y});
+      loss = program.captured("loss").item();
+    }
     double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= 3) ms.push_back(t);
   }
+  (void)loss;
   const double alk_ms = median(ms);
-  std::printf("alk-cpu tiny-gpt ms/step=%.2f tokens/s=%.0f params=%lld threads=%d isa=%s\n", alk_ms,
+  std::printf("alk-cpu tiny-gpt ms/step=%.2f tokens/s=%.0f params=%lld threads=%d isa=%s mode=%s\n", alk_ms,
               static_cast<double>(B * T) / alk_ms * 1e3, static_cast<long long>(model.num_parameters()),
-              alk::cpu::num_threads(), alk::cpu::isa_name(alk::cpu::isa()));
+              alk::cpu::num_threads(), alk::cpu::isa_name(alk::cpu::isa()), eager ? "eager" : "compiled");
   if (!anchor.empty()) {
     double torch_ms = run_anchor(anchor, alk::cpu::num_threads(), steps);
     if (torch_ms > 0)

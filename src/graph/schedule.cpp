@@ -1,6 +1,8 @@
 #include "graph/schedule.h"
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +58,35 @@ struct NodeInfo {
   bool fused = false;     // inlined into a consumer or taken as a kernel's core
   int kernel = -1;        // the kernel that produces its value
 };
+
+// ALK_DEBUG=timing: time per kind of kernel (Map kernels by their root op), printed at exit.
+struct KernelTimes {
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, double>> by_op;
+  ~KernelTimes() {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (auto& [op, t] : by_op) {
+      rows.emplace_back(t.second, op);
+      total += t.second;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "[alk timing] %.3f s in kernels\n", total);
+    for (auto& [sec, op] : rows)
+      std::fprintf(stderr, "[alk timing] %-28s %8lld calls %9.3f s %5.1f%%\n", op.c_str(),
+                   static_cast<long long>(by_op[op].first), sec, 100 * sec / std::max(total, 1e-12));
+  }
+};
+
+void record_time(const Kernel& k, double seconds) {
+  static KernelTimes times;
+  std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
+  if (k.epilogue) name += "+epilogue";
+  std::lock_guard<std::mutex> lock(times.mu);
+  auto& t = times.by_op[name];
+  ++t.first;
+  t.second += seconds;
+}
 
 class Scheduler {
  public:
@@ -392,6 +423,7 @@ class Scheduler {
   void execute() {
     Device& dev = cpu_device();
     const bool show_kernels = debug_level("kernels");
+    const bool timing = debug_level("timing");
     for (auto& pk : kernels_) {
       Kernel k;
       const Node* core = pk->core ? pk->core : pk->root;
@@ -418,7 +450,13 @@ class Scheduler {
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
-      dev.run(k);
+      if (timing) {
+        auto t0 = std::chrono::steady_clock::now();
+        dev.run(k);
+        record_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        dev.run(k);
+      }
       if (TraceRecorder* trace = active_trace()) trace->kernels.push_back(std::move(k));
     }
     dev.synchronize();
