@@ -21,7 +21,8 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
   X(Matmul, true) X(Softmax, true) X(LogSoftmax, true) X(LayerNorm, true) X(RmsNorm, true)           \
   X(Gather, true) X(IndexSelect, true) X(ScatterAdd, true) X(OneHot, false) X(Tri, true)             \
   X(Cumsum, true) X(Pad, true) X(Concat, true) X(SliceScatter, true) X(Random, false)              \
-  X(Attention, true) X(AttentionBackward, false) X(Unfold, true) X(Fold, true)
+  X(Attention, true) X(AttentionBackward, false) X(Unfold, true) X(Fold, true)                     \
+  X(LayerNormBackward, false)
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,

@@ -128,8 +128,18 @@ Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, cons
   Tensor out = make_node(OpId::LayerNorm, x.shape(), x.dtype(), {alias(x), alias(w), alias(b)},
                          NormParams{inner, eps}, loc);
   Tensor sx = x, sw = w;
-  return with_grad(out, "layer_norm", {x, weight, bias}, [sx, sw, lead, inner_axes, eps](const Tensor& g) {
-    // Recomputes the statistics rather than keeping them: one more pass over x, no extra outputs.
+  return with_grad(out, "layer_norm", {x, weight, bias}, [sx, sw, lead, inner_axes, eps, inner, loc](const Tensor& g) {
+    if (!is_grad_enabled()) {
+      // One kernel: dx, dweight and dbias packed as [rows + 2, inner], recomputing the
+      // statistics from x (nothing but x was kept from the forward).
+      const int64_t rows = sx.numel() / std::max<int64_t>(inner, 1);
+      Tensor packed = make_node(OpId::LayerNormBackward, {rows + 2, inner}, sx.dtype(),
+                                {alias(sx), alias(sw), alias(g.to(sx.dtype()))}, NormParams{inner, eps}, loc);
+      Shape wshape(sx.shape().end() - static_cast<int64_t>(inner_axes.size()), sx.shape().end());
+      return std::vector<Tensor>{packed.slice(0, 0, rows).reshape(sx.shape()),
+                                 packed.select(0, rows).reshape(wshape), packed.select(0, rows + 1).reshape(wshape)};
+    }
+    // Under create_graph: the same formulas composed of differentiable ops.
     Tensor mu = mean(sx, inner_axes, true);
     Tensor rstd = rsqrt(var(sx, inner_axes, 0, true) + eps);
     Tensor xhat = (sx - mu) * rstd;

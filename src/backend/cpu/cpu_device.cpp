@@ -102,6 +102,11 @@ class CpuDevice final : public Device {
         cpu::layer_norm(in[0], &in[1], &in[2], p.inner, p.eps, out);
         return;
       }
+      case OpId::LayerNormBackward: {
+        const auto& p = std::get<NormParams>(n.params);
+        cpu::layer_norm_backward(in[0], in[1], in[2], p.inner, p.eps, out);
+        return;
+      }
       case OpId::RmsNorm: {
         const auto& p = std::get<NormParams>(n.params);
         cpu::rms_norm(in[0], &in[1], p.inner, p.eps, out);

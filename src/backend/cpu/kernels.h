@@ -24,6 +24,10 @@ void softmax(const View& x, int axis, bool log, const View& out);
 // Normalizes each run of `inner` trailing elements; weight/bias (may be null) have `inner` elements.
 void layer_norm(const View& x, const View* weight, const View* bias, int64_t inner, double eps, const View& out);
 void rms_norm(const View& x, const View* weight, int64_t inner, double eps, const View& out);
+// The gradients of layer_norm in one pass: out [rows + 2, inner] holds dx (rows of x), then
+// dweight, then dbias (the sums over rows), given x, weight and the output gradient g.
+void layer_norm_backward(const View& x, const View& weight, const View& g, int64_t inner, double eps,
+                         const View& out);
 // torch.gather: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0; out has index's shape.
 void gather(const View& x, int dim, const View& index, const View& out, Loc loc);
 // out = x with dim `dim` replaced by the entries of the 1-D index.

@@ -135,4 +135,67 @@ void rms_norm(const View& x, const View* weight, int64_t inner, double eps, cons
   });
 }
 
+namespace {
+
+// Loads row r (inner elements) of v into buf as doubles.
+void load_row(const View& v, const std::vector<int64_t>& offs, int64_t r, int64_t inner, double* buf) {
+  int64_t base = v.offset_of(r * inner);
+  for (int64_t e = 0; e < inner; ++e)
+    buf[e] = load_as_double(v.data, v.dtype, base + offs[static_cast<size_t>(e)]);
+}
+
+}  // namespace
+
+void layer_norm_backward(const View& x, const View& weight, const View& g, int64_t inner, double eps,
+                         const View& out) {
+  const int64_t rows = inner > 0 ? x.numel() / inner : 0;
+  std::vector<double> w = load_param(&weight, inner, 1.0);
+  std::vector<int64_t> xoffs = inner_offsets(x, inner), goffs = inner_offsets(g, inner);
+  // dw and db sum over rows: each fixed chunk of rows keeps its own partial sums, added in
+  // chunk order afterwards, so the result does not depend on the thread count.
+  constexpr int64_t kChunk = 32;
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks * 2 * inner), 0.0);
+  const double n = static_cast<double>(inner);
+  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<double> xr(static_cast<size_t>(inner)), gr(static_cast<size_t>(inner)), dx(static_cast<size_t>(inner));
+    for (int64_t c = c0; c < c1; ++c) {
+      double* dw = partial.data() + c * 2 * inner;
+      double* db = dw + inner;
+      for (int64_t r = c * kChunk; r < std::min(rows, (c + 1) * kChunk); ++r) {
+        load_row(x, xoffs, r, inner, xr.data());
+        load_row(g, goffs, r, inner, gr.data());
+        double sum = 0, sq = 0;
+        for (int64_t e = 0; e < inner; ++e) sum += xr[e];
+        const double mean = sum / n;
+        for (int64_t e = 0; e < inner; ++e) sq += (xr[e] - mean) * (xr[e] - mean);
+        const double rstd = 1.0 / std::sqrt(sq / n + eps);
+        // xhat = (x - mean) rstd; gx = g w; dx = rstd (gx - mean(gx) - xhat mean(gx xhat))
+        double sum_gx = 0, sum_gx_xhat = 0;
+        for (int64_t e = 0; e < inner; ++e) {
+          const double xhat = (xr[e] - mean) * rstd, gx = gr[e] * w[static_cast<size_t>(e)];
+          sum_gx += gx;
+          sum_gx_xhat += gx * xhat;
+          dw[e] += gr[e] * xhat;
+          db[e] += gr[e];
+        }
+        const double mean_gx = sum_gx / n, mean_gx_xhat = sum_gx_xhat / n;
+        for (int64_t e = 0; e < inner; ++e) {
+          const double xhat = (xr[e] - mean) * rstd;
+          dx[e] = rstd * (gr[e] * w[static_cast<size_t>(e)] - mean_gx - xhat * mean_gx_xhat);
+        }
+        detail::store_run(out, out.offset + r * inner, 1, inner, dx.data());
+      }
+    }
+  });
+  std::vector<double> dw(static_cast<size_t>(inner), 0.0), db(static_cast<size_t>(inner), 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t e = 0; e < inner; ++e) {
+      dw[e] += partial[static_cast<size_t>(c * 2 * inner + e)];
+      db[e] += partial[static_cast<size_t>(c * 2 * inner + inner + e)];
+    }
+  detail::store_run(out, out.offset + rows * inner, 1, inner, dw.data());
+  detail::store_run(out, out.offset + (rows + 1) * inner, 1, inner, db.data());
+}
+
 }  // namespace alk::cpu
