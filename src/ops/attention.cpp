@@ -62,6 +62,14 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
       Tensor g = cast(g0, t, loc).contiguous(loc);
       const int64_t M = std::max(T, S);
       Tensor grads = make_node(OpId::AttentionBackward, {3, B, M, D}, t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
+      // The backward kernel has no gradient of its own: under create_graph, differentiating
+      // these gradients again is an error that says so, not a silent zero.
+      grads = with_grad(grads, "scaled_dot_product_attention backward", {sq, sk, sv, g0},
+                        [loc](const Tensor&) -> std::vector<Tensor> {
+                          fail("scaled_dot_product_attention", loc,
+                               "has no second derivative (double backward through fused attention is not "
+                               "supported; compose attention from matmul and softmax for that)");
+                        });
       return std::vector<Tensor>{grads.select(0, 0).slice(1, 0, T), grads.select(0, 1).slice(1, 0, S),
                                  grads.select(0, 2).slice(1, 0, S)};
     });

@@ -143,3 +143,23 @@ TEST(Autograd, Errors) {
 
 }  // namespace
 }  // namespace alk
+
+namespace alk {
+namespace {
+
+TEST(Autograd, OpsWithoutSecondDerivativeSaySo) {
+  Tensor q = randn({1, 4, 8}).requires_grad_();
+  Tensor out = sum(square(scaled_dot_product_attention(q, q, q)));
+  auto g = grad({out}, {q}, {}, true);
+  ASSERT_TRUE(g[0].requires_grad());
+  try {
+    grad({sum(g[0])}, {q});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "scaled_dot_product_attention");
+    EXPECT_NE(std::string(e.what()).find("second derivative"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace alk
