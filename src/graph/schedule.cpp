@@ -441,10 +441,16 @@ class Scheduler {
       k.expr = pk->expr;
       k.epilogue = pk->epilogue;
       if (k.op == OpId::Map) {
-        expr::MapSignature sig{"map_" + std::to_string(k.expr->hash() % 1000000), {}, k.output.dtype};
-        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
-        k.source_key = expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
-        if (show_kernels) std::fprintf(stderr, "[alk kernel %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(), k.source_key.c_str());
+        // The cache key: the expression and the storage dtypes fix the kernel's source.
+        uint64_t key = k.expr->hash() ^ (static_cast<uint64_t>(k.output.dtype) + 0x9e3779b97f4a7c15ull);
+        for (auto& in : k.inputs) key = (key ^ static_cast<uint64_t>(in.dtype)) * 1099511628211ull;
+        k.source_key = key;
+        if (show_kernels) {
+          expr::MapSignature sig{"map_" + std::to_string(key % 1000000), {}, k.output.dtype};
+          for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+          std::fprintf(stderr, "[alk kernel %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(),
+                       expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
+        }
       } else if (show_kernels) {
         std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",

@@ -50,7 +50,7 @@ struct Kernel {
   // Reduce/Matmul epilogue: Input slot 0 is the op's result; slot k > 0 is epilogue_inputs[k-1].
   std::optional<expr::Expr> epilogue;
   std::vector<KernelArg> epilogue_inputs;
-  std::string source_key;  // what the kernel cache hashes (emitted C++ text for Map)
+  uint64_t source_key = 0;  // Map: the kernel cache's key (expression + dtypes fix the source)
 };
 
 struct ScheduleStats {

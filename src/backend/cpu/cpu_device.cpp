@@ -7,6 +7,7 @@
 #include "backend/cpu/eval.h"
 #include "backend/cpu/kernels.h"
 #include "backend/device.h"
+#include "expr/emit.h"
 #include "backend/cpu/kernel_cache.h"
 
 namespace alk {
@@ -41,7 +42,11 @@ class CpuDevice final : public Device {
 
   void run(const Kernel& k) override {
     if (k.op == OpId::Map) {
-      const expr::Expr& program = cpu_kernel_cache().get(k.source_key, *k.expr);
+      const expr::Expr& program = cpu_kernel_cache().get(k.source_key, *k.expr, [&k] {
+        expr::MapSignature sig{"map_" + std::to_string(k.source_key % 1000000), {}, k.output.dtype};
+        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+        return expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
+      });
       auto in = views_of(k.inputs);
       cpu::eval_map(program, in, view_of(k.output));
       return;

@@ -2,27 +2,23 @@
 
 namespace alk {
 
-uint64_t source_hash(const std::string& source) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : source) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-const expr::Expr& KernelCache::get(const std::string& source, const expr::Expr& e) {
+const expr::Expr& KernelCache::get(uint64_t key, const expr::Expr& e, const std::function<std::string()>& emit) {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t h = source_hash(source);
-  auto it = by_hash_.find(h);
-  if (it != by_hash_.end() && it->second.first == source) {
+  auto it = by_hash_.find(key);
+  if (it != by_hash_.end()) {
     ++hits_;
     return it->second.second;
   }
   ++misses_;
-  auto& slot = by_hash_[h];
-  slot = {source, e};
+  auto& slot = by_hash_[key];
+  slot = {emit(), e};
   return slot.second;
+}
+
+std::string KernelCache::source(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_hash_.find(key);
+  return it == by_hash_.end() ? std::string() : it->second.first;
 }
 
 KernelCache& cpu_kernel_cache() {

@@ -1,8 +1,10 @@
-// Compiled Map kernels, keyed by a hash of their emitted source text. On the CPU,
-// "compiling" checks and keeps the expression the evaluator runs; the cache is what
-// GPU backends will key their compiled modules by, and its counters are observable.
+// Compiled Map kernels, keyed by a hash of their source: the expression's canonical text
+// plus the storage dtypes, which determine the emitted kernel text exactly, so the text
+// itself is emitted only once per kernel (on a miss). On the CPU, "compiling" keeps the
+// expression the evaluator runs; GPU backends will key their compiled modules the same way.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -13,7 +15,9 @@ namespace alk {
 
 class KernelCache {
  public:
-  const expr::Expr& get(const std::string& source, const expr::Expr& e);
+  // `emit` produces the kernel's source text; it is called only on a miss.
+  const expr::Expr& get(uint64_t key, const expr::Expr& e, const std::function<std::string()>& emit);
+  std::string source(uint64_t key);
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
   size_t size() const { return by_hash_.size(); }
@@ -25,6 +29,5 @@ class KernelCache {
 };
 
 KernelCache& cpu_kernel_cache();
-uint64_t source_hash(const std::string& source);
 
 }  // namespace alk
