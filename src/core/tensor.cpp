@@ -214,9 +214,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step, Loc lo
   return with_grad(out, "slice", {*this}, [in_shape, dim_, start, step, loc](const Tensor& g) {
     Tensor gc = g.contiguous();
     Tensor r = make_node(OpId::SliceScatter, in_shape, g.dtype(), {gc}, SliceScatterParams{dim_, start, step}, loc);
-    return std::vector<Tensor>{with_grad(r, "slice_backward", {gc}, [dim_, start, step, in_shape](const Tensor& gg) {
-      int64_t len = gg.shape()[dim_];
-      (void)in_shape;
+    // The scatter's own gradient (double backward) is the same slice of its gradient.
+    const int64_t len = g.shape()[dim_];
+    return std::vector<Tensor>{with_grad(r, "slice_backward", {gc}, [dim_, start, step, len](const Tensor& gg) {
       return std::vector<Tensor>{gg.slice(dim_, start, start + step * std::max<int64_t>(len - 1, 0) + 1, step)};
     })};
   });

@@ -163,3 +163,18 @@ TEST(Autograd, OpsWithoutSecondDerivativeSaySo) {
 
 }  // namespace
 }  // namespace alk
+
+namespace alk {
+namespace {
+
+// Double backward through a slice that ends before the dim does (slice_backward's rule).
+TEST(Autograd, SecondDerivativeThroughPartialSlice) {
+  Tensor x = tensor(std::vector<double>{0.5, -1.0, 2.0, 1.5, -0.5}, {5}).requires_grad_();
+  Tensor y = sum(x.slice(0, 1, 3) * x.slice(0, 1, 3) * x.slice(0, 1, 3));  // x1^3 + x2^3
+  auto g = grad({y}, {x}, {}, true);
+  auto h = grad({sum(g[0])}, {x});  // d/dx of 3 x^2 on elements 1, 2
+  EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{0, 6 * -1.0, 6 * 2.0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace alk
