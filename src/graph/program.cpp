@@ -1,4 +1,5 @@
 // alk::compile: warm-up call, traced call, then replays of the recorded kernel list.
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -120,13 +121,20 @@ struct Program::State {
     // Random kernels draw what an eager call would now: offsets from the generator's current
     // position (the recorded ones start at rng_base), which then moves on by one step's use.
     const uint64_t start = random_offset();
+    const bool timing = kernel_timing_enabled();
     for (Kernel& k : kernels) {
       if (k.node.op == OpId::Random) {
         auto& p = std::get<RandomParams>(k.node.params);
         p.offset = p.offset - rng_base + start;
         p.seed = random_seed();
       }
-      dev.run(k);
+      if (timing) {
+        auto t0 = std::chrono::steady_clock::now();
+        dev.run(k);
+        record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        dev.run(k);
+      }
     }
     dev.synchronize();
     rng_base = start;

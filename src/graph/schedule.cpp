@@ -78,7 +78,11 @@ struct KernelTimes {
   }
 };
 
-void record_time(const Kernel& k, double seconds) {
+}  // namespace
+
+bool kernel_timing_enabled() { return debug_level("timing") != 0; }
+
+void record_kernel_time(const Kernel& k, double seconds) {
   static KernelTimes times;
   std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
   if (k.epilogue) name += "+epilogue";
@@ -87,6 +91,8 @@ void record_time(const Kernel& k, double seconds) {
   ++t.first;
   t.second += seconds;
 }
+
+namespace {
 
 class Scheduler {
  public:
@@ -178,7 +184,10 @@ class Scheduler {
     if (p->realized()) return false;
     if (p->op == OpId::Const) return true;  // a uniform value fits any view
     const NodeInfo& pi = info_[p];
-    return is_map(p) && !pi.external && pi.users == 1 && identity_view(impl) && impl->shape == consumer_shape;
+    if (!is_map(p) || pi.external || pi.users != 1) return false;
+    // A one-element producer (a learning rate cast, a bias correction) fits any view too:
+    // recomputing a scalar per element costs less than a kernel launch.
+    return (identity_view(impl) && impl->shape == consumer_shape) || p->numel() == 1;
   }
 
   // Builds the expression for node n into b, inlining producers; leaves become inputs.
@@ -189,6 +198,8 @@ class Scheduler {
     return b.inline_expr(e, ids);
   }
 
+  // Inside a one-element producer inlined into a larger consumer (broadcast_shape_ set),
+  // every leaf is read as a broadcast over the consumer's shape.
   int leaf_or_inline(expr::Builder& b, const TensorImpl* impl, const Shape& shape,
                      std::vector<const TensorImpl*>& leaves) {
     Node* p = impl->node.get();
@@ -198,14 +209,32 @@ class Scheduler {
       if (p->op == OpId::Const)
         return b.constant(std::get<ConstParams>(p->params).value, compute_type(p->dtype));
       info_[p].fused = true;
-      return build_expr(b, p, leaves);
+      if (p->numel() != 1 || broadcast_shape_ || (impl->shape == shape && identity_view(impl)))
+        return build_expr(b, p, leaves);
+      broadcast_shape_ = &shape;
+      int id = build_expr(b, p, leaves);
+      broadcast_shape_ = nullptr;
+      return id;
     }
+    if (broadcast_shape_) impl = broadcast_view(impl, *broadcast_shape_);
     for (size_t k = 0; k < leaves.size(); ++k)
       if (leaves[k] == impl || (leaves[k]->node == impl->node && leaves[k]->shape == impl->shape &&
                                 leaves[k]->strides == impl->strides && leaves[k]->offset == impl->offset))
         return b.input(static_cast<int>(k), compute_type(impl->dtype));
     leaves.push_back(impl);
     return b.input(static_cast<int>(leaves.size() - 1), compute_type(impl->dtype));
+  }
+
+  // A view of impl's (single) element repeated over shape; kept alive by the scheduler.
+  const TensorImpl* broadcast_view(const TensorImpl* impl, const Shape& shape) {
+    auto v = std::make_unique<TensorImpl>();
+    v->node = impl->node;
+    v->dtype = impl->dtype;
+    v->shape = shape;
+    v->strides = Shape(shape.size(), 0);
+    v->offset = impl->offset;
+    synthetic_.push_back(std::move(v));
+    return synthetic_.back().get();
   }
 
   // A Reduce or Matmul whose only reader is one fused Map, reading all of it in order,
@@ -459,7 +488,7 @@ class Scheduler {
       if (timing) {
         auto t0 = std::chrono::steady_clock::now();
         dev.run(k);
-        record_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
         dev.run(k);
       }
@@ -490,6 +519,8 @@ class Scheduler {
   std::unordered_map<const Node*, size_t> arena_offset_;
   std::unordered_set<const Node*> in_place_taken_;
   std::shared_ptr<Buffer> arena_;
+  const Shape* broadcast_shape_ = nullptr;
+  std::vector<std::unique_ptr<TensorImpl>> synthetic_;
 };
 
 }  // namespace

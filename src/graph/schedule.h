@@ -62,6 +62,10 @@ struct ScheduleStats {
 };
 // Statistics of the most recent realize on this thread (for ALK_DEBUG=schedule and tests).
 const ScheduleStats& last_schedule_stats();
+// ALK_DEBUG=timing: kernel time per op, summed and printed at exit (replays count too).
+bool kernel_timing_enabled();
+void record_kernel_time(const Kernel& k, double seconds);
+
 // The fused elementwise kernel the scheduler would build for target (nothing runs), or
 // nothing when the target is realized or not elementwise.
 std::optional<std::pair<expr::Expr, expr::MapSignature>> fused_map_kernel(TensorImpl* target);
