@@ -1,5 +1,6 @@
 // Kernels that move elements around by position: argmax/argmin, tril/triu, cumsum,
 // pad, concat, slice_scatter. Copies keep exact values when dtypes match.
+#include <cstring>
 #include <cmath>
 #include <vector>
 
@@ -136,6 +137,26 @@ void concat(std::span<const View> xs, int dim, const View& out) {
 
 void slice_scatter(const View& g, int dim, int64_t start, int64_t step, const View& out) {
   detail::zero_fill(out);
+  if (g.dtype == out.dtype && g.is_contiguous()) {
+    // The common case (a gradient of a slice): whole runs of the dims after `dim` copied as
+    // bytes, one run per (outer index, slice position).
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= g.shape[static_cast<size_t>(d)];
+    for (size_t d = static_cast<size_t>(dim) + 1; d < g.shape.size(); ++d) inner *= g.shape[d];
+    const int64_t len = g.shape[static_cast<size_t>(dim)], full = out.shape[static_cast<size_t>(dim)];
+    const size_t esize = dtype_size(g.dtype);
+    const char* src = static_cast<const char*>(g.data) + g.offset * static_cast<int64_t>(esize);
+    char* dst = static_cast<char*>(out.data) + out.offset * static_cast<int64_t>(esize);
+    parallel_for(outer * len, std::max<int64_t>(1, detail::kParallelElems / std::max<int64_t>(inner, 1)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t i = lo; i < hi; ++i) {
+                     const int64_t o = i / len, j = i % len;
+                     std::memcpy(dst + ((o * full + start + j * step) * inner) * static_cast<int64_t>(esize),
+                                 src + i * inner * static_cast<int64_t>(esize), static_cast<size_t>(inner) * esize);
+                   }
+                 });
+    return;
+  }
   std::vector<int64_t> out_strides = detail::contiguous_strides(out.shape);
   int64_t base = out.offset + start * out_strides[dim];
   out_strides[dim] *= step;
