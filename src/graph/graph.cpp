@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -90,6 +91,18 @@ Buffer::~Buffer() {
 }
 
 void release_cached_memory() { block_cache().release(); }
+
+namespace {
+// ALK_LEAKS=1: buffers still alive when the program exits (tensors a static or a leak holds).
+struct LeakReport {
+  ~LeakReport() {
+    const char* v = std::getenv("ALK_LEAKS");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return;
+    std::fprintf(stderr, "[alk leaks] %lld buffers (%lld bytes) alive at exit\n",
+                 static_cast<long long>(g_live_buffers.load()), static_cast<long long>(g_live_bytes.load()));
+  }
+} g_leak_report;
+}  // namespace
 
 int64_t Buffer::live_count() { return g_live_buffers; }
 int64_t Buffer::live_bytes() { return g_live_bytes; }
