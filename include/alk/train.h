@@ -20,15 +20,15 @@ struct Config {
   std::string out = "runs/gpt";
   std::string device = "auto";  // auto | cpu (the only backend built so far)
   uint64_t seed = 1337;
-  int64_t steps = 600;
+  int64_t steps = 2000;
   int64_t batch = 8;
   // GPT
   int64_t ctx = 128, dim = 128, heads = 4, layers = 4, vocab_size = 1024;
   double dropout = 0;
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, grad_clip = 1.0;
-  int64_t warmup = 40;
+  int64_t warmup = 100;
   double val_fraction = 0.05;
-  int64_t eval_every = 100, eval_batches = 8, ckpt_every = 200, log_every = 10;
+  int64_t eval_every = 200, eval_batches = 8, ckpt_every = 500, log_every = 10;
   int64_t sample_tokens = 200;  // printed at the end of a GPT run (0 = none)
 };
 
