@@ -30,19 +30,18 @@ std::set<std::string> names_in(std::string_view text) {
   return out;
 }
 
-// The dtype operands are brought to before the expression runs.
+// The dtype operands are brought to before the expression runs: tensors promote together,
+// numbers are weak (docs/dtypes.md); a bool number never promotes anything.
 DType common_dtype(const std::vector<Operand>& xs, const char* op, Loc loc) {
   std::optional<DType> tensors;
-  bool float_scalar = false, int_scalar = false, bool_scalar = false;
+  bool float_scalar = false, int_scalar = false;
   for (const Operand& x : xs) {
     if (!x.is_scalar) {
       check(x.tensor.defined(), op, loc, "operand is an undefined tensor");
       tensors = tensors ? promote(*tensors, x.tensor.dtype()) : x.tensor.dtype();
     } else if (x.is_float) {
       float_scalar = true;
-    } else if (x.is_bool) {
-      bool_scalar = true;
-    } else {
+    } else if (!x.is_bool) {
       int_scalar = true;
     }
   }
@@ -50,7 +49,6 @@ DType common_dtype(const std::vector<Operand>& xs, const char* op, Loc loc) {
   DType t = *tensors;
   if (float_scalar && !is_floating(t)) return DType::F32;
   if (int_scalar && t == DType::Bool) return DType::I64;
-  (void)bool_scalar;
   return t;
 }
 
