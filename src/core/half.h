@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "alk/dtype.h"
+
 namespace alk {
 
 inline float bf16_to_f32(uint16_t h) {
@@ -57,6 +59,22 @@ inline uint16_t f32_to_f16(float f) {
   }
   uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+// A number as a value of dtype t holds it (rounded to f16/bf16/f32, truncated to integers,
+// wrapped to the storage width): what a literal must be before it meets a tensor of type t.
+inline double round_to(double v, DType t) {
+  switch (t) {
+    case DType::F16: return f16_to_f32(f32_to_f16(static_cast<float>(v)));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(static_cast<float>(v)));
+    case DType::F32: return static_cast<float>(v);
+    case DType::F64: return v;
+    case DType::Bool: return v != 0;
+    case DType::U8: return static_cast<uint8_t>(static_cast<int64_t>(v));
+    case DType::I32: return static_cast<int32_t>(static_cast<int64_t>(v));
+    case DType::I64: return static_cast<double>(static_cast<int64_t>(v));
+  }
+  return v;
 }
 
 }  // namespace alk

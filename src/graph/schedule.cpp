@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "backend/device.h"
+#include "core/half.h"
 #include "expr/emit.h"
 #include "graph/trace.h"
 
@@ -185,6 +186,9 @@ class Scheduler {
     if (p->op == OpId::Const) return true;  // a uniform value fits any view
     const NodeInfo& pi = info_[p];
     if (!is_map(p) || pi.external || pi.users != 1) return false;
+    // The IR computes f16/bf16 values in f32: inlined, a 16-bit intermediate would skip its
+    // rounding. Such results are stored (rounded) and read back, as eager execution does.
+    if (p->dtype == DType::F16 || p->dtype == DType::BF16) return false;
     // A one-element producer (a learning rate cast, a bias correction) fits any view too:
     // recomputing a scalar per element costs less than a kernel launch.
     return (identity_view(impl) && impl->shape == consumer_shape) || p->numel() == 1;
@@ -207,7 +211,7 @@ class Scheduler {
       // A constant may also be read as a leaf elsewhere: whether it needs memory is
       // decided once all kernels are known (build_kernels).
       if (p->op == OpId::Const)
-        return b.constant(std::get<ConstParams>(p->params).value, compute_type(p->dtype));
+        return b.constant(round_to(std::get<ConstParams>(p->params).value, p->dtype), compute_type(p->dtype));
       info_[p].fused = true;
       if (p->numel() != 1 || broadcast_shape_ || (impl->shape == shape && identity_view(impl)))
         return build_expr(b, p, leaves);

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <set>
 
+#include "core/half.h"
 #include "expr/emit.h"
 #include "graph/autograd.h"
 #include "graph/schedule.h"
@@ -73,8 +74,8 @@ BuiltExpr build(std::string_view text, const std::vector<std::string>& names, co
   std::vector<int> ids;
   for (size_t k = 0; k < operands.size(); ++k) {
     const ComputeType want = compute_type(operand_dtypes[k]);
-    if (operands[k].is_scalar) {
-      ids.push_back(b.constant(operands[k].scalar, want));
+    if (operands[k].is_scalar) {  // the number as the operand's dtype holds it (f16 0.1 != f32 0.1)
+      ids.push_back(b.constant(round_to(operands[k].scalar, operand_dtypes[k]), want));
       continue;
     }
     const Tensor& t = operands[k].tensor;

@@ -214,3 +214,29 @@ TEST(Schedule, SixteenBitFloatsComputeInF32) {
 
 }  // namespace
 }  // namespace alk
+
+namespace alk {
+namespace {
+
+// Fusion must not change results: a 16-bit intermediate is rounded to its dtype whether it
+// is fused or run op by op, and so is a number that meets a 16-bit tensor.
+TEST(Schedule, SixteenBitIntermediatesRoundTheSameFusedOrEager) {
+  std::vector<float> v{0.1f, 1.0001f, -3.14159f, 65504.0f, 1e-5f};
+  auto compute = [&] {
+    Tensor x = tensor(v, {5});
+    Tensor h = (x * 1.0001).to(DType::F16);
+    Tensor b = (x * 0.3).to(DType::BF16);
+    return std::vector<std::vector<float>>{(h + 0.1).to(DType::F32).to_vector<float>(),
+                                           (b * 3.0).to(DType::F32).to_vector<float>(),
+                                           eq(h.to(DType::F16), 0.1).to(DType::F32).to_vector<float>()};
+  };
+  auto lazy = compute();
+  set_eager_mode(true);
+  auto eager = compute();
+  set_eager_mode(false);
+  EXPECT_EQ(lazy, eager);
+  EXPECT_EQ(eq(tensor(std::vector<float>{0.1f}, {1}).to(DType::F16), 0.1).item(), 1.0);  // PyTorch: True
+}
+
+}  // namespace
+}  // namespace alk
