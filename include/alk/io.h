@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,6 +68,11 @@ class AtomicFile {
 
 // One-shot form of AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view bytes, Loc loc = Loc::current());
+
+// The whole file's bytes, or nothing when it cannot be opened or read.
+std::optional<std::string> try_read_file(const std::string& path);
+// The whole file's bytes; otherwise an alk::Error of `op` naming the path and the reason.
+std::string read_file(const std::string& path, const std::string& op = "read_file", Loc loc = Loc::current());
 
 // ---- safetensors ----
 

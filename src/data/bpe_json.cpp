@@ -2,30 +2,14 @@
 // (layout in include/alk/tokenizer.h), with the small JSON reader and writer those flat
 // files need: an object of string -> non-negative integer and an array of strings.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
+#include "alk/io.h"
 #include "alk/tokenizer.h"
 
 namespace alk {
 
 namespace {
-
-std::string read_file(const std::string& path, Loc loc) {
-  std::ifstream f(path, std::ios::binary);
-  check(static_cast<bool>(f), "tokenizer", loc, "cannot open ", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void write_file(const std::string& path, const std::string& text, Loc loc) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  check(static_cast<bool>(f), "tokenizer", loc, "cannot write ", path);
-}
 
 void append_utf8(std::string& out, uint32_t c) {
   if (c < 0x80) {
@@ -224,9 +208,10 @@ void Tokenizer::save(const std::string& dir, Loc loc) const {
     write_json_string(specials, keys_[static_cast<size_t>(specials_[k])]);
   }
   specials += "]";
-  write_file(dir + "/vocab.json", vocab, loc);
-  write_file(dir + "/merges.txt", merges, loc);
-  write_file(dir + "/special_tokens.json", specials, loc);
+  // Atomic, like every file a checkpoint directory holds.
+  write_file_atomic(dir + "/vocab.json", vocab, loc);
+  write_file_atomic(dir + "/merges.txt", merges, loc);
+  write_file_atomic(dir + "/special_tokens.json", specials, loc);
 }
 
 Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
@@ -234,7 +219,7 @@ Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
   std::unordered_map<std::string, int32_t> ids;
   const std::string vocab_path = dir + "/vocab.json";
   {
-    std::string text = read_file(vocab_path, loc);
+    std::string text = read_file(vocab_path, "tokenizer", loc);
     JsonReader r(text, vocab_path, loc);
     std::vector<std::pair<std::string, int32_t>> entries;
     std::vector<size_t> where;
@@ -272,7 +257,7 @@ Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
 
   const std::string special_path = dir + "/special_tokens.json";
   if (std::filesystem::exists(special_path)) {
-    std::string text = read_file(special_path, loc);
+    std::string text = read_file(special_path, "tokenizer", loc);
     JsonReader r(text, special_path, loc);
     r.expect('[');
     if (!r.eat(']')) {
@@ -289,7 +274,7 @@ Tokenizer Tokenizer::load(const std::string& dir, Loc loc) {
   }
 
   const std::string merges_path = dir + "/merges.txt";
-  std::string text = read_file(merges_path, loc);
+  std::string text = read_file(merges_path, "tokenizer", loc);
   std::unordered_set<uint64_t> seen;
   size_t line_no = 0;
   for (size_t pos = 0; pos < text.size();) {

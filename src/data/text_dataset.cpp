@@ -1,9 +1,6 @@
 // TokenDataset (alk/data.h): token cache and seeded batches.
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "alk/data.h"
 #include "alk/io.h"
@@ -25,20 +22,11 @@ uint64_t get_u64(const char* p) {
   return v;
 }
 
-bool read_whole_file(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return false;
-  *out = std::move(s).str();
-  return true;
-}
-
 // The cached ids when the cache exists, is well formed and has the right key.
 bool read_cache(const std::string& path, uint64_t key, std::vector<int32_t>* ids) {
-  std::string bytes;
-  if (!read_whole_file(path, &bytes) || bytes.size() < kCacheHeader) return false;
+  std::optional<std::string> file = try_read_file(path);
+  if (!file || file->size() < kCacheHeader) return false;
+  const std::string& bytes = *file;
   if (std::memcmp(bytes.data(), kMagic, 8) != 0 || get_u64(bytes.data() + 16) != key) return false;
   uint64_t count = get_u64(bytes.data() + 8);
   if (count > (bytes.size() - kCacheHeader) / 4 || bytes.size() - kCacheHeader != count * 4) return false;
@@ -86,11 +74,7 @@ TokenDataset::TokenDataset(std::vector<int32_t> ids, double val_fraction, Loc lo
 TokenDataset TokenDataset::from_file(const std::string& text_path, const TextEncoder& encode,
                                      const std::string& cache_path, double val_fraction, uint64_t encoder_fingerprint,
                                      Loc loc) {
-  std::string text;
-  if (!read_whole_file(text_path, &text)) {
-    int err = errno;
-    fail("TokenDataset", loc, "cannot read '", text_path, "': ", std::strerror(err));
-  }
+  std::string text = read_file(text_path, "TokenDataset", loc);
   uint64_t key = fnv1a64(text);
   if (encoder_fingerprint != 0) {
     std::string fp;

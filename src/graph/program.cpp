@@ -1,5 +1,4 @@
 // alk::compile: warm-up call, traced call, then replays of the recorded kernel list.
-#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -128,13 +127,7 @@ struct Program::State {
         p.offset = p.offset - rng_base + start;
         p.seed = random_seed();
       }
-      if (timing) {
-        auto t0 = std::chrono::steady_clock::now();
-        dev.run(k);
-        record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      } else {
-        dev.run(k);
-      }
+      launch(dev, k, timing);
     }
     dev.synchronize();
     rng_base = start;

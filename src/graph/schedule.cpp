@@ -83,6 +83,13 @@ struct KernelTimes {
 
 bool kernel_timing_enabled() { return debug_level("timing") != 0; }
 
+void launch(Device& dev, const Kernel& k, bool timing) {
+  if (!timing) return dev.run(k);
+  auto t0 = std::chrono::steady_clock::now();
+  dev.run(k);
+  record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 void record_kernel_time(const Kernel& k, double seconds) {
   static KernelTimes times;
   std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
@@ -489,13 +496,7 @@ class Scheduler {
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
-      if (timing) {
-        auto t0 = std::chrono::steady_clock::now();
-        dev.run(k);
-        record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      } else {
-        dev.run(k);
-      }
+      launch(dev, k, timing);
       if (TraceRecorder* trace = active_trace()) trace->kernels.push_back(std::move(k));
     }
     dev.synchronize();

@@ -65,6 +65,9 @@ const ScheduleStats& last_schedule_stats();
 // ALK_DEBUG=timing: kernel time per op, summed and printed at exit (replays count too).
 bool kernel_timing_enabled();
 void record_kernel_time(const Kernel& k, double seconds);
+class Device;
+// Runs k on dev, timed when `timing` (the scheduler's and compiled replays' one way to launch).
+void launch(Device& dev, const Kernel& k, bool timing);
 
 // The fused elementwise kernel the scheduler would build for target (nothing runs), or
 // nothing when the target is realized or not elementwise.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "alk/io.h"
@@ -95,6 +96,25 @@ void AtomicFile::commit() {
     if (rc != 0 && err != EINVAL && err != ENOTSUP)
       fail("write_file", loc_, "wrote '", path_, "' but fsync of directory '", dir, "' failed: ", errno_text(err));
   }
+}
+
+std::optional<std::string> try_read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return std::nullopt;
+  std::string out;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  const bool ok = !std::ferror(f);
+  std::fclose(f);
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+std::string read_file(const std::string& path, const std::string& op, Loc loc) {
+  errno = 0;
+  std::optional<std::string> bytes = try_read_file(path);
+  if (!bytes) fail(op, loc, "cannot read '", path, "': ", errno ? errno_text(errno) : std::string("read error"));
+  return std::move(*bytes);
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes, Loc loc) {

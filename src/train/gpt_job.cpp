@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -34,19 +33,11 @@ nn::GPTConfig model_config(const Config& c, int64_t vocab) {
   return g;
 }
 
-std::string read_file(const std::string& path, Loc loc) {
-  std::ifstream f(path, std::ios::binary);
-  check(static_cast<bool>(f), "train", loc, "cannot read ", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progress) {
   const std::string tok_dir = dir + "/tokenizer";
   if (fs::exists(tok_dir + "/vocab.json")) return Tokenizer::load(tok_dir);
   auto t0 = std::chrono::steady_clock::now();
-  std::string corpus = read_file(c.corpus, Loc::current());
+  std::string corpus = read_file(c.corpus, "train");
   Tokenizer tok = Tokenizer::train(corpus, static_cast<int>(c.vocab_size));
   tok.save(tok_dir);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -78,7 +69,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
   fs::create_directories(c.out);
   Progress progress(log, c.steps, 0);
   Tokenizer tok = tokenizer_for(c, c.out, progress);
-  const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", Loc::current()));
+  const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", "train"));
   TokenDataset data = TokenDataset::from_file(
       c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
       fingerprint);

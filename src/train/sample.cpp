@@ -2,8 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "alk/io.h"
 #include "alk/nn.h"
@@ -16,11 +14,7 @@ namespace alk::train {
 std::string sample(const std::string& dir, const std::string& prompt, int64_t tokens, double temperature,
                    int64_t top_k, uint64_t seed, Loc loc) {
   check(tokens >= 0 && temperature >= 0, "sample", loc, "tokens must be >= 0 and temperature >= 0");
-  std::ifstream cf(dir + "/config.json");
-  check(static_cast<bool>(cf), "sample", loc, "no config.json in ", dir);
-  std::stringstream text;
-  text << cf.rdbuf();
-  Config c = config_from_json(text.str(), Config{}, loc);
+  Config c = config_from_json(read_file(dir + "/config.json", "sample", loc), Config{}, loc);
   Tokenizer tok = Tokenizer::load(dir + "/tokenizer", loc);
   nn::GPTConfig g;
   g.vocab = tok.vocab_size();

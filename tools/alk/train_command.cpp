@@ -2,10 +2,9 @@
 // defaults; --resume DIR continues the run in DIR from its config and checkpoint.
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
+#include "alk/io.h"
 #include "alk/train.h"
 #include "tools/alk/commands.h"
 
@@ -18,14 +17,6 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) {
   g_stop = true;
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  check(static_cast<bool>(f), "train", Loc::current(), "cannot read ", path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -70,10 +61,10 @@ void add_train_command(CLI::App& app) {
       c.ckpt_every = 400;
     }
     if (!resume_dir.empty()) {
-      c = train::config_from_json(read_text(resume_dir + "/config.json"), c);
+      c = train::config_from_json(read_file(resume_dir + "/config.json", "train"), c);
       c.out = resume_dir;
     }
-    if (!config_file.empty()) c = train::config_from_json(read_text(config_file), c);
+    if (!config_file.empty()) c = train::config_from_json(read_file(config_file, "train"), c);
     // Every flag given on the command line wins.
     auto given = [cmd](const char* name) { return cmd->count(name) > 0; };
     if (given("--task")) c.task = flags.task;
