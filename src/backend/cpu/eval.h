@@ -1,10 +1,10 @@
 // The CPU's elementwise engine: it evaluates a fused expression (expr::Expr) directly,
 // a block of elements at a time, one tight loop per IR node over the block. There is
-// no per-op C++ kernel: adding an op to the table needs nothing here. Why an
-// interpreter rather than generated C++ compiled at run time: no compiler needed at
-// run time, no start-up latency, and with 256-element blocks the dispatch cost is paid
-// once per node per block, while each node's loop is simple enough for GCC to
-// vectorize (docs/architecture.md has the numbers).
+// no per-op C++ kernel: adding an op to the table needs nothing here. An interpreter
+// first: no compiler needed at run time, no start-up latency, and with 256-element
+// blocks the dispatch cost is paid once per node per block. Long chains over many
+// elements then get a compiled body (jit.h) that runs all nodes in one loop and
+// computes the same bits (docs/architecture.md has the numbers).
 #pragma once
 #include <span>
 
