@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -51,9 +52,16 @@ View matrix(std::vector<float>& s, int64_t rows, int64_t cols, bool transposed) 
   return v;
 }
 
+// Lets the other library's threads go idle before timing: OpenBLAS's workers busy-wait for
+// a while after each call (and alk's poll for 100 us), which would slow whoever runs next.
+void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+
 template <class Fn>
 double median_ms(int runs, Fn&& fn) {
-  fn();  // warm-up (pool start, page faults)
+  settle();
+  // Warm-up for 50 ms (pool start, page faults, and a vCPU that slept during settle()).
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(50); std::chrono::steady_clock::now() < end;)
+    fn();
   std::vector<double> t;
   for (int r = 0; r < runs; ++r) {
     auto t0 = std::chrono::steady_clock::now();

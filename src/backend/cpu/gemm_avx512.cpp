@@ -8,7 +8,7 @@
 namespace {
 using V = __m512;
 constexpr int VW = 16, MR = 14, NV = 2;
-constexpr int64_t KC = 128, MC = 14 * 32;
+constexpr int64_t KC = 256, MC = 14*16;
 inline V vload(const float* p) { return _mm512_load_ps(p); }
 inline V vloadu(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstoreu(float* p, V v) { _mm512_storeu_ps(p, v); }

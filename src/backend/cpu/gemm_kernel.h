@@ -15,12 +15,13 @@
 namespace alk::cpu::gemm {
 
 // c[mr x nr] (row stride ldc) = (accumulate ? c : 0) + A panel * B panel, where the A panel
-// is kc x MR floats (p-major, zero-padded past mr) and the B panel kc x NR floats (p-major,
-// 64-byte aligned, zero-padded past nr). For each element the kc products are summed in
-// order p = 0, 1, ..., kc - 1 and the sum is then added to c, so the result does not
-// depend on how the caller tiles M and N.
-using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int mr, int nr,
-                             bool accumulate);
+// is kc x MR floats, element (i, p) at a[p * a_step + i] (a packed panel: a_step = MR,
+// zero-padded past mr; a column-major matrix read in place: a_step = its column stride),
+// and the B panel kc x NR floats (p-major, 64-byte aligned, zero-padded past nr). For each
+// element the kc products are summed in order p = 0, 1, ..., kc - 1 and the sum is then
+// added to c, so the result does not depend on how the caller tiles M and N.
+using MicroKernel = void (*)(int64_t kc, const float* a, int64_t a_step, const float* b, float* c, int64_t ldc,
+                             int mr, int nr, bool accumulate);
 
 struct Kernel {
   const char* name;  // "avx512", "avx2", "generic"

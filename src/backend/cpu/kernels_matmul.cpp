@@ -177,15 +177,14 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
 
 // Copies rows [r0, r1) x columns [p0, p0 + kc) of A into MR-row panels (kc x MR each),
 // zero-padded past r1.
-// Fast path of pack_a for f32 rows with unit column stride: panel rows are written in
-// order from MR row streams (MR a compile-time constant, so the row loop unrolls).
+// Fast path of pack_a for f32 rows with unit column stride: each source row is read in
+// order and written down its panel column (stride MR, within L1).
 template <int MR>
 void pack_a_rows_f32(const float* src, int64_t rs, int64_t h, int64_t kc, float* panel) {
-  const float* rows[MR];
-  for (int r = 0; r < MR; ++r) rows[r] = src + std::min<int64_t>(r, h - 1) * rs;  // rows past h: read row h-1, then zeroed
-  for (int64_t p = 0; p < kc; ++p) {
-    float* out = panel + p * MR;
-    for (int r = 0; r < MR; ++r) out[r] = rows[r][p];
+  for (int64_t r = 0; r < h; ++r) {
+    const float* row = src + r * rs;
+    float* dst = panel + r;
+    for (int64_t p = 0; p < kc; ++p) dst[p * MR] = row[p];
   }
   if (h < MR)
     for (int64_t p = 0; p < kc; ++p) std::fill(panel + p * MR + h, panel + (p + 1) * MR, 0.0f);
@@ -264,6 +263,10 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
                           static_cast<double>(mb * nb);
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
   bool direct = out.dtype == DType::F32;
+  // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
+  // k-step's MR values side by side: the micro-kernel reads it where it is.
+  const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
+  const float* a_data = static_cast<const float*>(a.data);
   int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
     Floats apack(static_cast<size_t>(max_rows * std::min(k, KC)));
@@ -280,14 +283,20 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
-        pack_a(a, oa, a_base, r0, r1, p0, kc, MR, apack.get());
+        // Full panels of a column-major A are read in place; the rest is packed.
+        const int64_t full_end = a_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        if (full_end < r1) pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
           const float* bs = bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
             int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
-            kern.run(kc, apack.get() + ((i0 - r0) / MR) * kc * MR, bs, cj + (i0 - r0) * ldc, ldc, mr, nr, p0 > 0);
+            float* ci = cj + (i0 - r0) * ldc;
+            if (i0 < full_end)
+              kern.run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0);
+            else
+              kern.run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0);
           }
         }
       }

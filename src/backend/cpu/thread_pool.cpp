@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -23,39 +24,63 @@ namespace {
 // deadlock by waiting on workers that are themselves waiting.
 thread_local bool t_inside_parallel = false;
 
+// How long a thread that ran out of work keeps polling before it sleeps. Kernels come in
+// quick succession (a training step launches ~1000); waking a sleeping thread costs tens
+// of microseconds on a VM, about what a small kernel takes to run.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+// Polls ready() with a pause instruction between polls, for at most kSpin; true when it
+// became ready.
+template <class Ready>
+bool spin_until(Ready&& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, chunks = 0;
   std::atomic<int64_t> next{0};  // next chunk to hand out
-  int64_t done = 0;              // chunks finished, guarded by mutex
+  std::atomic<int64_t> done{0};  // chunks finished
+  std::atomic<bool> failed{false};
   std::exception_ptr error;      // first failure, guarded by mutex
   std::mutex mutex;
   std::condition_variable finished;
 
   int64_t chunk_begin(int64_t c) const { return n * c / chunks; }
+  bool complete() const { return done.load(std::memory_order_acquire) == chunks; }
 
   // Runs chunks until none are left; returns once this thread can take no more.
   void work() {
     for (;;) {
       int64_t c = next.fetch_add(1);
       if (c >= chunks) return;
-      std::exception_ptr failure;
-      bool skip;
-      {
-        std::lock_guard lock(mutex);
-        skip = error != nullptr;  // after a failure the remaining chunks are pointless
-      }
-      if (!skip) {
+      if (!failed.load(std::memory_order_relaxed)) {  // after a failure the remaining chunks are pointless
         try {
           (*fn)(chunk_begin(c), chunk_begin(c + 1));
         } catch (...) {
-          failure = std::current_exception();
+          std::lock_guard lock(mutex);
+          if (!error) error = std::current_exception();
+          failed = true;
         }
       }
-      std::lock_guard lock(mutex);
-      if (failure && !error) error = failure;
-      if (++done == chunks) finished.notify_all();
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+        std::lock_guard lock(mutex);  // the waiter checks complete() under this lock: no lost wake-up
+        finished.notify_all();
+      }
     }
+  }
+
+  void wait() {
+    if (spin_until([this] { return complete(); })) return;
+    std::unique_lock lock(mutex);
+    finished.wait(lock, [this] { return complete(); });
   }
 };
 
@@ -90,14 +115,14 @@ class Pool {
       std::lock_guard lock(mutex_);
       start_locked();
       queue_.push_back(job);
+      posted_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     {
       InsideGuard guard;
       job->work();
     }
-    std::unique_lock lock(job->mutex);
-    job->finished.wait(lock, [&] { return job->done == job->chunks; });
+    job->wait();
   }
 
  private:
@@ -129,6 +154,12 @@ class Pool {
     t_inside_parallel = true;
     std::unique_lock lock(mutex_);
     for (;;) {
+      if (queue_.empty() && !stopping_) {  // poll a while before sleeping: the next job is likely close
+        const uint64_t seen = posted_.load(std::memory_order_acquire);
+        lock.unlock();
+        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+        lock.lock();
+      }
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       std::shared_ptr<Job> job = queue_.front();
@@ -149,6 +180,7 @@ class Pool {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::thread> workers_;
+  std::atomic<uint64_t> posted_{0};  // jobs ever queued: what spinning workers watch
   int threads_ = 0;
   bool stopping_ = false;
 };
