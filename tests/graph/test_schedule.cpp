@@ -83,6 +83,37 @@ TEST(Schedule, MatmulTakesElementwiseConsumerAsEpilogue) {
     }
 }
 
+// The CPU runs a matmul's epilogue on each block of rows as soon as the block is done:
+// batched operands, several row blocks per matrix, a few rows split by columns (the
+// whole-matrix path), f32 and f64, with a broadcast bias and a residual read through a
+// transposed view. Each result is checked against the matmul realized alone, then the
+// epilogue applied by a separate kernel.
+TEST(Schedule, MatmulEpilogueOnRowBlocksMatchesSeparateKernels) {
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {{{3, 37, 20}, {3, 20, 45}}, {{1000, 64}, {64, 70}}, {{2, 300}, {300, 500}}};
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(to_string(c.a) + " x " + to_string(c.b));
+      manual_seed(5);
+      Tensor a = randn(c.a, dtype), b = randn(c.b, dtype);
+      const int64_t n = c.b.back(), m = c.a[c.a.size() - 2];
+      Tensor bias = randn({n}, dtype), residual = randn({n, m}, dtype);
+      realize({a, b, bias, residual});
+      Tensor fused = tanh(matmul(a, b) + bias) * 2.0 - residual.t();
+      fused.realize();
+      EXPECT_EQ(last_schedule_stats().kernels, 1);
+      Tensor product = matmul(a, b);
+      product.realize();
+      Tensor separate = tanh(product + bias) * 2.0 - residual.t();
+      const auto want = separate.to(DType::F64).to_vector<double>(), got = fused.to(DType::F64).to_vector<double>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
 TEST(Schedule, ReductionEpilogueAndPrologueTogether) {
   auto av = iota_values(20);
   Tensor a = tensor(av, {4, 5});
