@@ -3,8 +3,10 @@
 // fused expressions with strided and broadcast inputs, reductions over any axes, and the
 // vector-math functions (libmvec), which may differ from std:: by a few ulp.
 #include <cmath>
+#include <functional>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/thread_pool.h"
 #include "testing.h"
 
 namespace alk {
@@ -44,6 +46,64 @@ TEST(EvalIsa, EverySupportedPathMatchesGeneric) {
   }
   cpu::set_isa(original);
   EXPECT_EQ(cpu::isa(), original);
+}
+
+// Reductions over leading axes (a gradient summed over the batch) split rows into chunks
+// and columns into tiles by shape: the results match float64 references and do not change
+// with the thread count, for narrow, wide and batched shapes, every reduction op, and int64.
+TEST(EvalReduce, LeadingAxesMatchReferenceWhateverTheThreadCount) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
+  const Case cases[] = {{{3000, 50}, {0}}, {{20, 9000}, {0}}, {{2, 700, 30}, {0, 1}}, {{5, 3}, {0}}};
+  const int saved = cpu::num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.shape));
+    manual_seed(8);
+    Tensor x = randn(c.shape);
+    x.realize();
+    const std::vector<double> xv = x.to_vector<double>();
+    const int64_t cols = c.shape.back() * (c.axes.size() == 1 && c.shape.size() == 3 ? c.shape[1] : 1);
+    const int64_t rows = static_cast<int64_t>(xv.size()) / cols;
+    auto reference = [&](auto op, double init, auto f) {
+      std::vector<double> r(static_cast<size_t>(cols), init);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) r[static_cast<size_t>(j)] = op(r[static_cast<size_t>(j)], f(xv[static_cast<size_t>(i * cols + j)]));
+      return r;
+    };
+    auto plus = [](double a, double b) { return a + b; };
+    auto times = [](double a, double b) { return a * b; };
+    auto bigger = [](double a, double b) { return std::max(a, b); };
+    auto smaller = [](double a, double b) { return std::min(a, b); };
+    auto id = [](double v) { return v; };
+    auto near_one = [](double v) { return 1.0 + 0.001 * static_cast<double>(static_cast<float>(v)); };
+    auto rounded = [](double v) { return std::round(v * 10); };
+    struct Op {
+      std::function<Tensor()> run;
+      std::vector<double> want;
+      double tol;
+    };
+    const std::vector<Op> ops = {
+        {[&] { return sum(x, c.axes); }, reference(plus, 0.0, id), 1e-5},
+        {[&] { return max(x, c.axes); }, reference(bigger, -INFINITY, id), 0},
+        {[&] { return min(x, c.axes); }, reference(smaller, INFINITY, id), 0},
+        {[&] { return prod(x * 0.001 + 1.0, c.axes); }, reference(times, 1.0, near_one), 1e-5},
+        {[&] { return sum(round(x * 10.0).to(DType::I64), c.axes).to(DType::F64); }, reference(plus, 0.0, rounded), 0},
+    };
+    for (size_t k = 0; k < ops.size(); ++k) {
+      SCOPED_TRACE("op " + std::to_string(k));
+      cpu::set_num_threads(1);
+      const std::vector<double> one = ops[k].run().to(DType::F64).to_vector<double>();
+      cpu::set_num_threads(3);
+      const std::vector<double> three = ops[k].run().to(DType::F64).to_vector<double>();
+      ASSERT_EQ(one.size(), ops[k].want.size());
+      EXPECT_EQ(one, three);
+      for (size_t j = 0; j < one.size(); ++j)
+        ASSERT_NEAR(one[j], ops[k].want[j], ops[k].tol * (1 + std::fabs(ops[k].want[j]))) << "column " << j;
+    }
+  }
+  cpu::set_num_threads(saved);
 }
 
 }  // namespace
