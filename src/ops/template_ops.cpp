@@ -44,9 +44,17 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, Loc loc) {
   if (!needs_grad({&a, &b})) return out;
   // The inputs themselves (with their history), so gradients of gradients flow through them.
   Tensor sa = a, sb = b;
-  return with_grad(out, "matmul", {a, b}, [sa, sb](const Tensor& g) {
-    return std::vector<Tensor>{sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape()),
-                               sum_to(matmul(sa.transpose(-1, -2), g), sb.shape())};
+  return with_grad(out, "matmul", {a, b}, [sa, sb, k, n](const Tensor& g) {
+    // A b shared by every batch matrix of a (a linear layer's weight): its gradient
+    // contracts over the batch and the rows at once, one [k, rows] x [rows, n] matmul,
+    // instead of a batch of matmuls summed afterwards (batch times the output, and a
+    // K of m instead of batch * m).
+    bool b_shared = g.dim() > 2 && Shape(sa.shape().begin(), sa.shape().end() - 2) == Shape(g.shape().begin(), g.shape().end() - 2);
+    for (int64_t d = 0; d + 2 < sb.dim(); ++d) b_shared = b_shared && sb.shape()[static_cast<size_t>(d)] == 1;
+    Tensor grad_b = b_shared ? matmul(sa.reshape({sa.numel() / k, k}).transpose(0, 1), g.reshape({g.numel() / n, n}))
+                                   .reshape(sb.shape())
+                             : sum_to(matmul(sa.transpose(-1, -2), g), sb.shape());
+    return std::vector<Tensor>{sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape()), grad_b};
   });
 }
 

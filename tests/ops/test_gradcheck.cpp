@@ -74,6 +74,10 @@ const std::map<OpId, Case>& template_cases() {
                    {leaf(f64_tensor({4}, Domain::Any, rng)), leaf(f64_tensor({2, 4, 3}, Domain::Any, rng))});
          gradcheck([](auto& x) { return matmul(x[0], x[1]); },
                    {leaf(f64_tensor({3, 4}, Domain::Any, rng)), leaf(f64_tensor({4}, Domain::Any, rng))});
+         // A b shared over a's batch (its gradient is one matmul over batch and rows), with a
+         // batch dim of size 1 and a transposed (non-contiguous) a.
+         gradcheck([](auto& x) { return matmul(x[0].transpose(-1, -2), x[1]); },
+                   {leaf(f64_tensor({2, 4, 3}, Domain::Any, rng)), leaf(f64_tensor({1, 4, 5}, Domain::Any, rng))});
        }},
       {OpId::Softmax, [](std::mt19937& rng) {
          gradcheck([](auto& x) { return softmax(x[0], 1); }, {leaf(f64_tensor({3, 4}, Domain::Any, rng))});
