@@ -368,6 +368,28 @@ void matmul(const View& a, const View& b, const View& out) {
   }
   int64_t m = a.shape[a.shape.size() - 2], n = b.shape.back();
   int64_t batches = out.numel() / (m * n);
+  // A B shared by every batch matrix (a weight broadcast over a batch) and an A whose batch
+  // dims step like its rows (a contiguous activation): one matmul with batch * m rows, so
+  // the row blocks and the last partial micro-panel are per product, not per batch matrix.
+  if (batches > 1 && Operand(b).batch_broadcast()) {
+    const size_t r = a.shape.size();
+    bool rows_merge = a.strides[r - 2] != 0;
+    int64_t expect = a.strides[r - 2] * m;
+    for (size_t d = r - 2; d-- > 0 && rows_merge;) {
+      rows_merge = a.shape[d] == 1 || a.strides[d] == expect;
+      expect *= a.shape[d];
+    }
+    if (rows_merge) {
+      View a2 = a, b2 = b, out2 = out;
+      a2.shape = {batches * m, k};
+      a2.strides = {a.strides[r - 2], a.strides[r - 1]};
+      b2.shape = {k, n};
+      b2.strides = {b.strides[r - 2], b.strides[r - 1]};
+      out2.shape = {batches * m, n};
+      out2.strides = {n, 1};
+      return matmul(a2, b2, out2);
+    }
+  }
   auto narrow_float = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
   if (narrow_float(a.dtype) && narrow_float(b.dtype) && out.dtype != DType::F64)
     matmul_f32(a, b, out, batches);
