@@ -28,6 +28,10 @@ struct Kernel {
   int mr, nr;        // register tile
   int64_t kc, mc;    // cache blocking: depth of one packed block, rows of A per L2 block
   MicroKernel run;
+  // The same product with the A panel packed by rows, element (i, p) at a[i * kc + p]
+  // (kc: the kernel's block depth above; a_step is unused): a row-major A packs with one
+  // copy per row instead of a transpose.
+  MicroKernel run_rows;
 };
 
 extern const Kernel kGeneric;

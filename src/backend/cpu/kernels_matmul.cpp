@@ -177,34 +177,9 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
 
 // Copies rows [r0, r1) x columns [p0, p0 + kc) of A into MR-row panels (kc x MR each),
 // zero-padded past r1.
-// Fast path of pack_a for f32 rows with unit column stride: each source row is read in
-// order and written down its panel column (stride MR, within L1).
-template <int MR>
-void pack_a_rows_f32(const float* src, int64_t rs, int64_t h, int64_t kc, float* panel) {
-  for (int64_t r = 0; r < h; ++r) {
-    const float* row = src + r * rs;
-    float* dst = panel + r;
-    for (int64_t p = 0; p < kc; ++p) dst[p * MR] = row[p];
-  }
-  if (h < MR)
-    for (int64_t p = 0; p < kc; ++p) std::fill(panel + p * MR + h, panel + (p + 1) * MR, 0.0f);
-}
-
 void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t r1, int64_t p0, int64_t kc,
             int64_t MR, float* dst) {
   int64_t rs = oa.row_stride, cs = oa.col_stride;
-  if (a.dtype == DType::F32 && cs == 1 && (MR == 14 || MR == 6)) {
-    const float* src = static_cast<const float*>(a.data) + base + p0;
-    for (int64_t i0 = r0; i0 < r1; i0 += MR) {
-      float* panel = dst + ((i0 - r0) / MR) * kc * MR;
-      int64_t h = std::min<int64_t>(MR, r1 - i0);
-      if (MR == 14)
-        pack_a_rows_f32<14>(src + i0 * rs, rs, h, kc, panel);
-      else
-        pack_a_rows_f32<6>(src + i0 * rs, rs, h, kc, panel);
-    }
-    return;
-  }
   dispatch(a.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t i0 = r0; i0 < r1; i0 += MR) {
@@ -228,6 +203,23 @@ void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t 
       }
     }
   });
+}
+
+// Copies rows [r0, r1) x columns [p0, p0 + kc) of a row-major f32 A into MR-row panels
+// packed by rows (MR x KC floats each, row i of a panel at i * KC): one copy per row.
+void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t r1, int64_t p0, int64_t kc,
+                    int64_t MR, int64_t KC, float* dst) {
+  const float* src = static_cast<const float*>(a.data) + base + p0;
+  for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+    float* panel = dst + ((i0 - r0) / MR) * MR * KC;
+    const int64_t h = std::min<int64_t>(MR, r1 - i0);
+    for (int64_t r = 0; r < MR; ++r) {
+      if (r < h)
+        std::memcpy(panel + r * KC, src + (i0 + r) * oa.row_stride, static_cast<size_t>(kc) * sizeof(float));
+      else
+        std::fill(panel + r * KC, panel + r * KC + kc, 0.0f);
+    }
+  }
 }
 
 void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
@@ -266,10 +258,12 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
   // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
   // k-step's MR values side by side: the micro-kernel reads it where it is.
   const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
+  // A row-major f32 A is packed by rows (a copy per row), anything else transposed into panels.
+  const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
   const float* a_data = static_cast<const float*>(a.data);
   int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
-    Floats apack(static_cast<size_t>(max_rows * std::min(k, KC)));
+    Floats apack(static_cast<size_t>(max_rows * KC));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
@@ -285,7 +279,12 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
         const int64_t full_end = a_in_place ? r0 + (r1 - r0) / MR * MR : r0;
-        if (full_end < r1) pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
+        if (full_end < r1) {
+          if (a_by_rows)
+            pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
+          else
+            pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
+        }
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
           const float* bs = bp + j * k * NR + p0 * NR;
@@ -295,6 +294,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
             float* ci = cj + (i0 - r0) * ldc;
             if (i0 < full_end)
               kern.run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0);
+            else if (a_by_rows)
+              kern.run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0);
             else
               kern.run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0);
           }
