@@ -1,0 +1,3 @@
+// layer_norm and rms_norm compiled for one instruction set (see norm_impl.inc).
+#define ALK_NORM_ISA avx512
+#include "backend/cpu/norm_impl.inc"
