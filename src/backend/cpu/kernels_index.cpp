@@ -1,5 +1,7 @@
 // Index-driven kernels. Each one validates every index before touching `out`, so a
 // failed call leaves the output as it was.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -38,6 +40,61 @@ void check_fits(const char* op, Loc loc, const View& small, const char* small_na
            to_string(big.shape), " at dim ", d);
 }
 
+// out (contiguous, x's shape) = x: one memcpy for a contiguous x of out's dtype, a fill
+// for a broadcast scalar (the zeros a gradient is scattered into), else per element.
+void copy_input(const View& x, const View& out) {
+  const int64_t n = x.numel();
+  const size_t size = dtype_size(out.dtype);
+  char* dst = static_cast<char*>(out.data) + out.offset * static_cast<int64_t>(size);
+  bool scalar = true;
+  for (size_t d = 0; d < x.shape.size(); ++d) scalar = scalar && (x.strides[d] == 0 || x.shape[d] == 1);
+  if (x.dtype == out.dtype && x.is_contiguous()) {
+    std::memcpy(dst, static_cast<const char*>(x.data) + x.offset * static_cast<int64_t>(size), static_cast<size_t>(n) * size);
+  } else if (scalar && n > 0) {
+    detail::copy_elem(x, x.offset, out, out.offset);
+    for (int64_t done = 1; done < n; done *= 2)  // doubling copies of what is filled so far
+      std::memcpy(dst + done * static_cast<int64_t>(size), dst, static_cast<size_t>(std::min(done, n - done)) * size);
+  } else {
+    parallel_for(n, detail::kParallelElems, [&](int64_t lo, int64_t hi) {
+      Walker<1> w(x.shape, {x.strides.data()}, {x.offset}, lo);
+      for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(x, w.off(0), out, out.offset + i);
+    });
+  }
+}
+
+// scatter_add of whole rows, the gradient of an embedding lookup: the index is one id per
+// row along dim 0 (broadcast over the other dims), src and out are f32 or f64 with
+// contiguous rows. Row ids[i] of out gets row i of src added, in i order; threads split
+// the columns, so every element keeps one writer and one order. False: not this case.
+bool scatter_rows(int dim, const View& index, const View& src, const View& out) {
+  if (dim != 0 || out.rank() < 1 || src.dtype != out.dtype || (out.dtype != DType::F32 && out.dtype != DType::F64) ||
+      !out.is_contiguous() || index.shape[0] != src.shape[0])
+    return false;
+  int64_t cols = 1;
+  for (size_t d = out.shape.size(); d-- > 1;) {
+    if (index.shape[d] != out.shape[d] || (index.strides[d] != 0 && index.shape[d] != 1)) return false;  // one id per row
+    if (src.shape[d] != out.shape[d] || (src.shape[d] != 1 && src.strides[d] != cols)) return false;
+    cols *= out.shape[d];
+  }
+  const int64_t n = index.shape[0];
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = detail::load_index(index, index.offset + i * index.strides[0]);
+  auto add_rows = [&](auto* o, const auto* s) {
+    parallel_for(cols, std::max<int64_t>(64, detail::kParallelElems / std::max<int64_t>(n, 1)), [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < n; ++i) {
+        auto* dst = o + out.offset + ids[static_cast<size_t>(i)] * cols;
+        const auto* row = s + src.offset + i * src.strides[0];
+        for (int64_t c = c0; c < c1; ++c) dst[c] += row[c];
+      }
+    });
+  };
+  if (out.dtype == DType::F32)
+    add_rows(static_cast<float*>(out.data), static_cast<const float*>(src.data));
+  else
+    add_rows(static_cast<double*>(out.data), static_cast<const double*>(src.data));
+  return true;
+}
+
 }  // namespace
 
 void gather(const View& x, int dim, const View& index, const View& out, Loc loc) {
@@ -72,10 +129,8 @@ void scatter_add(const View& x, int dim, const View& index, const View& src, con
   check_fits("scatter_add", loc, index, "index", src, "src", dim, true);
   check_fits("scatter_add", loc, index, "index", x, "input", dim, false);
   check_all("scatter_add", loc, index, x.shape[dim], dim);
-  parallel_for(x.numel(), detail::kParallelElems, [&](int64_t lo, int64_t hi) {
-    Walker<1> w(x.shape, {x.strides.data()}, {x.offset}, lo);
-    for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(x, w.off(0), out, out.offset + i);
-  });
+  copy_input(x, out);
+  if (scatter_rows(dim, index, src, out)) return;
   // Serial: two index entries may name the same output element.
   std::vector<int64_t> out_strides = detail::contiguous_strides(out.shape);
   int64_t dim_stride = out_strides[dim];

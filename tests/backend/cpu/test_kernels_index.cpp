@@ -148,6 +148,31 @@ TEST(ScatterAdd, MatchesReference) {
         }
 }
 
+// The embedding-gradient case: one id per row (the index broadcast over the row), src
+// rows contiguous, repeated ids; x contiguous, a broadcast scalar, or transposed. Rows wide
+// enough to be split over threads by columns.
+TEST(ScatterAdd, WholeRowsMatchReference) {
+  std::mt19937 rng(34);
+  const std::vector<int64_t> xshape = {9, 300};
+  for (DType dt : {DType::F32, DType::F64})
+    for (Layout lx : {Layout::Contiguous, Layout::Broadcast, Layout::Transposed}) {
+      SCOPED_TRACE(::testing::Message() << dtype_str(dt) << " " << layout_name(lx));
+      Buf x = make_input(xshape, dt, lx, rng), src = make_input({40, 300}, dt, Layout::Contiguous, rng);
+      Buf ids = make_buf({40, 1}, DType::I64, Layout::Contiguous);
+      fill_ints(ids, rng, 0, 8);
+      View index = ids.view;  // [40, 1] broadcast to [40, 300]
+      index.shape = {40, 300};
+      index.strides = {1, 0};
+      Buf out = make_output(xshape, dt);
+      scatter_add(x.view, 0, index, src.view, out.view, Loc::current());
+      std::vector<double> ref = x.values(), sv = src.values(), iv = ids.values();
+      for (int64_t i = 0; i < 40; ++i)
+        for (int64_t c = 0; c < 300; ++c)
+          ref[static_cast<size_t>(static_cast<int64_t>(iv[static_cast<size_t>(i)]) * 300 + c)] += sv[static_cast<size_t>(i * 300 + c)];
+      expect_close(out, ref, {1e-5, 1e-5});
+    }
+}
+
 TEST(OneHot, MatchesReference) {
   std::mt19937 rng(34);
   for (DType it : kIndexTypes)
