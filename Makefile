@@ -100,7 +100,7 @@ mnist:
 # CPU benchmarks, each ending in a RATIO line against its anchor measured in the same run.
 ANCHORS ?= ../shared/anchors
 bench-cpu: deps bench-deps build
-	$(call phase,"bench-cpu: SGEMM vs OpenBLAS, fused elementwise vs memcpy, tiny-GPT step vs PyTorch")
+	$(call phase,"bench-cpu: SGEMM vs OpenBLAS; fused elementwise vs memcpy; tiny-GPT step vs PyTorch")
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt -j$(JOBS)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm
