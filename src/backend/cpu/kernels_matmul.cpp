@@ -180,6 +180,18 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
 void pack_a(const View& a, const Operand& oa, int64_t base, int64_t r0, int64_t r1, int64_t p0, int64_t kc,
             int64_t MR, float* dst) {
   int64_t rs = oa.row_stride, cs = oa.col_stride;
+  if (a.dtype == DType::F32 && rs == 1) {  // column-major f32 (a transposed view): each k-step's rows are one run
+    const float* src = static_cast<const float*>(a.data) + base + p0 * cs;
+    for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+      float* panel = dst + ((i0 - r0) / MR) * kc * MR;
+      const int64_t h = std::min<int64_t>(MR, r1 - i0);
+      for (int64_t p = 0; p < kc; ++p) {
+        std::memcpy(panel + p * MR, src + p * cs + i0, static_cast<size_t>(h) * sizeof(float));
+        std::fill(panel + p * MR + h, panel + (p + 1) * MR, 0.0f);
+      }
+    }
+    return;
+  }
   dispatch(a.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t i0 = r0; i0 < r1; i0 += MR) {
