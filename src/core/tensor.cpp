@@ -212,6 +212,16 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step, Loc lo
   Shape in_shape = shape();
   int dim_ = static_cast<int>(d);
   return with_grad(out, "slice", {*this}, [in_shape, dim_, start, step, loc](const Tensor& g) {
+    if (g.shape()[dim_] == 1) {
+      // One position (a select): the gradient is g broadcast along dim where the position
+      // is `start`, else 0, an elementwise expression. The gradients of several selects of
+      // one tensor (the q, k, v split of a fused projection) then fuse, with their sum, into
+      // one kernel, instead of a scatter into zeros per select and adds.
+      Shape at(in_shape.size(), 1);
+      at[static_cast<size_t>(dim_)] = in_shape[static_cast<size_t>(dim_)];
+      Tensor hit = eq(arange(in_shape[static_cast<size_t>(dim_)], loc).reshape(at, loc), static_cast<double>(start), loc);
+      return std::vector<Tensor>{where(hit, g.expand(in_shape, loc), 0.0, loc)};
+    }
     Tensor gc = g.contiguous();
     Tensor r = make_node(OpId::SliceScatter, in_shape, g.dtype(), {gc}, SliceScatterParams{dim_, start, step}, loc);
     // The scatter's own gradient (double backward) is the same slice of its gradient.

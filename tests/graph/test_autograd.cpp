@@ -176,5 +176,15 @@ TEST(Autograd, SecondDerivativeThroughPartialSlice) {
   EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{0, 6 * -1.0, 6 * 2.0, 0, 0}));
 }
 
+// The same through selects (whose gradient is an elementwise masked broadcast).
+TEST(Autograd, SecondDerivativeThroughSelect) {
+  Tensor x = tensor(std::vector<double>{0.5, -1.0, 2.0, 1.5, -0.5, 3.0}, {2, 3}).requires_grad_();
+  Tensor y = sum(x.select(1, 1) * x.select(1, 1) * x.select(1, 2));  // sum over rows of x1^2 x2
+  auto g = grad({y}, {x}, {}, true);  // [0, 2 x1 x2, x1^2] per row
+  EXPECT_EQ(g[0].to_vector<double>(), (std::vector<double>{0, 2 * -1.0 * 2.0, 1.0, 0, 2 * -0.5 * 3.0, 0.25}));
+  auto h = grad({sum(g[0])}, {x});  // d/dx of 2 x1 x2 + x1^2: [0, 2 x2 + 2 x1, 2 x1]
+  EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{0, 2 * 2.0 + 2 * -1.0, 2 * -1.0, 0, 2 * 3.0 + 2 * -0.5, 2 * -0.5}));
+}
+
 }  // namespace
 }  // namespace alk

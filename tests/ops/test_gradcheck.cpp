@@ -164,6 +164,11 @@ TEST(Gradcheck, ViewsAndComposites) {
   gradcheck([](auto& x) { return x[0].unsqueeze(0).expand({4, 2, 3}) * x[0].select(0, 1); },
             {leaf(f64_tensor({2, 3}, Domain::Any, rng))});
   gradcheck([](auto& x) { return x[0].flatten().squeeze(); }, {leaf(f64_tensor({2, 1, 3}, Domain::Any, rng))});
+  // A q/k/v split: every select of one dim used, each differently (their gradients fuse
+  // into one kernel with the sum), and a select at a negative index of a transposed view.
+  gradcheck([](auto& x) { return x[0].select(2, 0) * x[0].select(2, 1) + exp(x[0].select(2, 2)); },
+            {leaf(f64_tensor({2, 3, 3, 2}, Domain::Any, rng))});
+  gradcheck([](auto& x) { return x[0].t().select(0, -1) * 2.0; }, {leaf(f64_tensor({3, 4}, Domain::Any, rng))});
   gradcheck([](auto& x) { return split(x[0], 2, 1)[1] * chunk(x[0], 2, 1)[0].slice(1, 0, 1); },
             {leaf(f64_tensor({2, 4}, Domain::Any, rng))});
   gradcheck([](auto& x) {
