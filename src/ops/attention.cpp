@@ -47,11 +47,11 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   const DType t = to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype()));
   int64_t B = 1;
   for (int64_t s : lead) B *= s;
-  // Flattening the batch dims is a view when it can be (a copy otherwise); the kernels
-  // read strided [B, T, D] views, so e.g. a transposed [T, B, D] input is not copied.
-  Tensor q = cast(q0, t, loc).reshape({B, T, D}, loc);
-  Tensor k = cast(k0, t, loc).reshape({B, S, D}, loc);
-  Tensor v = cast(v0, t, loc).reshape({B, S, D}, loc);
+  // The kernels read q, k and v through their strides, batch dims included (a [B, H, T, D]
+  // view of a fused qkv projection is read in place, not copied); a rank-2 input gets a
+  // batch dim of 1, the output's batch dims are flattened.
+  auto operand = [&](const Tensor& x) { return r == 2 ? cast(x, t, loc).unsqueeze(0, loc) : cast(x, t, loc); };
+  Tensor q = operand(q0), k = operand(k0), v = operand(v0);
 
   const AttentionParams params{causal, scale};
   Tensor packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
@@ -70,8 +70,9 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
                                "has no second derivative (double backward through fused attention is not "
                                "supported; compose attention from matmul and softmax for that)");
                         });
-      return std::vector<Tensor>{grads.select(0, 0).slice(1, 0, T), grads.select(0, 1).slice(1, 0, S),
-                                 grads.select(0, 2).slice(1, 0, S)};
+      return std::vector<Tensor>{grads.select(0, 0).slice(1, 0, T).reshape(sq.shape(), loc),
+                                 grads.select(0, 1).slice(1, 0, S).reshape(sk.shape(), loc),
+                                 grads.select(0, 2).slice(1, 0, S).reshape(sv.shape(), loc)};
     });
   }
   Shape osh = lead;

@@ -218,6 +218,12 @@ TEST(Attention, Gradcheck) {
                random_f64(with_tail(c.lead, c.S, c.D), rng).requires_grad_(),
                random_f64(with_tail(c.lead, c.S, c.D), rng).requires_grad_()});
   }
+  // q, k, v as [B, H, T, D] views of one [B, T, 3, H, D] projection (batch strides that do
+  // not merge: the kernels read them in place), gradients flowing back into the projection.
+  gradcheck([](auto& x) {
+    auto part = [&](int64_t i) { return x[0].select(2, i).transpose(1, 2); };
+    return scaled_dot_product_attention(part(0), part(1), part(2), true);
+  }, {random_f64({2, 5, 3, 2, 4}, rng).requires_grad_()});
   // A custom scale, and only some inputs requiring grad.
   gradcheck([](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true, 0.7); },
             {random_f64({2, 4, 3}, rng), random_f64({2, 6, 3}, rng).requires_grad_(),

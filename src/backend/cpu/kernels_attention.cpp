@@ -21,10 +21,13 @@ ALK_DECLARE_ISA(avx512)
 namespace {
 
 void check_inputs(const View& q, const View& k, const View& v) {
-  // The op (src/ops/attention.cpp) guarantees these; a violation is a bug there.
-  if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3 || k.shape != v.shape || q.shape[0] != k.shape[0] ||
-      q.shape[2] != k.shape[2] || q.dtype != k.dtype || q.dtype != v.dtype)
-    throw Error("scaled_dot_product_attention", "internal: inconsistent kernel inputs", Loc::current());
+  // The op (src/ops/attention.cpp) guarantees these; a violation is a bug there. q, k, v
+  // are [..., T or S, D] with equal leading (batch) dims, any strides.
+  const size_t r = q.shape.size();
+  bool ok = r >= 3 && k.shape.size() == r && v.shape.size() == r && k.shape == v.shape && q.shape[r - 1] == k.shape[r - 1] &&
+            q.dtype == k.dtype && q.dtype == v.dtype;
+  for (size_t d = 0; ok && d + 2 < r; ++d) ok = q.shape[d] == k.shape[d];
+  if (!ok) throw Error("scaled_dot_product_attention", "internal: inconsistent kernel inputs", Loc::current());
 }
 
 }  // namespace
