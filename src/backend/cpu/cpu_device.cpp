@@ -1,5 +1,3 @@
-#include <cstdio>
-#include <cstdlib>
 // The CPU Device: host memory, and kernels run on the thread pool. Map kernels go to
 // the expression evaluator (eval.h); template ops to their kernels (kernels.h).
 #include <cstring>
@@ -50,7 +48,6 @@ class CpuDevice final : public Device {
         return expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
       });
       auto in = views_of(k.inputs);
-      if (std::getenv("DBGMAP")) std::fprintf(stderr, "MAP %lld %s\n", (long long)view_of(k.output).numel(), program.str().c_str());
       cpu::eval_map(program, in, view_of(k.output));
       return;
     }
