@@ -75,6 +75,9 @@ struct Lang {
   virtual std::string select(const std::string& c, const std::string& a, const std::string& b) const {
     return "(" + c + " ? " + a + " : " + b + ")";
   }
+  // True when a is NaN (a floating value): x != x, except where the language says NaN
+  // compares ordered (GLSL's != may compile to an ordered compare; it has isnan).
+  virtual std::string is_nan(const std::string& a) const { return "(" + a + " != " + a + ")"; }
   virtual std::string let(Type t, const std::string& name, const std::string& value) const = 0;
   // Statements that define `in<k>` (compute type of `storage`) from input k at offset
   // `idx`, and that store `value` (compute type of `storage`) to output element i.

@@ -225,7 +225,14 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
     case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sqrt: case Fn::Rsqrt: case Fn::Sin:
     case Fn::Cos: case Fn::Tanh: case Fn::Erf: case Fn::Abs: case Fn::Floor: case Fn::Ceil: case Fn::Round:
       return call(1);
-    case Fn::Pow: case Fn::Max: case Fn::Min: return call(2);
+    case Fn::Pow: return call(2);
+    case Fn::Max: case Fn::Min: {
+      // NaN wins, as on the CPU and in PyTorch's maximum/minimum (fmax and GLSL's max
+      // would return the other operand): a if a is NaN or a is the larger, else b.
+      const bool flt = x.type == Type::F32 || x.type == Type::F64;
+      const std::string wins = "(" + a(0) + (x.fn == Fn::Max ? " > " : " < ") + a(1) + ")";
+      return lang.select(flt ? "(" + lang.is_nan(a(0)) + " || " + wins + ")" : wins, a(0), a(1));
+    }
     case Fn::Add: return infix("+");
     case Fn::Sub: return infix("-");
     case Fn::Mul: return infix("*");

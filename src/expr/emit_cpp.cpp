@@ -76,9 +76,7 @@ struct Cpp final : Lang {
       case Fn::Ceil: return "std::ceil";
       case Fn::Round: return "std::nearbyint";  // half to even in the default rounding mode
       case Fn::Pow: return "std::pow";
-      case Fn::Max: return flt ? "std::fmax" : "std::max";
-      case Fn::Min: return flt ? "std::fmin" : "std::min";
-      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
     }

@@ -72,9 +72,7 @@ struct Cuda final : Lang {
       case Fn::Ceil: return "ceil" + sfx;
       case Fn::Round: return "rint" + sfx;  // half to even
       case Fn::Pow: return "pow" + sfx;
-      case Fn::Max: return t == Type::I64 ? "max" : "fmax" + sfx;
-      case Fn::Min: return t == Type::I64 ? "min" : "fmin" + sfx;
-      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
     }

@@ -73,15 +73,15 @@ struct Glsl final : Lang {
       case Fn::Ceil: return "ceil";
       case Fn::Round: return "roundEven";  // GLSL round() may round halves either way
       case Fn::Pow: return "pow";
-      case Fn::Max: return "max";
-      case Fn::Min: return "min";
       case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
-      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Add: case Fn::Sub:
+      case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
     }
     return "";
   }
+
+  std::string is_nan(const std::string& a) const override { return "isnan(" + a + ")"; }
 
   std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
 

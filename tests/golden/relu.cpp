@@ -28,7 +28,7 @@ void golden_relu(const void* const* in, void* out, int64_t begin, int64_t end, c
   float* out_data = static_cast<float*>(out);
   for (int64_t i = begin; i < end; ++i) {
     const float in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const float v0 = std::fmax(in0, 0.0f);
+    const float v0 = (((in0 != in0) || (in0 > 0.0f)) ? in0 : 0.0f);
     out_data[i] = v0;
   }
 }

@@ -22,7 +22,7 @@ extern "C" __global__ void golden_relu(const float* __restrict__ in0_data, float
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const float in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const float v0 = fmaxf(in0, 0.0f);
+    const float v0 = (((in0 != in0) || (in0 > 0.0f)) ? in0 : 0.0f);
     out_data[i] = v0;
   }
 }

@@ -27,7 +27,7 @@ void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
     float in0 = in0_data[alk_offset(i, 0u)];
-    float v0 = max(in0, 0.0);
+    float v0 = ((isnan(in0) || (in0 > 0.0)) ? in0 : 0.0);
     out_data[i] = v0;
   }
 }

@@ -29,7 +29,7 @@ fn golden_relu(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
     let in0: f32 = in0_data[alk_offset(i, 0u)];
-    let v0: f32 = max(in0, 0.0f);
+    let v0: f32 = select(0.0f, in0, ((in0 != in0) || (in0 > 0.0f)));
     out_data[i] = v0;
   }
 }

@@ -28,7 +28,7 @@ void golden_softplus_f64(const void* const* in, void* out, int64_t begin, int64_
   double* out_data = static_cast<double*>(out);
   for (int64_t i = begin; i < end; ++i) {
     const double in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const double v0 = std::fmax(in0, 0.0);
+    const double v0 = (((in0 != in0) || (in0 > 0.0)) ? in0 : 0.0);
     const double v1 = std::fabs(in0);
     const double v2 = (-v1);
     const double v3 = std::exp(v2);

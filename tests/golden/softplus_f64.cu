@@ -22,7 +22,7 @@ extern "C" __global__ void golden_softplus_f64(const double* __restrict__ in0_da
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const double in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const double v0 = fmax(in0, 0.0);
+    const double v0 = (((in0 != in0) || (in0 > 0.0)) ? in0 : 0.0);
     const double v1 = fabs(in0);
     const double v2 = (-v1);
     const double v3 = exp(v2);

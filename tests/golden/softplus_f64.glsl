@@ -28,7 +28,7 @@ void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
     double in0 = in0_data[alk_offset(i, 0u)];
-    double v0 = max(in0, 0.0lf);
+    double v0 = ((isnan(in0) || (in0 > 0.0lf)) ? in0 : 0.0lf);
     double v1 = abs(in0);
     double v2 = (-v1);
     float v3 = float(v2);

@@ -30,7 +30,7 @@ fn golden_softplus_f64(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
     let in0: f32 = in0_data[alk_offset(i, 0u)];
-    let v0: f32 = max(in0, 0.0f);
+    let v0: f32 = select(0.0f, in0, ((in0 != in0) || (in0 > 0.0f)));
     let v1: f32 = abs(in0);
     let v2: f32 = (-v1);
     let v3: f32 = exp(v2);
