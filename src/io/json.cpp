@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
 namespace alk::json {
 
@@ -143,11 +144,18 @@ class Parser {
         std::snprintf(buf, sizeof buf, "'%c'", c);
       else
         std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
-      near = std::string(" (found ") + buf + ")";
+      near = std::string(", found ") + buf;
     } else {
-      near = " (found end of input)";
+      near = ", found end of input";
     }
-    fail("json", loc_, what, " at byte ", at, near);
+    size_t line = 1, column = 1;  // for people reading a file in an editor
+    for (size_t i = 0; i < at && i < s_.size(); ++i) {
+      if (s_[i] == '\n')
+        ++line, column = 1;
+      else
+        ++column;
+    }
+    fail("json", loc_, what, " at byte ", at, " (line ", line, ", column ", column, near, ")");
   }
 
   bool at_end() const { return pos_ >= s_.size(); }
@@ -199,6 +207,7 @@ class Parser {
     check_depth(depth);
     ++pos_;  // '{'
     Object out;
+    std::unordered_set<std::string> keys;  // a tokenizer's vocabulary has 50k keys: no quadratic scan
     skip_ws();
     if (peek() == '}' && !at_end()) {
       ++pos_;
@@ -209,8 +218,7 @@ class Parser {
       size_t key_at = pos_;
       if (peek() != '"' || at_end()) error("expected a string key");
       std::string key = parse_string();
-      for (auto& [k, v] : out)
-        if (k == key) error_at(key_at, "duplicate key \"" + key + "\"");
+      if (!keys.insert(key).second) error_at(key_at, "duplicate key \"" + key + "\"");
       skip_ws();
       expect(':', "':' after object key");
       skip_ws();
@@ -421,41 +429,46 @@ class Parser {
 
 // ---- writer ----
 
-void dump_string(std::string& out, const std::string& s) {
+// ascii: every code point outside printable ASCII as \uXXXX (a surrogate pair above the
+// BMP), as Python's json.dumps(ensure_ascii=True) writes; else only '"', '\\' and
+// control characters are escaped and the rest stays UTF-8.
+void dump_string(std::string& out, const std::string& s, bool ascii) {
+  auto u = [&](uint32_t v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\\u%04x", v);
+    out += buf;
+  };
   out += '"';
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    uint32_t cp = b;
+    size_t n = 1;
+    if (ascii && b >= 0x80) {  // decode one code point (strings hold valid UTF-8)
+      n = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+      cp = b & (0x3F >> (n - 1));
+      for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    }
+    switch (cp) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
+        if (cp < 0x20 || (ascii && cp >= 0x7F)) {
+          if (cp < 0x10000) {
+            u(cp);
+          } else {
+            u(0xD800 + ((cp - 0x10000) >> 10));
+            u(0xDC00 + ((cp - 0x10000) & 0x3FF));
+          }
         } else {
-          out += ch;
+          out.append(s, i, n);
         }
     }
+    i += n;
   }
   out += '"';
 }
@@ -466,7 +479,7 @@ void newline(std::string& out, int indent, int level) {
   out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
 }
 
-void dump_value(std::string& out, const Value& v, int indent, int level, Loc loc) {
+void dump_value(std::string& out, const Value& v, int indent, int level, bool python, Loc loc) {
   switch (v.kind()) {
     case Kind::Null:
       out += "null";
@@ -488,15 +501,15 @@ void dump_value(std::string& out, const Value& v, int indent, int level, Loc loc
       return;
     }
     case Kind::String:
-      dump_string(out, v.as_string());
+      dump_string(out, v.as_string(), python);
       return;
     case Kind::Array: {
       const Array& a = v.as_array();
       out += '[';
       for (size_t i = 0; i < a.size(); ++i) {
-        if (i) out += ',';
+        if (i) out += python && indent < 0 ? ", " : ",";
         newline(out, indent, level + 1);
-        dump_value(out, a[i], indent, level + 1, loc);
+        dump_value(out, a[i], indent, level + 1, python, loc);
       }
       if (!a.empty()) newline(out, indent, level);
       out += ']';
@@ -506,11 +519,11 @@ void dump_value(std::string& out, const Value& v, int indent, int level, Loc loc
       const Object& o = v.as_object();
       out += '{';
       for (size_t i = 0; i < o.size(); ++i) {
-        if (i) out += ',';
+        if (i) out += python && indent < 0 ? ", " : ",";
         newline(out, indent, level + 1);
-        dump_string(out, o[i].first);
-        out += indent < 0 ? ":" : ": ";
-        dump_value(out, o[i].second, indent, level + 1, loc);
+        dump_string(out, o[i].first, python);
+        out += indent < 0 && !python ? ":" : ": ";
+        dump_value(out, o[i].second, indent, level + 1, python, loc);
       }
       if (!o.empty()) newline(out, indent, level);
       out += '}';
@@ -525,7 +538,13 @@ Value parse(std::string_view text, int max_depth, Loc loc) { return Parser(text,
 
 std::string dump(const Value& v, int indent, Loc loc) {
   std::string out;
-  dump_value(out, v, indent, 0, loc);
+  dump_value(out, v, indent, 0, false, loc);
+  return out;
+}
+
+std::string dump_python(const Value& v, Loc loc) {
+  std::string out;
+  dump_value(out, v, -1, 0, true, loc);
   return out;
 }
 

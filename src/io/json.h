@@ -7,7 +7,7 @@
 // zeros, no NaN/Infinity, strings must be valid UTF-8 without raw control characters,
 // \uXXXX escapes must pair surrogates correctly, duplicate object keys are rejected,
 // and nesting deeper than max_depth is rejected. Errors are alk::Error("json", ...) naming
-// the byte position.
+// the byte position, line and column.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -95,5 +95,9 @@ Value parse(std::string_view text, int max_depth = kDefaultMaxDepth, Loc loc = L
 // Doubles use the shortest form that reads back exactly, with ".0" added to whole numbers;
 // NaN and infinities throw.
 std::string dump(const Value& v, int indent = -1, Loc loc = Loc::current());
+// What Python's json.dumps(v) writes with its defaults: separators ", " and ": ", and
+// ensure_ascii (every code point outside printable ASCII as \uXXXX, surrogate pairs above
+// the BMP). GPT-2's vocab.json is in this form.
+std::string dump_python(const Value& v, Loc loc = Loc::current());
 
 }  // namespace alk::json

@@ -132,6 +132,27 @@ TEST(Json, WritesCompactLikePython) {
             "\"a\":[true,false,null,[]],\"o\":{}}");
 }
 
+TEST(Json, WritesLikePythonDefaults) {
+  // Python: json.dumps({"s": "a\"b\\c\n\x01\x7f \u00e9 \u20ac \U0001f600", "i": [1, 2.5]})
+  json::Object o;
+  o.emplace_back("s", Value("a\"b\\c\n\x01\x7f \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  o.emplace_back("i", Value(json::Array{Value(1), Value(2.5)}));
+  const std::string text = json::dump_python(Value(o));
+  EXPECT_EQ(text, "{\"s\": \"a\\\"b\\\\c\\n\\u0001\\u007f \\u00e9 \\u20ac \\ud83d\\ude00\", \"i\": [1, 2.5]}");
+  EXPECT_EQ(json::parse(text), Value(o));
+}
+
+TEST(Json, ErrorsGiveLineAndColumn) {
+  try {
+    json::parse("{\n  \"a\": 1,\n  \"b\" 2\n}");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected ':' after object key at byte 18 (line 3, column 7, found '2')"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Json, WritesIndented) {
   Value v = json::parse(R"({"a":[1,2],"b":{"c":"d"},"e":[]})");
   EXPECT_EQ(json::dump(v, 2), "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {\n    \"c\": \"d\"\n  },\n  \"e\": []\n}");
