@@ -10,7 +10,7 @@ set -eu
 dir=$1
 found=0
 checked=0
-for obj in $(find "$dir" -name '*_avx2.cpp.o' -o -name '*_avx512.cpp.o'); do
+for obj in $(find "$dir" -name '*_avx2.cpp.o' -o -name '*_avx512*.cpp.o'); do
   checked=$((checked + 1))
   for sym in $(nm "$obj" | awk '$2 == "W" { print $3 }'); do
     if objdump -d --no-show-raw-insn --disassemble="$sym" "$obj" | grep -qE '%[yz]mm|%k[0-7]|^ +[0-9a-f]+:[[:space:]]+v'; then

@@ -40,4 +40,18 @@ extern const Kernel kAvx2;
 extern const Kernel kAvx512;
 #endif
 
+// bf16 x bf16 on AVX-512 BF16: panels of k pairs, each pair of bf16 in one 32-bit word
+// (the even k in the low half), accumulating in f32. The sums run pair by pair in k order
+// (within a pair the hardware adds the odd product first), then onto c.
+using Bf16MicroKernel = void (*)(int64_t kc2, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int mr,
+                                 int nr, bool accumulate);
+struct Bf16Kernel {
+  int mr, nr;       // register tile
+  int64_t kc, mc;   // block depth in k (pairs: kc / 2), rows of A per block
+  Bf16MicroKernel run;
+};
+#if ALK_GEMM_X86
+extern const Bf16Kernel kAvx512Bf16;
+#endif
+
 }  // namespace alk::cpu::gemm

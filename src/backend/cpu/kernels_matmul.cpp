@@ -43,6 +43,16 @@ bool cpu_supports(const gemm::Kernel* k) {
   return k == &gemm::kGeneric;
 }
 
+bool cpu_has_bf16() {
+#if ALK_GEMM_X86
+  __builtin_cpu_init();
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 // Every path, best first.
 std::vector<const gemm::Kernel*> all_kernels() {
 #if ALK_GEMM_X86
@@ -87,6 +97,14 @@ std::vector<std::string> gemm_supported_isas() {
 
 std::string gemm_isa() { return active_kernel().name; }
 
+bool gemm_bf16_dot() {
+#if ALK_GEMM_X86
+  return &active_kernel() == &gemm::kAvx512 && cpu_has_bf16();
+#else
+  return false;
+#endif
+}
+
 bool set_gemm_isa(std::string_view name) {
   if (name.empty() || name == "auto") {
     g_override.store(nullptr, std::memory_order_release);
@@ -104,19 +122,21 @@ namespace {
 
 using detail::dispatch;
 
-// 64-byte aligned float scratch.
-class Floats {
+// 64-byte aligned scratch of n T.
+template <class T>
+class Aligned {
  public:
-  explicit Floats(size_t n)
-      : p_(static_cast<float*>(::operator new[](std::max<size_t>(n, 1) * sizeof(float), std::align_val_t{64}))) {}
-  ~Floats() { ::operator delete[](p_, std::align_val_t{64}); }
-  Floats(const Floats&) = delete;
-  Floats& operator=(const Floats&) = delete;
-  float* get() const { return p_; }
+  explicit Aligned(size_t n)
+      : p_(static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T), std::align_val_t{64}))) {}
+  ~Aligned() { ::operator delete[](p_, std::align_val_t{64}); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  T* get() const { return p_; }
 
  private:
-  float* p_;
+  T* p_;
 };
+using Floats = Aligned<float>;
 
 // The element layout of one operand of a batched matmul.
 struct Operand {
@@ -234,6 +254,22 @@ void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, 
   }
 }
 
+// The grid of C blocks both float paths use: mb row blocks (in MR-row micro panels) x nb
+// column blocks (in NR-wide panels) per batch matrix; with few blocks, split so they divide
+// evenly over the threads, splitting columns once rows run out.
+struct Grid {
+  int64_t micro_rows, mb, nb = 1;
+  Grid(int64_t m, int64_t MR, int64_t mc, int64_t panels, int64_t batches) {
+    const int64_t threads = num_threads();
+    micro_rows = (m + MR - 1) / MR;
+    mb = std::max<int64_t>(1, (micro_rows * MR + mc - 1) / mc);
+    if (threads > 1 && batches * mb < 8 * threads) {
+      mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
+      if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
+    }
+  }
+};
+
 void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
   const gemm::Kernel& kern = active_kernel();
   const int64_t MR = kern.mr, NR = kern.nr, KC = kern.kc;
@@ -252,16 +288,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
     }
   });
 
-  // The grid of C blocks: mb row blocks (in units of MR-row micro panels) x nb column
-  // blocks (in units of NR-wide panels) per batch matrix. With few blocks, split so they
-  // divide evenly over the threads, splitting columns once rows run out.
-  int64_t threads = num_threads();
-  int64_t micro_rows = (m + MR - 1) / MR;
-  int64_t mb = std::max<int64_t>(1, (micro_rows * MR + kern.mc - 1) / kern.mc), nb = 1;
-  if (threads > 1 && batches * mb < 8 * threads) {
-    mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
-    if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
-  }
+  const Grid grid(m, MR, kern.mc, panels, batches);
+  const int64_t micro_rows = grid.micro_rows, mb = grid.mb, nb = grid.nb;
   int64_t max_rows = (micro_rows + mb - 1) / mb * MR;
   double flops_per_item = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
                           static_cast<double>(mb * nb);
@@ -319,6 +347,84 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
     }
   });
 }
+
+#if ALK_GEMM_X86
+// bf16 x bf16 on AVX-512 BF16 (gemm_avx512bf16.cpp): both operands packed as pairs of k
+// (two bf16 in one 32-bit word), products accumulated in f32 by vdpbf16ps. The same
+// blocking as matmul_f32; each output element sums its KC blocks in order.
+void matmul_bf16(const View& a, const View& b, const View& out, int64_t batches) {
+  const gemm::Bf16Kernel& kern = gemm::kAvx512Bf16;
+  const int64_t MR = kern.mr, NR = kern.nr, KC2 = kern.kc / 2;
+  Operand oa(a), ob(b);
+  const int64_t m = oa.rows, k = oa.cols, n = ob.cols, k2 = (k + 1) / 2;
+  const int64_t panels = (n + NR - 1) / NR, panel_words = k2 * panels * NR;
+  const bool shared_b = ob.batch_broadcast();
+  const int64_t b_copies = shared_b ? 1 : batches;
+  const auto* bsrc = static_cast<const uint16_t*>(b.data);
+  const auto* asrc = static_cast<const uint16_t*>(a.data);
+  // The word of elements (2p, c) and (2p + 1, c) of a [rows, cols] operand at `base` with
+  // strides (rs, cs) along k = rows; zero past either end.
+  auto pair = [](const uint16_t* src, int64_t base, int64_t k_rs, int64_t other, int64_t p, int64_t kdim) {
+    const uint32_t lo = 2 * p < kdim ? src[base + 2 * p * k_rs + other] : 0u;
+    const uint32_t hi = 2 * p + 1 < kdim ? src[base + (2 * p + 1) * k_rs + other] : 0u;
+    return lo | hi << 16;
+  };
+  Aligned<uint32_t> bpack(static_cast<size_t>(b_copies * panel_words));
+  parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t bi = item / panels, j = item % panels, base = ob.batch.offset_of(bi);
+      uint32_t* panel = bpack.get() + bi * panel_words + j * k2 * NR;
+      for (int64_t p = 0; p < k2; ++p)
+        for (int64_t c = 0; c < NR; ++c) {
+          const int64_t col = j * NR + c;
+          panel[p * NR + c] = col < n ? pair(bsrc, base, ob.row_stride, col * ob.col_stride, p, k) : 0u;
+        }
+    }
+  });
+  const Grid grid(m, MR, kern.mc, panels, batches);
+  const int64_t max_rows = (grid.micro_rows + grid.mb - 1) / grid.mb * MR;
+  const bool direct = out.dtype == DType::F32;
+  const int64_t max_cols = direct ? 0 : std::min(n, (panels + grid.nb - 1) / grid.nb * NR);
+  const double flops_per_item = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                                static_cast<double>(grid.mb * grid.nb);
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
+  parallel_for(batches * grid.mb * grid.nb, grain, [&](int64_t lo, int64_t hi) {
+    Aligned<uint32_t> apack(static_cast<size_t>(max_rows * KC2));
+    std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t bi = item / (grid.mb * grid.nb), mbi = item % (grid.mb * grid.nb) / grid.nb, nbi = item % grid.nb;
+      const int64_t r0 = grid.micro_rows * mbi / grid.mb * MR, r1 = std::min(m, grid.micro_rows * (mbi + 1) / grid.mb * MR);
+      const int64_t j0 = panels * nbi / grid.nb, j1 = panels * (nbi + 1) / grid.nb;
+      const int64_t c0 = j0 * NR, c1 = std::min(n, j1 * NR);
+      if (r0 >= r1 || j0 >= j1) continue;
+      const int64_t a_base = oa.batch.offset_of(bi);
+      const uint32_t* bp = bpack.get() + (shared_b ? 0 : bi) * panel_words;
+      const int64_t ldc = direct ? n : c1 - c0;
+      float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
+      for (int64_t p0 = 0; p0 < k2; p0 += KC2) {
+        const int64_t kc2 = std::min(KC2, k2 - p0);
+        for (int64_t i0 = r0; i0 < r1; i0 += MR) {  // A panels: kc2 pairs x MR rows
+          uint32_t* panel = apack.get() + ((i0 - r0) / MR) * kc2 * MR;
+          for (int64_t p = 0; p < kc2; ++p)
+            for (int64_t r = 0; r < MR; ++r)
+              panel[p * MR + r] = i0 + r < r1 ? pair(asrc, a_base, oa.col_stride, (i0 + r) * oa.row_stride, p0 + p, k) : 0u;
+        }
+        for (int64_t j = j0; j < j1; ++j) {
+          const int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
+          for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+            const int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
+            kern.run(kc2, apack.get() + ((i0 - r0) / MR) * kc2 * MR, bp + j * k2 * NR + p0 * NR,
+                     c + (i0 - r0) * ldc + (j - j0) * NR, ldc, mr, nr, p0 > 0);
+          }
+        }
+      }
+      if (!direct)
+        for (int64_t i = r0; i < r1; ++i)
+          detail::store_run(out, out.offset + bi * m * n + i * n + c0, 1, c1 - c0, cbuf.data() + (i - r0) * ldc);
+    }
+  });
+}
+#endif
 
 // f64 (and integer) matmul: both operands copied to contiguous doubles, then
 // i-p-j loops blocked over k and n so the B block stays in cache across rows.
@@ -404,6 +510,13 @@ void matmul(const View& a, const View& b, const View& out) {
     }
   }
   auto narrow_float = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
+#if ALK_GEMM_X86
+  // bf16 x bf16 on the AVX-512 path uses the CPU's bf16 dot products when it has them.
+  if (a.dtype == DType::BF16 && b.dtype == DType::BF16 && out.dtype != DType::F64 && gemm_bf16_dot()) {
+    matmul_bf16(a, b, out, batches);
+    return;
+  }
+#endif
   if (narrow_float(a.dtype) && narrow_float(b.dtype) && out.dtype != DType::F64)
     matmul_f32(a, b, out, batches);
   else

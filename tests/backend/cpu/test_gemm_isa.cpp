@@ -4,6 +4,7 @@
 // across ISA paths and bitwise invariance under the thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -163,6 +164,24 @@ TEST(GemmIsa, OddSizesAgainstFloat64Reference) {
   check_all_isas({0, 29, 771, 67});
   check_all_isas({0, 1, 513, 130});
   check_all_isas({0, 130, 513, 1});
+}
+
+// bf16 x bf16: on the avx512 path of a CPU with AVX-512 BF16, the dot-product kernel (pairs
+// of k, odd k padded); checked against the reference and the converting paths, with k odd,
+// past one block, and every edge.
+TEST(GemmIsa, Bf16DotProducts) {
+  Restore restore;
+  if (std::find(gemm_supported_isas().begin(), gemm_supported_isas().end(), "avx512") != gemm_supported_isas().end()) {
+    ASSERT_TRUE(set_gemm_isa("avx512"));
+    __builtin_cpu_init();
+    EXPECT_EQ(gemm_bf16_dot(), __builtin_cpu_supports("avx512bf16") != 0);
+  }
+  ASSERT_TRUE(set_gemm_isa("generic"));
+  EXPECT_FALSE(gemm_bf16_dot());
+  for (int64_t k : {1, 2, 3, 255, 256, 257, 771})
+    check_all_isas({0, 29, k, 67, DType::BF16, DType::F32, Layout::Contiguous, Layout::Contiguous});
+  check_all_isas({2, 130, 513, 33, DType::BF16, DType::BF16, Layout::Offset, Layout::Broadcast});
+  check_all_isas({0, 1, 300, 130, DType::BF16, DType::F32, Layout::Strided, Layout::Transposed});
 }
 
 TEST(GemmIsa, ZeroDepth) {
