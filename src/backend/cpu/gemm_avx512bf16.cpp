@@ -34,7 +34,11 @@ void micro_kernel_bf16(int64_t kc2, const uint32_t* __restrict a, const uint32_t
   alignas(64) float tmp[NR];
   for (int i = 0; i < mr; ++i) {
     float* ci = c + i * ldc;
-    if (nr == NR && !accumulate) {
+    if (nr == NR) {
+      if (accumulate) {
+        acc[i][0] = _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]);
+        acc[i][1] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]);
+      }
       _mm512_storeu_ps(ci, acc[i][0]);
       _mm512_storeu_ps(ci + 16, acc[i][1]);
       continue;
