@@ -148,7 +148,9 @@ void Tensor::backward(const Tensor& seed, Loc loc) const {
     BackwardResult r = run_backward({*this}, {seed}, loc);
     for (auto [impl, key] : r.leaves) {
       const Tensor& g = r.grads.at(key);
-      Tensor acc = impl->grad ? Tensor(impl->grad) + g : g;
+      // A fresh tensor per leaf: one gradient tensor can reach several leaves (a + b hands
+      // its g to both), and an assign_ to one leaf's grad must not change another's.
+      Tensor acc = impl->grad ? Tensor(impl->grad) + g : alias(g);
       impl->grad = acc.impl_ptr();
       leaf_grads.push_back(acc);
     }
@@ -172,9 +174,12 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     r = run_backward(outputs, seeds, loc);
   }
   std::vector<Tensor> result;
+  std::unordered_set<const TensorImpl*> returned;  // each input's gradient its own tensor (see backward())
   for (const Tensor& in : inputs) {
     auto it = r.grads.find(grad_key(in));
-    result.push_back(it != r.grads.end() ? it->second : zeros(in.shape(), in.dtype()));
+    Tensor g = it != r.grads.end() ? it->second : zeros(in.shape(), in.dtype());
+    if (!returned.insert(g.impl()).second) g = g.view(g.shape());  // a view keeps the history
+    result.push_back(g);
   }
   return result;
 }

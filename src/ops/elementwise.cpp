@@ -241,7 +241,11 @@ Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, 
     for (size_t k = 0; k < saved.size(); ++k) {
       if (e.backward[k].empty() || !is_tensor[k]) continue;
       Tensor gk;
-      if (create_graph) {
+      if (e.backward[k] == "g" && g.dtype() == common) {
+        // The incoming gradient itself (add's, sub's first operand's): no node, so no copy
+        // kernel when the gradient is stored.
+        gk = g;
+      } else if (create_graph) {
         BuiltExpr r = build(e.backward[k], names, xs, types, common, common, loc);
         gk = eval_with_ops(r.expr, r.inputs);
       } else {

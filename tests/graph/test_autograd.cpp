@@ -176,6 +176,28 @@ TEST(Autograd, SecondDerivativeThroughPartialSlice) {
   EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{0, 6 * -1.0, 6 * 2.0, 0, 0}));
 }
 
+// add hands its incoming gradient to both operands as it is (no copy kernel); each leaf
+// still gets its own grad tensor, so changing one does not change the other.
+TEST(Autograd, LeavesSharingAGradientGetTheirOwnTensors) {
+  Tensor a = tensor(std::vector<double>{1, 2, 3}, {3}).requires_grad_();
+  Tensor b = tensor(std::vector<double>{4, 5, 6}, {3}).requires_grad_();
+  sum((a + b) * 2.0).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  Tensor ga = a.grad();
+  ga.assign_(ga * 10.0);
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{20, 20, 20}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  // grad() too; under create_graph the second one (a view of the first) keeps its history.
+  auto g = grad({sum(a + b)}, {a, b});
+  EXPECT_NE(g[0].impl(), g[1].impl());
+  EXPECT_EQ(g[1].to_vector<double>(), (std::vector<double>{1, 1, 1}));
+  auto gg = grad({sum((a + b) * (a + b))}, {a, b}, {}, true);
+  EXPECT_NE(gg[0].impl(), gg[1].impl());
+  auto h = grad({sum(gg[1])}, {a});  // d/da of sum(2 (a + b)) = 2
+  EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{2, 2, 2}));
+}
+
 // The same through selects (whose gradient is an elementwise masked broadcast).
 TEST(Autograd, SecondDerivativeThroughSelect) {
   Tensor x = tensor(std::vector<double>{0.5, -1.0, 2.0, 1.5, -0.5, 3.0}, {2, 3}).requires_grad_();
