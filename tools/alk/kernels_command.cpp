@@ -1,7 +1,9 @@
 // `alk kernels OP --target T`: the kernels one op generates, forward and backward,
 // exactly as the scheduler would hand them to a backend (one op, no fusion).
 #include <iostream>
+#include <optional>
 
+#include "backend/cpu/jit.h"
 #include "expr/emit.h"
 #include "graph/graph.h"
 #include "ops/ops.h"
@@ -11,22 +13,30 @@ namespace alk::cli {
 
 namespace {
 
-void print_map(const Tensor& t, std::string_view op, const std::string& title, expr::Target target) {
+// target nullopt: the CPU's compiled tier (src/backend/cpu/jit.h), AVX-512 flavor.
+void print_map(const Tensor& t, std::string_view op, const std::string& title, std::optional<expr::Target> target) {
   const Node& n = *t.impl()->node;
   const auto* p = std::get_if<MapParams>(&n.params);
   if (!p) {
     std::cout << "// " << title << ": " << op_name(n.op) << " (template op)\n\n";
     return;
   }
+  if (!target) {
+    const std::string src = cpu::jit::block_source(p->expr, std::vector<bool>(p->expr.nodes.size(), false), cpu::Isa::Avx512);
+    std::cout << "// " << title << "\n"
+              << (src.empty() ? "// not compiled: the interpreter runs it (a node the tier has no spelling for)\n" : src)
+              << "\n";
+    return;
+  }
   expr::MapSignature sig{std::string(op) + "_" + title, {}, n.dtype};
   for (auto& in : n.inputs) sig.inputs.push_back(in->dtype);
-  std::cout << "// " << title << "\n" << expr::emit_map_kernel(p->expr, sig, target) << "\n";
+  std::cout << "// " << title << "\n" << expr::emit_map_kernel(p->expr, sig, *target) << "\n";
 }
 
 int run_kernels(const std::string& name, const std::string& target_name, const std::string& dtype_name_) {
-  auto target = expr::parse_target(target_name);
-  if (!target) {
-    std::cerr << "unknown target '" << target_name << "' (expected cpp, cuda, glsl or wgsl)\n";
+  std::optional<expr::Target> target = expr::parse_target(target_name);
+  if (!target && target_name != "cpu-jit") {
+    std::cerr << "unknown target '" << target_name << "' (expected cpp, cuda, glsl, wgsl or cpu-jit)\n";
     return 2;
   }
   DType dtype = DType::F32;
@@ -63,11 +73,17 @@ int run_kernels(const std::string& name, const std::string& target_name, const s
     inputs.push_back(x);
   }
   Tensor y = apply_elementwise(e->op, std::vector<Operand>(inputs.begin(), inputs.end()), Loc::current());
-  print_map(y, e->name, "forward", *target);
+  print_map(y, e->name, "forward", target);
   if (y.impl()->grad_fn) {
-    std::vector<Tensor> grads = y.impl()->grad_fn->backward(full({4}, 1, y.dtype()).contiguous());
-    for (size_t k = 0; k < grads.size(); ++k)
-      if (grads[k].defined()) print_map(grads[k], e->name, "backward_" + e->inputs[k], *target);
+    const Tensor seed = full({4}, 1, y.dtype()).contiguous();
+    std::vector<Tensor> grads = y.impl()->grad_fn->backward(seed);
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!grads[k].defined()) continue;
+      if (grads[k].impl()->node == seed.impl()->node)  // a gradient expression that is just g
+        std::cout << "// backward_" << e->inputs[k] << ": the incoming gradient itself (no kernel)\n\n";
+      else
+        print_map(grads[k], e->name, "backward_" + e->inputs[k], target);
+    }
   }
   return 0;
 }
@@ -78,7 +94,7 @@ void add_kernels_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("kernels", "print the kernels an op generates (forward and backward)");
   static std::string op, target = "cpp", dtype = "f32";
   cmd->add_option("op", op, "op name, e.g. add, gelu, where (see src/ops/elementwise.def)")->required();
-  cmd->add_option("--target,-t", target, "cpp, cuda, glsl or wgsl")->capture_default_str();
+  cmd->add_option("--target,-t", target, "cpp, cuda, glsl, wgsl, or cpu-jit (the CPU's compiled block body)")->capture_default_str();
   cmd->add_option("--dtype", dtype, "input dtype: f32 f64 f16 bf16 i32 i64 u8 bool")->capture_default_str();
   cmd->callback([] {
     int rc = run_kernels(op, target, dtype);

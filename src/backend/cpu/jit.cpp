@@ -86,8 +86,10 @@ class Generator {
         case Kind::Const: {
           uint64_t bits;
           std::memcpy(&bits, &nd.value, sizeof bits);
+          char shown[32];  // the exact bits are the value; the comment is for the reader
+          std::snprintf(shown, sizeof shown, "%.9g", nd.value);
           decls += "  const " + t + " c" + id + " = static_cast<" + t + ">(__builtin_bit_cast(double, 0x" + hex(bits) +
-                   "ull));\n";
+                   "ull));  // " + shown + "\n";
           break;
         }
         case Kind::Scalar:
