@@ -2,6 +2,7 @@
 // chains, reduction prologues, matmul/reduction epilogues), memory planning, the kernel
 // cache and eager mode, each checked by counting kernels and comparing values.
 #include <cmath>
+#include <functional>
 
 #include "backend/cpu/kernel_cache.h"
 #include "graph/graph.h"
@@ -110,6 +111,45 @@ TEST(Schedule, MatmulEpilogueOnRowBlocksMatchesSeparateKernels) {
       const auto want = separate.to(DType::F64).to_vector<double>(), got = fused.to(DType::F64).to_vector<double>();
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
+// Bias and residual epilogues are added to each tile inside the CPU matmul: the same bits
+// as the matmul and the adds run as separate kernels, for a bias row, bias then residual in
+// either nesting, a batch merged into rows, edge tiles, depths past one k block, and a
+// transposed residual (which stays a separate pass).
+TEST(Schedule, MatmulBiasAndResidualEpiloguesMatchSeparateKernels) {
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {{{3, 37, 20}, {20, 45}}, {{1000, 300}, {300, 70}}, {{2, 29}, {29, 33}}, {{4, 15, 600}, {4, 600, 17}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.a) + " x " + to_string(c.b));
+    manual_seed(6);
+    Tensor a = randn(c.a), b = randn(c.b);
+    const int64_t n = c.b.back(), m = c.a[c.a.size() - 2];
+    Shape out_shape(c.a.begin(), c.a.end() - 1);
+    out_shape.push_back(n);
+    Tensor bias = randn({n}), residual = randn(out_shape), residual_t = randn({n, m});
+    realize({a, b, bias, residual, residual_t});
+    Tensor product = matmul(a, b);
+    product.realize();
+    const std::vector<std::function<Tensor(const Tensor&)>> epilogues = {
+        [&](const Tensor& p) { return p + bias; },
+        [&](const Tensor& p) { return (p + bias) + residual; },
+        [&](const Tensor& p) { return residual + (bias + p); },
+        [&](const Tensor& p) { return p + residual_t.t(); },
+    };
+    for (size_t i = 0; i < epilogues.size(); ++i) {
+      SCOPED_TRACE("epilogue " + std::to_string(i));
+      if (i == 3 && c.a.size() != 2) continue;
+      Tensor fused = epilogues[i](matmul(a, b));
+      fused.realize();
+      EXPECT_EQ(last_schedule_stats().kernels, 1);
+      const auto want = epilogues[i](product).to_vector<float>(), got = fused.to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], want[j]) << "element " << j;
     }
   }
 }

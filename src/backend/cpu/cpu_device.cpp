@@ -1,10 +1,12 @@
 // The CPU Device: host memory, and kernels run on the thread pool. Map kernels go to
 // the expression evaluator (eval.h); template ops to their kernels (kernels.h).
 #include <cstring>
+#include <optional>
 #include <mutex>
 #include <unordered_map>
 
 #include "backend/cpu/eval.h"
+#include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernels.h"
 #include "backend/device.h"
 #include "expr/emit.h"
@@ -20,6 +22,34 @@ std::vector<cpu::View> views_of(const std::vector<KernelArg>& args) {
   std::vector<cpu::View> v;
   for (auto& a : args) v.push_back(view_of(a));
   return v;
+}
+
+// A matmul epilogue that only adds f32 tensors to the product (a bias row, a residual),
+// as a chain from the product outward: the addends, innermost first, which cpu::matmul adds
+// to each tile in registers before storing it (the same sums in the same order as the
+// separate pass). nullopt: any other epilogue.
+std::optional<std::vector<cpu::View>> matmul_addends(const Kernel& k, const cpu::View& out) {
+  if (k.node.op != OpId::Matmul || out.dtype != DType::F32 || k.node.dtype != DType::F32 || out.shape != k.node.shape)
+    return std::nullopt;
+  const expr::Expr& e = *k.epilogue;
+  auto is_addend = [&](int id) {
+    const expr::Node& x = e.nodes[static_cast<size_t>(id)];
+    return x.fn == expr::Fn::Input && x.slot > 0 && x.type == expr::Type::F32;
+  };
+  std::vector<cpu::View> outward;
+  for (int id = e.root();;) {
+    const expr::Node& x = e.nodes[static_cast<size_t>(id)];
+    if (x.fn == expr::Fn::Input && x.slot == 0) break;
+    if (x.fn != expr::Fn::Add || x.type != expr::Type::F32 || outward.size() == cpu::gemm::Addends::kMax) return std::nullopt;
+    const int leaf = is_addend(x.args[0]) ? x.args[0] : is_addend(x.args[1]) ? x.args[1] : -1;
+    if (leaf < 0) return std::nullopt;
+    const cpu::View v = view_of(k.epilogue_inputs[static_cast<size_t>(e.nodes[static_cast<size_t>(leaf)].slot - 1)]);
+    if (v.dtype != DType::F32 || v.shape != out.shape || v.strides.back() != 1) return std::nullopt;
+    outward.push_back(v);
+    id = leaf == x.args[0] ? x.args[1] : x.args[0];
+  }
+  if (outward.empty()) return std::nullopt;
+  return std::vector<cpu::View>(outward.rbegin(), outward.rend());
 }
 
 cpu::Reduction reduction_of(ReduceOp op) {
@@ -61,11 +91,16 @@ class CpuDevice final : public Device {
       }
       return;
     }
+    const KernelOp& core = k.node;
+    cpu::View out = view_of(k.output);
+    if (std::optional<std::vector<cpu::View>> addends = matmul_addends(k, out)) {
+      auto in = views_of(k.inputs);
+      cpu::matmul(in[0], in[1], out, *addends);
+      return;
+    }
     // The core writes its value where the epilogue can read it: the output itself when
     // the types match (the epilogue then runs in place), else a scratch buffer. Both
     // views are contiguous over the same memory: the core's shape, then the output's.
-    const KernelOp& core = k.node;
-    cpu::View out = view_of(k.output);
     std::shared_ptr<Buffer> scratch;
     void* value_data = out.data;
     if (core.dtype != k.output.dtype) {

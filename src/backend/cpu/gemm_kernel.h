@@ -20,8 +20,18 @@ namespace alk::cpu::gemm {
 // and the B panel kc x NR floats (p-major, 64-byte aligned, zero-padded past nr). For each
 // element the kc products are summed in order p = 0, 1, ..., kc - 1 and the sum is then
 // added to c, so the result does not depend on how the caller tiles M and N.
+// adds (may be null): tiles added to the result before it is stored, in order (a bias row
+// has row stride 0, a residual its row stride); each p[q] points at the tile's first
+// element. c = ((c + A B) + adds[0]) + adds[1] ..., each + rounded: what a separate
+// elementwise kernel computes from the stored product.
+struct Addends {
+  static constexpr int kMax = 4;
+  int n = 0;
+  const float* p[kMax] = {};
+  int64_t row_stride[kMax] = {};
+};
 using MicroKernel = void (*)(int64_t kc, const float* a, int64_t a_step, const float* b, float* c, int64_t ldc,
-                             int mr, int nr, bool accumulate);
+                             int mr, int nr, bool accumulate, const Addends* adds);
 
 struct Kernel {
   const char* name;  // "avx512", "avx2", "generic"

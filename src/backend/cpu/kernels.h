@@ -17,7 +17,11 @@
 namespace alk::cpu {
 
 // a [..., m, k] x b [..., k, n] -> out [..., m, n]; a, b and out have the same batch dims.
-void matmul(const View& a, const View& b, const View& out);
+// out = a b (batched over leading dims), then + addends[0] + addends[1] ... in that order
+// (each addend has out's shape, f32, unit column stride: a bias row broadcast over rows, a
+// residual): the fused form of a bias/residual epilogue, added to each tile in registers on
+// the f32 path before it is stored.
+void matmul(const View& a, const View& b, const View& out, std::span<const View> addends = {});
 // out has x's shape with dim `axis` = 1; i64 index of the first max (min) along axis.
 void argreduce(const View& x, int axis, bool is_max, const View& out);
 void softmax(const View& x, int axis, bool log, const View& out);

@@ -270,7 +270,7 @@ struct Grid {
   }
 };
 
-void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) {
+void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, std::span<const View> addends) {
   const gemm::Kernel& kern = active_kernel();
   const int64_t MR = kern.mr, NR = kern.nr, KC = kern.kc;
   Operand oa(a), ob(b);
@@ -300,6 +300,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
   const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
   // A row-major f32 A is packed by rows (a copy per row), anything else transposed into panels.
   const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
+  std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
+  for (const View& v : addends) adds.emplace_back(v);
   const float* a_data = static_cast<const float*>(a.data);
   int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
@@ -332,12 +334,22 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches) 
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
             int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
             float* ci = cj + (i0 - r0) * ldc;
+            gemm::Addends tile;
+            if (p0 + KC >= k)
+              for (size_t q = 0; q < adds.size(); ++q) {
+                tile.p[tile.n] = static_cast<const float*>(addends[q].data) + adds[q].batch.offset_of(bi) +
+                                 i0 * adds[q].row_stride + j * NR;
+                tile.row_stride[tile.n++] = adds[q].row_stride;
+              }
+            const gemm::Addends* tile_adds = tile.n ? &tile : nullptr;
             if (i0 < full_end)
-              kern.run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0);
+              kern.run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0,
+                       tile_adds);
             else if (a_by_rows)
-              kern.run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0);
+              kern.run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0,
+                            tile_adds);
             else
-              kern.run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0);
+              kern.run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
           }
         }
       }
@@ -473,16 +485,47 @@ void matmul_f64(const View& a, const View& b, const View& out, int64_t batches) 
   });
 }
 
+// out += each addend in turn, element by element (the paths without in-register addends).
+void add_after(const View& out, std::span<const View> addends) {
+  const int64_t rows = out.numel() / std::max<int64_t>(out.shape.back(), 1), cols = out.shape.back();
+  for (const View& v : addends) {
+    const Operand ad(v);
+    const int64_t m = ad.rows;
+    parallel_for(rows, detail::grain_for(cols), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        float* o = static_cast<float*>(out.data) + out.offset + r * cols;
+        const float* x = static_cast<const float*>(v.data) + ad.batch.offset_of(r / m) + (r % m) * ad.row_stride;
+        for (int64_t c = 0; c < cols; ++c) o[c] = o[c] + x[c];
+      }
+    });
+  }
+}
+
+// Every addend's batch dims step like its rows (so the batch can merge into the rows).
+bool rows_merge(const View& v, int64_t m) {
+  const size_t r = v.shape.size();
+  int64_t expect = v.strides[r - 2] * m;
+  for (size_t d = r - 2; d-- > 0;) {
+    if (v.shape[d] != 1 && v.strides[d] != expect) return false;
+    expect *= v.shape[d];
+  }
+  return true;
+}
+
 }  // namespace
 
-void matmul(const View& a, const View& b, const View& out) {
+void matmul(const View& a, const View& b, const View& out, std::span<const View> addends) {
   if (a.rank() < 2 || b.rank() != a.rank() || out.rank() != a.rank())
     fail("matmul", Loc::current(), "expected operands of equal rank >= 2, got ", to_string(a.shape), " x ",
          to_string(b.shape), " -> ", to_string(out.shape));
+  for (const View& v : addends)
+    if (v.dtype != DType::F32 || out.dtype != DType::F32 || v.shape != out.shape || v.strides.back() != 1)
+      fail("matmul", Loc::current(), "internal: an addend must be f32 with the output's shape and unit column stride");
   if (out.numel() == 0) return;
   int64_t k = a.shape.back();
   if (k == 0) {
     detail::zero_fill(out);
+    add_after(out, addends);
     return;
   }
   int64_t m = a.shape[a.shape.size() - 2], n = b.shape.back();
@@ -492,21 +535,20 @@ void matmul(const View& a, const View& b, const View& out) {
   // the row blocks and the last partial micro-panel are per product, not per batch matrix.
   if (batches > 1 && Operand(b).batch_broadcast()) {
     const size_t r = a.shape.size();
-    bool rows_merge = a.strides[r - 2] != 0;
-    int64_t expect = a.strides[r - 2] * m;
-    for (size_t d = r - 2; d-- > 0 && rows_merge;) {
-      rows_merge = a.shape[d] == 1 || a.strides[d] == expect;
-      expect *= a.shape[d];
-    }
-    if (rows_merge) {
-      View a2 = a, b2 = b, out2 = out;
-      a2.shape = {batches * m, k};
-      a2.strides = {a.strides[r - 2], a.strides[r - 1]};
+    bool merge = a.strides[r - 2] != 0 && rows_merge(a, m);
+    for (const View& v : addends) merge = merge && rows_merge(v, m);
+    if (merge) {
+      auto as_rows = [&](View v) {  // [..., m, cols] -> [batches * m, cols]
+        v.strides = {v.strides[r - 2], v.strides[r - 1]};
+        v.shape = {batches * m, v.shape[r - 1]};
+        return v;
+      };
+      View b2 = b;
       b2.shape = {k, n};
       b2.strides = {b.strides[r - 2], b.strides[r - 1]};
-      out2.shape = {batches * m, n};
-      out2.strides = {n, 1};
-      return matmul(a2, b2, out2);
+      std::vector<View> adds2;
+      for (const View& v : addends) adds2.push_back(as_rows(v));
+      return matmul(as_rows(a), b2, as_rows(out), adds2);
     }
   }
   auto narrow_float = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
@@ -514,13 +556,16 @@ void matmul(const View& a, const View& b, const View& out) {
   // bf16 x bf16 on the AVX-512 path uses the CPU's bf16 dot products when it has them.
   if (a.dtype == DType::BF16 && b.dtype == DType::BF16 && out.dtype != DType::F64 && gemm_bf16_dot()) {
     matmul_bf16(a, b, out, batches);
+    add_after(out, addends);
     return;
   }
 #endif
-  if (narrow_float(a.dtype) && narrow_float(b.dtype) && out.dtype != DType::F64)
-    matmul_f32(a, b, out, batches);
-  else
-    matmul_f64(a, b, out, batches);
+  if (narrow_float(a.dtype) && narrow_float(b.dtype) && out.dtype != DType::F64) {
+    matmul_f32(a, b, out, batches, addends);  // addends only with an f32 output: added in registers
+    return;
+  }
+  matmul_f64(a, b, out, batches);
+  add_after(out, addends);
 }
 
 }  // namespace alk::cpu
