@@ -207,7 +207,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     return;
   }
   // A few chunks per thread evens out uneven chunk costs; chunks never drop below grain.
-  int64_t chunks = std::min<int64_t>(n / grain, int64_t{16} * threads);
+  int64_t chunks = std::min<int64_t>(n / grain, int64_t{4} * threads);
   if (chunks <= 1) {
     fn(0, n);
     return;
