@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -312,9 +313,15 @@ const std::string& cache_dir() {
     else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/alk";
     std::string jit = base + "/jit";
     if (!base.empty() && make_dirs(jit)) return jit;
-    char tmpl[] = "/tmp/alk-jit-XXXXXX";  // no writable cache: this process's own directory
-    const char* made = ::mkdtemp(tmpl);
-    return std::string(made ? made : "/tmp");
+    // No writable cache: a directory of this process's own, removed at exit (the loaded
+    // objects stay mapped after their files are gone).
+    static char tmpl[] = "/tmp/alk-jit-XXXXXX";
+    if (!::mkdtemp(tmpl)) return std::string("/tmp");
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(tmpl, ec);
+    });
+    return std::string(tmpl);
   }();
   return dir;
 }
