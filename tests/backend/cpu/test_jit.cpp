@@ -177,7 +177,8 @@ TEST(Jit, NoCompilerMeansInterpreting) {
   const std::string log = ::testing::TempDir() + "/alk_jit_child.log";
   char self[4096] = {};  // this binary (in the shell, /proc/self/exe would be the shell)
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  const std::string command = "ALK_JIT_TEST_CHILD=1 ALK_JIT=sync ALK_CXX=/nonexistent/c++ ALK_CACHE_DIR=" +
+  // ALK_ISA=avx2: the compiled tier exists on that path (the caller may have forced generic).
+  const std::string command = "ALK_JIT_TEST_CHILD=1 ALK_ISA=avx2 ALK_JIT=sync ALK_CXX=/nonexistent/c++ ALK_CACHE_DIR=" +
                               ::testing::TempDir() + "/alk_jit_child_cache " + self +
                               " --gtest_filter=Jit.NoCompilerMeansInterpreting >" + log + " 2>&1";
   EXPECT_EQ(std::system(command.c_str()), 0) << "see " << log;
