@@ -1,9 +1,14 @@
 // Batched matmul. The f32 path (also used for f16/bf16 inputs) is a Goto/BLIS-style
 // packed GEMM: B is copied once into NR-wide column panels (kc x NR floats each,
-// 64-byte aligned), each task copies a block of A into MR-tall row panels one KC-deep
-// slice at a time, and an MR x NR register-blocked micro-kernel runs over them, so the
-// hot loop reads only contiguous memory that sits in L1/L2. Strides (transposed, strided,
-// broadcast-0) and f16/bf16 -> f32 conversion are handled while packing.
+// 64-byte aligned), each task copies a block of A into MR-tall panels one KC-deep slice
+// at a time, and an MR x NR register-blocked micro-kernel runs over them, so the hot loop
+// reads only memory that sits in L1/L2. Strides (transposed, strided, broadcast-0) and
+// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: a
+// column-major f32 A (a weight gradient's x^T) is read in place, a row-major f32 A is
+// packed by rows (one copy per row), anything else is transposed into panels. A weight
+// shared over a contiguous batch runs as one [batch * m, k] product. bf16 x bf16 uses the
+// CPU's bf16 dot products when it has them (matmul_bf16). Add-only epilogues (a bias, a
+// residual) are added to each tile in registers before it is stored.
 //
 // The micro-kernel is chosen at run time (gemm.h): AVX-512, AVX2+FMA or portable C++, each
 // compiled in its own file with its own -m flags (gemm_*.cpp). It follows the process-wide
