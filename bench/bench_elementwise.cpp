@@ -19,9 +19,11 @@ int main() {
   alk::Tensor x = alk::randn({rows, cols}), y = alk::randn({rows, cols});
   alk::Tensor w = alk::randn({cols}), b = alk::randn({cols});
   alk::realize({x, y, w, b});
-  // Appends the times (ms) of 5 calls of fn to t.
+  // Appends the times (ms) of 3 calls of fn to t, after one untimed call (after the other
+  // side's round, alk's worker thread is asleep and its wake-up would be timed).
   auto time = [](auto&& fn, std::vector<double>& t) {
-    for (int i = 0; i < 5; ++i) {
+    fn();
+    for (int i = 0; i < 3; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       fn();
       t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -45,10 +47,10 @@ int main() {
   std::memset(src.data(), 1, src.size() * sizeof(float));
   std::memset(dst.data(), 0, dst.size() * sizeof(float));
   auto copy = [&] { std::memcpy(dst.data(), src.data(), src.size() * sizeof(float)); };
-  // Medians of 15, from alternating rounds: a burst of load on the shared machine slows
-  // both sides, not whichever ran then.
+  // Medians of 21, from alternating rounds of 3: a burst of load on the shared machine
+  // slows both sides, not whichever ran then.
   std::vector<double> alk_t, copy_t;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 7; ++round) {
     time(chain, alk_t);
     time(copy, copy_t);
   }
