@@ -407,7 +407,7 @@ class Jit {
         return nullptr;
       }
     }
-    build(*entry);  // Sync: compile now (a concurrent caller may do the same; the result is the same)
+    build(*entry);  // Sync: compile now (a concurrent caller finds it queued and interprets meanwhile)
     return entry->fn.load(std::memory_order_acquire);
   }
 
