@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of alk needs.
 #pragma once
 #include "alk/compile.h"
+#include "alk/device.h"
 #include "alk/data.h"
 #include "alk/dtype.h"
 #include "alk/error.h"

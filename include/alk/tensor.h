@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "alk/device.h"
 #include "alk/dtype.h"
 #include "alk/error.h"
 
@@ -32,6 +33,7 @@ class Tensor {
   DType dtype() const;
   bool is_contiguous() const;
   bool is_realized() const;
+  Device& device() const;  // where the data lives and the ops on it run
 
   // ---- data out (realizes) ----
   template <class T>
@@ -64,6 +66,9 @@ class Tensor {
   Tensor flatten(int64_t start = 0, int64_t end = -1, Loc loc = Loc::current()) const;
   Tensor contiguous(Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;
+  // A copy on another device (an explicit copy node, differentiable); itself when already there.
+  Tensor to(Device& device, Loc loc = Loc::current()) const;
+  Tensor to(std::string_view device, Loc loc = Loc::current()) const;  // "cpu", "vulkan:0", "auto"
 
   // ---- in place (how optimizers and load_state_dict update parameters) ----
   // Makes this handle (and every copy of it) refer to `value`'s data from now on. Same

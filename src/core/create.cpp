@@ -27,11 +27,11 @@ Tensor from_vector(const std::vector<T>& data, Shape shape, DType dtype, Loc loc
   check_shape(shape, "tensor", loc);
   check(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
         numel_of(shape), " elements, got ", data.size());
-  Tensor t = make_buffer_tensor(shape, dtype);
-  void* dst = t.impl()->node->buffer->data;
-  for (size_t i = 0; i < data.size(); ++i) cpu::store_double(dst, dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
-  if constexpr (std::is_same_v<T, int64_t>) std::memcpy(dst, data.data(), data.size() * sizeof(T));  // exact
-  return t;
+  std::vector<unsigned char> host(data.size() * dtype_size(dtype));
+  for (size_t i = 0; i < data.size(); ++i)
+    cpu::store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
+  if constexpr (std::is_same_v<T, int64_t>) std::memcpy(host.data(), data.data(), host.size());  // exact
+  return tensor_from_host(host.data(), std::move(shape), dtype, default_device());
 }
 
 struct Generator {
@@ -67,9 +67,7 @@ Tensor from_bytes(const void* data, size_t bytes, Shape shape, DType dtype, Loc 
   size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
   check(bytes == need, "from_bytes", loc, "shape ", to_string(shape), " of ", dtype_name(dtype), " needs ", need,
         " bytes, got ", bytes);
-  Tensor t = make_buffer_tensor(shape, dtype);
-  if (need) std::memcpy(t.impl()->node->buffer->data, data, need);
-  return t;
+  return tensor_from_host(data, std::move(shape), dtype, default_device());
 }
 
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
@@ -82,38 +80,44 @@ Tensor full(Shape shape, double value, DType dtype, Loc loc) {
 }
 Tensor zeros(Shape shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
 Tensor ones(Shape shape, DType dtype, Loc loc) { return full(std::move(shape), 1, dtype, loc); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor zeros_like(const Tensor& t) {
+  DeviceGuard on(t.device());
+  return zeros(t.shape(), t.dtype());
+}
+Tensor ones_like(const Tensor& t) {
+  DeviceGuard on(t.device());
+  return ones(t.shape(), t.dtype());
+}
 
 Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
   check(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange", loc,
         "invalid range start=", start, " end=", end, " step=", step);
   check((end - start) / step >= 0, "arange", loc, "step ", step, " does not move from ", start, " toward ", end);
   int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
-  Tensor t = make_buffer_tensor({n}, dtype);
-  for (int64_t i = 0; i < n; ++i) cpu::store_double(t.impl()->node->buffer->data, dtype, i, start + i * step);
-  return t;
+  std::vector<unsigned char> host(static_cast<size_t>(n) * dtype_size(dtype));
+  for (int64_t i = 0; i < n; ++i) cpu::store_double(host.data(), dtype, i, start + i * step);
+  return tensor_from_host(host.data(), {n}, dtype, default_device());
 }
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::I64, loc); }
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Loc loc) {
   check(steps >= 0, "linspace", loc, "steps must be non-negative, got ", steps);
-  Tensor t = make_buffer_tensor({steps}, dtype);
+  std::vector<unsigned char> host(static_cast<size_t>(steps) * dtype_size(dtype));
   double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   for (int64_t i = 0; i < steps; ++i) {
     // Fill from both ends so the last value is exactly `end`, as PyTorch does.
     double v = i < steps / 2 ? start + delta * i : end - delta * (steps - 1 - i);
-    cpu::store_double(t.impl()->node->buffer->data, dtype, i, v);
+    cpu::store_double(host.data(), dtype, i, v);
   }
-  return t;
+  return tensor_from_host(host.data(), {steps}, dtype, default_device());
 }
 
 Tensor eye(int64_t n, int64_t m, DType dtype, Loc loc) {
   if (m < 0) m = n;
   check(n >= 0, "eye", loc, "n must be non-negative, got ", n);
-  Tensor t = make_buffer_tensor({n, m}, dtype);
-  for (int64_t i = 0; i < n * m; ++i) cpu::store_double(t.impl()->node->buffer->data, dtype, i, i / m == i % m);
-  return t;
+  std::vector<unsigned char> host(static_cast<size_t>(n * m) * dtype_size(dtype));
+  for (int64_t i = 0; i < n * m; ++i) cpu::store_double(host.data(), dtype, i, i / m == i % m);
+  return tensor_from_host(host.data(), {n, m}, dtype, default_device());
 }
 
 void manual_seed(uint64_t seed) { generator() = {seed, 0}; }

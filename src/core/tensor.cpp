@@ -22,6 +22,7 @@ int64_t Tensor::numel() const {
 int64_t Tensor::size(int64_t d, Loc loc) const { return impl_->shape[normalize_axis(d, dim(), "size", loc)]; }
 DType Tensor::dtype() const { return impl_->dtype; }
 bool Tensor::is_realized() const { return impl_->node->realized(); }
+Device& Tensor::device() const { return *impl_->node->device; }
 bool Tensor::is_contiguous() const {
   int64_t expect = 1;
   for (size_t i = impl_->shape.size(); i-- > 0;) {
@@ -60,15 +61,13 @@ void realize(const std::vector<Tensor>& ts) {
 template <class T>
 std::vector<T> Tensor::to_vector(Loc loc) const {
   check(defined(), "to_vector", loc, "undefined tensor");
-  realize();
-  cpu::View v{impl_->node->buffer->data, dtype(), shape(), strides(), offset()};
+  const std::vector<unsigned char> bytes = host_bytes(*this);
   std::vector<T> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
-    int64_t at = v.offset_of(i);
     if constexpr (std::is_integral_v<T>)
-      out[i] = static_cast<T>(cpu::load_as_int(v.data, v.dtype, at));
+      out[i] = static_cast<T>(cpu::load_as_int(bytes.data(), dtype(), i));
     else
-      out[i] = static_cast<T>(cpu::load_as_double(v.data, v.dtype, at));
+      out[i] = static_cast<T>(cpu::load_as_double(bytes.data(), dtype(), i));
   }
   return out;
 }
@@ -315,12 +314,40 @@ Tensor Tensor::contiguous(Loc loc) const {
 
 Tensor Tensor::to(DType t, Loc loc) const { return cast(*this, t, loc); }
 
+Tensor Tensor::to(Device& target, Loc loc) const {
+  check_defined(*this, "to", loc);
+  if (&target == &device()) return *this;
+  // The copy node reads its input's elements in order: a strided view is made contiguous
+  // on its own device first. Built by hand: make_node would refuse the two devices.
+  Tensor src = contiguous(loc);
+  auto node = std::make_shared<Node>();
+  node->op = OpId::ToDevice;
+  node->shape = shape();
+  node->dtype = dtype();
+  node->loc = loc;
+  node->device = &target;
+  node->inputs.push_back(alias(src).impl_ptr());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->strides = contiguous_strides(shape());
+  impl->shape = shape();
+  impl->dtype = dtype();
+  impl->node = std::move(node);
+  Tensor out(std::move(impl));
+  if (eager_mode()) out.realize();
+  Device* source = &device();
+  return with_grad(out, "to", {*this}, [source, loc](const Tensor& g) { return std::vector<Tensor>{g.to(*source, loc)}; });
+}
+
+Tensor Tensor::to(std::string_view name, Loc loc) const { return to(get_device(name, loc), loc); }
+
 Tensor& Tensor::assign_(const Tensor& value, Loc loc) {
   check_defined(*this, "assign_", loc);
   check_defined(value, "assign_", loc);
   check(value.shape() == shape() && value.dtype() == dtype(), "assign_", loc, "cannot assign a ",
         dtype_name(value.dtype()), " tensor of shape ", to_string(value.shape()), " to a ", dtype_name(dtype()),
         " tensor of shape ", to_string(shape()));
+  check(&value.device() == &device(), "assign_", loc, "cannot assign a tensor on ", value.device().name(),
+        " to a tensor on ", device().name(), "; move it with .to(device) first");
   if (TraceRecorder* trace = active_trace(); trace && trace->seen.insert(impl_.get()).second && is_realized())
     trace->assigned.push_back({impl_, impl_->node, impl_->strides, impl_->offset});
   impl_->node = value.impl()->node;

@@ -71,10 +71,10 @@ Tensor read_idx_u8(const std::string& path, int ndims, Loc loc) {
          overflow ? std::string("more than 2^64") : std::to_string(count), " data bytes, the file has ", size - header);
   if (count < size - header)
     fail("mnist", loc, "'", path, "' has ", size - header - count, " trailing bytes after dims ", to_string(shape));
-  Tensor t = make_buffer_tensor(shape, DType::U8);
-  if (count && std::fread(t.impl()->node->buffer->data, 1, count, f.get()) != count)
+  std::vector<unsigned char> host(count);
+  if (count && std::fread(host.data(), 1, count, f.get()) != count)
     fail("mnist", loc, "cannot read ", count, " bytes from '", path, "'");
-  return t;
+  return tensor_from_host(host.data(), shape, DType::U8, cpu_device());
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ MnistSplit load_mnist(const std::string& dir, bool train, Loc loc) {
   int64_t n = images.shape()[0];
   check(raw_labels.shape()[0] == n, "mnist", loc, "'", images_path, "' has ", n, " images but '", labels_path, "' has ",
         raw_labels.shape()[0], " labels");
-  const auto* bytes = static_cast<const uint8_t*>(raw_labels.impl()->node->buffer->data);
+  const std::vector<unsigned char> bytes = host_bytes(raw_labels);
   std::vector<int64_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     check(bytes[i] <= 9, "mnist", loc, "'", labels_path, "': label ", int{bytes[i]}, " at index ", i,

@@ -1,134 +1,18 @@
 #include "graph/graph.h"
 
-#include <sys/mman.h>
-
-#include <atomic>
-#include <mutex>
-#include <unordered_map>
 #include <cstdlib>
-#include <cstdio>
 #include <cstring>
-#include <new>
 
 namespace alk {
 
 namespace {
-std::atomic<int64_t> g_live_buffers{0}, g_live_bytes{0};
-constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
-
-// Freed blocks of 1 MB and more are kept for reuse, keyed by size class (the size rounded
-// up to 1/8 of its power of two): a fresh large block from the OS costs a page fault and
-// a page clear per 4 KB, which for a training step's buffers costs more than the kernels.
-class BlockCache {
- public:
-  static constexpr size_t kMinCached = size_t{1} << 20;
-  static constexpr size_t kMaxCachedBytes = size_t{2} << 30;
-
-  static size_t size_class(size_t n) {
-    if (n < kMinCached) return (n + kAlign - 1) / kAlign * kAlign;
-    size_t p = size_t{1} << (63 - __builtin_clzll(n));  // highest power of two <= n
-    size_t step = p / 8;
-    return (n + step - 1) / step * step;
-  }
-
-  void* take(size_t cls) {
-    if (cls >= kMinCached) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(cls);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_bytes_ -= cls;
-        return p;
-      }
-    }
-    void* p = ::operator new(cls == 0 ? kAlign : cls, std::align_val_t{align_of(cls)});
-    if (cls >= kHuge) ::madvise(p, cls, MADV_HUGEPAGE);  // 2 MB pages: far fewer TLB misses streaming it
-    return p;
-  }
-
-  // Large blocks start on a 2 MB boundary so the kernel can back them with huge pages.
-  static constexpr size_t kHuge = size_t{4} << 20;
-  static size_t align_of(size_t cls) { return cls >= kHuge ? size_t{2} << 20 : kAlign; }
-
-  void give(void* p, size_t cls) {
-    if (cls >= kMinCached) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_bytes_ + cls <= kMaxCachedBytes) {
-        free_[cls].push_back(p);
-        cached_bytes_ += cls;
-        return;
-      }
-    }
-    ::operator delete(p, std::align_val_t{align_of(cls)});
-  }
-
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [cls, blocks] : free_)
-      for (void* p : blocks) ::operator delete(p, std::align_val_t{align_of(cls)});
-    free_.clear();
-    cached_bytes_ = 0;
-  }
-
-  ~BlockCache() { release(); }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_bytes_ = 0;
-};
-
-BlockCache& block_cache() {
-  static BlockCache cache;
-  return cache;
-}
-
+bool unrealized_const(const Tensor& t) { return !t.impl()->node->realized() && t.impl()->node->op == OpId::Const; }
 }  // namespace
-
-Buffer::Buffer(size_t n) : bytes(n) {
-  data = block_cache().take(BlockCache::size_class(n));
-  ++g_live_buffers;
-  g_live_bytes += static_cast<int64_t>(n);
-}
-
-Buffer::~Buffer() {
-  block_cache().give(data, BlockCache::size_class(bytes));
-  --g_live_buffers;
-  g_live_bytes -= static_cast<int64_t>(bytes);
-}
-
-void release_cached_memory() { block_cache().release(); }
-
-namespace {
-// ALK_LEAKS=1: buffers still alive when the program exits (tensors a static or a leak holds).
-struct LeakReport {
-  ~LeakReport() {
-    const char* v = std::getenv("ALK_LEAKS");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return;
-    std::fprintf(stderr, "[alk leaks] %lld buffers (%lld bytes) alive at exit\n",
-                 static_cast<long long>(g_live_buffers.load()), static_cast<long long>(g_live_bytes.load()));
-  }
-} g_leak_report;
-}  // namespace
-
-int64_t Buffer::live_count() { return g_live_buffers; }
-int64_t Buffer::live_bytes() { return g_live_bytes; }
 
 int64_t Node::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
-}
-
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= shape[i];
-  }
-  return strides;
 }
 
 Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, Params params, Loc loc) {
@@ -138,8 +22,31 @@ Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, 
   node->dtype = dtype;
   node->params = std::move(params);
   node->loc = loc;
+  // Every input on one device (PyTorch's rule): moving data is an explicit `to(device)`.
+  const Tensor* first = nullptr;
+  for (const Tensor& t : inputs) {
+    if (unrealized_const(t)) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    Device* a = first->impl()->node->device;
+    Device* b = t.impl()->node->device;
+    check(a == b, std::string(op_name(op)), loc, "expected all tensors on one device, found ", a->name(), " and ",
+          b->name(), "; move one with .to(device)");
+  }
+  node->device = first ? first->impl()->node->device : &default_device();
   node->inputs.reserve(inputs.size());
-  for (auto& t : inputs) node->inputs.push_back(t.impl_ptr());
+  for (auto& t : inputs) {
+    // A constant made on another device is just a number: make the same number here.
+    if (unrealized_const(t) && t.impl()->node->device != node->device) {
+      DeviceGuard here(*node->device);
+      Tensor c = make_node(OpId::Const, {}, t.dtype(), {}, t.impl()->node->params, t.impl()->node->loc);
+      node->inputs.push_back(make_view(c, t.shape(), t.strides(), t.offset()).impl_ptr());
+      continue;
+    }
+    node->inputs.push_back(t.impl_ptr());
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
@@ -150,17 +57,44 @@ Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, 
   return out;
 }
 
-Tensor make_buffer_tensor(Shape shape, DType dtype) {
+Tensor make_buffer_tensor(Shape shape, DType dtype, Device& device) {
   auto node = std::make_shared<Node>();
   node->shape = shape;
   node->dtype = dtype;
-  node->buffer = std::make_shared<Buffer>(static_cast<size_t>(node->numel()) * dtype_size(dtype));
+  node->device = &device;
+  node->buffer = device.allocate(static_cast<size_t>(node->numel()) * dtype_size(dtype));
   auto impl = std::make_shared<TensorImpl>();
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   impl->node = std::move(node);
   return Tensor(std::move(impl));
+}
+
+Tensor tensor_from_host(const void* bytes, Shape shape, DType dtype, Device& device) {
+  Tensor t = make_buffer_tensor(std::move(shape), dtype, device);
+  const Buffer& b = *t.impl()->node->buffer;
+  device.upload(b, 0, bytes, b.bytes);
+  return t;
+}
+
+std::vector<unsigned char> host_bytes(const Tensor& t) {
+  Tensor c = t.is_contiguous() ? t : t.contiguous();
+  c.realize();
+  const size_t size = dtype_size(c.dtype());
+  std::vector<unsigned char> out(static_cast<size_t>(c.numel()) * size);
+  const Node& n = *c.impl()->node;
+  n.device->download(*n.buffer, static_cast<size_t>(c.offset()) * size, out.data(), out.size());
+  return out;
+}
+
+void write_host(const Tensor& t, const void* bytes, size_t size) {
+  const Node& n = *t.impl()->node;
+  check(n.realized() && t.offset() == 0 && t.is_contiguous() && size == n.buffer->bytes &&
+            static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) == size,
+        "write_host", Loc::current(), "needs a realized tensor viewing its whole buffer and ", n.buffer ? n.buffer->bytes : 0,
+        " bytes, got ", size);
+  n.device->upload(*n.buffer, 0, bytes, size);
 }
 
 Tensor alias(const Tensor& t) {

@@ -12,46 +12,9 @@
 #include "alk/tensor.h"
 #include "expr/expr.h"
 #include "ops/op_table.h"
+#include "runtime/device.h"
 
 namespace alk {
-
-// Device memory. Today only the CPU: host memory, 64-byte aligned.
-struct Buffer {
-  explicit Buffer(size_t bytes);
-  ~Buffer();
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void* data = nullptr;
-  size_t bytes = 0;
-  static int64_t live_count();  // for the leak report and tests
-  static int64_t live_bytes();
-};
-// Returns the blocks kept for reuse (large freed buffers are cached) to the system.
-void release_cached_memory();
-
-// ---- typed parameters, one struct per template op family ----
-struct MapParams { expr::Expr expr; };                   // elementwise: expr over the inputs
-enum class ReduceOp : uint8_t { Sum, Max, Min, Prod };
-struct ReduceParams { ReduceOp op; std::vector<int> axes; };  // output keeps reduced dims as 1
-struct AxisParams { int axis; bool flag = false; };       // softmax(log), cumsum(reverse), argreduce(is_max)
-struct NormParams { int64_t inner; double eps; };
-struct IndexParams { int dim; };                          // gather, index_select, scatter_add, concat
-struct OneHotParams { int64_t num_classes; };
-struct TriParams { int64_t k; bool upper; };
-struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in dim order
-struct SliceScatterParams { int dim; int64_t start, step; };
-struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
-struct ConstParams { double value; };
-struct AttentionParams { bool causal; double scale; };
-// unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
-struct UnfoldParams {
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-  int64_t h, w;  // the spatial size of the [N, C, H, W] side
-  double pad_value;
-};
-using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
-                            OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
-                            AttentionParams, UnfoldParams>;
 
 struct Node {
   OpId op = OpId::Buffer;
@@ -59,6 +22,7 @@ struct Node {
   DType dtype = DType::F32;
   std::vector<std::shared_ptr<TensorImpl>> inputs;
   Params params;
+  Device* device = nullptr;        // where the value lives (and the kernel computing it runs)
   std::shared_ptr<Buffer> buffer;  // set once realized; then inputs and params are dropped
   Loc loc;                         // the user's call site, for errors raised while running
   std::string name;                // the user-facing op, when a composite built this node
@@ -97,11 +61,21 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;  // accumulated on leaves by backward()
 };
 
-Shape contiguous_strides(const Shape& shape);
-// A fresh lazy tensor viewing the whole contiguous output of a new node.
+// A fresh lazy tensor viewing the whole contiguous output of a new node, on its inputs'
+// device (all must agree, else alk::Error naming both), or the default device for a node
+// without inputs. An unrealized constant takes any device: it is a literal in the kernel.
 Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, Params params, Loc loc);
-// A realized tensor over a new buffer of shape x dtype (contents uninitialized).
-Tensor make_buffer_tensor(Shape shape, DType dtype);
+// A realized tensor over a new buffer of shape x dtype on device (contents uninitialized).
+Tensor make_buffer_tensor(Shape shape, DType dtype, Device& device);
+
+// ---- host <-> device: the one way data crosses (nothing outside src/backend touches device memory) ----
+// A realized tensor on device holding bytes (numel x dtype_size bytes, row-major).
+Tensor tensor_from_host(const void* bytes, Shape shape, DType dtype, Device& device);
+// t's elements, row-major and contiguous, in t's dtype (realizes t; waits for the device).
+std::vector<unsigned char> host_bytes(const Tensor& t);
+// Overwrites the whole buffer of a realized tensor that views it contiguously (a learning
+// rate, a step counter: state a compiled step reads from the same buffer every replay).
+void write_host(const Tensor& t, const void* bytes, size_t size);
 // Same node and view, no autograd history.
 Tensor alias(const Tensor& t);
 // A view of t's node with the given geometry; records no autograd (callers do).

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "alk/compile.h"
-#include "backend/device.h"
+#include "graph/graph.h"
 #include "graph/trace.h"
 
 namespace alk {
@@ -27,6 +27,7 @@ struct Program::State {
   StepFn fn;
   int calls = 0;
   std::vector<Kernel> kernels;
+  std::vector<std::shared_ptr<PreparedKernel>> prepared;  // compiled once, at trace time (null: a copy)
   std::vector<Tensor> inputs;  // the traced call's inputs: replays copy new data into them
   struct Carry {
     std::shared_ptr<Buffer> from, to;  // the step's result -> the buffer the next step reads
@@ -76,6 +77,8 @@ struct Program::State {
     rng_used = random_offset() - rng_before;
     rng_base = rng_before;
     kernels = std::move(rec.kernels);
+    for (const Kernel& k : kernels)
+      prepared.push_back(k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k));
     held_bytes = rec.held_bytes;
     naive_bytes = rec.naive_bytes;
     // Each carried tensor goes back to the buffer the step read it from; from now on a
@@ -93,7 +96,7 @@ struct Program::State {
       const size_t bytes = a.before->buffer->bytes;
       if (impl->node->buffer != a.before->buffer) {
         carries.push_back({impl->node->buffer, a.before->buffer, bytes});
-        std::memcpy(a.before->buffer->data, impl->node->buffer->data, bytes);
+        copy_buffer(*impl->node->buffer, 0, *a.before->buffer, 0, bytes);
       }
       impl->node = a.before;
       impl->strides = a.strides;
@@ -111,28 +114,25 @@ struct Program::State {
       if (in[i].impl()->node == inputs[i].impl()->node) continue;
       Tensor src = in[i].contiguous();
       src.realize();
-      std::memcpy(inputs[i].impl()->node->buffer->data,
-                  static_cast<char*>(src.impl()->node->buffer->data) +
-                      static_cast<size_t>(src.offset()) * dtype_size(src.dtype()),
-                  static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+      copy_buffer(*src.impl()->node->buffer, static_cast<size_t>(src.offset()) * dtype_size(src.dtype()),
+                  *inputs[i].impl()->node->buffer, 0, static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
     }
-    Device& dev = cpu_device();
     // Random kernels draw what an eager call would now: offsets from the generator's current
     // position (the recorded ones start at rng_base), which then moves on by one step's use.
     const uint64_t start = random_offset();
     const bool timing = kernel_timing_enabled();
-    for (Kernel& k : kernels) {
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      Kernel& k = kernels[i];
       if (k.node.op == OpId::Random) {
         auto& p = std::get<RandomParams>(k.node.params);
         p.offset = p.offset - rng_base + start;
         p.seed = random_seed();
       }
-      launch(dev, k, timing);
+      launch(k, timing, prepared[i].get());
     }
-    dev.synchronize();
     rng_base = start;
     set_random_state(random_seed(), start + rng_used);
-    for (const Carry& c : carries) std::memcpy(c.to->data, c.from->data, c.bytes);
+    for (const Carry& c : carries) copy_buffer(*c.from, 0, *c.to, 0, c.bytes);
   }
 
   uint64_t rng_base = 0;  // the generator offset the recorded Random kernels start from
@@ -158,10 +158,10 @@ Tensor Program::captured(const std::string& name, Loc loc) const {
   auto it = s_->captures.find(name);
   check(it != s_->captures.end(), "compile", loc, "nothing was captured as '", name, "'");
   const Tensor& t = it->second;
-  Tensor c = t.contiguous();
-  c.realize();
-  return from_bytes(static_cast<char*>(c.impl()->node->buffer->data) + static_cast<size_t>(c.offset()) * dtype_size(c.dtype()),
-                    static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), c.shape(), c.dtype(), loc);
+  // A copy on the value's device: the traced buffer is rewritten by the next replay.
+  const std::vector<unsigned char> bytes = host_bytes(t);
+  (void)loc;
+  return tensor_from_host(bytes.data(), t.shape(), t.dtype(), t.device());
 }
 
 bool Program::traced() const { return s_->calls >= 2; }

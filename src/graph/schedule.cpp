@@ -11,7 +11,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "backend/device.h"
 #include "core/half.h"
 #include "expr/emit.h"
 #include "graph/trace.h"
@@ -83,10 +82,31 @@ struct KernelTimes {
 
 bool kernel_timing_enabled() { return debug_level("timing") != 0; }
 
-void launch(Device& dev, const Kernel& k, bool timing) {
-  if (!timing) return dev.run(k);
-  auto t0 = std::chrono::steady_clock::now();
+namespace {
+void launch_now(const Kernel& k, PreparedKernel* prepared) {
+  if (k.op == OpId::ToDevice) {
+    const KernelArg &in = k.inputs[0], &out = k.output;
+    const size_t size = dtype_size(out.dtype);
+    size_t bytes = size;
+    for (int64_t d : out.shape) bytes *= static_cast<size_t>(d);
+    copy_buffer(*in.buffer, in.byte_offset + static_cast<size_t>(in.offset) * size, *out.buffer,
+                out.byte_offset + static_cast<size_t>(out.offset) * size, bytes);
+    return;
+  }
+  Device& dev = *k.output.buffer->device;
+  if (prepared) return dev.launch(*prepared, k);
+  check(dev.supports(k), std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(),
+        " device cannot run this kernel (", op_name(k.op), " of ", dtype_name(k.output.dtype),
+        "); move the tensors to a device that can with .to(device)");
   dev.run(k);
+}
+}  // namespace
+
+void launch(const Kernel& k, bool timing, PreparedKernel* prepared) {
+  if (!timing) return launch_now(k, prepared);
+  auto t0 = std::chrono::steady_clock::now();
+  launch_now(k, prepared);
+  k.output.buffer->device->synchronize();  // an asynchronous device's time is the time to finish
   record_kernel_time(k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
@@ -342,6 +362,47 @@ class Scheduler {
   }
 
   // ---- 4. memory ----
+  // One arena per device: intermediates of the kernels that run there.
+  struct Block { size_t offset, size; };
+  struct Arena {
+    std::vector<Block> free_blocks;
+    size_t end = 0;
+    size_t align = 64;
+    std::shared_ptr<Buffer> buffer;
+
+    size_t take(size_t size) {
+      for (size_t i = 0; i < free_blocks.size(); ++i)
+        if (free_blocks[i].size >= size) {
+          Block b = free_blocks[i];
+          free_blocks.erase(free_blocks.begin() + static_cast<long>(i));
+          if (b.size > size) free_blocks.push_back({b.offset + size, b.size - size});
+          return b.offset;
+        }
+      size_t at = end;
+      end += size;
+      return at;
+    }
+    void give_back(size_t offset, size_t size) {
+      free_blocks.push_back({offset, size});
+      std::sort(free_blocks.begin(), free_blocks.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
+      for (size_t i = 0; i + 1 < free_blocks.size();)  // merge neighbours
+        if (free_blocks[i].offset + free_blocks[i].size == free_blocks[i + 1].offset) {
+          free_blocks[i].size += free_blocks[i + 1].size;
+          free_blocks.erase(free_blocks.begin() + static_cast<long>(i) + 1);
+        } else {
+          ++i;
+        }
+    }
+    // Slices start where the device can bind them (minStorageBufferOffsetAlignment on Vulkan).
+    size_t padded(size_t bytes) const { return (bytes + align - 1) / align * align; }
+  };
+
+  Arena& arena_of(const Node* n) {
+    Arena& a = arenas_[n->device];
+    a.align = std::max<size_t>(64, n->device->info().alignment);
+    return a;
+  }
+
   void plan_memory() {
     const int nk = static_cast<int>(kernels_.size());
     // Last kernel reading each node's value.
@@ -354,33 +415,6 @@ class Scheduler {
       for (auto* l : kernels_[i]->leaves) note(l, i);
       for (auto* l : kernels_[i]->epilogue_leaves) note(l, i);
     }
-    struct Block { size_t offset, size; };
-    std::vector<Block> free_blocks;
-    size_t arena_end = 0;
-    auto align = [](size_t b) { return (b + 63) / 64 * 64; };
-    auto take = [&](size_t size) {
-      for (size_t i = 0; i < free_blocks.size(); ++i)
-        if (free_blocks[i].size >= size) {
-          Block b = free_blocks[i];
-          free_blocks.erase(free_blocks.begin() + static_cast<long>(i));
-          if (b.size > size) free_blocks.push_back({b.offset + size, b.size - size});
-          return b.offset;
-        }
-      size_t at = arena_end;
-      arena_end += size;
-      return at;
-    };
-    auto give_back = [&](size_t offset, size_t size) {
-      free_blocks.push_back({offset, size});
-      std::sort(free_blocks.begin(), free_blocks.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
-      for (size_t i = 0; i + 1 < free_blocks.size();)  // merge neighbours
-        if (free_blocks[i].offset + free_blocks[i].size == free_blocks[i + 1].offset) {
-          free_blocks[i].size += free_blocks[i + 1].size;
-          free_blocks.erase(free_blocks.begin() + static_cast<long>(i) + 1);
-        } else {
-          ++i;
-        }
-    };
     g_stats.naive_bytes = g_stats.planned_bytes = g_stats.in_place = 0;
     std::vector<std::vector<const Node*>> dies_at(static_cast<size_t>(nk));
     for (auto& [n, at] : last_use)
@@ -400,32 +434,35 @@ class Scheduler {
           for (const TensorImpl* l : k.leaves) {
             const Node* p = l->node.get();
             auto it = arena_offset_.find(p);
-            if (it != arena_offset_.end() && last_use[p] == i && linear_view(l) && l->shape == out->shape &&
-                dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p)) {
+            if (it != arena_offset_.end() && p->device == out->device && last_use[p] == i && linear_view(l) &&
+                l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p)) {
               slot = it->second;
               in_place_taken_.insert(p);
               ++g_stats.in_place;
               break;
             }
           }
-        arena_offset_[out] = slot ? *slot : take(align(bytes));
+        Arena& arena = arena_of(out);
+        arena_offset_[out] = slot ? *slot : arena.take(arena.padded(bytes));
       }
       for (const Node* dead : dies_at[i]) {
         if (!arena_offset_.count(dead) || in_place_taken_.count(dead)) continue;
-        give_back(arena_offset_[dead], align(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype)));
+        Arena& arena = arena_of(dead);
+        arena.give_back(arena_offset_[dead], arena.padded(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype)));
       }
     }
-    g_stats.arena_bytes = static_cast<int64_t>(arena_end);
-    g_stats.planned_bytes += static_cast<int64_t>(arena_end);
+    g_stats.arena_bytes = 0;
+    for (auto& [dev, arena] : arenas_) g_stats.arena_bytes += static_cast<int64_t>(arena.end);
+    g_stats.planned_bytes += g_stats.arena_bytes;
     check_budget();
     if (TraceRecorder* trace = active_trace()) {
       trace->held_bytes += g_stats.planned_bytes;
       trace->naive_bytes += g_stats.naive_bytes;
     }
     // Only now, with the plan accepted, is anything allocated.
-    for (auto& [node, bytes] : stored_bytes_) stored_[node] = cpu_device().allocate(bytes);
+    for (auto& [node, bytes] : stored_bytes_) stored_[node] = node->device->allocate(bytes);
     // Even an all-empty arena is allocated, so zero-size intermediates have an address.
-    if (!arena_offset_.empty()) arena_ = cpu_device().allocate(arena_end);
+    for (auto& [dev, arena] : arenas_) arena.buffer = dev->allocate(arena.end);
   }
 
   // Refuses a plan whose peak exceeds the budget, naming the largest tensors it holds.
@@ -461,7 +498,7 @@ class Scheduler {
     } else if (auto it = stored_.find(p); it != stored_.end()) {
       a.buffer = it->second;
     } else {
-      a.buffer = arena_;
+      a.buffer = arenas_.at(p->device).buffer;
       a.byte_offset = arena_offset_.at(p);
     }
     return a;
@@ -469,7 +506,6 @@ class Scheduler {
 
   // ---- 5. run ----
   void execute() {
-    Device& dev = cpu_device();
     const bool show_kernels = debug_level("kernels");
     const bool timing = debug_level("timing");
     for (auto& pk : kernels_) {
@@ -488,26 +524,19 @@ class Scheduler {
       k.output = arg_for(&out_view);
       k.expr = pk->expr;
       k.epilogue = pk->epilogue;
-      if (k.op == OpId::Map) {
-        // The cache key: the expression and the storage dtypes fix the kernel's source.
-        uint64_t key = k.expr->hash() ^ (static_cast<uint64_t>(k.output.dtype) + 0x9e3779b97f4a7c15ull);
-        for (auto& in : k.inputs) key = (key ^ static_cast<uint64_t>(in.dtype)) * 1099511628211ull;
-        k.source_key = key;
-        if (show_kernels) {
-          expr::MapSignature sig{"map_" + std::to_string(key % 1000000), {}, k.output.dtype};
-          for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
-          std::fprintf(stderr, "[alk kernel %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(),
-                       expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
-        }
+      if (k.op == OpId::Map && show_kernels) {
+        expr::MapSignature sig{"map", {}, k.output.dtype};
+        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+        std::fprintf(stderr, "[alk kernel %s on %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(),
+                     pk->root->device->name().c_str(), expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
       } else if (show_kernels) {
         std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
-      launch(dev, k, timing);
+      launch(k, timing);
       if (TraceRecorder* trace = active_trace()) trace->kernels.push_back(std::move(k));
     }
-    dev.synchronize();
     // Stored nodes become realized data; their inputs (and so the graph below) are freed.
     for (auto& [node, buffer] : stored_) {
       Node* n = const_cast<Node*>(node);
@@ -531,7 +560,7 @@ class Scheduler {
   std::vector<std::pair<const Node*, size_t>> stored_bytes_;
   std::unordered_map<const Node*, size_t> arena_offset_;
   std::unordered_set<const Node*> in_place_taken_;
-  std::shared_ptr<Buffer> arena_;
+  std::map<Device*, Arena> arenas_;
   const Shape* broadcast_shape_ = nullptr;
   std::vector<std::unique_ptr<TensorImpl>> synthetic_;
 };

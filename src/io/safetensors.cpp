@@ -153,13 +153,6 @@ SafetensorsHeader read_header(std::FILE* f, const std::string& path, uint64_t fi
   return h;
 }
 
-// The bytes of a realized, contiguous tensor (nullptr when empty).
-const unsigned char* raw_bytes(const Tensor& t) {
-  if (t.numel() == 0) return nullptr;
-  const auto* base = static_cast<const unsigned char*>(t.impl()->node->buffer->data);
-  return base + t.offset() * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
 }  // namespace
 
 std::string_view safetensors_dtype_tag(DType t) {
@@ -207,16 +200,15 @@ SafetensorsFile load_safetensors(const std::string& path, Loc loc) {
   out.metadata = std::move(h.metadata);
   // The entries tile the data buffer in order, so the data is read sequentially.
   for (auto& e : h.entries) {
-    Tensor t = make_buffer_tensor(e.shape, e.dtype);
+    // Read on the host, then handed to the CPU device (files carry no device; `to` moves them).
     size_t bytes = static_cast<size_t>(e.end - e.begin);
-    if (bytes && !read_exact(f.get(), t.impl()->node->buffer->data, bytes))
+    std::vector<unsigned char> host(bytes);
+    if (bytes && !read_exact(f.get(), host.data(), bytes))
       fail("safetensors", loc, quoted(path), ": tensor ", quoted(e.name), ": cannot read ", bytes,
            " bytes at data offset ", e.begin, " (file changed while reading?)");
-    if (e.dtype == DType::Bool) {
-      auto* p = static_cast<unsigned char*>(t.impl()->node->buffer->data);
-      for (size_t i = 0; i < bytes; ++i) p[i] = p[i] != 0;
-    }
-    out.tensors.emplace_back(e.name, std::move(t));
+    if (e.dtype == DType::Bool)
+      for (unsigned char& c : host) c = c != 0;
+    out.tensors.emplace_back(e.name, tensor_from_host(host.data(), e.shape, e.dtype, cpu_device()));
   }
   return out;
 }
@@ -233,9 +225,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
       check(names.insert(name).second, "safetensors", loc, "cannot save ", quoted(path), ": duplicate tensor name ",
             quoted(name));
       check(t.defined(), "safetensors", loc, "cannot save ", quoted(path), ": tensor ", quoted(name), " is undefined");
-      data.push_back(t.is_realized() && t.is_contiguous() ? t : t.contiguous(loc));
+      data.push_back(t);
     }
-    realize(data);
+    realize(data);  // one schedule for all of them
   }
 
   json::Object root;
@@ -267,8 +259,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   file.write(len_bytes, 8);
   file.write(header);
   for (const Tensor& t : data) {
-    size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
-    if (bytes) file.write(raw_bytes(t), bytes);
+    const std::vector<unsigned char> bytes = host_bytes(t);
+    if (!bytes.empty()) file.write(bytes.data(), bytes.size());
   }
   file.commit();
 }

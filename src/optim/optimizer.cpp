@@ -19,21 +19,20 @@ Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)
 void Optimizer::set_lr(double lr) {
   lr_ = lr;
   // In place, so a compiled step reads the new rate from the same buffer.
-  *static_cast<double*>(lr_t_.impl()->node->buffer->data) = lr;
+  write_host(lr_t_, &lr, sizeof lr);
 }
 
 // f64, whatever the parameters' dtype: update rules cast the coefficients they derive.
 Tensor Optimizer::scalar(double v) const {
-  Tensor t = make_buffer_tensor({}, DType::F64);
-  *static_cast<double*>(t.impl()->node->buffer->data) = v;
-  return t;
+  // On the parameters' device, with the state the update rules combine it with.
+  return tensor_from_host(&v, {}, DType::F64, params_.empty() ? default_device() : params_[0].second.device());
 }
 
 Tensor Optimizer::state(size_t i, const std::string& slot) {
   for (auto& [name, t] : state_[i])
     if (name == slot) return t;
   const Tensor& p = params_[i].second;
-  Tensor z = slot == "step" ? scalar(0) : zeros(p.shape(), p.dtype()).contiguous();
+  Tensor z = slot == "step" ? scalar(0) : zeros_like(p).contiguous();
   z.realize();
   state_[i].emplace_back(slot, z);
   return state_[i].back().second;
@@ -75,9 +74,8 @@ void Optimizer::zero_grad() {
 
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
-  Tensor step = make_buffer_tensor({}, DType::I64);
-  *static_cast<int64_t*>(step.impl()->node->buffer->data) = steps();
-  out.emplace_back("step", step);
+  const int64_t count = steps();
+  out.emplace_back("step", tensor_from_host(&count, {}, DType::I64, cpu_device()));
   for (size_t i = 0; i < params_.size(); ++i)
     for (auto& [slot, t] : state_[i]) out.emplace_back(params_[i].first + "." + slot, t);
   return out;

@@ -24,12 +24,8 @@ using testing::write_file;
 
 // The contiguous row-major bytes of t (bit patterns, for f16/bf16 too).
 std::string raw(const Tensor& t) {
-  Tensor c = t.contiguous();
-  c.realize();
-  size_t n = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
-  if (n == 0) return "";
-  const char* base = static_cast<const char*>(c.impl()->node->buffer->data);
-  return std::string(base + c.offset() * static_cast<int64_t>(dtype_size(c.dtype())), n);
+  const std::vector<unsigned char> bytes = host_bytes(t);
+  return std::string(bytes.begin(), bytes.end());
 }
 
 Tensor from_u16_bits(const std::vector<uint16_t>& bits, Shape shape, DType dtype) {

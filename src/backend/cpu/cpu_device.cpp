@@ -1,22 +1,103 @@
 // The CPU Device: host memory, and kernels run on the thread pool. Map kernels go to
 // the expression evaluator (eval.h); template ops to their kernels (kernels.h).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
+#include <new>
 #include <optional>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "backend/cpu/eval.h"
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernels.h"
-#include "backend/device.h"
+#include "runtime/device.h"
 #include "expr/emit.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernel_cache.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace alk {
 
 namespace {
 
-cpu::View view_of(const KernelArg& a) { return cpu::View{a.data(), a.dtype, a.shape, a.strides, a.offset}; }
+constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
+
+// Freed blocks of 1 MB and more are kept for reuse, keyed by size class (the size rounded
+// up to 1/8 of its power of two): a fresh large block from the OS costs a page fault and
+// a page clear per 4 KB, which for a training step's buffers costs more than the kernels.
+class BlockCache {
+ public:
+  static constexpr size_t kMinCached = size_t{1} << 20;
+  static constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+
+  static size_t size_class(size_t n) {
+    if (n < kMinCached) return (n + kAlign - 1) / kAlign * kAlign;
+    size_t p = size_t{1} << (63 - __builtin_clzll(n));  // highest power of two <= n
+    size_t step = p / 8;
+    return (n + step - 1) / step * step;
+  }
+
+  void* take(size_t cls) {
+    if (cls >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= cls;
+        return p;
+      }
+    }
+    void* p = ::operator new(cls == 0 ? kAlign : cls, std::align_val_t{align_of(cls)});
+    if (cls >= kHuge) ::madvise(p, cls, MADV_HUGEPAGE);  // 2 MB pages: far fewer TLB misses streaming it
+    return p;
+  }
+
+  // Large blocks start on a 2 MB boundary so the kernel can back them with huge pages.
+  static constexpr size_t kHuge = size_t{4} << 20;
+  static size_t align_of(size_t cls) { return cls >= kHuge ? size_t{2} << 20 : kAlign; }
+
+  void give(void* p, size_t cls) {
+    if (cls >= kMinCached) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_bytes_ + cls <= kMaxCachedBytes) {
+        free_[cls].push_back(p);
+        cached_bytes_ += cls;
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t{align_of(cls)});
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [cls, blocks] : free_)
+      for (void* p : blocks) ::operator delete(p, std::align_val_t{align_of(cls)});
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+  ~BlockCache() { release(); }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache cache;
+  return cache;
+}
+
+
+cpu::View view_of(const KernelArg& a) {
+  return cpu::View{static_cast<char*>(a.buffer->handle) + a.byte_offset, a.dtype, a.shape, a.strides, a.offset};
+}
 
 std::vector<cpu::View> views_of(const std::vector<KernelArg>& args) {
   std::vector<cpu::View> v;
@@ -62,25 +143,79 @@ cpu::Reduction reduction_of(ReduceOp op) {
   return cpu::Reduction::Sum;
 }
 
+// A compiled Map kernel on the CPU: the expression the evaluator runs (kept by the cache).
+struct CpuMapKernel final : PreparedKernel {
+  const expr::Expr* program = nullptr;
+};
+struct CpuTemplateKernel final : PreparedKernel {};
+
+DeviceInfo cpu_info() {
+  DeviceInfo info;
+  info.name = info.kind = info.type = "cpu";
+  info.driver = "alk cpu (" + std::string(cpu::isa_name(cpu::isa())) + ", " +
+                std::to_string(cpu::num_threads()) + " threads)";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      info.description = line.substr(line.find(':') + 2);
+      break;
+    }
+  if (info.description.empty()) info.description = "host CPU";
+  info.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  info.alignment = kAlign;
+  info.features = {"f64", "i64", "f16", "bf16"};
+  return info;
+}
+
 class CpuDevice final : public Device {
  public:
-  std::string name() const override { return "cpu"; }
-  std::shared_ptr<Buffer> allocate(size_t bytes) override { return std::make_shared<Buffer>(bytes); }
-  void upload(Buffer& dst, const void* src, size_t bytes) override { std::memcpy(dst.data, src, bytes); }
-  void download(const Buffer& src, void* dst, size_t bytes) override { std::memcpy(dst, src.data, bytes); }
+  const DeviceInfo& info() const override {
+    static const DeviceInfo info = cpu_info();
+    return info;
+  }
+  std::shared_ptr<Buffer> allocate(size_t bytes) override {
+    return std::make_shared<Buffer>(this, block_cache().take(BlockCache::size_class(bytes)), bytes);
+  }
+  void release_cached_memory() override { block_cache().release(); }
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(static_cast<char*>(dst.handle) + offset, src, bytes);
+  }
+  void download(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    if (bytes) std::memcpy(dst, static_cast<const char*>(src.handle) + offset, bytes);
+  }
+  void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) override {
+    if (bytes) std::memmove(static_cast<char*>(dst.handle) + dst_offset, static_cast<const char*>(src.handle) + src_offset, bytes);
+  }
   void synchronize() override {}
+  bool supports(const Kernel&) const override { return true; }  // the reference runs everything
 
-  void run(const Kernel& k) override {
+  std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
+    if (k.op != OpId::Map) return template_kernel_;
+    auto p = std::make_shared<CpuMapKernel>();
+    p->program = &cpu_kernel_cache().get(map_kernel_key(k), *k.expr, [&k] {
+      expr::MapSignature sig{"map", {}, k.output.dtype};
+      for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+      return expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
+    });
+    return p;
+  }
+
+  void launch(PreparedKernel& prepared, const Kernel& k) override {
     if (k.op == OpId::Map) {
-      const expr::Expr& program = cpu_kernel_cache().get(k.source_key, *k.expr, [&k] {
-        expr::MapSignature sig{"map_" + std::to_string(k.source_key % 1000000), {}, k.output.dtype};
-        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
-        return expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
-      });
       auto in = views_of(k.inputs);
-      cpu::eval_map(program, in, view_of(k.output));
+      cpu::eval_map(*static_cast<CpuMapKernel&>(prepared).program, in, view_of(k.output));
       return;
     }
+    run_template(k);
+  }
+
+ protected:
+  void free(void* handle, size_t bytes) noexcept override { block_cache().give(handle, BlockCache::size_class(bytes)); }
+
+ private:
+  std::shared_ptr<CpuTemplateKernel> template_kernel_ = std::make_shared<CpuTemplateKernel>();
+
+  void run_template(const Kernel& k) {
     if (!k.epilogue) {
       try {
         run_core(k, view_of(k.output));
@@ -107,7 +242,7 @@ class CpuDevice final : public Device {
       int64_t numel = 1;
       for (int64_t d : core.shape) numel *= d;
       scratch = allocate(static_cast<size_t>(numel) * dtype_size(core.dtype));
-      value_data = scratch->data;
+      value_data = scratch->handle;
     }
     run_core(k, cpu::View{value_data, core.dtype, core.shape, contiguous_strides(core.shape), 0});
     std::vector<cpu::View> in{cpu::View{value_data, core.dtype, out.shape, contiguous_strides(out.shape), 0}};
@@ -215,8 +350,8 @@ class CpuDevice final : public Device {
 }  // namespace
 
 Device& cpu_device() {
-  static CpuDevice device;
-  return device;
+  static CpuDevice* device = new CpuDevice;  // never destroyed: tensors in statics free into it at exit
+  return *device;
 }
 
 }  // namespace alk

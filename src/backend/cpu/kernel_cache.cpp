@@ -2,23 +2,23 @@
 
 namespace alk {
 
-const expr::Expr& KernelCache::get(uint64_t key, const expr::Expr& e, const std::function<std::string()>& emit) {
+const expr::Expr& KernelCache::get(const std::string& key, const expr::Expr& e, const std::function<std::string()>& emit) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_hash_.find(key);
-  if (it != by_hash_.end()) {
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) {
     ++hits_;
     return it->second.second;
   }
   ++misses_;
-  auto& slot = by_hash_[key];
+  auto& slot = by_key_[key];
   slot = {emit(), e};
   return slot.second;
 }
 
-std::string KernelCache::source(uint64_t key) {
+std::string KernelCache::source(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_hash_.find(key);
-  return it == by_hash_.end() ? std::string() : it->second.first;
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? std::string() : it->second.first;
 }
 
 KernelCache& cpu_kernel_cache() {

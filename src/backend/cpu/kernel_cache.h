@@ -1,7 +1,8 @@
-// Compiled Map kernels, keyed by a hash of their source: the expression's canonical text
-// plus the storage dtypes, which determine the emitted kernel text exactly, so the text
-// itself is emitted only once per kernel (on a miss). On the CPU, "compiling" keeps the
-// expression the evaluator runs; GPU backends will key their compiled modules the same way.
+// Compiled Map kernels, keyed by map_kernel_key (runtime/kernel.h): the expression's
+// canonical text plus the storage dtypes, which determine the emitted kernel text exactly,
+// so the text itself is emitted only once per kernel (on a miss). The key is the full
+// text, not a hash of it: kernels whose hashes collide never share an entry. On the CPU,
+// "compiling" keeps the expression the evaluator runs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,15 +17,15 @@ namespace alk {
 class KernelCache {
  public:
   // `emit` produces the kernel's source text; it is called only on a miss.
-  const expr::Expr& get(uint64_t key, const expr::Expr& e, const std::function<std::string()>& emit);
-  std::string source(uint64_t key);
+  const expr::Expr& get(const std::string& key, const expr::Expr& e, const std::function<std::string()>& emit);
+  std::string source(const std::string& key);
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
-  size_t size() const { return by_hash_.size(); }
+  size_t size() const { return by_key_.size(); }
 
  private:
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::pair<std::string, expr::Expr>> by_hash_;
+  std::unordered_map<std::string, std::pair<std::string, expr::Expr>> by_key_;
   int64_t hits_ = 0, misses_ = 0;
 };
 

@@ -1,0 +1,138 @@
+// The runtime layer: what a backend implements, below both the scheduler and the backends.
+// Split by concern, as ggml's backend interface and tinygrad's runtime are:
+//   allocator  allocate(bytes) -> Buffer {device, opaque handle, bytes}, freed through the device
+//   stream     one in-order queue per device: upload/copy/launch enqueue; download and
+//              synchronize are the only calls that wait (the host waits where it reads)
+//   compiler   prepare(kernel) -> a compiled kernel, cached by its full source; launch(it, kernel)
+//   graphs     record(kernels) once -> replay() many times (a command buffer, a CUDA graph)
+//   support    supports(kernel): the scheduler sends a device only what it can run
+// and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
+// Nothing outside src/backend reads or writes device memory except through this interface.
+// Public, so a user can list devices and pick one; backends include src/runtime/device.h,
+// which adds the Kernel definition.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alk/error.h"
+
+namespace alk {
+
+class Device;
+struct Kernel;  // src/runtime/kernel.h: what a device runs
+
+// Device memory. Only the owning backend interprets the handle (a host pointer on the CPU,
+// a pool slot on Vulkan); everyone else passes the Buffer back to its device.
+struct Buffer {
+  Buffer(Device* owner, void* handle_, size_t bytes_);
+  ~Buffer();  // returns the memory to its device
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Device* const device;
+  void* const handle;
+  const size_t bytes;
+  static int64_t live_count();  // for the leak report (ALK_LEAKS=1) and tests
+  static int64_t live_bytes();
+};
+
+struct DeviceInfo {
+  std::string name;         // "cpu", "vulkan:0"
+  std::string kind;         // "cpu", "vulkan", "cuda"
+  std::string description;  // the adapter ("AMD EPYC 9R14", "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)")
+  std::string type;         // "cpu", "discrete", "integrated", "virtual", "software"
+  std::string driver;       // driver name and version
+  int64_t memory_bytes = 0;  // device-local memory (the host's RAM for the CPU)
+  size_t alignment = 64;     // the byte alignment of buffers, arena slices and bound views
+  size_t max_allocation = SIZE_MAX;
+  std::vector<std::string> features;  // "f64", "i64", "f16", "bf16", "subgroups", "cooperative_matrix", ...
+};
+
+// A kernel compiled for one device (a pipeline, a loaded module), valid for every launch
+// of a kernel with the same source.
+struct PreparedKernel {
+  virtual ~PreparedKernel() = default;
+};
+
+// A kernel list recorded once and replayed as one device object.
+struct Recording {
+  virtual ~Recording() = default;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+  const std::string& name() const { return info().name; }
+
+  // ---- allocator ----
+  // Contents are undefined. Throws alk::Error when the device cannot hold it.
+  virtual std::shared_ptr<Buffer> allocate(size_t bytes) = 0;
+  // Returns memory kept for reuse to the system (or the driver).
+  virtual void release_cached_memory() {}
+
+  // ---- stream ----
+  // src is copied before upload returns (the caller may reuse it at once).
+  virtual void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
+  // Waits for the queued work that writes src, then copies to host memory.
+  virtual void download(const Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
+  virtual void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- kernels ----
+  virtual bool supports(const Kernel& k) const = 0;
+  virtual std::shared_ptr<PreparedKernel> prepare(const Kernel& k) = 0;
+  // Enqueues k; errors found while it runs may surface here or at the next synchronize.
+  virtual void launch(PreparedKernel& prepared, const Kernel& k) = 0;
+  void run(const Kernel& k) {  // prepare + launch
+    auto p = prepare(k);
+    launch(*p, k);
+  }
+
+  // ---- record / replay ----
+  // The default records the prepared kernels and replays them one launch each; a GPU
+  // backend records them into one device object. Buffers the kernels name are kept alive.
+  virtual std::unique_ptr<Recording> record(const std::vector<Kernel>& kernels);
+  virtual void replay(Recording& recording);
+
+ protected:
+  friend struct Buffer;
+  virtual void free(void* handle, size_t bytes) noexcept = 0;
+};
+
+// ---- the registry ----
+// The CPU device, always present.
+Device& cpu_device();
+// A device by name: "cpu", "vulkan" (= vulkan:0), "vulkan:1", "cuda:0", "auto" (the best
+// GPU found, else the CPU). Unknown or absent devices raise alk::Error listing what exists.
+Device& get_device(std::string_view spec, Loc loc = Loc::current());
+// Every device this process found (probing the backends the first time).
+std::vector<Device*> available_devices();
+// A backend's probe: creates the devices it finds (may find none). Backends register one
+// at static-initialization time through DeviceRegistration.
+using DeviceProbe = std::function<std::vector<std::unique_ptr<Device>>()>;
+struct DeviceRegistration {
+  DeviceRegistration(std::string kind, int priority, DeviceProbe probe);
+};
+// Returns every device's cached memory (Device::release_cached_memory).
+void release_cached_memory();
+
+// The device new tensors are created on: ALK_DEVICE, else the CPU; DeviceGuard changes it
+// for a scope (like PyTorch's `with torch.device(...)`).
+Device& default_device();
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device& device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  Device* previous_;
+};
+
+}  // namespace alk

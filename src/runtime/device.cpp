@@ -1,0 +1,86 @@
+#include "runtime/device.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace alk {
+
+namespace {
+std::atomic<int64_t> g_live_buffers{0}, g_live_bytes{0};
+
+// ALK_LEAKS=1: buffers still alive when the program exits (tensors a static or a leak holds).
+struct LeakReport {
+  ~LeakReport() {
+    const char* v = std::getenv("ALK_LEAKS");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return;
+    std::fprintf(stderr, "[alk leaks] %lld buffers (%lld bytes) alive at exit\n",
+                 static_cast<long long>(g_live_buffers.load()), static_cast<long long>(g_live_bytes.load()));
+  }
+} g_leak_report;
+}  // namespace
+
+Buffer::Buffer(Device* owner, void* handle_, size_t bytes_) : device(owner), handle(handle_), bytes(bytes_) {
+  ++g_live_buffers;
+  g_live_bytes += static_cast<int64_t>(bytes);
+}
+
+Buffer::~Buffer() {
+  device->free(handle, bytes);
+  --g_live_buffers;
+  g_live_bytes -= static_cast<int64_t>(bytes);
+}
+
+int64_t Buffer::live_count() { return g_live_buffers; }
+int64_t Buffer::live_bytes() { return g_live_bytes; }
+
+namespace {
+struct PreparedList final : Recording {
+  std::vector<Kernel> kernels;
+  std::vector<std::shared_ptr<PreparedKernel>> prepared;
+};
+}  // namespace
+
+std::unique_ptr<Recording> Device::record(const std::vector<Kernel>& kernels) {
+  auto r = std::make_unique<PreparedList>();
+  r->kernels = kernels;
+  for (const Kernel& k : kernels) r->prepared.push_back(prepare(k));
+  return r;
+}
+
+void Device::replay(Recording& recording) {
+  auto& r = dynamic_cast<PreparedList&>(recording);
+  for (size_t i = 0; i < r.kernels.size(); ++i) launch(*r.prepared[i], r.kernels[i]);
+}
+
+void copy_buffer(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) {
+  if (bytes == 0) return;
+  if (src.device == dst.device) return src.device->copy(src, src_offset, dst, dst_offset, bytes);
+  std::vector<unsigned char> host(bytes);
+  src.device->download(src, src_offset, host.data(), bytes);
+  dst.device->upload(dst, dst_offset, host.data(), bytes);
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+std::string map_kernel_key(const Kernel& k) {
+  std::string key = k.expr ? k.expr->str() : std::string();
+  key += " -> ";
+  key += dtype_name(k.output.dtype);
+  for (const KernelArg& in : k.inputs) {
+    key += ' ';
+    key += dtype_name(in.dtype);
+  }
+  return key;
+}
+
+}  // namespace alk

@@ -1,0 +1,87 @@
+// What a device runs: a Kernel is one op (a fused elementwise expression, or a template
+// op with its parameters and optional fused prologue/epilogue) over strided windows of
+// device buffers. Kernels are plain data, copied out of the lazy graph, so a recorded
+// kernel list replays after the graph it came from is gone (alk::compile). This header
+// knows nothing of the graph or the scheduler: backends depend on it, not on them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "alk/dtype.h"
+#include "alk/error.h"
+#include "expr/expr.h"
+#include "ops/op_table.h"
+
+namespace alk {
+
+using Shape = std::vector<int64_t>;
+struct Buffer;  // runtime/device.h
+
+// ---- op parameters, one struct per template op family ----
+struct MapParams { expr::Expr expr; };                   // elementwise: expr over the inputs
+enum class ReduceOp : uint8_t { Sum, Max, Min, Prod };
+struct ReduceParams { ReduceOp op; std::vector<int> axes; };  // output keeps reduced dims as 1
+struct AxisParams { int axis; bool flag = false; };       // softmax(log), cumsum(reverse), argreduce(is_max)
+struct NormParams { int64_t inner; double eps; };
+struct IndexParams { int dim; };                          // gather, index_select, scatter_add, concat
+struct OneHotParams { int64_t num_classes; };
+struct TriParams { int64_t k; bool upper; };
+struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in dim order
+struct SliceScatterParams { int dim; int64_t start, step; };
+struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
+struct ConstParams { double value; };
+struct AttentionParams { bool causal; double scale; };
+// unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
+struct UnfoldParams {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t h, w;  // the spatial size of the [N, C, H, W] side
+  double pad_value;
+};
+using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
+                            OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
+                            AttentionParams, UnfoldParams>;
+
+Shape contiguous_strides(const Shape& shape);
+
+// A strided window on a device buffer, as a kernel sees it.
+struct KernelArg {
+  std::shared_ptr<Buffer> buffer;  // keeps the memory alive while the kernel may run
+  size_t byte_offset = 0;          // where this tensor's storage starts inside buffer (arena slices)
+  DType dtype = DType::F32;
+  Shape shape, strides;            // in elements; stride 0 on broadcast dims
+  int64_t offset = 0;              // in elements, on top of byte_offset (views)
+};
+
+// What a kernel computes, copied out of its node.
+struct KernelOp {
+  OpId op = OpId::Map;
+  Params params;
+  Shape shape, in_shape;  // the op's output shape; a Reduce's input shape
+  DType dtype = DType::F32;
+  Loc loc;
+  std::string name;  // the user-facing op, when a composite built the node
+};
+
+struct Kernel {
+  KernelOp node;        // the op (for Map: the root of the fused expression)
+  OpId op = OpId::Map;  // Map for fused elementwise kernels, else the template op
+  std::vector<KernelArg> inputs;
+  KernelArg output;
+  // Map: the fused expression over inputs. Reduce: the prologue computing the reduced
+  // value from inputs (shape = the reduce input's shape).
+  std::optional<expr::Expr> expr;
+  // Reduce/Matmul epilogue: Input slot 0 is the op's result; slot k > 0 is epilogue_inputs[k-1].
+  std::optional<expr::Expr> epilogue;
+  std::vector<KernelArg> epilogue_inputs;
+};
+
+// The text that fixes a Map kernel's generated source: the expression's canonical form and
+// the storage dtypes. Backends key their compiled-kernel caches by it (never by a hash alone:
+// two kernels whose hashes collide must not share code).
+std::string map_kernel_key(const Kernel& k);
+
+}  // namespace alk
