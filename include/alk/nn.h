@@ -30,6 +30,10 @@ class Module {
   // Strict: every key must be present and known, with a matching shape. Values are copied
   // into the parameters' dtype (as PyTorch's copy_ does).
   void load_state_dict(const NamedTensors& state, bool strict = true, Loc loc = Loc::current());
+  // Moves every parameter and buffer to device, in place (the module's tensor handles
+  // keep their identity; gradients are dropped). Returns *this.
+  Module& to(Device& device);
+  Module& to(std::string_view device, Loc loc = Loc::current());
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }

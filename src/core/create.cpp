@@ -149,6 +149,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Loc loc) {
   check(p >= 0 && p <= 1, "dropout", loc, "probability must be in [0, 1], got ", p);
   if (!training || p == 0) return x;
   if (p == 1) return x * 0.0;
+  DeviceGuard on(x.device());  // the mask is drawn where x lives
   return where(dropout_mask(x.shape(), p, loc), x * (1.0 / (1.0 - p)), 0.0, loc);
 }
 

@@ -26,8 +26,15 @@ void set(Tensor& t, const Tensor& value) {
 
 }  // namespace
 
-void normal_(Tensor& t, double mean, double std) { set(t, randn(t.shape(), DType::F32) * std + mean); }
-void uniform_(Tensor& t, double low, double high) { set(t, rand(t.shape(), DType::F32) * (high - low) + low); }
+// Drawn on the tensor's own device (the same numbers on every device: one Philox stream).
+void normal_(Tensor& t, double mean, double std) {
+  DeviceGuard on(t.device());
+  set(t, randn(t.shape(), DType::F32) * std + mean);
+}
+void uniform_(Tensor& t, double low, double high) {
+  DeviceGuard on(t.device());
+  set(t, rand(t.shape(), DType::F32) * (high - low) + low);
+}
 void zeros_(Tensor& t) { set(t, zeros(t.shape(), t.dtype()).contiguous()); }
 void ones_(Tensor& t) { set(t, ones(t.shape(), t.dtype()).contiguous()); }
 

@@ -2,6 +2,7 @@
 #include <set>
 
 #include "alk/nn.h"
+#include "graph/graph.h"
 
 namespace alk::nn {
 
@@ -64,7 +65,8 @@ void Module::load_state_dict(const NamedTensors& state, bool strict, Loc loc) {
     check(v.shape() == t.shape(), "load_state_dict", loc, "'", name, "' has shape ", to_string(v.shape()),
           " in the state dict but ", to_string(t.shape()), " in the model");
     Tensor target = t;
-    target.assign_(v.dtype() == t.dtype() ? v.contiguous() : v.to(t.dtype()), loc);  // like copy_: casts
+    Tensor value = v.to(t.device(), loc);  // like copy_: moves and casts
+    target.assign_(value.dtype() == t.dtype() ? value.contiguous() : value.to(t.dtype()), loc);
     used.insert(name);
   }
   if (!strict) return;
@@ -74,6 +76,23 @@ void Module::load_state_dict(const NamedTensors& state, bool strict, Loc loc) {
     if (!used.count(name)) unexpected += (unexpected.empty() ? "" : ", ") + name;
   check(unexpected.empty(), "load_state_dict", loc, "unexpected keys: ", unexpected);
 }
+
+Module& Module::to(Device& device) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : state_dict()) {
+    if (&t.device() == &device) continue;
+    Tensor moved = t.detach().to(device).contiguous();
+    moved.realize();
+    TensorImpl* impl = t.impl();
+    impl->node = moved.impl()->node;
+    impl->strides = moved.impl()->strides;
+    impl->offset = moved.impl()->offset;
+    impl->grad.reset();
+  }
+  return *this;
+}
+
+Module& Module::to(std::string_view device, Loc loc) { return to(get_device(device, loc)); }
 
 void Module::train(bool on) {
   training_ = on;

@@ -62,6 +62,7 @@ Tensor GPT::forward(const Tensor& ids) {
   check(ids.dim() == 2, "GPT", Loc::current(), "expected token ids [B, T], got shape ", to_string(ids.shape()));
   const int64_t t = ids.shape()[1];
   check(t <= cfg.ctx, "GPT", Loc::current(), "sequence length ", t, " exceeds the context ", cfg.ctx);
+  DeviceGuard on(ids.device());  // the positions go where the ids are
   Tensor x = wte->forward(ids) + wpe->forward(arange(t));
   for (auto& block : blocks) x = block->forward(x);
   x = ln_f->forward(x);
