@@ -105,7 +105,8 @@ void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
     check(scalar_slot ? t.numel() == 1 : t.shape() == p.shape(), "optimizer.load_state_dict", loc, "state '", key,
           "' has shape ", to_string(t.shape()), " but expected ", scalar_slot ? "a scalar" : to_string(p.shape()));
     // A handle of our own: assign_ on it must never reach the caller's tensor.
-    Tensor v = alias(scalar_slot ? t.reshape({}).to(DType::F64).contiguous() : t.to(p.dtype()).contiguous());
+    Tensor on_device = t.to(p.device(), loc);  // state lives with its parameter
+    Tensor v = alias(scalar_slot ? on_device.reshape({}).to(DType::F64).contiguous() : on_device.to(p.dtype()).contiguous());
     v.realize();
     state_[found].emplace_back(slot, v);
   }

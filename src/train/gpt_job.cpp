@@ -55,7 +55,8 @@ double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64
   double total = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
     auto [x, y] = data.batch(false, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step * c.eval_batches + i));
-    total += nn::cross_entropy(model(x), y).item();
+    Device& dev = model.wte->weight.device();
+    total += nn::cross_entropy(model(x.to(dev)), y.to(dev)).item();
   }
   model.train();
   return total / static_cast<double>(std::max<int64_t>(c.eval_batches, 1));
@@ -83,8 +84,12 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     progress.note(msg.str());
   }
 
+  // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
   nn::GPT model(model_config(c, tok.vocab_size()));
+  Device& dev = get_device(c.device);
+  model.to(dev);
+  progress.note("device: " + dev.name() + " (" + dev.info().description + ")");
   optim::AdamW opt(model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
   optim::Schedule schedule = optim::warmup(c.warmup, optim::cosine_lr(c.lr, std::max<int64_t>(c.steps - c.warmup, 1), c.min_lr));
   int64_t start = 0;
@@ -120,7 +125,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     const double lr = schedule(step);
     opt.set_lr(lr);
     auto [x, y] = data.batch(true, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step));
-    train_step({x, y});
+    train_step({x.to(dev), y.to(dev)});
     const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(c.batch * c.ctx) / secs;

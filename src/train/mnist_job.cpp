@@ -67,8 +67,16 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   const int64_t n = train_x.shape()[0];
   log << "data: MNIST from " << dir << ": " << n << " training, " << test_x.shape()[0] << " test images\n";
 
+  // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
   auto net = mnist_cnn();
+  Device& dev = get_device(c.device);
+  net->to(dev);
+  train_x = train_x.to(dev);
+  test_x = test_x.to(dev);
+  Tensor train_labels = train_split.labels.to(dev), test_labels = test_split.labels.to(dev);
+  realize({train_x, test_x, train_labels, test_labels});
+  log << "device: " << dev.name() << " (" << dev.info().description << ")\n";
   optim::AdamW opt(net->named_parameters(), c.lr, {.weight_decay = c.weight_decay});
   optim::Schedule schedule = optim::warmup(c.warmup, optim::cosine_lr(c.lr, std::max<int64_t>(c.steps - c.warmup, 1), c.min_lr));
   int64_t start = resume ? load_checkpoint(c.out, *net, opt) : 0;
@@ -79,7 +87,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
 
   // The whole step (batch gather, forward, loss, backward, AdamW) is traced once and replayed.
   Program train_step = compile([&](const std::vector<Tensor>& in) {
-    Tensor x = index_select(train_x, 0, in[0]), y = index_select(train_split.labels, 0, in[0]);
+    Tensor x = index_select(train_x, 0, in[0]), y = index_select(train_labels, 0, in[0]);
     Tensor loss = nn::cross_entropy(net->forward(x), y);
     capture("loss", loss);
     loss.backward();
@@ -93,7 +101,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
     const double lr = schedule(step);
     opt.set_lr(lr);
     Tensor rows = batch_rows(c.seed, step, c.batch, n);
-    train_step({rows});
+    train_step({rows.to(dev)});
     const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.losses.push_back(loss_value);
@@ -111,7 +119,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
     }
   }
   bar.finish();
-  result.test_accuracy = accuracy(*net, test_x, test_split.labels);
+  result.test_accuracy = accuracy(*net, test_x, test_labels);
   write_loss_svg(c.out + "/loss.svg", read_metrics(c.out + "/metrics.jsonl"), "alk MNIST CNN");
   std::ostringstream acc;
   acc << std::fixed << std::setprecision(2) << 100 * result.test_accuracy;

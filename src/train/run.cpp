@@ -8,8 +8,7 @@
 namespace alk::train {
 
 Result run(const Config& c, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
-  check(c.device == "auto" || c.device == "cpu", "train", Loc::current(), "device '", c.device,
-        "' is not available in this build (available: cpu)");
+  get_device(c.device);  // an unknown device fails here, before any work, listing the devices found
   return c.task == "mnist" ? run_mnist(c, resume, log, stop) : run_gpt(c, resume, log, stop);
 }
 

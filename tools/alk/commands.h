@@ -9,4 +9,5 @@ void add_tokenizer_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
 }  // namespace alk::cli

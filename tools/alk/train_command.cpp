@@ -30,7 +30,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--corpus", flags.corpus, "gpt: training text file (default: the KJV Bible, data/kjv.txt)");
   cmd->add_option("--data", flags.data, "mnist: directory with the IDX files (default: found automatically)");
   cmd->add_option("--steps", flags.steps, "optimizer steps")->capture_default_str();
-  cmd->add_option("--device", flags.device, "auto or cpu")->capture_default_str();
+  cmd->add_option("--device", flags.device, "auto, cpu, vulkan, vulkan:N (alk devices lists them)")->capture_default_str();
   cmd->add_option("--out", flags.out, "run directory (default runs/gpt or runs/mnist)");
   cmd->add_option("--resume", resume_dir, "continue the run in DIR from its last checkpoint");
   cmd->add_option("--config", config_file, "JSON config file (flags override it)");
