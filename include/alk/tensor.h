@@ -111,7 +111,7 @@ struct Operand {
 #define ALK_DECLARE_3(name) \
   Tensor name(const Operand& a, const Operand& b, const Operand& c, Loc loc = Loc::current());
 #define ALK_EW(name, arity, ...) ALK_DECLARE_##arity(name)
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"  // src/ops/elementwise.def, copied by CMake
 #undef ALK_EW
 #undef ALK_DECLARE_1
 #undef ALK_DECLARE_2
