@@ -1,5 +1,6 @@
 // The language-independent half of the emitters: IR rewrites for language gaps, and
 // the one walk that turns an Expr into named values inside a per-language kernel.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -176,6 +177,11 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
   return emit_detail::emit(*lang, e, sig);
+}
+
+size_t map_params_bytes(size_t inputs) {
+  const size_t k = inputs;
+  return 4 * (2 + 8 + 8 * std::max<size_t>(1, k) + (k + 1));  // n rank shape strides offset
 }
 
 namespace emit_detail {
