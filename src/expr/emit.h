@@ -61,6 +61,7 @@ struct Rewrites {
   bool expand_expm1 = false;   // expm1(x) -> Kahan's (u - 1) * x / log(u), u = exp(x)
   bool f64_to_f32 = false;     // every f64 value becomes f32 (WGSL has no f64)
   bool f64_math_in_f32 = false;  // transcendental functions of f64 computed in f32 (GLSL)
+  bool expand_pow = false;       // pow(x, y) -> C's pow from a pow defined only for x > 0 (GLSL, WGSL)
 };
 Expr rewrite(const Expr& e, const Rewrites& r);
 // Makes e's inputs and root match the signature's compute types (inserting casts),
@@ -71,6 +72,7 @@ Expr conform(const Expr& e, const MapSignature& sig);
 int build_erf(Builder& b, int x);
 int build_log1p(Builder& b, int x);
 int build_expm1(Builder& b, int x);
+int build_pow(Builder& b, int x, int y);
 
 namespace emit_detail {
 

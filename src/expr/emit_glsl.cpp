@@ -30,6 +30,7 @@ struct Glsl final : Lang {
     Rewrites r;
     r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
     r.f64_math_in_f32 = true;
+    r.expand_pow = true;
     return r;
   }
 
@@ -95,7 +96,10 @@ struct Glsl final : Lang {
     switch (s) {
       case DType::Bool: return "bool " + in + " = uint(" + raw + ") != 0u;";
       case DType::U8: return "int64_t " + in + " = int64_t(uint(" + raw + "));";
-      case DType::I32: return "int64_t " + in + " = int64_t(" + raw + ");";
+      // i32 -> i64 as an explicit sign extension: Mesa 22.3's lavapipe compares
+      // int64_t(int) with a constant as if unsigned (relu, sign, erf of negative i32
+      // inputs went wrong); the two halves built by hand compile correctly everywhere.
+      case DType::I32: return "int " + in + "_raw = " + raw + ";\n" + "int64_t " + in + " = packInt2x32(ivec2(" + in + "_raw, " + in + "_raw >> 31));";
       case DType::F16: return "float " + in + " = float(" + raw + ");";
       case DType::BF16: return "float " + in + " = uintBitsToFloat(uint(" + raw + ") << 16);";
       case DType::I64: case DType::F32: case DType::F64: return type(compute_type(s)) + " " + in + " = " + raw + ";";

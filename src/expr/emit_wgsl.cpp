@@ -30,6 +30,7 @@ struct Wgsl final : Lang {
     Rewrites r;
     r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
     r.f64_to_f32 = true;
+    r.expand_pow = true;
     return r;
   }
 

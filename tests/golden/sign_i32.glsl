@@ -29,7 +29,8 @@ void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
     uint o = p.offset[1] + i;
-    int64_t in0 = int64_t(in0_data[alk_offset(i, 0u)]);
+    int in0_raw = in0_data[alk_offset(i, 0u)];
+    int64_t in0 = packInt2x32(ivec2(in0_raw, in0_raw >> 31));
     bool v0 = (in0 > 0l);
     bool v1 = (in0 < 0l);
     int64_t v2 = int64_t(v0);
