@@ -10,7 +10,8 @@
 #   make clean       remove the build directories
 
 # Debian packages the build needs. Later issues append to this list.
-DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools
+DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
+  mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
