@@ -307,7 +307,11 @@ Context::Context(const DeviceInfo& info) : info_(info) {
   int device_type = find_memory_type(mem, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
   if (device_type < 0) device_type = find_memory_type(mem, 0, 0);
   const VkMemoryPropertyFlags device_flags = mem.memoryTypes[device_type].propertyFlags;
-  unified_ = (device_flags & host) == host && info.kind != DeviceInfo::Kind::Discrete;
+  // ALK_VK_FORCE_STAGING=1 takes the discrete-GPU path (staging copies) on any device, so
+  // machines with only lavapipe test it too.
+  const char* force_staging = std::getenv("ALK_VK_FORCE_STAGING");
+  unified_ = (device_flags & host) == host && info.kind != DeviceInfo::Kind::Discrete &&
+             !(force_staging && std::string_view(force_staging) == "1");
   Pool::Options po;
   po.memory_type = static_cast<uint32_t>(device_type);
   po.host_visible = unified_;

@@ -35,6 +35,7 @@ struct Bound {
 };
 
 Bound bind(const Context& ctx, const ViewArg& a, const char* what) {
+  if (a.strides.size() != a.shape.size()) fail(std::string(what) + ": shape and strides differ in rank");
   const int64_t esz = static_cast<int64_t>(dtype_size(a.dtype));
   int64_t lo = 0, hi = 0, numel = 1;
   for (size_t d = 0; d < a.shape.size(); ++d) {
@@ -73,6 +74,11 @@ void put32(std::vector<uint8_t>& out, uint32_t v) {
 }
 
 }  // namespace
+
+BoundView bind_view(const Context& ctx, const ViewArg& a, bool write) {
+  const Bound b = bind(ctx, a, write ? "output view" : "input view");
+  return BoundView{Binding{a.alloc, b.offset, b.bytes, write}, b.first};
+}
 
 std::string map_unsupported_reason(const Context& ctx, const std::string& glsl, size_t bindings) {
   const DeviceInfo& info = ctx.info();

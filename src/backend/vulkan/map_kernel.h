@@ -32,6 +32,17 @@ struct ViewArg {
   int64_t offset = 0;
 };
 
+// Where a view binds: `binding` covers the bytes it touches from an aligned offset, and
+// `first` is its element 0 counted from the binding's start (the value a kernel adds to
+// every index: Map kernels' offset[k], and template kernels' by the same convention).
+// Throws alk::Error when the view leaves its allocation or a limit (32-bit offsets,
+// maxStorageBufferRange) is exceeded.
+struct BoundView {
+  Binding binding;
+  uint32_t first = 0;
+};
+BoundView bind_view(const Context& ctx, const ViewArg& a, bool write);
+
 // Why device `info` cannot run this kernel source ("" when it can): f64/i64 arithmetic,
 // 8/16-bit storage, the number of buffers.
 std::string map_unsupported_reason(const Context& ctx, const std::string& glsl, size_t bindings);

@@ -5,6 +5,7 @@
 #ifdef ALK_HAVE_VULKAN
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,28 @@ TEST(VulkanDevices, NoLoaderIsReportedNotFatal) {
   const std::string cmd = std::string("ALK_VK_LOADER=/nonexistent/libvulkan.so.1 '") + self +
                           "' --gtest_filter=VulkanDevices.NoLoaderIsReportedNotFatal >/dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// Discrete GPUs upload and download through staging buffers; unified-memory devices
+// (lavapipe) map tensors directly. Run the transfer, stream and Map tests again on the
+// staging path, whatever this device is.
+TEST(VulkanStream, StagingPathPassesTheSameTests) {
+  if (std::getenv("ALK_VK_FORCE_STAGING")) GTEST_SKIP() << "already on the staging path";
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    GTEST_SKIP() << "cannot find this test binary";
+  }
+  self[n] = 0;
+  const std::string cmd = std::string("ALK_VK_FORCE_STAGING=1 '") + self +
+                          "' --gtest_filter='VulkanStream.*:VulkanMap.*:VulkanDevice.*' --gtest_brief=1 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  EXPECT_EQ(::pclose(p), 0) << out;
 }
 
 TEST(VulkanPool, AlignmentReuseAndDedicatedBlocks) {

@@ -134,6 +134,7 @@ Tolerance tolerance(DType out, bool transcendental) {
 
 struct Coverage {
   int ran = 0, unsupported_by_device = 0, rejected_by_op = 0;
+  double worst_f32_transcendental = 0;  // max |gpu - cpu| / (1 + |cpu|), for the header's numbers
 };
 
 void check_entry(Context& ctx, const ElementwiseEntry& e, DType t, std::mt19937& rng, Coverage& cov) {
@@ -198,6 +199,8 @@ void check_entry(Context& ctx, const ElementwiseEntry& e, DType t, std::mt19937&
     }
     if (std::isnan(w) && std::isnan(g)) continue;
     if (std::isinf(w) && g == w) continue;
+    if (sig.output == DType::F32 && has_transcendental(ex))
+      cov.worst_f32_transcendental = std::max(cov.worst_f32_transcendental, std::fabs(g - w) / (1 + std::fabs(w)));
     if (!(std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w))) {
       ADD_FAILURE() << e.name << " " << dtype_name(t) << " -> " << dtype_name(sig.output) << " element "
                     << i - out_offset << ": gpu " << g << " cpu " << w << " (tolerance " << tol.atol << " + "
@@ -222,7 +225,8 @@ TEST(VulkanMap, EveryElementwiseEntryEveryDtype) {
     EXPECT_GT(cov.ran, ran_before) << e.name << " ran on no dtype";
   }
   std::cout << "Map parity: " << cov.ran << " kernels ran, " << cov.unsupported_by_device
-            << " not supported by the device, " << cov.rejected_by_op << " dtypes refused by the op\n";
+            << " not supported by the device, " << cov.rejected_by_op << " dtypes refused by the op; worst f32 "
+            << "transcendental error " << cov.worst_f32_transcendental << " (relative to 1 + |cpu|)\n";
 }
 
 TEST(VulkanMap, LargeAndParamsInABuffer) {
