@@ -37,10 +37,6 @@ struct Instance {
       handles.clear();
     }
   }
-  ~Instance() {
-    // Contexts are destroyed first (they are function-local statics created after this one).
-    if (instance != VK_NULL_HANDLE) api()->vkDestroyInstance(instance, nullptr);
-  }
 
   void create(Api& vk) {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -183,9 +179,12 @@ struct Instance {
   }
 };
 
+// Never destroyed, like the devices of the runtime registry: buffers held by static
+// objects may be freed after every static destructor of ours has run, and destroying the
+// instance under a live VkDevice crashed NVIDIA's driver at exit.
 Instance& instance() {
-  static Instance i;
-  return i;
+  static Instance* i = new Instance;
+  return *i;
 }
 
 std::string hex(uint64_t v) {
@@ -261,13 +260,32 @@ std::shared_ptr<Context> Context::get(int index) {
   if (list.empty()) fail("no Vulkan device: " + unavailable_reason());
   if (index < 0 || static_cast<size_t>(index) >= list.size())
     fail("no device vulkan:" + std::to_string(index) + " (" + std::to_string(list.size()) + " found)");
+  // Contexts live as long as the process (see instance()). At exit, before the driver's
+  // own teardown (this handler is registered after the driver was loaded, so it runs
+  // first), pending work is finished and the pipeline caches are written.
   static std::mutex mutex;
-  static std::vector<std::shared_ptr<Context>> contexts;
+  static auto* contexts = new std::vector<std::shared_ptr<Context>>(list.size());
   std::lock_guard lock(mutex);
-  if (contexts.empty()) contexts.resize(list.size());
-  if (!contexts[static_cast<size_t>(index)])
-    contexts[static_cast<size_t>(index)] = std::make_shared<Context>(list[static_cast<size_t>(index)]);
-  return contexts[static_cast<size_t>(index)];
+  auto& slot = (*contexts)[static_cast<size_t>(index)];
+  if (!slot) {
+    slot = std::make_shared<Context>(list[static_cast<size_t>(index)]);
+    static const bool registered = [] {
+      std::atexit([] {
+        std::lock_guard exit_lock(mutex);
+        for (auto& c : *contexts) {
+          if (!c) continue;
+          try {
+            c->stream().synchronize();
+          } catch (const std::exception&) {  // a lost device: nothing to wait for
+          }
+          c->save_pipeline_cache();
+        }
+      });
+      return true;
+    }();
+    (void)registered;
+  }
+  return slot;
 }
 
 Context::Context(const DeviceInfo& info) : info_(info) {
