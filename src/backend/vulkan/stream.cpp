@@ -19,6 +19,7 @@ constexpr VkAccessFlags kReadsWrites =
 
 // Descriptor pools are sized for many small dispatches; a full one is replaced by a new one.
 constexpr uint32_t kSetsPerPool = 128, kBuffersPerPool = 128 * 12;
+constexpr int64_t kDispatchesPerBatch = 256;
 
 void begin(VkCommandBuffer cb, VkCommandBufferUsageFlags flags) {
   const Api& vk = *api();
@@ -234,6 +235,9 @@ void Stream::dispatch(const Pipeline& pipeline, std::span<const Binding> binding
   for (const Binding& b : bindings) b.alloc->last_use = serial_;
   totals_.dispatches += c.stats.dispatches - before.dispatches;
   totals_.barriers += c.stats.barriers - before.barriers;
+  // A long run of launches with no read in between (a training step) is submitted in
+  // pieces, so the device starts while the host still records the rest.
+  if (c.stats.dispatches >= kDispatchesPerBatch) flush_locked();
 }
 
 void Stream::copy(const std::shared_ptr<Allocation>& src, size_t src_offset, const std::shared_ptr<Allocation>& dst,

@@ -234,6 +234,24 @@ TEST(VulkanStream, BarriersOnlyBetweenDependentDispatches) {
   }
 }
 
+TEST(VulkanStream, LongRunsAreSubmittedInPieces) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  const Pipeline& pipe = ctx->pipeline(kAddOne, 2, sizeof(AddOneParams));
+  const uint32_t n = 64;
+  std::vector<float> x(n, 0.0f);
+  auto a = ctx->pool().allocate(n * 4), b = ctx->pool().allocate(n * 4);
+  Stream& s = ctx->stream();
+  s.upload(a, 0, x.data(), n * 4);
+  s.synchronize();
+  const int64_t submits = s.stats().submits;
+  AddOneParams p{n, 1.0f};
+  std::vector<Binding> ab{{a, 0, n * 4, false}, {b, 0, n * 4, true}}, ba{{b, 0, n * 4, false}, {a, 0, n * 4, true}};
+  for (int i = 0; i < 500; ++i) s.dispatch(pipe, i % 2 ? ba : ab, bytes_of(p), {1});  // dependent chain
+  EXPECT_GE(s.stats().submits - submits, 1) << "no submit before the host reads";
+  s.download(b, 0, x.data(), n * 4);  // b = a + 1 after 499 steps... a chain of 500 +1s ends in b
+  for (float v : x) ASSERT_EQ(v, 499.0f);
+}
+
 TEST(VulkanStream, FreedBuffersLiveUntilTheirCommandsFinish) {
   ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
   const Pipeline& pipe = ctx->pipeline(kAddOne, 2, sizeof(AddOneParams));
