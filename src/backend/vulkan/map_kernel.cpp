@@ -148,6 +148,7 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
   for (size_t d = 0; d < 8; ++d) put32(params, d < out.shape.size() ? static_cast<uint32_t>(out.shape[d]) : 1u);
   for (int32_t s : strides) put32(params, static_cast<uint32_t>(s));
   for (uint32_t f : first) put32(params, f);
+  if (params.size() != expr::map_params_bytes(k_in)) fail("kernel " + sig_.name + ": params block size mismatch");
 
   const DeviceInfo& info = ctx_.info();
   // A grid-stride loop covers any n: enough groups to fill the device, never more than n needs.
