@@ -1,6 +1,7 @@
 #include "backend/vulkan/context.h"
 
 #include <shaderc/shaderc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -411,7 +412,9 @@ void Context::save_pipeline_cache() {
   if (vk.vkGetPipelineCacheData(device_->device, pipeline_cache_, &n, nullptr) != VK_SUCCESS || n == 0) return;
   std::vector<char> data(n);
   if (vk.vkGetPipelineCacheData(device_->device, pipeline_cache_, &n, data.data()) != VK_SUCCESS) return;
-  const std::string tmp = pipeline_cache_path_ + "." + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".tmp";
+  // Written beside and renamed: concurrent processes (ctest -j) each replace it whole.
+  const std::string tmp = pipeline_cache_path_ + "." + std::to_string(::getpid()) + "." +
+                          std::to_string(reinterpret_cast<uintptr_t>(this)) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     out.write(data.data(), static_cast<std::streamsize>(n));
