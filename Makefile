@@ -10,7 +10,8 @@
 #   make clean       remove the build directories
 
 # Debian packages the build needs. Later issues append to this list.
-DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools
+DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
+  mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -29,7 +30,8 @@ CCACHE_BASEDIR ?= $(CURDIR)
 CCACHE_NOHASHDIR ?= true
 export CCACHE_DIR CCACHE_BASEDIR CCACHE_NOHASHDIR
 
-ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 
 # Directories `make stats` and `make format` look at.
 SOURCE_DIRS := src include tools tests bench examples

@@ -8,10 +8,18 @@
 //
 // Kernel contract, every target: output element i (0 <= i < n, row-major over the
 // output shape) is computed from input k read at element offset
-//   sum_d coord_d(i) * strides[k][d]        (element strides; 0 on broadcast dims)
-// The params block is, in this order: n, rank, shape[8], strides[max(1, inputs)][8]
-// (int64 in C++/CUDA; u32 n/rank/shape and i32 strides in GLSL/WGSL). GLSL/WGSL bind
-// inputs 0..k-1, then the output, then params, all as storage buffers.
+//   offset[k] + sum_d coord_d(i) * strides[k][d]   (element strides; 0 on broadcast dims)
+// and stored at element offset[K] + i of the output (K = number of inputs).
+// The params block is, in this order: n, rank, shape[8], strides[max(1, K)][8], and in
+// the GPU languages offset[K + 1] (int64 in C++/CUDA; u32 n/rank/shape/offset and i32
+// strides in GLSL/WGSL). C++ has no offset array: a host pointer starts anywhere, so the
+// caller passes pointers already moved to element 0. GPU buffers bind only at aligned
+// byte offsets (minStorageBufferOffsetAlignment), so a view or arena slice that starts
+// at an arbitrary element is bound at the aligned offset below it and the remainder
+// goes in offset[] (CUDA takes offsets too, so all three GPU contracts are one).
+// GLSL/WGSL bind inputs 0..K-1, then the output, as storage buffers. GLSL puts params in
+// push constants when they fit in kPushConstantBudget bytes (glsl_params_in_push_constants),
+// else in a storage buffer at binding K + 1; WGSL always binds them at K + 1.
 #pragma once
 #include <memory>
 #include <optional>
@@ -37,6 +45,14 @@ struct MapSignature {
 // A complete kernel: input k (Expr Input slot k) has storage dtype sig.inputs[k].
 std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t);
 
+// The GLSL/WGSL params block as bytes: every field is a 4-byte scalar, laid out in the
+// order above with no padding (std430 and push-constant layout agree on this).
+size_t map_params_bytes(size_t inputs);
+// The smallest maxPushConstantsSize Vulkan guarantees: GLSL kernels whose params fit use
+// push constants on every device (one, or two inputs), so the source never depends on it.
+inline constexpr size_t kPushConstantBudget = 128;
+inline bool glsl_params_in_push_constants(size_t inputs) { return map_params_bytes(inputs) <= kPushConstantBudget; }
+
 // ---- IR rewrites the emitters use (public so tests can evaluate them) ------------------
 
 struct Rewrites {
@@ -45,6 +61,7 @@ struct Rewrites {
   bool expand_expm1 = false;   // expm1(x) -> Kahan's (u - 1) * x / log(u), u = exp(x)
   bool f64_to_f32 = false;     // every f64 value becomes f32 (WGSL has no f64)
   bool f64_math_in_f32 = false;  // transcendental functions of f64 computed in f32 (GLSL)
+  bool expand_pow = false;       // pow(x, y) -> C's pow from a pow defined only for x > 0 (GLSL, WGSL)
 };
 Expr rewrite(const Expr& e, const Rewrites& r);
 // Makes e's inputs and root match the signature's compute types (inserting casts),
@@ -55,6 +72,7 @@ Expr conform(const Expr& e, const MapSignature& sig);
 int build_erf(Builder& b, int x);
 int build_log1p(Builder& b, int x);
 int build_expm1(Builder& b, int x);
+int build_pow(Builder& b, int x, int y);
 
 namespace emit_detail {
 

@@ -1,5 +1,6 @@
 // The language-independent half of the emitters: IR rewrites for language gaps, and
 // the one walk that turns an Expr into named values inside a per-language kernel.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -99,8 +100,31 @@ int build_expm1(Builder& b, int x) {
   return b.select(b.binary(Fn::Eq, u, k(1)), x, small);
 }
 
+int build_pow(Builder& b, int x, int y) {
+  // C's pow (what the CPU computes) from a pow defined only for x > 0 (GLSL's is
+  // undefined for x < 0 and for x = 0, y <= 0): |x|^y, then x = 0 and a negative x with
+  // an integral y (odd: negated) by hand; a negative x with a fractional y is NaN.
+  Type t = float_type(b, x);
+  auto k = [&](double v) { return b.constant(v, t); };
+  int ax = b.unary(Fn::Abs, x);
+  int p = b.binary(Fn::Pow, ax, y);
+  int at_zero = b.select(b.binary(Fn::Gt, y, k(0)), k(0), k(INFINITY));
+  int p0 = b.select(b.binary(Fn::Eq, ax, k(0)), at_zero, p);
+  int integral = b.binary(Fn::Eq, b.unary(Fn::Floor, y), y);
+  int half = b.binary(Fn::Mul, y, k(0.5));
+  int odd = b.binary(Fn::Ne, b.unary(Fn::Floor, half), half);
+  int negative = b.select(integral, b.select(odd, b.unary(Fn::Neg, p0), p0), k(NAN));
+  int r = b.select(b.binary(Fn::Lt, x, k(0)), negative, p0);
+  return b.select(b.binary(Fn::Eq, y, k(0)), k(1), r);  // x^0 = 1, even for x = 0 or NaN
+}
+
 Expr rewrite(const Expr& e, const Rewrites& r) {
   Expr out = e;
+  if (r.expand_pow) {
+    out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
+      return x.fn == Fn::Pow ? build_pow(b, a[0], a[1]) : -1;
+    });
+  }
   if (r.expand_erf || r.expand_log1p || r.expand_expm1) {
     out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
       if (x.fn == Fn::Erf && r.expand_erf) return build_erf(b, a[0]);
@@ -141,11 +165,18 @@ Expr conform(const Expr& e, const MapSignature& sig) {
     inputs.push_back(b.input(static_cast<int>(k), compute_type(sig.inputs[k])));
   int root = b.cast(b.inline_expr(e, inputs), compute_type(sig.output));
   // No target has an integer pow (GLSL and WGSL have none, C's returns double):
-  // compute it in f64 and truncate, as eval_scalar does.
-  return rebuild(b.finish(root), [](Builder& nb, const Node& x, const int* a) {
+  // compute it in f64 and round (where pow is exact, as in C, that is eval_scalar's
+  // truncation; where it is not, as in GLSL's f32 pow, rounding hides the last-ulp error:
+  // 5^3 = 124.99999 must still be 125). GLSL and WGSL have no < <= > >=
+  // on bool: order bools as the integers 0 and 1 (what eval_scalar does).
+  const Expr conformed = b.finish(root);
+  return rebuild(conformed, [&conformed](Builder& nb, const Node& x, const int* a) {
+    const bool ordered = x.fn == Fn::Lt || x.fn == Fn::Le || x.fn == Fn::Gt || x.fn == Fn::Ge;
+    if (ordered && conformed.nodes[static_cast<size_t>(x.args[0])].type == Type::Bool)
+      return nb.binary(x.fn, nb.cast(a[0], Type::I64), nb.cast(a[1], Type::I64));
     if (x.fn != Fn::Pow || x.type != Type::I64) return -1;
     int y = nb.binary(Fn::Pow, nb.cast(a[0], Type::F64), nb.cast(a[1], Type::F64));
-    return nb.cast(y, Type::I64);
+    return nb.cast(nb.unary(Fn::Round, y), Type::I64);
   });
 }
 
@@ -176,6 +207,11 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
   return emit_detail::emit(*lang, e, sig);
+}
+
+size_t map_params_bytes(size_t inputs) {
+  const size_t k = inputs;
+  return 4 * (2 + 8 + 8 * std::max<size_t>(1, k) + (k + 1));  // n rank shape strides offset
 }
 
 namespace emit_detail {

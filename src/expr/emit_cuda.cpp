@@ -99,17 +99,17 @@ struct Cuda final : Lang {
 
   std::string store(DType s, const std::string& v) const override {
     switch (s) {
-      case DType::F16: return "out_data[i] = __float2half_rn(" + v + ");";
-      case DType::BF16: return "out_data[i] = __float2bfloat16_rn(" + v + ");";
+      case DType::F16: return "out_data[o] = __float2half_rn(" + v + ");";
+      case DType::BF16: return "out_data[o] = __float2bfloat16_rn(" + v + ");";
       case DType::Bool: case DType::U8: case DType::I32:  // wraps to the storage width
-        return "out_data[i] = (" + storage(s) + ")" + v + ";";
-      case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+        return "out_data[o] = (" + storage(s) + ")" + v + ";";
+      case DType::I64: case DType::F32: case DType::F64: return "out_data[o] = " + v + ";";
     }
     return "";
   }
 
   std::string offset_call(int k) const override {
-    return "alk_offset(i, p.shape, p.strides[" + std::to_string(k) + "], p.rank)";
+    return "p.offset[" + std::to_string(k) + "] + alk_offset(i, p.shape, p.strides[" + std::to_string(k) + "], p.rank)";
   }
 
   std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
@@ -121,7 +121,9 @@ struct Cuda final : Lang {
     if (bf16) s += "#include <cuda_bf16.h>\n";
     if (f16 || bf16) s += "\n";
     s += "struct " + sig.name + "_params {\n  long long n, rank;\n  long long shape[8];\n";
-    s += "  long long strides[" + std::to_string(std::max<size_t>(1, sig.inputs.size())) + "][8];  // elements\n};\n\n";
+    s += "  long long strides[" + std::to_string(std::max<size_t>(1, sig.inputs.size())) + "][8];  // elements\n";
+    s += "  long long offset[" + std::to_string(sig.inputs.size() + 1) + "];  // first element: input k at [k], the output at [" +
+         std::to_string(sig.inputs.size()) + "]\n};\n\n";
     s += "// Element offset of an input for output element i: unravel i over the output shape.\n"
          "__device__ __forceinline__ long long alk_offset(long long i, const long long* shape,\n"
          "                                                const long long* strides, long long rank) {\n"
@@ -138,6 +140,7 @@ struct Cuda final : Lang {
     s += storage(sig.output) + "* __restrict__ out_data, const " + sig.name + "_params p) {\n";
     s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
     s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
+    s += "    const long long o = p.offset[" + std::to_string(sig.inputs.size()) + "] + i;\n";
     return s;
   }
 

@@ -30,6 +30,7 @@ struct Glsl final : Lang {
     Rewrites r;
     r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
     r.f64_math_in_f32 = true;
+    r.expand_pow = true;
     return r;
   }
 
@@ -95,7 +96,10 @@ struct Glsl final : Lang {
     switch (s) {
       case DType::Bool: return "bool " + in + " = uint(" + raw + ") != 0u;";
       case DType::U8: return "int64_t " + in + " = int64_t(uint(" + raw + "));";
-      case DType::I32: return "int64_t " + in + " = int64_t(" + raw + ");";
+      // i32 -> i64 as an explicit sign extension: Mesa 22.3's lavapipe compares
+      // int64_t(int) with a constant as if unsigned (relu, sign, erf of negative i32
+      // inputs went wrong); the two halves built by hand compile correctly everywhere.
+      case DType::I32: return "int " + in + "_raw = " + raw + ";\n" + "int64_t " + in + " = packInt2x32(ivec2(" + in + "_raw, " + in + "_raw >> 31));";
       case DType::F16: return "float " + in + " = float(" + raw + ");";
       case DType::BF16: return "float " + in + " = uintBitsToFloat(uint(" + raw + ") << 16);";
       case DType::I64: case DType::F32: case DType::F64: return type(compute_type(s)) + " " + in + " = " + raw + ";";
@@ -105,12 +109,12 @@ struct Glsl final : Lang {
 
   std::string store(DType s, const std::string& v) const override {
     switch (s) {
-      case DType::Bool: return "out_data[i] = uint8_t(" + v + " ? 1u : 0u);";
-      case DType::U8: return "out_data[i] = uint8_t(uint(" + v + ") & 0xffu);";
-      case DType::I32: return "out_data[i] = int(" + v + ");";
-      case DType::F16: return "out_data[i] = float16_t(" + v + ");";
-      case DType::BF16: return "out_data[i] = uint16_t(alk_f32_to_bf16(" + v + "));";
-      case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+      case DType::Bool: return "out_data[o] = uint8_t(" + v + " ? 1u : 0u);";
+      case DType::U8: return "out_data[o] = uint8_t(uint(" + v + ") & 0xffu);";
+      case DType::I32: return "out_data[o] = int(" + v + ");";
+      case DType::F16: return "out_data[o] = float16_t(" + v + ");";
+      case DType::BF16: return "out_data[o] = uint16_t(alk_f32_to_bf16(" + v + "));";
+      case DType::I64: case DType::F32: case DType::F64: return "out_data[o] = " + v + ";";
     }
     return "";
   }
@@ -143,10 +147,17 @@ struct Glsl final : Lang {
            " { " + storage(sig.inputs[k]) + " in" + std::to_string(k) + "_data[]; };\n";
     s += "layout(std430, binding = " + std::to_string(binding++) + ") writeonly buffer Out { " +
          storage(sig.output) + " out_data[]; };\n";
-    s += "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n"
-         "  uint n;\n  uint rank;\n  uint shape[8];\n"
-         "  int strides[" + std::to_string(8 * std::max<size_t>(1, sig.inputs.size())) +
-         "];  // input k, dim d at [8 * k + d], in elements\n} p;\n\n";
+    // Push constants when the block fits the budget every device has (emit.h), else a buffer.
+    const size_t k_in = sig.inputs.size();
+    if (glsl_params_in_push_constants(k_in))
+      s += "layout(push_constant) uniform Params {\n";
+    else
+      s += "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n";
+    s += "  uint n;\n  uint rank;\n  uint shape[8];\n"
+         "  int strides[" + std::to_string(8 * std::max<size_t>(1, k_in)) +
+         "];  // input k, dim d at [8 * k + d], in elements\n"
+         "  uint offset[" + std::to_string(k_in + 1) + "];  // first element: input k at [k], the output at [" +
+         std::to_string(k_in) + "]\n} p;\n\n";
     s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
          "uint alk_offset(uint i, uint k) {\n"
          "  int off = 0;\n"
@@ -154,7 +165,7 @@ struct Glsl final : Lang {
          "    off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];\n"
          "    i /= p.shape[d];\n"
          "  }\n"
-         "  return uint(off);\n"
+         "  return p.offset[k] + uint(off);\n"
          "}\n\n";
     if (sig.output == DType::BF16)
       s += "// Round to nearest even; NaN stays a (quiet) NaN.\n"
@@ -166,6 +177,7 @@ struct Glsl final : Lang {
     s += "void main() {\n";
     s += "  uint step = gl_NumWorkGroups.x * 256u;\n";
     s += "  for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {\n";
+    s += "    uint o = p.offset[" + std::to_string(k_in) + "] + i;\n";
     return s;
   }
 

@@ -30,6 +30,7 @@ struct Wgsl final : Lang {
     Rewrites r;
     r.expand_erf = r.expand_log1p = r.expand_expm1 = true;
     r.f64_to_f32 = true;
+    r.expand_pow = true;
     return r;
   }
 
@@ -108,11 +109,11 @@ struct Wgsl final : Lang {
 
   std::string store(DType s, const std::string& v) const override {
     switch (s) {
-      case DType::Bool: return "alk_store_bits(i, 8u, select(0u, 1u, " + v + "));";
-      case DType::U8: return "alk_store_bits(i, 8u, u32(" + v + ") & 0xffu);";  // wraps, as C++ does
-      case DType::F16: return "alk_store_bits(i, 16u, pack2x16float(vec2<f32>(" + v + ", 0.0f)) & 0xffffu);";
-      case DType::BF16: return "alk_store_bits(i, 16u, alk_f32_to_bf16(" + v + "));";
-      case DType::I32: case DType::I64: case DType::F32: case DType::F64: return "out_data[i] = " + v + ";";
+      case DType::Bool: return "alk_store_bits(o, 8u, select(0u, 1u, " + v + "));";
+      case DType::U8: return "alk_store_bits(o, 8u, u32(" + v + ") & 0xffu);";  // wraps, as C++ does
+      case DType::F16: return "alk_store_bits(o, 16u, pack2x16float(vec2<f32>(" + v + ", 0.0f)) & 0xffffu);";
+      case DType::BF16: return "alk_store_bits(o, 16u, alk_f32_to_bf16(" + v + "));";
+      case DType::I32: case DType::I64: case DType::F32: case DType::F64: return "out_data[o] = " + v + ";";
     }
     return "";
   }
@@ -130,7 +131,9 @@ struct Wgsl final : Lang {
       s += "// note: WGSL has no 64-bit types: f64 is narrowed to f32 and i64 to i32 here, in buffers too\n";
     s += "\nstruct Params {\n  n: u32,\n  rank: u32,\n  shape: array<u32, 8>,\n";
     s += "  strides: array<i32, " + std::to_string(8 * std::max<size_t>(1, sig.inputs.size())) +
-         ">,  // input k, dim d at [8 * k + d], in elements\n}\n\n";
+         ">,  // input k, dim d at [8 * k + d], in elements\n";
+    s += "  offset: array<u32, " + std::to_string(sig.inputs.size() + 1) + ">,  // first element: input k at [k], the output at [" +
+         std::to_string(sig.inputs.size()) + "]\n}\n\n";
     int binding = 0;
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "@group(0) @binding(" + std::to_string(binding++) + ") var<storage, read> in" + std::to_string(k) +
@@ -147,7 +150,7 @@ struct Wgsl final : Lang {
          "    off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];\n"
          "    i /= p.shape[d];\n"
          "  }\n"
-         "  return u32(off);\n"
+         "  return p.offset[k] + u32(off);\n"
          "}\n\n";
     if (packed(sig.output))
       s += "// Writes the low `bits` bits of v as element i of a packed output; other invocations\n"
@@ -170,6 +173,7 @@ struct Wgsl final : Lang {
     s += "fn " + sig.name + "(@builtin(global_invocation_id) gid: vec3<u32>,\n";
     s += std::string(sig.name.size() + 4, ' ') + "@builtin(num_workgroups) groups: vec3<u32>) {\n";
     s += "  for (var i = gid.x; i < p.n; i += groups.x * 256u) {\n";
+    s += "    let o = p.offset[" + std::to_string(sig.inputs.size()) + "] + i;\n";
     return s;
   }
 

@@ -8,11 +8,12 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { uint8_t in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { float out_data[]; };
-layout(std430, binding = 2) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[8];  // input k, dim d at [8 * k + d], in elements
+  uint offset[2];  // first element: input k at [k], the output at [1]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -22,12 +23,13 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[1] + i;
     int64_t in0 = int64_t(uint(in0_data[alk_offset(i, 0u)]));
     float v0 = float(in0);
     float v1 = exp(v0);
@@ -41,6 +43,6 @@ void main() {
     float v9 = (v8 ? (-1.0) : v7);
     bool v10 = (v1 == 1.0);
     float v11 = (v10 ? v0 : v9);
-    out_data[i] = v11;
+    out_data[o] = v11;
   }
 }

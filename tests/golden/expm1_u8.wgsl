@@ -7,6 +7,7 @@ struct Params {
   rank: u32,
   shape: array<u32, 8>,
   strides: array<i32, 8>,  // input k, dim d at [8 * k + d], in elements
+  offset: array<u32, 2>,  // first element: input k at [k], the output at [1]
 }
 
 @group(0) @binding(0) var<storage, read> in0_data: array<u32>;
@@ -21,13 +22,14 @@ fn alk_offset(i0: u32, k: u32) -> u32 {
     off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];
     i /= p.shape[d];
   }
-  return u32(off);
+  return p.offset[k] + u32(off);
 }
 
 @compute @workgroup_size(256)
 fn golden_expm1_u8(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
+    let o = p.offset[1] + i;
     let in0_at = alk_offset(i, 0u);
     let in0: i32 = i32((in0_data[in0_at >> 2u] >> ((in0_at & 3u) * 8u)) & 0xffu);
     let v0: f32 = f32(in0);
@@ -42,6 +44,6 @@ fn golden_expm1_u8(@builtin(global_invocation_id) gid: vec3<u32>,
     let v9: f32 = select(v7, (-1.0f), v8);
     let v10: bool = (v1 == 1.0f);
     let v11: f32 = select(v9, v0, v10);
-    out_data[i] = v11;
+    out_data[o] = v11;
   }
 }

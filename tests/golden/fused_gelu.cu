@@ -5,6 +5,7 @@ struct golden_fused_gelu_params {
   long long n, rank;
   long long shape[8];
   long long strides[3][8];  // elements
+  long long offset[4];  // first element: input k at [k], the output at [3]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -21,9 +22,10 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_fused_gelu(const float* __restrict__ in0_data, const float* __restrict__ in1_data, const float* __restrict__ in2_data, float* __restrict__ out_data, const golden_fused_gelu_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const float in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const float in1 = in1_data[alk_offset(i, p.shape, p.strides[1], p.rank)];
-    const float in2 = in2_data[alk_offset(i, p.shape, p.strides[2], p.rank)];
+    const long long o = p.offset[3] + i;
+    const float in0 = in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)];
+    const float in1 = in1_data[p.offset[1] + alk_offset(i, p.shape, p.strides[1], p.rank)];
+    const float in2 = in2_data[p.offset[2] + alk_offset(i, p.shape, p.strides[2], p.rank)];
     const float v0 = (in0 * in1);
     const float v1 = (in2 + v0);
     const float v2 = (v1 * 0.5f);
@@ -31,6 +33,6 @@ extern "C" __global__ void golden_fused_gelu(const float* __restrict__ in0_data,
     const float v4 = erff(v3);
     const float v5 = (1.0f + v4);
     const float v6 = (v2 * v5);
-    out_data[i] = v6;
+    out_data[o] = v6;
   }
 }

@@ -13,6 +13,7 @@ layout(std430, binding = 4) readonly buffer Params {
   uint rank;
   uint shape[8];
   int strides[24];  // input k, dim d at [8 * k + d], in elements
+  uint offset[4];  // first element: input k at [k], the output at [3]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -22,12 +23,13 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[3] + i;
     float in0 = in0_data[alk_offset(i, 0u)];
     float in1 = in1_data[alk_offset(i, 1u)];
     float in2 = in2_data[alk_offset(i, 2u)];
@@ -58,6 +60,6 @@ void main() {
     float v24 = (v23 ? v22 : v21);
     float v25 = (1.0 + v24);
     float v26 = (v2 * v25);
-    out_data[i] = v26;
+    out_data[o] = v26;
   }
 }

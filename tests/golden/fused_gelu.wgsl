@@ -7,6 +7,7 @@ struct Params {
   rank: u32,
   shape: array<u32, 8>,
   strides: array<i32, 24>,  // input k, dim d at [8 * k + d], in elements
+  offset: array<u32, 4>,  // first element: input k at [k], the output at [3]
 }
 
 @group(0) @binding(0) var<storage, read> in0_data: array<f32>;
@@ -23,13 +24,14 @@ fn alk_offset(i0: u32, k: u32) -> u32 {
     off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];
     i /= p.shape[d];
   }
-  return u32(off);
+  return p.offset[k] + u32(off);
 }
 
 @compute @workgroup_size(256)
 fn golden_fused_gelu(@builtin(global_invocation_id) gid: vec3<u32>,
                      @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
+    let o = p.offset[3] + i;
     let in0: f32 = in0_data[alk_offset(i, 0u)];
     let in1: f32 = in1_data[alk_offset(i, 1u)];
     let in2: f32 = in2_data[alk_offset(i, 2u)];
@@ -60,6 +62,6 @@ fn golden_fused_gelu(@builtin(global_invocation_id) gid: vec3<u32>,
     let v24: f32 = select(v21, v22, v23);
     let v25: f32 = (1.0f + v24);
     let v26: f32 = (v2 * v25);
-    out_data[i] = v26;
+    out_data[o] = v26;
   }
 }

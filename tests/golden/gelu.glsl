@@ -6,11 +6,12 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { float in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { float out_data[]; };
-layout(std430, binding = 2) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[8];  // input k, dim d at [8 * k + d], in elements
+  uint offset[2];  // first element: input k at [k], the output at [1]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -20,12 +21,13 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[1] + i;
     float in0 = in0_data[alk_offset(i, 0u)];
     float v0 = (in0 * 0.5);
     float v1 = (in0 * 0.70710677);
@@ -52,6 +54,6 @@ void main() {
     float v22 = (v21 ? v20 : v19);
     float v23 = (1.0 + v22);
     float v24 = (v0 * v23);
-    out_data[i] = v24;
+    out_data[o] = v24;
   }
 }

@@ -5,6 +5,7 @@ struct golden_lt_bool_params {
   long long n, rank;
   long long shape[8];
   long long strides[2][8];  // elements
+  long long offset[3];  // first element: input k at [k], the output at [2]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -21,9 +22,10 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_lt_bool(const float* __restrict__ in0_data, const float* __restrict__ in1_data, unsigned char* __restrict__ out_data, const golden_lt_bool_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const float in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
-    const float in1 = in1_data[alk_offset(i, p.shape, p.strides[1], p.rank)];
+    const long long o = p.offset[2] + i;
+    const float in0 = in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)];
+    const float in1 = in1_data[p.offset[1] + alk_offset(i, p.shape, p.strides[1], p.rank)];
     const bool v0 = (in0 < in1);
-    out_data[i] = (unsigned char)v0;
+    out_data[o] = (unsigned char)v0;
   }
 }

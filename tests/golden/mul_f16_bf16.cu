@@ -8,6 +8,7 @@ struct golden_mul_f16_bf16_params {
   long long n, rank;
   long long shape[8];
   long long strides[2][8];  // elements
+  long long offset[3];  // first element: input k at [k], the output at [2]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -24,9 +25,10 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_mul_f16_bf16(const __half* __restrict__ in0_data, const __nv_bfloat16* __restrict__ in1_data, float* __restrict__ out_data, const golden_mul_f16_bf16_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const float in0 = __half2float(in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)]);
-    const float in1 = __bfloat162float(in1_data[alk_offset(i, p.shape, p.strides[1], p.rank)]);
+    const long long o = p.offset[2] + i;
+    const float in0 = __half2float(in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)]);
+    const float in1 = __bfloat162float(in1_data[p.offset[1] + alk_offset(i, p.shape, p.strides[1], p.rank)]);
     const float v0 = (in0 * in1);
-    out_data[i] = v0;
+    out_data[o] = v0;
   }
 }

@@ -8,11 +8,12 @@ layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer In0 { float16_t in0_data[]; };
 layout(std430, binding = 1) readonly buffer In1 { uint16_t in1_data[]; };
 layout(std430, binding = 2) writeonly buffer Out { float out_data[]; };
-layout(std430, binding = 3) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[16];  // input k, dim d at [8 * k + d], in elements
+  uint offset[3];  // first element: input k at [k], the output at [2]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -22,15 +23,16 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[2] + i;
     float in0 = float(in0_data[alk_offset(i, 0u)]);
     float in1 = uintBitsToFloat(uint(in1_data[alk_offset(i, 1u)]) << 16);
     float v0 = (in0 * in1);
-    out_data[i] = v0;
+    out_data[o] = v0;
   }
 }

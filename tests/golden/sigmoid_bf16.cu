@@ -7,6 +7,7 @@ struct golden_sigmoid_bf16_params {
   long long n, rank;
   long long shape[8];
   long long strides[1][8];  // elements
+  long long offset[2];  // first element: input k at [k], the output at [1]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -23,11 +24,12 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_sigmoid_bf16(const __nv_bfloat16* __restrict__ in0_data, __nv_bfloat16* __restrict__ out_data, const golden_sigmoid_bf16_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const float in0 = __bfloat162float(in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)]);
+    const long long o = p.offset[1] + i;
+    const float in0 = __bfloat162float(in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)]);
     const float v0 = (-in0);
     const float v1 = expf(v0);
     const float v2 = (1.0f + v1);
     const float v3 = (1.0f / v2);
-    out_data[i] = __float2bfloat16_rn(v3);
+    out_data[o] = __float2bfloat16_rn(v3);
   }
 }

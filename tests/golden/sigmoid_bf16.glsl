@@ -7,11 +7,12 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { uint16_t in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { uint16_t out_data[]; };
-layout(std430, binding = 2) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[8];  // input k, dim d at [8 * k + d], in elements
+  uint offset[2];  // first element: input k at [k], the output at [1]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -21,7 +22,7 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 // Round to nearest even; NaN stays a (quiet) NaN.
@@ -34,11 +35,12 @@ uint alk_f32_to_bf16(float v) {
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[1] + i;
     float in0 = uintBitsToFloat(uint(in0_data[alk_offset(i, 0u)]) << 16);
     float v0 = (-in0);
     float v1 = exp(v0);
     float v2 = (1.0 + v1);
     float v3 = (1.0 / v2);
-    out_data[i] = uint16_t(alk_f32_to_bf16(v3));
+    out_data[o] = uint16_t(alk_f32_to_bf16(v3));
   }
 }

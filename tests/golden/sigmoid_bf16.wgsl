@@ -7,6 +7,7 @@ struct Params {
   rank: u32,
   shape: array<u32, 8>,
   strides: array<i32, 8>,  // input k, dim d at [8 * k + d], in elements
+  offset: array<u32, 2>,  // first element: input k at [k], the output at [1]
 }
 
 @group(0) @binding(0) var<storage, read> in0_data: array<u32>;
@@ -21,7 +22,7 @@ fn alk_offset(i0: u32, k: u32) -> u32 {
     off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];
     i /= p.shape[d];
   }
-  return u32(off);
+  return p.offset[k] + u32(off);
 }
 
 // Writes the low `bits` bits of v as element i of a packed output; other invocations
@@ -45,12 +46,13 @@ fn alk_f32_to_bf16(v: f32) -> u32 {
 fn golden_sigmoid_bf16(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
+    let o = p.offset[1] + i;
     let in0_at = alk_offset(i, 0u);
     let in0: f32 = bitcast<f32>(((in0_data[in0_at >> 1u] >> ((in0_at & 1u) * 16u)) & 0xffffu) << 16u);
     let v0: f32 = (-in0);
     let v1: f32 = exp(v0);
     let v2: f32 = (1.0f + v1);
     let v3: f32 = (1.0f / v2);
-    alk_store_bits(i, 16u, alk_f32_to_bf16(v3));
+    alk_store_bits(o, 16u, alk_f32_to_bf16(v3));
   }
 }

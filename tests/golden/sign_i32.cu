@@ -5,6 +5,7 @@ struct golden_sign_i32_params {
   long long n, rank;
   long long shape[8];
   long long strides[1][8];  // elements
+  long long offset[2];  // first element: input k at [k], the output at [1]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -21,12 +22,13 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_sign_i32(const int* __restrict__ in0_data, int* __restrict__ out_data, const golden_sign_i32_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const long long in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
+    const long long o = p.offset[1] + i;
+    const long long in0 = in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)];
     const bool v0 = (in0 > 0ll);
     const bool v1 = (in0 < 0ll);
     const long long v2 = ((long long)v0);
     const long long v3 = ((long long)v1);
     const long long v4 = (v2 - v3);
-    out_data[i] = (int)v4;
+    out_data[o] = (int)v4;
   }
 }

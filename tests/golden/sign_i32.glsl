@@ -7,11 +7,12 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { int in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { int out_data[]; };
-layout(std430, binding = 2) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[8];  // input k, dim d at [8 * k + d], in elements
+  uint offset[2];  // first element: input k at [k], the output at [1]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -21,18 +22,20 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
-    int64_t in0 = int64_t(in0_data[alk_offset(i, 0u)]);
+    uint o = p.offset[1] + i;
+    int in0_raw = in0_data[alk_offset(i, 0u)];
+    int64_t in0 = packInt2x32(ivec2(in0_raw, in0_raw >> 31));
     bool v0 = (in0 > 0l);
     bool v1 = (in0 < 0l);
     int64_t v2 = int64_t(v0);
     int64_t v3 = int64_t(v1);
     int64_t v4 = (v2 - v3);
-    out_data[i] = int(v4);
+    out_data[o] = int(v4);
   }
 }

@@ -8,6 +8,7 @@ struct Params {
   rank: u32,
   shape: array<u32, 8>,
   strides: array<i32, 8>,  // input k, dim d at [8 * k + d], in elements
+  offset: array<u32, 2>,  // first element: input k at [k], the output at [1]
 }
 
 @group(0) @binding(0) var<storage, read> in0_data: array<i32>;
@@ -22,19 +23,20 @@ fn alk_offset(i0: u32, k: u32) -> u32 {
     off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];
     i /= p.shape[d];
   }
-  return u32(off);
+  return p.offset[k] + u32(off);
 }
 
 @compute @workgroup_size(256)
 fn golden_sign_i32(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
+    let o = p.offset[1] + i;
     let in0: i32 = in0_data[alk_offset(i, 0u)];
     let v0: bool = (in0 > 0i);
     let v1: bool = (in0 < 0i);
     let v2: i32 = i32(v0);
     let v3: i32 = i32(v1);
     let v4: i32 = (v2 - v3);
-    out_data[i] = v4;
+    out_data[o] = v4;
   }
 }

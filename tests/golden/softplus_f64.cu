@@ -5,6 +5,7 @@ struct golden_softplus_f64_params {
   long long n, rank;
   long long shape[8];
   long long strides[1][8];  // elements
+  long long offset[2];  // first element: input k at [k], the output at [1]
 };
 
 // Element offset of an input for output element i: unravel i over the output shape.
@@ -21,13 +22,14 @@ __device__ __forceinline__ long long alk_offset(long long i, const long long* sh
 extern "C" __global__ void golden_softplus_f64(const double* __restrict__ in0_data, double* __restrict__ out_data, const golden_softplus_f64_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
-    const double in0 = in0_data[alk_offset(i, p.shape, p.strides[0], p.rank)];
+    const long long o = p.offset[1] + i;
+    const double in0 = in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)];
     const double v0 = (((in0 != in0) || (in0 > 0.0)) ? in0 : 0.0);
     const double v1 = fabs(in0);
     const double v2 = (-v1);
     const double v3 = exp(v2);
     const double v4 = log1p(v3);
     const double v5 = (v0 + v4);
-    out_data[i] = v5;
+    out_data[o] = v5;
   }
 }

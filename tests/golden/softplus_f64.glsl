@@ -7,11 +7,12 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { double in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { double out_data[]; };
-layout(std430, binding = 2) readonly buffer Params {
+layout(push_constant) uniform Params {
   uint n;
   uint rank;
   uint shape[8];
   int strides[8];  // input k, dim d at [8 * k + d], in elements
+  uint offset[2];  // first element: input k at [k], the output at [1]
 } p;
 
 // Element offset of input k for output element i: unravel i over the output shape.
@@ -21,12 +22,13 @@ uint alk_offset(uint i, uint k) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];
     i /= p.shape[d];
   }
-  return uint(off);
+  return p.offset[k] + uint(off);
 }
 
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    uint o = p.offset[1] + i;
     double in0 = in0_data[alk_offset(i, 0u)];
     double v0 = ((isnan(in0) || (in0 > 0.0lf)) ? in0 : 0.0lf);
     double v1 = abs(in0);
@@ -46,6 +48,6 @@ void main() {
     bool v15 = (1.0lf == v6);
     double v16 = (v15 ? v5 : v14);
     double v17 = (v0 + v16);
-    out_data[i] = v17;
+    out_data[o] = v17;
   }
 }

@@ -8,6 +8,7 @@ struct Params {
   rank: u32,
   shape: array<u32, 8>,
   strides: array<i32, 8>,  // input k, dim d at [8 * k + d], in elements
+  offset: array<u32, 2>,  // first element: input k at [k], the output at [1]
 }
 
 @group(0) @binding(0) var<storage, read> in0_data: array<f32>;
@@ -22,13 +23,14 @@ fn alk_offset(i0: u32, k: u32) -> u32 {
     off += i32(i % p.shape[d]) * p.strides[8u * k + u32(d)];
     i /= p.shape[d];
   }
-  return u32(off);
+  return p.offset[k] + u32(off);
 }
 
 @compute @workgroup_size(256)
 fn golden_softplus_f64(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) groups: vec3<u32>) {
   for (var i = gid.x; i < p.n; i += groups.x * 256u) {
+    let o = p.offset[1] + i;
     let in0: f32 = in0_data[alk_offset(i, 0u)];
     let v0: f32 = select(0.0f, in0, ((in0 != in0) || (in0 > 0.0f)));
     let v1: f32 = abs(in0);
@@ -44,6 +46,6 @@ fn golden_softplus_f64(@builtin(global_invocation_id) gid: vec3<u32>,
     let v11: bool = (1.0f == v4);
     let v12: f32 = select(v10, v3, v11);
     let v13: f32 = (v0 + v12);
-    out_data[i] = v13;
+    out_data[o] = v13;
   }
 }

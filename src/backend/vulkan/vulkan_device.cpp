@@ -1,0 +1,254 @@
+#include "backend/vulkan/vulkan_device.h"
+
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/stream.h"
+
+namespace alk::vk {
+
+namespace {
+
+// What a Buffer's opaque handle points to on this backend.
+struct Slot {
+  std::shared_ptr<Allocation> alloc;
+};
+
+std::mutex& template_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<OpId, TemplateOp>& template_ops() {
+  static std::map<OpId, TemplateOp> ops;
+  return ops;
+}
+
+expr::MapSignature map_signature(const Kernel& k) {
+  expr::MapSignature sig{"map", {}, k.output.dtype};
+  for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
+  return sig;
+}
+
+std::string layout_reason(const Context& ctx, const Kernel& k) {
+  if (k.output.shape.size() > 8) return "rank " + std::to_string(k.output.shape.size()) + " > 8";
+  int64_t n = 1;
+  for (int64_t d : k.output.shape) n *= d;
+  if (n > std::numeric_limits<uint32_t>::max()) return "more than 2^32 elements (32-bit indices)";
+  // Each view binds only the bytes it touches; those must fit one binding.
+  auto span_bytes = [](const KernelArg& a) {
+    uint64_t elements = 1;
+    for (size_t d = 0; d < a.shape.size() && d < a.strides.size(); ++d)
+      elements += static_cast<uint64_t>(a.shape[d] > 0 ? a.shape[d] - 1 : 0) * static_cast<uint64_t>(std::abs(a.strides[d]));
+    return elements * dtype_size(a.dtype);
+  };
+  const uint64_t range = ctx.info().max_storage_buffer_range;
+  for (const KernelArg& a : k.inputs)
+    if (span_bytes(a) > range) return "an input spans more than maxStorageBufferRange (" + std::to_string(range) + " bytes)";
+  if (span_bytes(k.output) > range) return "the output spans more than maxStorageBufferRange (" + std::to_string(range) + " bytes)";
+  return "";
+}
+
+struct PreparedMap final : PreparedKernel {
+  std::unique_ptr<MapKernel> kernel;
+};
+struct PreparedTemplate final : PreparedKernel {
+  TemplateOp op;
+};
+
+struct VulkanRecording final : alk::Recording {
+  std::shared_ptr<vk::Recording> commands;
+};
+
+alk::DeviceInfo runtime_info(const vk::DeviceInfo& d) {
+  alk::DeviceInfo info;
+  info.name = "vulkan:" + std::to_string(d.index);
+  info.kind = "vulkan";
+  info.description = d.name;
+  switch (d.kind) {
+    case vk::DeviceInfo::Kind::Discrete: info.type = "discrete"; break;
+    case vk::DeviceInfo::Kind::Integrated: info.type = "integrated"; break;
+    case vk::DeviceInfo::Kind::Virtual: info.type = "virtual"; break;
+    case vk::DeviceInfo::Kind::Cpu: case vk::DeviceInfo::Kind::Other: info.type = "software"; break;
+  }
+  info.driver = d.driver_name + " " + d.driver_info;
+  for (const auto& h : d.heaps)
+    if (h.device_local) info.memory_bytes = std::max<int64_t>(info.memory_bytes, static_cast<int64_t>(h.bytes));
+  info.alignment = std::max<size_t>(64, static_cast<size_t>(d.min_storage_offset_alignment));
+  info.max_allocation = d.max_memory_allocation ? d.max_memory_allocation : SIZE_MAX;
+  if (d.float64) info.features.push_back("f64");
+  if (d.int64) info.features.push_back("i64");
+  if (d.storage16) info.features.push_back("f16"), info.features.push_back("bf16");
+  if (d.storage8) info.features.push_back("u8"), info.features.push_back("bool");
+  if (d.subgroup_size) info.features.push_back("subgroups(" + std::to_string(d.subgroup_size) + ")");
+  if (d.cooperative_matrix) info.features.push_back("cooperative_matrix");
+  return info;
+}
+
+class VulkanDevice final : public Device {
+ public:
+  explicit VulkanDevice(const vk::DeviceInfo& d) : index_(d.index), info_(runtime_info(d)) {}
+  const alk::DeviceInfo& info() const override { return info_; }
+
+  std::shared_ptr<Buffer> allocate(size_t bytes) override {
+    auto slot = new Slot{ctx().pool().allocate(bytes)};
+    return std::make_shared<Buffer>(this, slot, bytes);
+  }
+  void release_cached_memory() override {
+    if (!ctx_) return;
+    ctx_->stream().synchronize();  // what pending work kept alive is released
+    ctx_->pool().trim();
+    ctx_->staging().trim();
+  }
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    ctx().stream().upload(alloc(dst), offset, src, bytes);
+  }
+  void download(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    ctx().stream().download(alloc(src), offset, dst, bytes);
+  }
+  void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) override {
+    if (src.device != this || dst.device != this) return copy_buffer(src, src_offset, dst, dst_offset, bytes);
+    ctx().stream().copy(alloc(src), src_offset, alloc(dst), dst_offset, bytes);
+  }
+  void synchronize() override {
+    if (ctx_) ctx_->stream().synchronize();
+  }
+
+  bool supports(const Kernel& k) const override { return unsupported(k).empty(); }
+
+  std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
+    if (std::string why = unsupported(k); !why.empty())
+      fail(std::string(op_name(k.node.op)) + " cannot run on " + info_.name + ": " + why);
+    if (k.op != OpId::Map) {
+      auto p = std::make_shared<PreparedTemplate>();
+      std::lock_guard lock(template_mutex());
+      p->op = template_ops().at(k.op);
+      return p;
+    }
+    const std::string key = map_kernel_key(k);
+    std::lock_guard lock(mutex_);
+    auto& slot = prepared_[key];
+    if (!slot) {
+      auto p = std::make_shared<PreparedMap>();
+      p->kernel = std::make_unique<MapKernel>(ctx(), *k.expr, map_signature(k));
+      slot = p;
+    }
+    return slot;
+  }
+
+  void launch(PreparedKernel& prepared, const Kernel& k) override { encode(ctx().stream(), prepared, k); }
+
+  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
+    auto r = std::make_unique<VulkanRecording>();
+    r->commands = ctx().stream().record();
+    for (const Kernel& k : kernels) {
+      auto p = prepare(k);
+      encode(*r->commands, *p, k);
+      r->commands->keep(p);
+      // The buffers the recording names stay alive with it (their allocations already do,
+      // but the Buffer objects own the handles).
+      for (const KernelArg& a : k.inputs) r->commands->keep(a.buffer);
+      for (const KernelArg& a : k.epilogue_inputs) r->commands->keep(a.buffer);
+      r->commands->keep(k.output.buffer);
+    }
+    r->commands->finish();
+    return r;
+  }
+  void replay(alk::Recording& recording) override {
+    auto* r = dynamic_cast<VulkanRecording*>(&recording);
+    if (!r) fail("replay of a recording made by another device");
+    ctx().stream().replay(r->commands);
+  }
+
+  std::string unsupported(const Kernel& k) const {
+    const std::string key = k.op == OpId::Map ? map_kernel_key(k) : std::string();
+    if (k.op == OpId::Map) {
+      std::lock_guard lock(mutex_);
+      if (auto it = reasons_.find(key); it != reasons_.end())
+        return it->second.empty() ? layout_reason(ctx(), k) : it->second;
+    }
+    std::string why;
+    if (k.op == OpId::Map) {
+      if (!k.expr) {
+        why = "a Map kernel without an expression";
+      } else {
+        const expr::MapSignature sig = map_signature(k);
+        const std::string glsl = expr::emit_map_kernel(*k.expr, sig, expr::Target::Glsl);
+        const size_t bindings = sig.inputs.size() + 1 + (expr::glsl_params_in_push_constants(sig.inputs.size()) ? 0 : 1);
+        why = map_unsupported_reason(ctx(), glsl, bindings);
+      }
+      std::lock_guard lock(mutex_);
+      reasons_[key] = why;
+      return why.empty() ? layout_reason(ctx(), k) : why;
+    }
+    TemplateOp t;
+    {
+      std::lock_guard lock(template_mutex());
+      auto it = template_ops().find(k.op);
+      if (it == template_ops().end()) return "no Vulkan kernel for " + std::string(op_name(k.op)) + " yet";
+      t = it->second;
+    }
+    return t.unsupported ? t.unsupported(ctx(), k) : "";
+  }
+
+ protected:
+  void free(void* handle, size_t) noexcept override { delete static_cast<Slot*>(handle); }
+
+ private:
+  static const std::shared_ptr<Allocation>& alloc(const Buffer& b) { return static_cast<const Slot*>(b.handle)->alloc; }
+
+  // The context is opened on first use: probing only lists devices.
+  Context& ctx() const {
+    std::call_once(opened_, [this] { ctx_ = Context::get(index_); });
+    return *ctx_;
+  }
+
+  void encode(Encoder& enc, PreparedKernel& prepared, const Kernel& k) {
+    if (k.op != OpId::Map) {
+      static_cast<PreparedTemplate&>(prepared).op.launch(ctx(), enc, k);
+      return;
+    }
+    std::vector<ViewArg> in;
+    for (const KernelArg& a : k.inputs) in.push_back(view_arg(a));
+    static_cast<PreparedMap&>(prepared).kernel->launch(enc, in, view_arg(k.output));
+  }
+
+  int index_;
+  alk::DeviceInfo info_;
+  mutable std::once_flag opened_;
+  mutable std::shared_ptr<Context> ctx_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<std::string, std::string> reasons_;  // map kernel key -> why not ("" = fine)
+  std::unordered_map<std::string, std::shared_ptr<PreparedMap>> prepared_;
+};
+
+const DeviceRegistration registration("vulkan", 1, [] {
+  std::vector<std::unique_ptr<Device>> found;
+  for (const vk::DeviceInfo& d : devices()) found.push_back(std::make_unique<VulkanDevice>(d));
+  return found;
+});
+
+}  // namespace
+
+ViewArg view_arg(const KernelArg& a) {
+  if (!a.buffer) fail("a kernel argument without a buffer");
+  if (a.buffer->device->info().kind != "vulkan") fail("a kernel argument on " + a.buffer->device->name() + ", not Vulkan");
+  return ViewArg{static_cast<const Slot*>(a.buffer->handle)->alloc, a.byte_offset, a.dtype, a.shape, a.strides, a.offset};
+}
+
+void register_template_op(OpId op, TemplateOp t) {
+  std::lock_guard lock(template_mutex());
+  template_ops()[op] = t;
+}
+
+std::string unsupported_reason(int index, const Kernel& k) {
+  const std::string name = "vulkan:" + std::to_string(index);
+  for (Device* d : available_devices())
+    if (d->name() == name) return static_cast<VulkanDevice*>(d)->unsupported(k);
+  return "no device " + name;
+}
+
+}  // namespace alk::vk
