@@ -1,0 +1,904 @@
+#include "backend/vulkan/kernels/reduce.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/map_kernel.h"
+#include "backend/vulkan/shader.h"
+#include "backend/vulkan/vulkan_device.h"
+#include "expr/emit.h"
+
+namespace alk::vk {
+
+namespace {
+
+// ---- tensors over a rows x elements space -------------------------------------------
+
+// One buffer of a stage: a kernel argument or a scratch buffer of the plan, with its
+// strides over the space's outer (row) and inner (element) dims.
+struct Arg {
+  const KernelArg* arg = nullptr;
+  int scratch = -1;
+  DType dtype = DType::F32;
+  bool write = false;
+  Shape outer, inner;
+  int64_t first = 0;  // scratch: the element offset of element 0
+};
+
+// One dispatch. Words of its params block: rows, len, outer shape, inner shape, then per
+// argument its outer strides, inner strides and first element, then the op's own words.
+struct Stage {
+  Shape outer, inner;
+  std::vector<Arg> args;
+  std::vector<uint32_t> extra;
+  std::string source;
+  Groups groups;
+  bool push = true;
+  size_t words = 0;
+};
+
+struct Plan {
+  std::vector<Stage> stages;
+  std::vector<size_t> scratch_bytes;
+};
+
+int64_t product(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Drops size-1 dims and merges neighbours every argument walks as one (a stride equal to
+// the next dim's stride times its size), so kernels divide less per element.
+void merge_dims(Shape& shape, const std::vector<Shape*>& strides) {
+  Shape ns;
+  std::vector<Shape> nst(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool join = !ns.empty();
+    for (size_t t = 0; join && t < strides.size(); ++t) join = nst[t].back() == (*strides[t])[d] * shape[d];
+    if (join) {
+      ns.back() *= shape[d];
+      for (size_t t = 0; t < strides.size(); ++t) nst[t].back() = (*strides[t])[d];
+    } else {
+      ns.push_back(shape[d]);
+      for (size_t t = 0; t < strides.size(); ++t) nst[t].push_back((*strides[t])[d]);
+    }
+  }
+  shape = ns;
+  for (size_t t = 0; t < strides.size(); ++t) *strides[t] = nst[t];
+}
+
+// a's strides when viewed with shape `target` (same elements in the same order): its own
+// when the shapes agree, else those of a run at one fixed step (a flattened weight).
+Shape strides_as(const KernelArg& a, const Shape& target, const char* what) {
+  if (a.shape == target) return a.strides;
+  if (product(a.shape) != product(target)) fail(std::string(what) + " has " + to_string(a.shape) + ", not " + to_string(target));
+  Shape shape = a.shape, strides = a.strides;
+  merge_dims(shape, {&strides});
+  if (shape.size() > 1) fail(std::string(what) + ": a layout that cannot be viewed as " + to_string(target));
+  const int64_t step = strides.empty() ? 1 : strides[0];
+  Shape out = contiguous_strides(target);
+  for (int64_t& s : out) s *= step;
+  return out;
+}
+
+bool mentions(const std::string& text, std::string_view word) {
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    const bool left = at == 0 || !ident(text[at - 1]);
+    const bool right = at + word.size() >= text.size() || !ident(text[at + word.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// ---- GLSL spellings -------------------------------------------------------------------
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "uint8_t";
+    case DType::I32: return "int";
+    case DType::I64: return "int64_t";
+    case DType::F16: return "float16_t";
+    case DType::BF16: return "uint16_t";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+// The type values of storage dtype t compute in (as in the expression emitters).
+std::string compute_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::U8: case DType::I32: case DType::I64: return "int64_t";
+    case DType::F16: case DType::BF16: case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+// `value` (of any numeric GLSL type) as the compute type of t, rounded through t's storage:
+// what a core op's result is when the CPU stores it into a buffer of dtype t and reads it back.
+std::string through_storage(DType t, const std::string& value) {
+  switch (t) {
+    case DType::F32: return "float(" + value + ")";
+    case DType::F64: return "double(" + value + ")";
+    case DType::F16: return "float(float16_t(float(" + value + ")))";
+    case DType::BF16: return "uintBitsToFloat(alk_f32_to_bf16(float(" + value + ")) << 16)";
+    case DType::I64: return "int64_t(" + value + ")";
+    case DType::I32: return "alk_i32_to_i64(int(" + value + "))";
+    case DType::U8: return "int64_t(uint(" + value + ") & 0xffu)";
+    case DType::Bool: return "(" + value + " != 0)";
+  }
+  return "?";
+}
+
+std::string load_fn(size_t t, DType d) {
+  const std::string n = std::to_string(t), raw = "t" + n + "[j]";
+  std::string body;
+  switch (d) {
+    case DType::Bool: body = "return uint(" + raw + ") != 0u;"; break;
+    case DType::U8: body = "return int64_t(uint(" + raw + "));"; break;
+    case DType::I32: body = "return alk_i32_to_i64(" + raw + ");"; break;
+    case DType::F16: body = "return float(" + raw + ");"; break;
+    case DType::BF16: body = "return uintBitsToFloat(uint(" + raw + ") << 16);"; break;
+    case DType::I64: case DType::F32: case DType::F64: body = "return " + raw + ";"; break;
+  }
+  return compute_name(d) + " ld" + n + "(uint j) { " + body + " }\n";
+}
+
+std::string store_fn(size_t t, DType d) {
+  const std::string n = std::to_string(t), dst = "t" + n + "[j] = ";
+  std::string body;
+  switch (d) {
+    case DType::Bool: body = dst + "uint8_t(v ? 1u : 0u);"; break;
+    case DType::U8: body = dst + "uint8_t(uint(v) & 0xffu);"; break;
+    case DType::I32: body = dst + "int(v);"; break;
+    case DType::F16: body = dst + "float16_t(v);"; break;
+    case DType::BF16: body = dst + "uint16_t(alk_f32_to_bf16(v));"; break;
+    case DType::I64: case DType::F32: case DType::F64: body = dst + "v;"; break;
+  }
+  return "void st" + n + "(uint j, " + compute_name(d) + " v) { " + body + " }\n";
+}
+
+const char* kHelpers =
+    "// Round to nearest even; NaN stays a (quiet) NaN.\n"
+    "uint alk_f32_to_bf16(float v) {\n"
+    "  uint b = floatBitsToUint(v);\n"
+    "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
+    "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
+    "}\n";
+// Sign extension by hand: lavapipe miscompiles int64_t(int) compared with a constant.
+const char* kI32Helper = "int64_t alk_i32_to_i64(int v) { return packInt2x32(ivec2(v, v >> 31)); }\n";
+
+uint32_t workgroup_size(const Context& ctx) {
+  const DeviceInfo& info = ctx.info();
+  uint32_t limit = std::min<uint32_t>({256u, info.max_workgroup_invocations ? info.max_workgroup_invocations : 128u,
+                                       info.max_workgroup_size[0] ? info.max_workgroup_size[0] : 128u});
+  uint32_t wg = 1;
+  while (wg * 2 <= limit) wg *= 2;
+  return wg;
+}
+
+// Merges the stage's dims, then wraps `body` (helpers and main, which use WG, P(i),
+// row<t>(r), el<t>(i), ld<t>(j), st<t>(j, v) and the word index E of the op's own words)
+// into a complete shader.
+void finish(const Context& ctx, Stage& s, const std::string& name, const std::string& body) {
+  std::vector<Shape*> outer, inner;
+  for (Arg& a : s.args) outer.push_back(&a.outer), inner.push_back(&a.inner);
+  merge_dims(s.outer, outer);
+  merge_dims(s.inner, inner);
+  const size_t no = s.outer.size(), ni = s.inner.size(), nt = s.args.size();
+  s.words = 2 + no + ni + nt * (no + ni + 1) + s.extra.size();
+  s.push = s.words * 4 <= expr::kPushConstantBudget;
+  const uint32_t wg = workgroup_size(ctx);
+
+  std::string d = "layout(local_size_x = " + std::to_string(wg) + ") in;\n";
+  d += "const uint WG = " + std::to_string(wg) + "u;\n";
+  for (size_t t = 0; t < nt; ++t)
+    d += "layout(std430, binding = " + std::to_string(t) + ") " + (s.args[t].write ? "writeonly" : "readonly") +
+         " buffer B" + std::to_string(t) + " { " + storage_type(s.args[t].dtype) + " t" + std::to_string(t) + "[]; };\n";
+  if (s.push)
+    d += "layout(push_constant) uniform Params { uint w[" + std::to_string(s.words) + "]; } p;\n";
+  else
+    d += "layout(std430, binding = " + std::to_string(nt) + ") readonly buffer Params { uint w[]; } p;\n";
+  d += "#define P(i) p.w[i]\n";
+  d += "const uint E = " + std::to_string(s.words - s.extra.size()) + "u;  // the op's own words\n";
+  auto word = [](size_t i) { return "P(" + std::to_string(i) + "u)"; };
+  for (size_t t = 0; t < nt; ++t) {
+    const size_t base = 2 + no + ni + t * (no + ni + 1);
+    const std::string n = std::to_string(t);
+    d += "uint row" + n + "(uint r) {\n  int o = int(" + word(base + no + ni) + ");\n";
+    for (size_t k = no; k-- > 0;)
+      d += "  o += int(r % " + word(2 + k) + ") * int(" + word(base + k) + ");\n  r /= " + word(2 + k) + ";\n";
+    d += "  return uint(o);\n}\n";
+    d += "int el" + n + "(uint i) {\n  int o = 0;\n";
+    for (size_t k = ni; k-- > 0;)
+      d += "  o += int(i % " + word(2 + no + k) + ") * int(" + word(base + no + k) + ");\n  i /= " + word(2 + no + k) + ";\n";
+    d += "  return o;\n}\n";
+  }
+  std::string fns;
+  for (size_t t = 0; t < nt; ++t) fns += s.args[t].write ? store_fn(t, s.args[t].dtype) : load_fn(t, s.args[t].dtype);
+  std::string text = d + fns + body;
+  std::string helpers = kHelpers;
+  if (mentions(text, "alk_i32_to_i64")) helpers += kI32Helper;
+  text = helpers + text;
+  std::string head = "#version 450\n";
+  if (mentions(text, "float16_t") || mentions(text, "uint16_t")) head += "#extension GL_EXT_shader_16bit_storage : require\n";
+  if (mentions(text, "uint8_t")) head += "#extension GL_EXT_shader_8bit_storage : require\n";
+  if (mentions(text, "int64_t")) head += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
+  head += "// alk vulkan kernel " + name + " (src/backend/vulkan/kernels/reduce.cpp)\n";
+  // map_unsupported_reason reads the text after the local size: keep the helpers after it.
+  const size_t at = text.find("layout(local_size_x");
+  s.source = head + text.substr(at, d.find('\n') + 1) + text.substr(0, at) + text.substr(at + d.find('\n') + 1);
+}
+
+Groups row_groups(int64_t rows, uint32_t parts = 1) {
+  return Groups{static_cast<uint32_t>(std::clamp<int64_t>(rows, 1, 65535)), parts, 1};
+}
+Groups thread_groups(const Context& ctx, int64_t n) {
+  const int64_t wg = workgroup_size(ctx);
+  return Groups{static_cast<uint32_t>(std::clamp<int64_t>((n + wg - 1) / wg, 1, 65535)), 1, 1};
+}
+
+// The math type of a floating row op on dtype t.
+std::string float_math(DType t) { return t == DType::F64 ? "double" : "float"; }
+// exp/log of the math type (GLSL has them on float only).
+std::string fexp(const std::string& m, const std::string& x) {
+  return m == "double" ? "double(exp(float(" + x + ")))" : "exp(" + x + ")";
+}
+std::string flog(const std::string& m, const std::string& x) {
+  return m == "double" ? "double(log(float(" + x + ")))" : "log(" + x + ")";
+}
+
+// Shared-memory tree sum and max over the workgroup (every invocation gets the result).
+std::string tree_fns(const std::string& m) {
+  return "shared " + m + " red[WG];\n" + m + " tree_sum(" + m + " v) {\n" +
+         "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
+         "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w) red[tid] = red[tid] + red[tid + w];\n    barrier();\n  }\n"
+         "  " + m + " r = red[0];\n  barrier();\n  return r;\n}\n" + m + " tree_max(" + m + " v) {\n" +
+         "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
+         "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w && red[tid + w] > red[tid]) red[tid] = red[tid + w];\n    barrier();\n  }\n"
+         "  " + m + " r = red[0];\n  barrier();\n  return r;\n}\n";
+}
+
+void put_double(std::vector<uint32_t>& w, double v) {
+  uint32_t h[2];
+  std::memcpy(h, &v, 8);
+  w.push_back(h[0]);
+  w.push_back(h[1]);
+}
+void put_float(std::vector<uint32_t>& w, float v) {
+  uint32_t h;
+  std::memcpy(&h, &v, 4);
+  w.push_back(h);
+}
+// eps in the math type, from the op's words at E.
+std::string eps_glsl(const std::string& m) {
+  return m == "double" ? "packDouble2x32(uvec2(P(E), P(E + 1u)))" : "uintBitsToFloat(P(E))";
+}
+void put_eps(std::vector<uint32_t>& w, const std::string& m, double eps) {
+  if (m == "double") put_double(w, eps); else put_float(w, static_cast<float>(eps));
+}
+
+// ---- Reduce ---------------------------------------------------------------------------
+
+struct ReduceSpec {
+  std::string acc;   // float, double, int64_t
+  DType acc_dtype;
+  ReduceOp op;
+};
+
+std::string identity(const ReduceSpec& r) {
+  const bool flt = r.acc != "int64_t";
+  switch (r.op) {
+    case ReduceOp::Sum: return r.acc + "(0)";
+    case ReduceOp::Prod: return r.acc + "(1)";
+    case ReduceOp::Max: return flt ? r.acc + "(uintBitsToFloat(0xff800000u))" : "(-9223372036854775807l - 1l)";
+    case ReduceOp::Min: return flt ? r.acc + "(uintBitsToFloat(0x7f800000u))" : "9223372036854775807l";
+  }
+  return "?";
+}
+
+std::string combine_fn(const ReduceSpec& r) {
+  const std::string& a = r.acc;
+  std::string body;
+  const bool flt = a != "int64_t";
+  switch (r.op) {
+    case ReduceOp::Sum: body = "return x + y;"; break;
+    case ReduceOp::Prod: body = "return x * y;"; break;
+    // NaN wins, as on the CPU (and in PyTorch).
+    case ReduceOp::Max: body = flt ? "return (isnan(x) || x > y) ? x : y;" : "return x > y ? x : y;"; break;
+    case ReduceOp::Min: body = flt ? "return (isnan(x) || x < y) ? x : y;" : "return x < y ? x : y;"; break;
+  }
+  return a + " combine(" + a + " x, " + a + " y) { " + body + " }\n";
+}
+
+// The GLSL that stores a row's reduced value `v` (acc type): through the epilogue when the
+// kernel has one. Output argument index `out`, epilogue inputs at `epi0`...
+std::string reduce_finish(const Kernel& k, const ReduceSpec& r, size_t out, size_t epi0) {
+  const std::string o = std::to_string(out);
+  if (!k.epilogue) {
+    std::string v = k.output.dtype == DType::Bool ? "(v != " + r.acc + "(0))" : compute_name(k.output.dtype) + "(v)";
+    return "st" + o + "(row" + o + "(r), " + v + ");";
+  }
+  std::string call = "alk_epilogue(" + through_storage(k.node.dtype, "v");
+  for (size_t e = 0; e < k.epilogue_inputs.size(); ++e)
+    call += ", ld" + std::to_string(epi0 + e) + "(row" + std::to_string(epi0 + e) + "(r))";
+  return "st" + o + "(row" + o + "(r), " + call + "));";
+}
+
+Plan plan_reduce(const Context& ctx, const Kernel& k) {
+  const auto& p = std::get<ReduceParams>(k.node.params);
+  if (!k.expr) fail("a Reduce kernel without its prologue expression");
+  const Shape& shape = k.node.in_shape;
+  const size_t rank = shape.size();
+  std::vector<bool> reduced(rank, false);
+  for (int a : p.axes) {
+    if (a < 0 || static_cast<size_t>(a) >= rank) fail("reduce axis " + std::to_string(a) + " out of range");
+    reduced[static_cast<size_t>(a)] = true;
+  }
+  Shape outer, inner, keep = shape;
+  for (size_t d = 0; d < rank; ++d) {
+    (reduced[d] ? inner : outer).push_back(shape[d]);
+    if (reduced[d]) keep[d] = 1;
+  }
+  auto split = [&](const Shape& strides, Shape& o, Shape& i) {
+    for (size_t d = 0; d < rank; ++d) (reduced[d] ? i : o).push_back(strides[d]);
+  };
+  const int64_t rows = product(outer), len = product(inner);
+  ReduceSpec rs;
+  rs.op = p.op;
+  switch (k.expr->type()) {
+    case expr::Type::F32: rs.acc = "float", rs.acc_dtype = DType::F32; break;
+    case expr::Type::F64: rs.acc = "double", rs.acc_dtype = DType::F64; break;
+    default: rs.acc = "int64_t", rs.acc_dtype = DType::I64; break;
+  }
+  // Arguments over the output's (keepdim) shape: only their kept dims' strides matter.
+  auto over_output = [&](const KernelArg& a, bool write, const char* what) {
+    Arg x;
+    x.arg = &a, x.dtype = a.dtype, x.write = write;
+    Shape st = strides_as(a, keep, what), ignored;
+    split(st, x.outer, ignored);
+    x.inner.assign(inner.size(), 0);
+    return x;
+  };
+  const uint32_t wg = workgroup_size(ctx);
+  std::string fns = combine_fn(rs);
+  std::vector<DType> in_types;
+  for (const KernelArg& a : k.inputs) in_types.push_back(a.dtype);
+  fns += expr::emit_function(*k.expr, {"alk_prologue", in_types, rs.acc_dtype}, expr::Target::Glsl);
+  if (k.epilogue) {
+    std::vector<DType> e_types{k.node.dtype};
+    for (const KernelArg& a : k.epilogue_inputs) e_types.push_back(a.dtype);
+    fns += expr::emit_function(*k.epilogue, {"alk_epilogue", e_types, k.output.dtype}, expr::Target::Glsl);
+  }
+
+  // The final stage's arguments after its value source: epilogue inputs, then the output.
+  auto add_tail = [&](Stage& s) {
+    for (size_t e = 0; e < k.epilogue_inputs.size(); ++e)
+      s.args.push_back(over_output(k.epilogue_inputs[e], false, "an epilogue input"));
+    s.args.push_back(over_output(k.output, true, "the output"));
+  };
+
+  Plan plan;
+  if (rows == 0) return plan;
+  if (len == 0) {  // an empty reduction: the identity (through the epilogue)
+    Stage s;
+    s.outer = outer;
+    add_tail(s);
+    s.inner.clear();
+    for (Arg& a : s.args) a.inner.clear();
+    const size_t epi0 = 0, out = k.epilogue_inputs.size();
+    std::string body = fns + "void main() {\n  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {\n"
+                       "    " + rs.acc + " v = " + identity(rs) + ";\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
+    s.groups = thread_groups(ctx, rows);
+    finish(ctx, s, "reduce_empty", body);
+    plan.stages.push_back(std::move(s));
+    return plan;
+  }
+
+  // Inputs over the reduce input's shape.
+  std::vector<Arg> inputs;
+  for (const KernelArg& a : k.inputs) {
+    if (a.shape != shape) fail("a Reduce input of shape " + to_string(a.shape) + ", not " + to_string(shape));
+    Arg x;
+    x.arg = &a, x.dtype = a.dtype;
+    split(a.strides, x.outer, x.inner);
+    inputs.push_back(x);
+  }
+  auto prologue_call = [&](const std::string& i) {
+    std::string c = "alk_prologue(";
+    for (size_t t = 0; t < inputs.size(); ++t)
+      c += (t ? ", " : "") + std::string("ld") + std::to_string(t) + "(b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(" + i + ")))";
+    return c + ")";
+  };
+  std::string bases;
+  for (size_t t = 0; t < inputs.size(); ++t) bases += "    uint b" + std::to_string(t) + " = row" + std::to_string(t) + "(r);\n";
+
+  // How rows are spread: short rows (and columns of a row-major tensor, many of them) one
+  // per invocation; else a workgroup per row, a long row among few split into parts.
+  const int64_t last_stride = inputs.empty() || inputs[0].inner.empty() ? 1 : inputs[0].inner.back();
+  const bool per_thread = len <= 32 || (last_stride != 1 && rows >= 4 * static_cast<int64_t>(wg));
+  const uint32_t parts = per_thread || rows >= 32 || len < 32768
+                             ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(len / 16384, 2, 64));
+  const std::string tree =
+      "    red[tid] = acc;\n    barrier();\n"
+      "    for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n      if (tid < w) red[tid] = combine(red[tid], red[tid + w]);\n      barrier();\n    }\n";
+  if (per_thread) {
+    Stage s;
+    s.outer = outer, s.inner = inner, s.args = inputs;
+    add_tail(s);
+    const size_t epi0 = inputs.size(), out = epi0 + k.epilogue_inputs.size();
+    std::string body = fns + "void main() {\n  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {\n" + bases +
+                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
+                       "    for (uint i = 0u; i < P(1); ++i) acc = combine(acc, " + prologue_call("i") + ");\n"
+                       "    " + rs.acc + " v = acc;\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
+    s.groups = thread_groups(ctx, rows);
+    finish(ctx, s, "reduce_rows_per_invocation", body);
+    plan.stages.push_back(std::move(s));
+    return plan;
+  }
+  const std::string group_loop =
+      "  uint tid = gl_LocalInvocationID.x;\n"
+      "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n";
+  if (parts == 1) {
+    Stage s;
+    s.outer = outer, s.inner = inner, s.args = inputs;
+    add_tail(s);
+    const size_t epi0 = inputs.size(), out = epi0 + k.epilogue_inputs.size();
+    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n" + group_loop + bases +
+                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
+                       "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
+                       "    if (tid == 0u) {\n      " + rs.acc + " v = red[0];\n      " + reduce_finish(k, rs, out, epi0) +
+                       "\n    }\n    barrier();\n  }\n}\n";
+    s.groups = row_groups(rows);
+    finish(ctx, s, "reduce_rows_per_group", body);
+    plan.stages.push_back(std::move(s));
+    return plan;
+  }
+  // Two passes: part s of row r reduces elements [s * chunk, (s + 1) * chunk) into
+  // partial[r * parts + s]; the second pass combines a row's parts in order.
+  plan.scratch_bytes.push_back(static_cast<size_t>(rows) * parts * dtype_size(rs.acc_dtype));
+  Shape partial_outer = contiguous_strides(outer);
+  for (int64_t& st : partial_outer) st *= parts;
+  {
+    Stage s;
+    s.outer = outer, s.inner = inner, s.args = inputs;
+    Arg part;
+    part.scratch = 0, part.dtype = rs.acc_dtype, part.write = true, part.outer = partial_outer;
+    part.inner.assign(inner.size(), 0);
+    s.args.push_back(part);
+    s.extra.push_back(parts);
+    const std::string pn = std::to_string(inputs.size());
+    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n"
+                       "  uint chunk = (P(1) + P(E) - 1u) / P(E);\n"
+                       "  uint lo = min(P(1), gl_WorkGroupID.y * chunk), hi = min(P(1), lo + chunk);\n" + group_loop + bases +
+                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
+                       "    for (uint i = lo + tid; i < hi; i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
+                       "    if (tid == 0u) st" + pn + "(row" + pn + "(r) + gl_WorkGroupID.y, red[0]);\n    barrier();\n  }\n}\n";
+    s.groups = row_groups(rows, parts);
+    finish(ctx, s, "reduce_parts", body);
+    plan.stages.push_back(std::move(s));
+  }
+  {
+    Stage s;
+    s.outer = outer, s.inner = {static_cast<int64_t>(parts)};
+    Arg part;
+    part.scratch = 0, part.dtype = rs.acc_dtype, part.outer = partial_outer, part.inner = {1};
+    s.args.push_back(part);
+    add_tail(s);
+    for (size_t t = 1; t < s.args.size(); ++t) s.args[t].inner = {0};
+    const size_t epi0 = 1, out = 1 + k.epilogue_inputs.size();
+    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n" + group_loop +
+                       "    uint b0 = row0(r);\n    " + rs.acc + " acc = " + identity(rs) + ";\n"
+                       "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, ld0(b0 + i));\n" + tree +
+                       "    if (tid == 0u) {\n      " + rs.acc + " v = red[0];\n      " + reduce_finish(k, rs, out, epi0) +
+                       "\n    }\n    barrier();\n  }\n}\n";
+    s.groups = row_groups(rows);
+    finish(ctx, s, "reduce_combine_parts", body);
+    plan.stages.push_back(std::move(s));
+  }
+  return plan;
+}
+
+// ---- ops along one axis: argmax/argmin, softmax, log_softmax, cumsum -------------------
+
+// x's dims other than `axis` (rows) x dim `axis` (elements); `out` over x's shape (or with
+// the axis kept as 1: argreduce).
+Stage axis_stage(const Kernel& k, int axis, bool out_keeps_axis) {
+  const KernelArg& x = k.inputs.at(0);
+  const size_t rank = x.shape.size();
+  if (axis < 0 || static_cast<size_t>(axis) >= rank) fail("axis " + std::to_string(axis) + " out of range");
+  Stage s;
+  Arg in, out;
+  in.arg = &x, in.dtype = x.dtype;
+  out.arg = &k.output, out.dtype = k.output.dtype, out.write = true;
+  Shape oshape = x.shape;
+  if (out_keeps_axis) oshape[static_cast<size_t>(axis)] = 1;
+  const Shape ost = strides_as(k.output, oshape, "the output");
+  for (size_t d = 0; d < rank; ++d) {
+    if (static_cast<int>(d) == axis) {
+      s.inner.push_back(x.shape[d]);
+      in.inner.push_back(x.strides[d]);
+      out.inner.push_back(out_keeps_axis ? 0 : ost[d]);
+    } else {
+      s.outer.push_back(x.shape[d]);
+      in.outer.push_back(x.strides[d]);
+      out.outer.push_back(ost[d]);
+    }
+  }
+  s.args = {in, out};
+  return s;
+}
+
+std::string value_type(DType t) {
+  if (t == DType::F64) return "double";
+  if (is_floating(t)) return "float";
+  return "int64_t";
+}
+
+Plan plan_argreduce(const Context& ctx, const Kernel& k) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  Stage s = axis_stage(k, p.axis, true);
+  Plan plan;
+  if (product(s.outer) == 0) return plan;
+  if (product(s.inner) == 0) fail(std::string(p.flag ? "argmax" : "argmin") + ": cannot reduce an empty dim " + std::to_string(p.axis));
+  const DType t = k.inputs[0].dtype;
+  const std::string m = value_type(t);
+  const bool flt = m != "int64_t";
+  // Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
+  // value, then the lower index: the first extremum, as the CPU's scan finds it.
+  std::string body = "const uint NONE = 0xffffffffu;\n";
+  body += "bool take(" + m + " va, uint ia, " + m + " vb, uint ib) {\n  if (ib == NONE) return false;\n  if (ia == NONE) return true;\n";
+  if (flt) body += "  bool an = isnan(va), bn = isnan(vb);\n  if (an || bn) return bn && (!an || ib < ia);\n";
+  body += "  if (vb == va) return ib < ia;\n  return vb " + std::string(p.flag ? ">" : "<") + " va;\n}\n";
+  body += "shared " + m + " sv[WG];\nshared uint si[WG];\n"
+          "void main() {\n  uint tid = gl_LocalInvocationID.x;\n"
+          "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
+          "    uint b0 = row0(r);\n    " + m + " bv = " + m + "(0);\n    uint bi = NONE;\n"
+          "    for (uint i = tid; i < P(1); i += WG) {\n      " + m + " v = " + m + "(ld0(b0 + uint(el0(i))));\n"
+          "      if (take(bv, bi, v, i)) { bv = v; bi = i; }\n    }\n"
+          "    sv[tid] = bv;\n    si[tid] = bi;\n    barrier();\n"
+          "    for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n"
+          "      if (tid < w && take(sv[tid], si[tid], sv[tid + w], si[tid + w])) { sv[tid] = sv[tid + w]; si[tid] = si[tid + w]; }\n"
+          "      barrier();\n    }\n"
+          "    if (tid == 0u) st1(row1(r), " + compute_name(k.output.dtype) + "(si[0]));\n    barrier();\n  }\n}\n";
+  s.groups = row_groups(product(s.outer));
+  finish(ctx, s, p.flag ? "argmax" : "argmin", body);
+  plan.stages.push_back(std::move(s));
+  return plan;
+}
+
+Plan plan_softmax(const Context& ctx, const Kernel& k, bool log) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  Stage s = axis_stage(k, p.axis, false);
+  Plan plan;
+  if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
+  const std::string m = float_math(k.inputs[0].dtype);
+  const std::string x = m + "(ld0(b0 + uint(el0(i))))";
+  std::string body = tree_fns(m) +
+                     "void main() {\n  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
+                     "    uint b0 = row0(r), b1 = row1(r);\n"
+                     // NaN never wins the max (it reaches the sum instead, as on the CPU).
+                     "    " + m + " mx = " + m + "(uintBitsToFloat(0xff800000u));\n"
+                     "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) { " + m + " v = " + x + "; if (v > mx) mx = v; }\n"
+                     "    mx = tree_max(mx);\n"
+                     // A fully masked row (all -inf) has no finite max: shifting by 0 gives 0/0 = NaN
+                     // as the unshifted formula would.
+                     "    if (isinf(mx) || isnan(mx)) mx = " + m + "(0);\n"
+                     "    " + m + " sum = " + m + "(0);\n"
+                     "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) sum += " + fexp(m, x + " - mx") + ";\n"
+                     "    sum = tree_sum(sum);\n";
+  if (log)
+    body += "    " + m + " ls = " + flog(m, "sum") + ";\n"
+            "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), (" + x + " - mx) - ls);\n";
+  else
+    body += "    " + m + " inv = " + m + "(1) / sum;\n"
+            "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), " + fexp(m, x + " - mx") + " * inv);\n";
+  body += "  }\n}\n";
+  s.groups = row_groups(product(s.outer));
+  finish(ctx, s, log ? "log_softmax" : "softmax", body);
+  plan.stages.push_back(std::move(s));
+  return plan;
+}
+
+Plan plan_cumsum(const Context& ctx, const Kernel& k) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const KernelArg& x = k.inputs.at(0);
+  Stage s = axis_stage(k, x.shape.empty() ? 0 : p.axis, false);
+  Plan plan;
+  if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
+  const std::string m = value_type(x.dtype);
+  s.extra.push_back(p.flag ? 1u : 0u);
+  // A row in chunks of WG elements: an inclusive scan of each chunk in shared memory
+  // (Hillis-Steele), plus the running total of the chunks before it.
+  std::string body = "shared " + m + " sc[WG];\n"
+                     "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  bool rev = P(E) != 0u;\n"
+                     "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
+                     "    uint b0 = row0(r), b1 = row1(r);\n    " + m + " carry = " + m + "(0);\n"
+                     "    for (uint c = 0u; c < P(1); c += WG) {\n"
+                     "      uint j = c + tid, i = rev ? P(1) - 1u - j : j;\n"
+                     "      sc[tid] = j < P(1) ? " + m + "(ld0(b0 + uint(el0(i)))) : " + m + "(0);\n      barrier();\n"
+                     "      for (uint off = 1u; off < WG; off <<= 1u) {\n"
+                     "        " + m + " t = tid >= off ? sc[tid - off] : " + m + "(0);\n        barrier();\n"
+                     "        sc[tid] += t;\n        barrier();\n      }\n"
+                     "      if (j < P(1)) st1(b1 + uint(el1(i)), " + compute_name(k.output.dtype) + "(carry + sc[tid]));\n"
+                     "      carry += sc[WG - 1u];\n      barrier();\n    }\n  }\n}\n";
+  s.groups = row_groups(product(s.outer));
+  finish(ctx, s, "cumsum", body);
+  plan.stages.push_back(std::move(s));
+  return plan;
+}
+
+// ---- norms over the trailing `inner` elements ----------------------------------------
+
+// x's leading dims (rows) x its trailing dims holding `inner` elements.
+void norm_space(const KernelArg& x, int64_t inner, Shape& lead, Shape& trail, size_t& split) {
+  split = x.shape.size();
+  int64_t n = 1;
+  while (split > 0 && n < inner) n *= x.shape[--split];
+  while (split > 0 && x.shape[split - 1] == 1) --split;
+  if (n != inner) fail("normalized size " + std::to_string(inner) + " is not a run of trailing dims of " + to_string(x.shape));
+  lead.assign(x.shape.begin(), x.shape.begin() + static_cast<int64_t>(split));
+  trail.assign(x.shape.begin() + static_cast<int64_t>(split), x.shape.end());
+}
+
+Arg row_arg(const KernelArg& a, size_t split, bool write = false) {
+  Arg x;
+  x.arg = &a, x.dtype = a.dtype, x.write = write;
+  x.outer.assign(a.strides.begin(), a.strides.begin() + static_cast<int64_t>(split));
+  x.inner.assign(a.strides.begin() + static_cast<int64_t>(split), a.strides.end());
+  return x;
+}
+Arg param_arg(const KernelArg& a, const Shape& lead, const Shape& trail, const char* what) {
+  Arg x;
+  x.arg = &a, x.dtype = a.dtype;
+  x.outer.assign(lead.size(), 0);
+  x.inner = strides_as(a, trail, what);
+  return x;
+}
+
+Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const KernelArg& x = k.inputs.at(0);
+  Stage s;
+  size_t split;
+  Plan plan;
+  if (p.inner <= 0) return plan;
+  norm_space(x, p.inner, s.outer, s.inner, split);
+  if (product(s.outer) == 0) return plan;
+  s.args.push_back(row_arg(x, split));
+  s.args.push_back(param_arg(k.inputs.at(1), s.outer, s.inner, "the weight"));
+  if (!rms) s.args.push_back(param_arg(k.inputs.at(2), s.outer, s.inner, "the bias"));
+  Arg out = row_arg(k.output, split, true);
+  const Shape ost = strides_as(k.output, x.shape, "the output");
+  out.outer.assign(ost.begin(), ost.begin() + static_cast<int64_t>(split));
+  out.inner.assign(ost.begin() + static_cast<int64_t>(split), ost.end());
+  s.args.push_back(out);
+  const std::string m = float_math(x.dtype), n = m + "(P(1))", o = rms ? "2" : "3";
+  put_eps(s.extra, m, p.eps);
+  auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
+  const std::string xv = m + "(ld0(" + at(0) + "))", wv = m + "(ld1(" + at(1) + "))";
+  std::string body = tree_fns(m) +
+                     "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
+                     "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
+                     "    uint b0 = row0(r), b1 = row1(r), b" + o + " = row" + o + "(r);\n";
+  if (rms) {
+    body += "    " + m + " q = " + m + "(0);\n"
+            "    for (uint i = tid; i < P(1); i += WG) { " + m + " v = " + xv + "; q += v * v; }\n"
+            "    " + m + " inv = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
+            "    for (uint i = tid; i < P(1); i += WG) st2(" + at(2) + ", " + xv + " * inv * " + wv + ");\n";
+  } else {
+    // Two passes over the row: sum((x - mean)^2) does not cancel the way E[x^2] - mean^2 does.
+    body += "    uint b2 = row2(r);\n    " + m + " sum = " + m + "(0);\n"
+            "    for (uint i = tid; i < P(1); i += WG) sum += " + xv + ";\n"
+            "    " + m + " mean = tree_sum(sum) / " + n + ";\n    " + m + " q = " + m + "(0);\n"
+            "    for (uint i = tid; i < P(1); i += WG) { " + m + " d = " + xv + " - mean; q += d * d; }\n"
+            "    " + m + " rstd = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
+            "    for (uint i = tid; i < P(1); i += WG) st3(" + at(3) + ", (" + xv + " - mean) * rstd * " + wv + " + " +
+            m + "(ld2(" + at(2) + ")));\n";
+  }
+  body += "  }\n}\n";
+  s.groups = row_groups(product(s.outer));
+  finish(ctx, s, rms ? "rms_norm" : "layer_norm", body);
+  plan.stages.push_back(std::move(s));
+  return plan;
+}
+
+// dx per row (a workgroup each, also saving the row's mean and rstd), then dweight and
+// dbias per column (an invocation each, summing the rows in order).
+Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const KernelArg& x = k.inputs.at(0);
+  const KernelArg& g = k.inputs.at(2);
+  if (g.shape != x.shape) fail("the output gradient has shape " + to_string(g.shape) + ", not " + to_string(x.shape));
+  Shape lead, trail;
+  size_t split;
+  Plan plan;
+  if (p.inner <= 0) return plan;
+  norm_space(x, p.inner, lead, trail, split);
+  const int64_t rows = product(lead);
+  // The packed output [rows + 2, inner] must be contiguous: dx is then x's shape in row-major
+  // order, dweight and dbias the two rows after it.
+  const Shape want = contiguous_strides(k.output.shape);
+  for (size_t d = 0; d < k.output.shape.size(); ++d)
+    if (k.output.shape[d] != 1 && k.output.strides[d] != want[d]) fail("the packed output is not contiguous");
+  const std::string m = float_math(x.dtype), n = m + "(P(1))";
+  const DType stat = m == "double" ? DType::F64 : DType::F32;
+  Arg out;
+  out.arg = &k.output, out.dtype = k.output.dtype, out.write = true;
+  const Shape xc = contiguous_strides(x.shape);
+  out.outer.assign(xc.begin(), xc.begin() + static_cast<int64_t>(split));
+  out.inner.assign(xc.begin() + static_cast<int64_t>(split), xc.end());
+  Arg stats;
+  stats.scratch = 0, stats.dtype = stat;
+  stats.outer = contiguous_strides(lead);
+  for (int64_t& st : stats.outer) st *= 2;
+  stats.inner.assign(trail.size(), 0);
+  plan.scratch_bytes.push_back(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * dtype_size(stat));
+  auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
+  if (rows > 0) {
+    Stage s;
+    s.outer = lead, s.inner = trail;
+    s.args = {row_arg(x, split), param_arg(k.inputs.at(1), lead, trail, "the weight"), row_arg(g, split), out, stats};
+    s.args[4].write = true;
+    put_eps(s.extra, m, p.eps);
+    const std::string xv = m + "(ld0(" + at(0) + "))", gx = m + "(ld2(" + at(2) + ")) * " + m + "(ld1(" + at(1) + "))";
+    std::string body = tree_fns(m) +
+                       "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
+                       "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
+                       "    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);\n"
+                       "    " + m + " sum = " + m + "(0);\n"
+                       "    for (uint i = tid; i < P(1); i += WG) sum += " + xv + ";\n"
+                       "    " + m + " mean = tree_sum(sum) / " + n + ";\n    " + m + " q = " + m + "(0);\n"
+                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " d = " + xv + " - mean; q += d * d; }\n"
+                       "    " + m + " rstd = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
+                       "    " + m + " sa = " + m + "(0), sb = " + m + "(0);\n"
+                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " xh = (" + xv + " - mean) * rstd, gx = " + gx +
+                       "; sa += gx; sb += gx * xh; }\n"
+                       "    " + m + " mgx = tree_sum(sa) / " + n + ";\n    " + m + " mgxh = tree_sum(sb) / " + n + ";\n"
+                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " xh = (" + xv + " - mean) * rstd, gx = " + gx +
+                       "; st3(" + at(3) + ", rstd * (gx - mgx - xh * mgxh)); }\n"
+                       "    if (tid == 0u) { st4(row4(r), mean); st4(row4(r) + 1u, rstd); }\n  }\n}\n";
+    s.groups = row_groups(rows);
+    finish(ctx, s, "layer_norm_backward_dx", body);
+    plan.stages.push_back(std::move(s));
+  }
+  {
+    Stage s;
+    s.outer = lead, s.inner = trail;
+    Arg st_in = stats;
+    st_in.write = false;
+    s.args = {row_arg(x, split), row_arg(g, split), st_in, out};
+    const std::string body =
+        "void main() {\n"
+        "  for (uint i = gl_GlobalInvocationID.x; i < P(1); i += gl_NumWorkGroups.x * WG) {\n"
+        "    " + m + " dw = " + m + "(0), db = " + m + "(0);\n"
+        "    for (uint r = 0u; r < P(0); ++r) {\n"
+        "      uint b0 = row0(r), b1 = row1(r), b2 = row2(r);\n"
+        "      " + m + " gv = " + m + "(ld1(" + at(1) + "));\n"
+        "      dw += gv * ((" + m + "(ld0(" + at(0) + ")) - ld2(b2)) * ld2(b2 + 1u));\n"
+        "      db += gv;\n    }\n"
+        "    uint o = row3(0u) + P(0) * P(1) + uint(el3(i));\n"
+        "    st3(o, dw);\n    st3(o + P(1), db);\n  }\n}\n";
+    s.groups = thread_groups(ctx, p.inner);
+    finish(ctx, s, "layer_norm_backward_dparams", body);
+    plan.stages.push_back(std::move(s));
+  }
+  return plan;
+}
+
+Plan make_plan(const Context& ctx, const Kernel& k) {
+  int64_t n = 1;
+  for (int64_t d : k.output.shape) n *= d;
+  if (n > std::numeric_limits<int32_t>::max()) fail("more than 2^31 output elements (32-bit indices)");
+  for (const KernelArg& a : k.inputs) {
+    int64_t m = 1;
+    for (int64_t d : a.shape) m *= d;
+    if (m > std::numeric_limits<int32_t>::max()) fail("an input of more than 2^31 elements (32-bit indices)");
+  }
+  switch (k.op) {
+    case OpId::Reduce: return plan_reduce(ctx, k);
+    case OpId::ArgReduce: return plan_argreduce(ctx, k);
+    case OpId::Softmax: return plan_softmax(ctx, k, false);
+    case OpId::LogSoftmax: return plan_softmax(ctx, k, true);
+    case OpId::LayerNorm: return plan_norm(ctx, k, false);
+    case OpId::RmsNorm: return plan_norm(ctx, k, true);
+    case OpId::LayerNormBackward: return plan_layer_norm_backward(ctx, k);
+    case OpId::Cumsum: return plan_cumsum(ctx, k);
+    default: break;
+  }
+  fail(std::string(op_name(k.op)) + " is not a reduction or row op");
+}
+
+uint32_t int_word(int64_t v, const char* what) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    fail(std::string(what) + " beyond 32 bits");
+  return static_cast<uint32_t>(static_cast<int32_t>(v));
+}
+
+}  // namespace
+
+std::string row_op_unsupported(const Context& ctx, const Kernel& k) {
+  try {
+    if (k.epilogue && k.op != OpId::Reduce) return "an epilogue on " + std::string(op_name(k.op));
+    const Plan plan = make_plan(ctx, k);
+    for (const Stage& s : plan.stages) {
+      const size_t bindings = s.args.size() + (s.push ? 0 : 1);
+      if (std::string why = map_unsupported_reason(ctx, s.source, bindings); !why.empty()) return why;
+      for (const Arg& a : s.args) {
+        for (int64_t st : a.outer) int_word(st, "a stride");
+        for (int64_t st : a.inner) int_word(st, "a stride");
+      }
+    }
+  } catch (const Error& e) {
+    return e.detail();
+  }
+  return "";
+}
+
+void launch_row_op(Context& ctx, Encoder& enc, const Kernel& k) {
+  if (std::string why = row_op_unsupported(ctx, k); !why.empty())
+    fail(std::string(op_name(k.op)) + " cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
+  const Plan plan = make_plan(ctx, k);
+  std::vector<std::shared_ptr<Allocation>> scratch;
+  for (size_t bytes : plan.scratch_bytes) scratch.push_back(ctx.pool().allocate(std::max<size_t>(bytes, 4)));
+  for (const Stage& s : plan.stages) {
+    std::vector<Binding> bindings;
+    std::vector<uint32_t> words{static_cast<uint32_t>(product(s.outer)), static_cast<uint32_t>(product(s.inner))};
+    for (int64_t d : s.outer) words.push_back(static_cast<uint32_t>(d));
+    for (int64_t d : s.inner) words.push_back(static_cast<uint32_t>(d));
+    for (const Arg& a : s.args) {
+      uint32_t first = 0;
+      if (a.arg) {
+        const BoundView b = bind_view(ctx, view_arg(*a.arg), a.write);
+        bindings.push_back(b.binding);
+        first = b.first;
+      } else {
+        const auto& alloc = scratch.at(static_cast<size_t>(a.scratch));
+        bindings.push_back(Binding{alloc, 0, alloc->bytes(), a.write});
+        first = static_cast<uint32_t>(a.first);
+      }
+      for (int64_t st : a.outer) words.push_back(int_word(st, "a stride"));
+      for (int64_t st : a.inner) words.push_back(int_word(st, "a stride"));
+      words.push_back(first);
+    }
+    words.insert(words.end(), s.extra.begin(), s.extra.end());
+    if (words.size() != s.words) fail("internal: params of " + std::to_string(words.size()) + " words, expected " + std::to_string(s.words));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(words.data());
+    const size_t nbytes = words.size() * 4;
+    if (s.push) {
+      const Pipeline& pipe = ctx.pipeline(s.source, static_cast<uint32_t>(bindings.size()), static_cast<uint32_t>(nbytes));
+      enc.dispatch(pipe, bindings, std::span<const uint8_t>(bytes, nbytes), s.groups);
+    } else {
+      const Pipeline& pipe = ctx.pipeline(s.source, static_cast<uint32_t>(bindings.size() + 1), 0);
+      std::shared_ptr<Allocation> pbuf = ctx.pool().allocate(nbytes);
+      ctx.stream().upload(pbuf, 0, bytes, nbytes);
+      bindings.push_back(Binding{pbuf, 0, nbytes, false});
+      enc.dispatch(pipe, bindings, {}, s.groups);
+    }
+  }
+}
+
+namespace {
+
+std::string unsupported_entry(const Context& ctx, const Kernel& k) { return row_op_unsupported(ctx, k); }
+void launch_entry(Context& ctx, Encoder& enc, const Kernel& k) { launch_row_op(ctx, enc, k); }
+
+const bool registered = [] {
+  for (OpId op : {OpId::Reduce, OpId::ArgReduce, OpId::Softmax, OpId::LogSoftmax, OpId::LayerNorm, OpId::RmsNorm,
+                  OpId::LayerNormBackward, OpId::Cumsum})
+    register_template_op(op, TemplateOp{unsupported_entry, launch_entry});
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace alk::vk
