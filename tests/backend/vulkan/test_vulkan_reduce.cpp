@@ -16,6 +16,7 @@
 #include <random>
 
 #include "alk/device.h"
+#include "alk/tensor.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/vulkan_device.h"
 #include "core/half.h"
@@ -313,6 +314,27 @@ TEST(VulkanReduce, PrologueAndEpilogue) {
   }
 }
 
+// Rank 6 with no dims to merge and three inputs: the params (36 words) exceed the 128 bytes
+// of push constants and go in a storage buffer.
+TEST(VulkanReduce, ParamsInAStorageBufferForHighRanks) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  using expr::Fn;
+  using expr::Type;
+  const Shape shape{2, 3, 2, 3, 2, 3};
+  Shape reversed = contiguous_strides({3, 2, 3, 2, 3, 2});
+  std::reverse(reversed.begin(), reversed.end());  // a permuted view: no two dims merge
+  Twin tw(dev, OpId::Reduce, ReduceParams{ReduceOp::Sum, {1, 3, 5}}, DType::F32);
+  expr::Builder b;
+  const int x = b.input(0, Type::F32), y = b.input(1, Type::F32), z = b.input(2, Type::F32);
+  tw.cpu.expr = tw.gpu.expr = b.finish(b.binary(Fn::Add, b.binary(Fn::Mul, x, y), z));
+  tw.input(DType::F32, randn(216, 41), shape, reversed);
+  tw.input(DType::F32, randn(216, 42), shape);
+  tw.input(DType::F32, randn(9, 43), shape, {0, 0, 0, 1, 0, 3});
+  tw.cpu.node.in_shape = tw.gpu.node.in_shape = shape;
+  tw.output(DType::F32, {2, 1, 2, 1, 2, 1});
+  expect_close(tw.run_gpu(), tw.run_cpu(), 1e-5, 8);
+}
+
 // ---- ArgReduce ------------------------------------------------------------------------
 
 TEST(VulkanArgReduce, FirstExtremumTiesAndNan) {
@@ -457,6 +479,35 @@ TEST(VulkanCumsum, AxesReverseDtypesAndLongRows) {
         expect_close(tw.run_gpu(), tw.run_cpu(), is_floating(t) ? rtol_of(t) * 4 : 0, scale,
                      "cumsum " + std::string(dtype_name(t)) + " " + to_string(shape) + " axis " + std::to_string(axis));
       }
+}
+
+// ---- end to end: tensors on the Vulkan device, forward and gradients --------------------
+
+TEST(VulkanRowOps, TensorsForwardAndBackwardMatchTheCpu) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  manual_seed(5);
+  const Tensor x0 = alk::randn(Shape{6, 37}), w0 = alk::randn(Shape{37}), b0 = alk::randn(Shape{37}), c0 = alk::randn(Shape{6, 37});
+  struct Result {
+    std::vector<std::vector<float>> values;
+  };
+  auto run = [&](Device& d) {
+    Tensor x = x0.to(d).detach(), w = w0.to(d).detach(), b = b0.to(d).detach(), c = c0.to(d);
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_();
+    Tensor y = layer_norm(x, {37}, w, b);
+    Tensor loss = sum(softmax(y, -1) * c) + mean(log_softmax(y * 2.0, 0) * c) + sum(max(rms_norm(x, {37}, w), {1})) +
+                  sum(cumsum(x, 1) * c) * 0.01 + sum(sum(x * x, {0}, true) * 0.5);
+    loss.backward();
+    Result r;
+    for (const Tensor& t : std::vector<Tensor>{y, loss, x.grad(), w.grad(), b.grad(), argmax(x * c, 1).to(DType::F32), mean(x, {0, 1})})
+      r.values.push_back(t.to(cpu_device()).to_vector<float>());
+    return r;
+  };
+  const Result want = run(cpu_device()), got = run(*dev);
+  const char* names[] = {"layer_norm", "loss", "dx", "dweight", "dbias", "argmax", "mean"};
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    std::vector<double> g(got.values[i].begin(), got.values[i].end()), w(want.values[i].begin(), want.values[i].end());
+    expect_close(g, w, 1e-4, 1, names[i]);
+  }
 }
 
 }  // namespace
