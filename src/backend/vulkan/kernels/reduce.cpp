@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -233,6 +234,8 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
   if (mentions(text, "float16_t") || mentions(text, "uint16_t")) head += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (mentions(text, "uint8_t")) head += "#extension GL_EXT_shader_8bit_storage : require\n";
   if (mentions(text, "int64_t")) head += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
+  if (mentions(text, "subgroupShuffleXor"))
+    head += "#extension GL_KHR_shader_subgroup_basic : require\n#extension GL_KHR_shader_subgroup_shuffle : require\n";
   head += "// alk vulkan kernel " + name + " (src/backend/vulkan/kernels/reduce.cpp)\n";
   // map_unsupported_reason reads the text after the local size: keep the helpers after it.
   const size_t at = text.find("layout(local_size_x");
@@ -249,23 +252,80 @@ Groups thread_groups(const Context& ctx, int64_t n) {
 
 // The math type of a floating row op on dtype t.
 std::string float_math(DType t) { return t == DType::F64 ? "double" : "float"; }
-// exp/log of the math type (GLSL has them on float only).
+// exp/log of the math type. GLSL has them on float only: on double, these by hand.
 std::string fexp(const std::string& m, const std::string& x) {
-  return m == "double" ? "double(exp(float(" + x + ")))" : "exp(" + x + ")";
+  return m == "double" ? "alk_exp_f64(" + x + ")" : "exp(" + x + ")";
 }
 std::string flog(const std::string& m, const std::string& x) {
-  return m == "double" ? "double(log(float(" + x + ")))" : "log(" + x + ")";
+  return m == "double" ? "alk_log_f64(" + x + ")" : "log(" + x + ")";
+}
+// exp: x = k ln2 + r (Cody-Waite: ln2 split in two so k ln2 is exact), |r| <= ln2 / 2,
+// exp(r) by its Taylor series to degree 13 (truncation below 1e-17), scaled by 2^k.
+// log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(f), f = (m - 1) / (m + 1),
+// |f| <= 0.172, by its odd series to degree 21.
+const char* kF64Math =
+    "double alk_exp_f64(double x) {\n"
+    "  if (isnan(x)) return x;\n"
+    "  if (x > 709.78lf) return double(uintBitsToFloat(0x7f800000u));\n"
+    "  if (x < -745.2lf) return 0.0lf;\n"
+    "  double k = floor(x * 1.4426950408889634lf + 0.5lf);\n"
+    "  double r = (x - k * 6.93147180369123816490e-01lf) - k * 1.90821492927058770002e-10lf;\n"
+    "  double p = 1.0lf;\n"
+    "  for (int n = 13; n >= 1; --n) p = 1.0lf + p * r / double(n);\n"
+    "  int ki = int(k);\n"
+    "  // Two steps so 2^k never overflows on its own near the ends of the range.\n"
+    "  return ldexp(ldexp(p, ki / 2), ki - ki / 2);\n"
+    "}\n"
+    "double alk_log_f64(double x) {\n"
+    "  if (isnan(x) || x < 0.0lf) return double(uintBitsToFloat(0x7fc00000u));\n"
+    "  if (x == 0.0lf) return -double(uintBitsToFloat(0x7f800000u));\n"
+    "  if (isinf(x)) return x;\n"
+    "  int e;\n"
+    "  double m = frexp(x, e);\n"
+    "  if (m < 0.70710678118654752lf) { m *= 2.0lf; e -= 1; }\n"
+    "  double f = (m - 1.0lf) / (m + 1.0lf), f2 = f * f, s = 1.0lf / 21.0lf;\n"
+    "  for (int n = 19; n >= 1; n -= 2) s = s * f2 + 1.0lf / double(n);\n"
+    "  return 2.0lf * f * s + double(e) * 0.69314718055994530942lf;\n"
+    "}\n";
+
+// Whether workgroup reductions of f32 go through subgroup shuffles: where the device offers
+// them in compute shaders (ALK_VK_NO_SUBGROUPS=1 forces the shared-memory tree, for tests).
+bool use_subgroups(const Context& ctx, const std::string& type) {
+  const DeviceInfo& info = ctx.info();
+  const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+  const char* off = std::getenv("ALK_VK_NO_SUBGROUPS");
+  return type == "float" && !(off && *off && std::string(off) != "0") && (info.subgroup_ops & need) == need &&
+         info.subgroup_size >= 2 && info.subgroup_size <= workgroup_size(ctx);
 }
 
-// Shared-memory tree sum and max over the workgroup (every invocation gets the result).
-std::string tree_fns(const std::string& m) {
-  return "shared " + m + " red[WG];\n" + m + " tree_sum(" + m + " v) {\n" +
-         "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
-         "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w) red[tid] = red[tid] + red[tid + w];\n    barrier();\n  }\n"
-         "  " + m + " r = red[0];\n  barrier();\n  return r;\n}\n" + m + " tree_max(" + m + " v) {\n" +
-         "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
-         "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w && red[tid + w] > red[tid]) red[tid] = red[tid + w];\n    barrier();\n  }\n"
-         "  " + m + " r = red[0];\n  barrier();\n  return r;\n}\n";
+// Functions reducing one value per invocation over the workgroup with a combining function
+// (every invocation gets the result, in an order fixed by the workgroup and subgroup sizes):
+// `fns` pairs each function's name with the combining function it applies. With subgroups,
+// a butterfly of shuffles within each subgroup, then the subgroups' results in order; else
+// a shared-memory tree. Called from uniform control flow only.
+std::string workgroup_fns(const Context& ctx, const std::string& t,
+                          const std::vector<std::pair<std::string, std::string>>& fns) {
+  std::string s = "shared " + t + " red[WG];\n";
+  const bool sg = use_subgroups(ctx, t);
+  for (const auto& [name, fn] : fns) {
+    s += t + " " + name + "(" + t + " v) {\n";
+    if (sg)
+      s += "  for (uint o = 1u; o < gl_SubgroupSize; o <<= 1u) v = " + fn + "(v, subgroupShuffleXor(v, o));\n"
+           "  if (subgroupElect()) red[gl_SubgroupID] = v;\n  barrier();\n"
+           "  " + t + " r = red[0];\n  for (uint k = 1u; k < gl_NumSubgroups; ++k) r = " + fn + "(r, red[k]);\n";
+    else
+      s += "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
+           "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w) red[tid] = " + fn + "(red[tid], red[tid + w]);\n"
+           "    barrier();\n  }\n  " + t + " r = red[0];\n";
+    s += "  barrier();  // red is reused by the next call\n  return r;\n}\n";
+  }
+  return s;
+}
+
+// tree_sum and tree_max (NaN never wins: softmax's max skips it) of type m.
+std::string tree_fns(const Context& ctx, const std::string& m) {
+  return m + " alk_add(" + m + " a, " + m + " b) { return a + b; }\n" + m + " alk_max(" + m + " a, " + m +
+         " b) { return b > a ? b : a; }\n" + workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}});
 }
 
 void put_double(std::vector<uint32_t>& w, double v) {
@@ -428,9 +488,8 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
   const bool per_thread = len <= 32 || (last_stride != 1 && rows >= 4 * static_cast<int64_t>(wg));
   const uint32_t parts = per_thread || rows >= 32 || len < 32768
                              ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(len / 16384, 2, 64));
-  const std::string tree =
-      "    red[tid] = acc;\n    barrier();\n"
-      "    for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n      if (tid < w) red[tid] = combine(red[tid], red[tid + w]);\n      barrier();\n    }\n";
+  fns += workgroup_fns(ctx, rs.acc, {{"wg_combine", "combine"}});
+  const std::string tree = "    acc = wg_combine(acc);\n";
   if (per_thread) {
     Stage s;
     s.outer = outer, s.inner = inner, s.args = inputs;
@@ -453,10 +512,10 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     s.outer = outer, s.inner = inner, s.args = inputs;
     add_tail(s);
     const size_t epi0 = inputs.size(), out = epi0 + k.epilogue_inputs.size();
-    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n" + group_loop + bases +
+    std::string body = fns + "void main() {\n" + group_loop + bases +
                        "    " + rs.acc + " acc = " + identity(rs) + ";\n"
                        "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
-                       "    if (tid == 0u) {\n      " + rs.acc + " v = red[0];\n      " + reduce_finish(k, rs, out, epi0) +
+                       "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
                        "\n    }\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows);
     finish(ctx, s, "reduce_rows_per_group", body);
@@ -477,12 +536,12 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     s.args.push_back(part);
     s.extra.push_back(parts);
     const std::string pn = std::to_string(inputs.size());
-    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n"
+    std::string body = fns + "void main() {\n"
                        "  uint chunk = (P(1) + P(E) - 1u) / P(E);\n"
                        "  uint lo = min(P(1), gl_WorkGroupID.y * chunk), hi = min(P(1), lo + chunk);\n" + group_loop + bases +
                        "    " + rs.acc + " acc = " + identity(rs) + ";\n"
                        "    for (uint i = lo + tid; i < hi; i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
-                       "    if (tid == 0u) st" + pn + "(row" + pn + "(r) + gl_WorkGroupID.y, red[0]);\n    barrier();\n  }\n}\n";
+                       "    if (tid == 0u) st" + pn + "(row" + pn + "(r) + gl_WorkGroupID.y, acc);\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows, parts);
     finish(ctx, s, "reduce_parts", body);
     plan.stages.push_back(std::move(s));
@@ -496,10 +555,10 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     add_tail(s);
     for (size_t t = 1; t < s.args.size(); ++t) s.args[t].inner = {0};
     const size_t epi0 = 1, out = 1 + k.epilogue_inputs.size();
-    std::string body = fns + "shared " + rs.acc + " red[WG];\nvoid main() {\n" + group_loop +
+    std::string body = fns + "void main() {\n" + group_loop +
                        "    uint b0 = row0(r);\n    " + rs.acc + " acc = " + identity(rs) + ";\n"
                        "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, ld0(b0 + i));\n" + tree +
-                       "    if (tid == 0u) {\n      " + rs.acc + " v = red[0];\n      " + reduce_finish(k, rs, out, epi0) +
+                       "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
                        "\n    }\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows);
     finish(ctx, s, "reduce_combine_parts", body);
@@ -583,7 +642,7 @@ Plan plan_softmax(const Context& ctx, const Kernel& k, bool log) {
   if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
   const std::string m = float_math(k.inputs[0].dtype);
   const std::string x = m + "(ld0(b0 + uint(el0(i))))";
-  std::string body = tree_fns(m) +
+  std::string body = (m == "double" ? std::string(kF64Math) : std::string()) + tree_fns(ctx, m) +
                      "void main() {\n  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                      "    uint b0 = row0(r), b1 = row1(r);\n"
                      // NaN never wins the max (it reaches the sum instead, as on the CPU).
@@ -686,7 +745,7 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   put_eps(s.extra, m, p.eps);
   auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
   const std::string xv = m + "(ld0(" + at(0) + "))", wv = m + "(ld1(" + at(1) + "))";
-  std::string body = tree_fns(m) +
+  std::string body = tree_fns(ctx, m) +
                      "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
                      "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                      "    uint b0 = row0(r), b1 = row1(r), b" + o + " = row" + o + "(r);\n";
@@ -751,7 +810,7 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
     s.args[4].write = true;
     put_eps(s.extra, m, p.eps);
     const std::string xv = m + "(ld0(" + at(0) + "))", gx = m + "(ld2(" + at(2) + ")) * " + m + "(ld1(" + at(1) + "))";
-    std::string body = tree_fns(m) +
+    std::string body = tree_fns(ctx, m) +
                        "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
                        "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                        "    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);\n"

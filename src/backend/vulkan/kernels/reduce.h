@@ -11,7 +11,7 @@
 // they exceed 128 bytes), so one pipeline serves every shape of that rank.
 //
 // Numbers: f16/bf16/f32 compute and accumulate in f32, f64 in f64 (exp and log of f64
-// are evaluated in f32: GLSL has none on double), integers in i64. A row is reduced by one
+// written out in the shader: GLSL has none on double), integers in i64. A row is reduced by one
 // workgroup (each invocation folds a fixed strided subset in order, then a fixed shared
 // memory tree), so results depend on the shape and the device's workgroup size only, never
 // on how many groups run. A long row with few rows beside it is split into a number of
