@@ -283,6 +283,14 @@ TEST(VulkanReduce, LongRowsSplitDeterministically) {
     const auto first = tw.run_gpu();
     expect_close(first, want, op == ReduceOp::Sum ? 1e-5 : 0, 300);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(tw.run_gpu(), first);
+    // Recorded once (scratch and params kept by the recording), replayed: the same bits.
+    auto rec = dev->record({tw.gpu});
+    for (int i = 0; i < 2; ++i) {
+      const float garbage = 77;
+      dev->upload(*tw.gpu.output.buffer, static_cast<size_t>(tw.gpu.output.offset) * 4, &garbage, 4);
+      dev->replay(*rec);
+      EXPECT_EQ(Twin::read(*dev, tw.gpu.output, 1), first);
+    }
   }
   // Two long rows, and many columns (a gradient summed over a batch: one invocation each).
   run_reduce(dev, DType::F32, ReduceOp::Sum, {{2, 40000}, {}, {}, 0, {1}}, randn(80000, 12), 200);

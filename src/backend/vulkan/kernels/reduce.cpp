@@ -904,9 +904,18 @@ std::string row_op_unsupported(const Context& ctx, const Kernel& k) {
 }
 
 void launch_row_op(Context& ctx, Encoder& enc, const Kernel& k) {
-  if (std::string why = row_op_unsupported(ctx, k); !why.empty())
+  auto refuse = [&](const std::string& why) {
     fail(std::string(op_name(k.op)) + " cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  const Plan plan = make_plan(ctx, k);
+  };
+  if (k.epilogue && k.op != OpId::Reduce) refuse("an epilogue on " + std::string(op_name(k.op)));
+  Plan plan;
+  try {
+    plan = make_plan(ctx, k);
+  } catch (const Error& e) {
+    refuse(e.detail());
+  }
+  for (const Stage& s : plan.stages)
+    if (std::string why = map_unsupported_reason(ctx, s.source, s.args.size() + (s.push ? 0 : 1)); !why.empty()) refuse(why);
   std::vector<std::shared_ptr<Allocation>> scratch;
   for (size_t bytes : plan.scratch_bytes) scratch.push_back(ctx.pool().allocate(std::max<size_t>(bytes, 4)));
   for (const Stage& s : plan.stages) {
