@@ -38,6 +38,7 @@ struct Stage {
   std::vector<uint32_t> extra;
   std::string source;
   Groups groups;
+  uint32_t wg = 0;  // the workgroup size (0: workgroup_size)
   bool push = true;
   size_t words = 0;
 };
@@ -198,7 +199,7 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
   const size_t no = s.outer.size(), ni = s.inner.size(), nt = s.args.size();
   s.words = 2 + no + ni + nt * (no + ni + 1) + s.extra.size();
   s.push = s.words * 4 <= expr::kPushConstantBudget;
-  const uint32_t wg = workgroup_size(ctx);
+  const uint32_t wg = s.wg ? s.wg : workgroup_size(ctx);
 
   std::string d = "layout(local_size_x = " + std::to_string(wg) + ") in;\n";
   d += "const uint WG = " + std::to_string(wg) + "u;\n";
@@ -245,12 +246,18 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
 Groups row_groups(int64_t rows, uint32_t parts = 1) {
   return Groups{static_cast<uint32_t>(std::clamp<int64_t>(rows, 1, 65535)), parts, 1};
 }
-Groups thread_groups(const Context& ctx, int64_t n) {
-  const int64_t wg = workgroup_size(ctx);
+Groups thread_groups(int64_t n, int64_t wg) {
   return Groups{static_cast<uint32_t>(std::clamp<int64_t>((n + wg - 1) / wg, 1, 65535)), 1, 1};
 }
 
 // The math type of a floating row op on dtype t.
+// Invocations per row: rows of a few thousand elements take 64 (fewer idle lanes and a
+// shallower tree; on lavapipe, far fewer fibers to switch at each barrier), longer ones the
+// full workgroup.
+uint32_t row_workgroup(const Context& ctx, int64_t len) {
+  return len < 4096 ? std::min<uint32_t>(64, workgroup_size(ctx)) : workgroup_size(ctx);
+}
+
 std::string float_math(DType t) { return t == DType::F64 ? "double" : "float"; }
 // exp/log of the math type. GLSL has them on float only: on double, these by hand.
 std::string fexp(const std::string& m, const std::string& x) {
@@ -290,12 +297,12 @@ const char* kF64Math =
 
 // Whether workgroup reductions of f32 go through subgroup shuffles: where the device offers
 // them in compute shaders (ALK_VK_NO_SUBGROUPS=1 forces the shared-memory tree, for tests).
-bool use_subgroups(const Context& ctx, const std::string& type) {
+bool use_subgroups(const Context& ctx, const std::string& type, uint32_t wg) {
   const DeviceInfo& info = ctx.info();
   const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
   const char* off = std::getenv("ALK_VK_NO_SUBGROUPS");
   return type == "float" && !(off && *off && std::string(off) != "0") && (info.subgroup_ops & need) == need &&
-         info.subgroup_size >= 2 && info.subgroup_size <= workgroup_size(ctx);
+         info.subgroup_size >= 2 && info.subgroup_size <= wg;
 }
 
 // Functions reducing one value per invocation over the workgroup with a combining function
@@ -304,9 +311,9 @@ bool use_subgroups(const Context& ctx, const std::string& type) {
 // a butterfly of shuffles within each subgroup, then the subgroups' results in order; else
 // a shared-memory tree. Called from uniform control flow only.
 std::string workgroup_fns(const Context& ctx, const std::string& t,
-                          const std::vector<std::pair<std::string, std::string>>& fns) {
+                          const std::vector<std::pair<std::string, std::string>>& fns, uint32_t wg) {
   std::string s = "shared " + t + " red[WG];\n";
-  const bool sg = use_subgroups(ctx, t);
+  const bool sg = use_subgroups(ctx, t, wg);
   for (const auto& [name, fn] : fns) {
     s += t + " " + name + "(" + t + " v) {\n";
     if (sg)
@@ -323,9 +330,9 @@ std::string workgroup_fns(const Context& ctx, const std::string& t,
 }
 
 // tree_sum and tree_max (NaN never wins: softmax's max skips it) of type m.
-std::string tree_fns(const Context& ctx, const std::string& m) {
+std::string tree_fns(const Context& ctx, const std::string& m, uint32_t wg) {
   return m + " alk_add(" + m + " a, " + m + " b) { return a + b; }\n" + m + " alk_max(" + m + " a, " + m +
-         " b) { return b > a ? b : a; }\n" + workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}});
+         " b) { return b > a ? b : a; }\n" + workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}}, wg);
 }
 
 void put_double(std::vector<uint32_t>& w, double v) {
@@ -429,7 +436,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     x.inner.assign(inner.size(), 0);
     return x;
   };
-  const uint32_t wg = workgroup_size(ctx);
+  const uint32_t wg = row_workgroup(ctx, len);
   std::string fns = combine_fn(rs);
   std::vector<DType> in_types;
   for (const KernelArg& a : k.inputs) in_types.push_back(a.dtype);
@@ -458,7 +465,8 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     const size_t epi0 = 0, out = k.epilogue_inputs.size();
     std::string body = fns + "void main() {\n  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {\n"
                        "    " + rs.acc + " v = " + identity(rs) + ";\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
-    s.groups = thread_groups(ctx, rows);
+    s.groups = thread_groups(rows, wg);
+    s.wg = wg;
     finish(ctx, s, "reduce_empty", body);
     plan.stages.push_back(std::move(s));
     return plan;
@@ -485,10 +493,10 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
   // How rows are spread: short rows (and columns of a row-major tensor, many of them) one
   // per invocation; else a workgroup per row, a long row among few split into parts.
   const int64_t last_stride = inputs.empty() || inputs[0].inner.empty() ? 1 : inputs[0].inner.back();
-  const bool per_thread = len <= 32 || (last_stride != 1 && rows >= 4 * static_cast<int64_t>(wg));
+  const bool per_thread = len <= 32 || (last_stride != 1 && (rows >= 1024 || (rows >= 64 && len <= 4096)));
   const uint32_t parts = per_thread || rows >= 32 || len < 32768
                              ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(len / 16384, 2, 64));
-  fns += workgroup_fns(ctx, rs.acc, {{"wg_combine", "combine"}});
+  fns += workgroup_fns(ctx, rs.acc, {{"wg_combine", "combine"}}, wg);
   const std::string tree = "    acc = wg_combine(acc);\n";
   if (per_thread) {
     Stage s;
@@ -499,7 +507,8 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
                        "    " + rs.acc + " acc = " + identity(rs) + ";\n"
                        "    for (uint i = 0u; i < P(1); ++i) acc = combine(acc, " + prologue_call("i") + ");\n"
                        "    " + rs.acc + " v = acc;\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
-    s.groups = thread_groups(ctx, rows);
+    s.groups = thread_groups(rows, wg);
+    s.wg = wg;
     finish(ctx, s, "reduce_rows_per_invocation", body);
     plan.stages.push_back(std::move(s));
     return plan;
@@ -518,6 +527,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
                        "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
                        "\n    }\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows);
+    s.wg = wg;
     finish(ctx, s, "reduce_rows_per_group", body);
     plan.stages.push_back(std::move(s));
     return plan;
@@ -543,6 +553,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
                        "    for (uint i = lo + tid; i < hi; i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
                        "    if (tid == 0u) st" + pn + "(row" + pn + "(r) + gl_WorkGroupID.y, acc);\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows, parts);
+    s.wg = wg;
     finish(ctx, s, "reduce_parts", body);
     plan.stages.push_back(std::move(s));
   }
@@ -561,6 +572,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
                        "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
                        "\n    }\n    barrier();\n  }\n}\n";
     s.groups = row_groups(rows);
+    s.wg = wg;
     finish(ctx, s, "reduce_combine_parts", body);
     plan.stages.push_back(std::move(s));
   }
@@ -606,6 +618,7 @@ std::string value_type(DType t) {
 Plan plan_argreduce(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<AxisParams>(k.node.params);
   Stage s = axis_stage(k, p.axis, true);
+  s.wg = row_workgroup(ctx, product(s.inner));
   Plan plan;
   if (product(s.outer) == 0) return plan;
   if (product(s.inner) == 0) fail(std::string(p.flag ? "argmax" : "argmin") + ": cannot reduce an empty dim " + std::to_string(p.axis));
@@ -638,11 +651,12 @@ Plan plan_argreduce(const Context& ctx, const Kernel& k) {
 Plan plan_softmax(const Context& ctx, const Kernel& k, bool log) {
   const auto& p = std::get<AxisParams>(k.node.params);
   Stage s = axis_stage(k, p.axis, false);
+  s.wg = row_workgroup(ctx, product(s.inner));
   Plan plan;
   if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
   const std::string m = float_math(k.inputs[0].dtype);
   const std::string x = m + "(ld0(b0 + uint(el0(i))))";
-  std::string body = (m == "double" ? std::string(kF64Math) : std::string()) + tree_fns(ctx, m) +
+  std::string body = (m == "double" ? std::string(kF64Math) : std::string()) + tree_fns(ctx, m, s.wg) +
                      "void main() {\n  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                      "    uint b0 = row0(r), b1 = row1(r);\n"
                      // NaN never wins the max (it reaches the sum instead, as on the CPU).
@@ -672,6 +686,7 @@ Plan plan_cumsum(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<AxisParams>(k.node.params);
   const KernelArg& x = k.inputs.at(0);
   Stage s = axis_stage(k, x.shape.empty() ? 0 : p.axis, false);
+  s.wg = row_workgroup(ctx, product(s.inner));
   Plan plan;
   if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
   const std::string m = value_type(x.dtype);
@@ -733,6 +748,7 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   if (p.inner <= 0) return plan;
   norm_space(x, p.inner, s.outer, s.inner, split);
   if (product(s.outer) == 0) return plan;
+  s.wg = row_workgroup(ctx, p.inner);
   s.args.push_back(row_arg(x, split));
   s.args.push_back(param_arg(k.inputs.at(1), s.outer, s.inner, "the weight"));
   if (!rms) s.args.push_back(param_arg(k.inputs.at(2), s.outer, s.inner, "the bias"));
@@ -745,7 +761,7 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   put_eps(s.extra, m, p.eps);
   auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
   const std::string xv = m + "(ld0(" + at(0) + "))", wv = m + "(ld1(" + at(1) + "))";
-  std::string body = tree_fns(ctx, m) +
+  std::string body = tree_fns(ctx, m, s.wg) +
                      "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
                      "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                      "    uint b0 = row0(r), b1 = row1(r), b" + o + " = row" + o + "(r);\n";
@@ -806,11 +822,12 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   if (rows > 0) {
     Stage s;
     s.outer = lead, s.inner = trail;
+    s.wg = row_workgroup(ctx, p.inner);
     s.args = {row_arg(x, split), param_arg(k.inputs.at(1), lead, trail, "the weight"), row_arg(g, split), out, stats};
     s.args[4].write = true;
     put_eps(s.extra, m, p.eps);
     const std::string xv = m + "(ld0(" + at(0) + "))", gx = m + "(ld2(" + at(2) + ")) * " + m + "(ld1(" + at(1) + "))";
-    std::string body = tree_fns(ctx, m) +
+    std::string body = tree_fns(ctx, m, s.wg) +
                        "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
                        "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
                        "    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);\n"
@@ -847,7 +864,7 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
         "      db += gv;\n    }\n"
         "    uint o = row3(0u) + P(0) * P(1) + uint(el3(i));\n"
         "    st3(o, dw);\n    st3(o + P(1), db);\n  }\n}\n";
-    s.groups = thread_groups(ctx, p.inner);
+    s.groups = thread_groups(p.inner, workgroup_size(ctx));
     finish(ctx, s, "layer_norm_backward_dparams", body);
     plan.stages.push_back(std::move(s));
   }
