@@ -45,13 +45,28 @@ std::vector<uint8_t> encode(DType t, const std::vector<double>& v) {
     uint8_t* p = out.data() + i * dtype_size(t);
     auto put = [p](auto x) { std::memcpy(p, &x, sizeof x); };
     switch (t) {
-      case DType::F32: put(static_cast<float>(v[i])); break;
-      case DType::F64: put(v[i]); break;
-      case DType::F16: put(f32_to_f16(static_cast<float>(v[i]))); break;
-      case DType::BF16: put(f32_to_bf16(static_cast<float>(v[i]))); break;
-      case DType::I64: put(static_cast<int64_t>(v[i])); break;
-      case DType::I32: put(static_cast<int32_t>(v[i])); break;
-      case DType::U8: case DType::Bool: put(static_cast<uint8_t>(v[i])); break;
+      case DType::F32:
+        put(static_cast<float>(v[i]));
+        break;
+      case DType::F64:
+        put(v[i]);
+        break;
+      case DType::F16:
+        put(f32_to_f16(static_cast<float>(v[i])));
+        break;
+      case DType::BF16:
+        put(f32_to_bf16(static_cast<float>(v[i])));
+        break;
+      case DType::I64:
+        put(static_cast<int64_t>(v[i]));
+        break;
+      case DType::I32:
+        put(static_cast<int32_t>(v[i]));
+        break;
+      case DType::U8:
+      case DType::Bool:
+        put(static_cast<uint8_t>(v[i]));
+        break;
     }
   }
   return out;
@@ -66,13 +81,28 @@ std::vector<double> decode(DType t, const std::vector<uint8_t>& b) {
       return x;
     };
     switch (t) {
-      case DType::F32: out[i] = get(0.0f); break;
-      case DType::F64: out[i] = get(0.0); break;
-      case DType::F16: out[i] = f16_to_f32(get(uint16_t{})); break;
-      case DType::BF16: out[i] = bf16_to_f32(get(uint16_t{})); break;
-      case DType::I64: out[i] = static_cast<double>(get(int64_t{})); break;
-      case DType::I32: out[i] = get(int32_t{}); break;
-      case DType::U8: case DType::Bool: out[i] = get(uint8_t{}); break;
+      case DType::F32:
+        out[i] = get(0.0f);
+        break;
+      case DType::F64:
+        out[i] = get(0.0);
+        break;
+      case DType::F16:
+        out[i] = f16_to_f32(get(uint16_t{}));
+        break;
+      case DType::BF16:
+        out[i] = bf16_to_f32(get(uint16_t{}));
+        break;
+      case DType::I64:
+        out[i] = static_cast<double>(get(int64_t{}));
+        break;
+      case DType::I32:
+        out[i] = get(int32_t{});
+        break;
+      case DType::U8:
+      case DType::Bool:
+        out[i] = get(uint8_t{});
+        break;
     }
   }
   return out;
@@ -94,7 +124,8 @@ struct Twin {
 
   // A view (shape, strides, offset) on storage holding `values`; every binding starts 3
   // elements into its buffer so offsets are exercised.
-  std::pair<KernelArg, KernelArg> arg(DType t, const std::vector<double>& values, Shape shape, Shape strides, int64_t offset) {
+  std::pair<KernelArg, KernelArg> arg(DType t, const std::vector<double>& values, Shape shape, Shape strides,
+                                      int64_t offset) {
     const std::vector<uint8_t> bytes = encode(t, values);
     const size_t at = 3 * dtype_size(t);
     auto c = cpu_device().allocate(bytes.size() + at + 8), g = vk->allocate(bytes.size() + at + 8);
@@ -147,9 +178,12 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
     const double g = got[i], w = want[i];
     bool ok;
-    if (std::isnan(w)) ok = std::isnan(g);
-    else if (std::isinf(w)) ok = g == w;
-    else ok = std::fabs(g - w) <= rtol * std::max(std::fabs(w), scale);
+    if (std::isnan(w))
+      ok = std::isnan(g);
+    else if (std::isinf(w))
+      ok = g == w;
+    else
+      ok = std::fabs(g - w) <= rtol * std::max(std::fabs(w), scale);
     if (!ok) {
       ADD_FAILURE() << what << " element " << i << ": vulkan " << g << ", cpu " << w;
       ++bad;
@@ -159,10 +193,14 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 
 double rtol_of(DType t) {
   switch (t) {
-    case DType::F16: return 2e-3;
-    case DType::BF16: return 1.6e-2;
-    case DType::F64: return 1e-12;
-    default: return 1e-5;
+    case DType::F16:
+      return 2e-3;
+    case DType::BF16:
+      return 1.6e-2;
+    case DType::F64:
+      return 1e-12;
+    default:
+      return 1e-5;
   }
 }
 
@@ -209,14 +247,15 @@ std::vector<ReduceCase> reduce_cases() {
       {{3, 5, 7}, {}, {}, 0, {0, 2}},
       {{3, 5, 7}, {}, {}, 0, {1}},
       {{2, 3, 4, 5}, {}, {}, 0, {1, 3}},
-      {{19, 37}, {37, 19}, {1, 37}, 0, {1}},          // transposed
-      {{11, 40}, {11, 13}, {40, 3}, 2, {0, 1}},       // strided with an offset
+      {{19, 37}, {37, 19}, {1, 37}, 0, {1}},     // transposed
+      {{11, 40}, {11, 13}, {40, 3}, 2, {0, 1}},  // strided with an offset
       {{5, 1, 33}, {}, {}, 0, {2}},
       {{1}, {}, {}, 0, {0}},
   };
 }
 
-void run_reduce(Device* dev, DType t, ReduceOp op, const ReduceCase& c, const std::vector<double>& values, double scale) {
+void run_reduce(Device* dev, DType t, ReduceOp op, const ReduceCase& c, const std::vector<double>& values,
+                double scale) {
   Shape shape = c.shape.empty() ? c.base : c.shape;
   Shape strides = c.strides.empty() ? contiguous_strides(shape) : c.strides;
   Shape keep = shape;
@@ -241,12 +280,14 @@ TEST(VulkanReduce, SumMaxMinProdOverAxesAndViews) {
     for (const ReduceCase& c : reduce_cases()) {
       int64_t n = 1;
       for (int64_t d : c.base) n *= d;
-      const auto values = is_floating(t) ? randn(static_cast<size_t>(n), seed++) : randint(static_cast<size_t>(n), seed++, -50, 50);
+      const auto values =
+          is_floating(t) ? randn(static_cast<size_t>(n), seed++) : randint(static_cast<size_t>(n), seed++, -50, 50);
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
         run_reduce(dev, t, op, c, values, is_floating(t) ? 8 : 1);
       // Products of values near 1 stay finite.
       std::vector<double> near1(values.size());
-      for (size_t i = 0; i < near1.size(); ++i) near1[i] = is_floating(t) ? 1 + 0.05 * values[i] : (i % 3 == 0 ? -1 : 1);
+      for (size_t i = 0; i < near1.size(); ++i)
+        near1[i] = is_floating(t) ? 1 + 0.05 * values[i] : (i % 3 == 0 ? -1 : 1);
       run_reduce(dev, t, ReduceOp::Prod, c, near1, 1);
     }
   }
@@ -256,10 +297,10 @@ TEST(VulkanReduce, NanAndInfinitiesLikeTheCpu) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   const ReduceCase c{{6, 9}, {}, {}, 0, {1}};
   std::vector<double> v = randn(54, 7);
-  v[3] = NAN;                                // row 0: NaN
-  v[9 + 2] = INFINITY;                       // row 1: +inf
-  v[18 + 4] = -INFINITY;                     // row 2: -inf
-  v[27 + 1] = INFINITY, v[27 + 5] = -INFINITY;  // row 3: inf - inf
+  v[3] = NAN;                                                           // row 0: NaN
+  v[9 + 2] = INFINITY;                                                  // row 1: +inf
+  v[18 + 4] = -INFINITY;                                                // row 2: -inf
+  v[27 + 1] = INFINITY, v[27 + 5] = -INFINITY;                          // row 3: inf - inf
   for (int i = 36; i < 45; ++i) v[static_cast<size_t>(i)] = -INFINITY;  // row 4: all -inf
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
     run_reduce(dev, DType::F32, op, c, v, 8);
@@ -300,7 +341,8 @@ TEST(VulkanReduce, LongRowsSplitDeterministically) {
 
 TEST(VulkanReduce, EmptyReductionIsTheIdentity) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod}) run_reduce(dev, DType::F32, op, {{3, 0}, {}, {}, 0, {1}}, {}, 1);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod})
+    run_reduce(dev, DType::F32, op, {{3, 0}, {}, {}, 0, {1}}, {}, 1);
 }
 
 // The fused form the scheduler sends: a prologue over two inputs (one broadcast), and an
@@ -316,7 +358,8 @@ TEST(VulkanReduce, PrologueAndEpilogue) {
     tw.cpu.expr = tw.gpu.expr = b.finish(b.binary(Fn::Mul, b.unary(Fn::Exp, x), y));
     expr::Builder e;
     const int v = e.input(0, Type::F32), z = e.input(1, Type::F32);
-    tw.cpu.epilogue = tw.gpu.epilogue = e.finish(e.binary(Fn::Add, e.unary(Fn::Log, v), e.binary(Fn::Mul, z, e.constant(0.5, Type::F32))));
+    tw.cpu.epilogue = tw.gpu.epilogue =
+        e.finish(e.binary(Fn::Add, e.unary(Fn::Log, v), e.binary(Fn::Mul, z, e.constant(0.5, Type::F32))));
     tw.input(t, randn(9 * 21, 3), {9, 21});
     // y: a broadcast row of positive values, so the sum stays positive for the log.
     std::vector<double> pos(21);
@@ -368,7 +411,8 @@ TEST(VulkanArgReduce, FirstExtremumTiesAndNan) {
         Shape out = shape;
         out[static_cast<size_t>(axis)] = 1;
         tw.output(DType::I64, out);
-        expect_close(tw.run_gpu(), tw.run_cpu(), 0, 1, std::string(dtype_name(t)) + (is_max ? " argmax" : " argmin") + " axis " + std::to_string(axis));
+        expect_close(tw.run_gpu(), tw.run_cpu(), 0, 1,
+                     std::string(dtype_name(t)) + (is_max ? " argmax" : " argmin") + " axis " + std::to_string(axis));
       }
     }
   }
@@ -387,7 +431,8 @@ void run_softmax(Device* dev, bool log, DType t, const std::vector<double>& v, S
   tw.input(t, v, shape, strides);
   tw.output(t, shape);
   expect_close(tw.run_gpu(), tw.run_cpu(), rtol, log ? 8 : 1e-3,
-               std::string(log ? "log_softmax " : "softmax ") + std::string(dtype_name(t)) + " " + to_string(shape) + " axis " + std::to_string(axis));
+               std::string(log ? "log_softmax " : "softmax ") + std::string(dtype_name(t)) + " " + to_string(shape) +
+                   " axis " + std::to_string(axis));
 }
 
 TEST(VulkanSoftmax, AxesDtypesAndViews) {
@@ -406,7 +451,7 @@ TEST(VulkanSoftmax, AxesDtypesAndViews) {
 TEST(VulkanSoftmax, MaskedRowsNanAndInfinity) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   std::vector<double> v = randn(5 * 10, 6);
-  for (int i = 0; i < 10; ++i) v[static_cast<size_t>(i)] = -INFINITY;  // fully masked
+  for (int i = 0; i < 10; ++i) v[static_cast<size_t>(i)] = -INFINITY;      // fully masked
   for (int i = 10; i < 20; i += 2) v[static_cast<size_t>(i)] = -INFINITY;  // half masked
   v[23] = NAN;
   v[35] = INFINITY;
@@ -454,10 +499,12 @@ TEST(VulkanRowOps, Timings) {
   cols.cpu.node.in_shape = cols.gpu.node.in_shape = {512, 768};
   cols.cpu.expr = cols.gpu.expr = identity_expr(DType::F32);
   cols.output(DType::F32, {1, 768});
-  for (auto [name, tw] : std::vector<std::pair<const char*, Twin*>>{
-           {"softmax [8, 50257]", &sm}, {"layer_norm [256, 768]", &ln}, {"sum [2^20] -> [1]", &full}, {"sum [512, 768] over 0", &cols}})
-    std::cout << name << " f32: vulkan " << time_ms(dev, tw->gpu) << " ms, cpu " << time_ms(&cpu_device(), tw->cpu) << " ms ("
-              << dev->info().description << ")\n";
+  for (auto [name, tw] : std::vector<std::pair<const char*, Twin*>>{{"softmax [8, 50257]", &sm},
+                                                                    {"layer_norm [256, 768]", &ln},
+                                                                    {"sum [2^20] -> [1]", &full},
+                                                                    {"sum [512, 768] over 0", &cols}})
+    std::cout << name << " f32: vulkan " << time_ms(dev, tw->gpu) << " ms, cpu " << time_ms(&cpu_device(), tw->cpu)
+              << " ms (" << dev->info().description << ")\n";
 }
 
 // ---- norms --------------------------------------------------------------------------------
@@ -491,7 +538,8 @@ TEST(VulkanNorm, LayerNormBackwardPacked) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (DType t : {DType::F32, DType::F64, DType::BF16}) {
     if (!runs(dev, t)) continue;
-    for (auto [shape, inner] : std::vector<std::pair<Shape, int64_t>>{{{7, 33}, 33}, {{2, 3, 4, 5}, 20}, {{1, 9}, 9}, {{70, 300}, 300}}) {
+    for (auto [shape, inner] :
+         std::vector<std::pair<Shape, int64_t>>{{{7, 33}, 33}, {{2, 3, 4, 5}, 20}, {{1, 9}, 9}, {{70, 300}, 300}}) {
       int64_t n = 1;
       for (int64_t d : shape) n *= d;
       const int64_t rows = n / inner;
@@ -514,19 +562,21 @@ TEST(VulkanCumsum, AxesReverseDtypesAndLongRows) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (DType t : {DType::F32, DType::F64, DType::I64, DType::F16})
     if (runs(dev, t))
-    for (bool reverse : {false, true})
-      for (auto [shape, strides, axis] : std::vector<std::tuple<Shape, Shape, int>>{
-               {{7, 45}, {}, 1}, {{7, 45}, {}, 0}, {{3, 5, 11}, {}, 1}, {{45, 7}, {1, 45}, 1}, {{2, 3000}, {}, 1}}) {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        const auto v = is_floating(t) ? randn(static_cast<size_t>(n), 31) : randint(static_cast<size_t>(n), 31, -1000, 1000);
-        Twin tw(dev, OpId::Cumsum, AxisParams{axis, reverse}, t);
-        tw.input(t, v, shape, strides);
-        tw.output(t, shape);
-        const double scale = std::sqrt(static_cast<double>(shape[static_cast<size_t>(axis)]));
-        expect_close(tw.run_gpu(), tw.run_cpu(), is_floating(t) ? rtol_of(t) * 4 : 0, scale,
-                     "cumsum " + std::string(dtype_name(t)) + " " + to_string(shape) + " axis " + std::to_string(axis));
-      }
+      for (bool reverse : {false, true})
+        for (auto [shape, strides, axis] : std::vector<std::tuple<Shape, Shape, int>>{
+                 {{7, 45}, {}, 1}, {{7, 45}, {}, 0}, {{3, 5, 11}, {}, 1}, {{45, 7}, {1, 45}, 1}, {{2, 3000}, {}, 1}}) {
+          int64_t n = 1;
+          for (int64_t d : shape) n *= d;
+          const auto v =
+              is_floating(t) ? randn(static_cast<size_t>(n), 31) : randint(static_cast<size_t>(n), 31, -1000, 1000);
+          Twin tw(dev, OpId::Cumsum, AxisParams{axis, reverse}, t);
+          tw.input(t, v, shape, strides);
+          tw.output(t, shape);
+          const double scale = std::sqrt(static_cast<double>(shape[static_cast<size_t>(axis)]));
+          expect_close(
+              tw.run_gpu(), tw.run_cpu(), is_floating(t) ? rtol_of(t) * 4 : 0, scale,
+              "cumsum " + std::string(dtype_name(t)) + " " + to_string(shape) + " axis " + std::to_string(axis));
+        }
 }
 
 // Without subgroups (ALK_VK_NO_SUBGROUPS=1): f32 workgroup reductions through the shared
@@ -547,7 +597,8 @@ TEST(VulkanRowOps, SharedMemoryTreeWithoutSubgroups) {
 TEST(VulkanRowOps, TensorsForwardAndBackwardMatchTheCpu) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   manual_seed(5);
-  const Tensor x0 = alk::randn(Shape{6, 37}), w0 = alk::randn(Shape{37}), b0 = alk::randn(Shape{37}), c0 = alk::randn(Shape{6, 37});
+  const Tensor x0 = alk::randn(Shape{6, 37}), w0 = alk::randn(Shape{37}), b0 = alk::randn(Shape{37}),
+               c0 = alk::randn(Shape{6, 37});
   struct Result {
     std::vector<std::vector<float>> values;
   };
@@ -559,7 +610,8 @@ TEST(VulkanRowOps, TensorsForwardAndBackwardMatchTheCpu) {
                   sum(cumsum(x, 1) * c) * 0.01 + sum(sum(x * x, {0}, true) * 0.5);
     loss.backward();
     Result r;
-    for (const Tensor& t : std::vector<Tensor>{y, loss, x.grad(), w.grad(), b.grad(), argmax(x * c, 1).to(DType::F32), mean(x, {0, 1})})
+    for (const Tensor& t :
+         std::vector<Tensor>{y, loss, x.grad(), w.grad(), b.grad(), argmax(x * c, 1).to(DType::F32), mean(x, {0, 1})})
       r.values.push_back(t.to(cpu_device()).to_vector<float>());
     return r;
   };

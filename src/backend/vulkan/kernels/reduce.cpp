@@ -79,7 +79,8 @@ void merge_dims(Shape& shape, const std::vector<Shape*>& strides) {
 // when the shapes agree, else those of a run at one fixed step (a flattened weight).
 Shape strides_as(const KernelArg& a, const Shape& target, const char* what) {
   if (a.shape == target) return a.strides;
-  if (product(a.shape) != product(target)) fail(std::string(what) + " has " + to_string(a.shape) + ", not " + to_string(target));
+  if (product(a.shape) != product(target))
+    fail(std::string(what) + " has " + to_string(a.shape) + ", not " + to_string(target));
   Shape shape = a.shape, strides = a.strides;
   merge_dims(shape, {&strides});
   if (shape.size() > 1) fail(std::string(what) + ": a layout that cannot be viewed as " + to_string(target));
@@ -99,17 +100,46 @@ bool mentions(const std::string& text, std::string_view word) {
   return false;
 }
 
+// GLSL from a template: every $NAME (capitals, digits, _) replaced by its value in vars.
+std::string fill(std::string_view text, std::initializer_list<std::pair<std::string_view, std::string>> vars) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] != '$') {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < text.size() && (std::isupper(static_cast<unsigned char>(text[j])) ||
+                               std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '_'))
+      ++j;
+    const std::string_view name = text.substr(i + 1, j - i - 1);
+    auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+    if (it == vars.end()) fail("internal: no value for $" + std::string(name) + " in a kernel template");
+    out += it->second;
+    i = j;
+  }
+  return out;
+}
+
 // ---- GLSL spellings -------------------------------------------------------------------
 
 std::string storage_type(DType t) {
   switch (t) {
-    case DType::Bool: case DType::U8: return "uint8_t";
-    case DType::I32: return "int";
-    case DType::I64: return "int64_t";
-    case DType::F16: return "float16_t";
-    case DType::BF16: return "uint16_t";
-    case DType::F32: return "float";
-    case DType::F64: return "double";
+    case DType::Bool:
+    case DType::U8:
+      return "uint8_t";
+    case DType::I32:
+      return "int";
+    case DType::I64:
+      return "int64_t";
+    case DType::F16:
+      return "float16_t";
+    case DType::BF16:
+      return "uint16_t";
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
   }
   return "?";
 }
@@ -117,10 +147,18 @@ std::string storage_type(DType t) {
 // The type values of storage dtype t compute in (as in the expression emitters).
 std::string compute_name(DType t) {
   switch (t) {
-    case DType::Bool: return "bool";
-    case DType::U8: case DType::I32: case DType::I64: return "int64_t";
-    case DType::F16: case DType::BF16: case DType::F32: return "float";
-    case DType::F64: return "double";
+    case DType::Bool:
+      return "bool";
+    case DType::U8:
+    case DType::I32:
+    case DType::I64:
+      return "int64_t";
+    case DType::F16:
+    case DType::BF16:
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
   }
   return "?";
 }
@@ -129,14 +167,22 @@ std::string compute_name(DType t) {
 // what a core op's result is when the CPU stores it into a buffer of dtype t and reads it back.
 std::string through_storage(DType t, const std::string& value) {
   switch (t) {
-    case DType::F32: return "float(" + value + ")";
-    case DType::F64: return "double(" + value + ")";
-    case DType::F16: return "float(float16_t(float(" + value + ")))";
-    case DType::BF16: return "uintBitsToFloat(alk_f32_to_bf16(float(" + value + ")) << 16)";
-    case DType::I64: return "int64_t(" + value + ")";
-    case DType::I32: return "alk_i32_to_i64(int(" + value + "))";
-    case DType::U8: return "int64_t(uint(" + value + ") & 0xffu)";
-    case DType::Bool: return "(" + value + " != 0)";
+    case DType::F32:
+      return "float(" + value + ")";
+    case DType::F64:
+      return "double(" + value + ")";
+    case DType::F16:
+      return "float(float16_t(float(" + value + ")))";
+    case DType::BF16:
+      return "uintBitsToFloat(alk_f32_to_bf16(float(" + value + ")) << 16)";
+    case DType::I64:
+      return "int64_t(" + value + ")";
+    case DType::I32:
+      return "alk_i32_to_i64(int(" + value + "))";
+    case DType::U8:
+      return "int64_t(uint(" + value + ") & 0xffu)";
+    case DType::Bool:
+      return "(" + value + " != 0)";
   }
   return "?";
 }
@@ -145,12 +191,26 @@ std::string load_fn(size_t t, DType d) {
   const std::string n = std::to_string(t), raw = "t" + n + "[j]";
   std::string body;
   switch (d) {
-    case DType::Bool: body = "return uint(" + raw + ") != 0u;"; break;
-    case DType::U8: body = "return int64_t(uint(" + raw + "));"; break;
-    case DType::I32: body = "return alk_i32_to_i64(" + raw + ");"; break;
-    case DType::F16: body = "return float(" + raw + ");"; break;
-    case DType::BF16: body = "return uintBitsToFloat(uint(" + raw + ") << 16);"; break;
-    case DType::I64: case DType::F32: case DType::F64: body = "return " + raw + ";"; break;
+    case DType::Bool:
+      body = "return uint(" + raw + ") != 0u;";
+      break;
+    case DType::U8:
+      body = "return int64_t(uint(" + raw + "));";
+      break;
+    case DType::I32:
+      body = "return alk_i32_to_i64(" + raw + ");";
+      break;
+    case DType::F16:
+      body = "return float(" + raw + ");";
+      break;
+    case DType::BF16:
+      body = "return uintBitsToFloat(uint(" + raw + ") << 16);";
+      break;
+    case DType::I64:
+    case DType::F32:
+    case DType::F64:
+      body = "return " + raw + ";";
+      break;
   }
   return compute_name(d) + " ld" + n + "(uint j) { " + body + " }\n";
 }
@@ -159,12 +219,26 @@ std::string store_fn(size_t t, DType d) {
   const std::string n = std::to_string(t), dst = "t" + n + "[j] = ";
   std::string body;
   switch (d) {
-    case DType::Bool: body = dst + "uint8_t(v ? 1u : 0u);"; break;
-    case DType::U8: body = dst + "uint8_t(uint(v) & 0xffu);"; break;
-    case DType::I32: body = dst + "int(v);"; break;
-    case DType::F16: body = dst + "float16_t(v);"; break;
-    case DType::BF16: body = dst + "uint16_t(alk_f32_to_bf16(v));"; break;
-    case DType::I64: case DType::F32: case DType::F64: body = dst + "v;"; break;
+    case DType::Bool:
+      body = dst + "uint8_t(v ? 1u : 0u);";
+      break;
+    case DType::U8:
+      body = dst + "uint8_t(uint(v) & 0xffu);";
+      break;
+    case DType::I32:
+      body = dst + "int(v);";
+      break;
+    case DType::F16:
+      body = dst + "float16_t(v);";
+      break;
+    case DType::BF16:
+      body = dst + "uint16_t(alk_f32_to_bf16(v));";
+      break;
+    case DType::I64:
+    case DType::F32:
+    case DType::F64:
+      body = dst + "v;";
+      break;
   }
   return "void st" + n + "(uint j, " + compute_name(d) + " v) { " + body + " }\n";
 }
@@ -205,7 +279,8 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
   d += "const uint WG = " + std::to_string(wg) + "u;\n";
   for (size_t t = 0; t < nt; ++t)
     d += "layout(std430, binding = " + std::to_string(t) + ") " + (s.args[t].write ? "writeonly" : "readonly") +
-         " buffer B" + std::to_string(t) + " { " + storage_type(s.args[t].dtype) + " t" + std::to_string(t) + "[]; };\n";
+         " buffer B" + std::to_string(t) + " { " + storage_type(s.args[t].dtype) + " t" + std::to_string(t) +
+         "[]; };\n";
   if (s.push)
     d += "layout(push_constant) uniform Params { uint w[" + std::to_string(s.words) + "]; } p;\n";
   else
@@ -222,7 +297,8 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
     d += "  return uint(o);\n}\n";
     d += "int el" + n + "(uint i) {\n  int o = 0;\n";
     for (size_t k = ni; k-- > 0;)
-      d += "  o += int(i % " + word(2 + no + k) + ") * int(" + word(base + no + k) + ");\n  i /= " + word(2 + no + k) + ";\n";
+      d += "  o += int(i % " + word(2 + no + k) + ") * int(" + word(base + no + k) + ");\n  i /= " + word(2 + no + k) +
+           ";\n";
     d += "  return o;\n}\n";
   }
   std::string fns;
@@ -232,7 +308,8 @@ void finish(const Context& ctx, Stage& s, const std::string& name, const std::st
   if (mentions(text, "alk_i32_to_i64")) helpers += kI32Helper;
   text = helpers + text;
   std::string head = "#version 450\n";
-  if (mentions(text, "float16_t") || mentions(text, "uint16_t")) head += "#extension GL_EXT_shader_16bit_storage : require\n";
+  if (mentions(text, "float16_t") || mentions(text, "uint16_t"))
+    head += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (mentions(text, "uint8_t")) head += "#extension GL_EXT_shader_8bit_storage : require\n";
   if (mentions(text, "int64_t")) head += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
   if (mentions(text, "subgroupShuffleXor"))
@@ -259,13 +336,7 @@ uint32_t row_workgroup(const Context& ctx, int64_t len) {
 }
 
 std::string float_math(DType t) { return t == DType::F64 ? "double" : "float"; }
-// exp/log of the math type. GLSL has them on float only: on double, these by hand.
-std::string fexp(const std::string& m, const std::string& x) {
-  return m == "double" ? "alk_exp_f64(" + x + ")" : "exp(" + x + ")";
-}
-std::string flog(const std::string& m, const std::string& x) {
-  return m == "double" ? "alk_log_f64(" + x + ")" : "log(" + x + ")";
-}
+// GLSL has exp and log on float only: on double, these by hand.
 // exp: x = k ln2 + r (Cody-Waite: ln2 split in two so k ln2 is exact), |r| <= ln2 / 2,
 // exp(r) by its Taylor series to degree 13 (truncation below 1e-17), scaled by 2^k.
 // log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(f), f = (m - 1) / (m + 1),
@@ -317,13 +388,18 @@ std::string workgroup_fns(const Context& ctx, const std::string& t,
   for (const auto& [name, fn] : fns) {
     s += t + " " + name + "(" + t + " v) {\n";
     if (sg)
-      s += "  for (uint o = 1u; o < gl_SubgroupSize; o <<= 1u) v = " + fn + "(v, subgroupShuffleXor(v, o));\n"
+      s += "  for (uint o = 1u; o < gl_SubgroupSize; o <<= 1u) v = " + fn +
+           "(v, subgroupShuffleXor(v, o));\n"
            "  if (subgroupElect()) red[gl_SubgroupID] = v;\n  barrier();\n"
-           "  " + t + " r = red[0];\n  for (uint k = 1u; k < gl_NumSubgroups; ++k) r = " + fn + "(r, red[k]);\n";
+           "  " +
+           t + " r = red[0];\n  for (uint k = 1u; k < gl_NumSubgroups; ++k) r = " + fn + "(r, red[k]);\n";
     else
       s += "  uint tid = gl_LocalInvocationID.x;\n  red[tid] = v;\n  barrier();\n"
-           "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w) red[tid] = " + fn + "(red[tid], red[tid + w]);\n"
-           "    barrier();\n  }\n  " + t + " r = red[0];\n";
+           "  for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n    if (tid < w) red[tid] = " +
+           fn +
+           "(red[tid], red[tid + w]);\n"
+           "    barrier();\n  }\n  " +
+           t + " r = red[0];\n";
     s += "  barrier();  // red is reused by the next call\n  return r;\n}\n";
   }
   return s;
@@ -332,7 +408,8 @@ std::string workgroup_fns(const Context& ctx, const std::string& t,
 // tree_sum and tree_max (NaN never wins: softmax's max skips it) of type m.
 std::string tree_fns(const Context& ctx, const std::string& m, uint32_t wg) {
   return m + " alk_add(" + m + " a, " + m + " b) { return a + b; }\n" + m + " alk_max(" + m + " a, " + m +
-         " b) { return b > a ? b : a; }\n" + workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}}, wg);
+         " b) { return b > a ? b : a; }\n" +
+         workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}}, wg);
 }
 
 void put_double(std::vector<uint32_t>& w, double v) {
@@ -351,13 +428,16 @@ std::string eps_glsl(const std::string& m) {
   return m == "double" ? "packDouble2x32(uvec2(P(E), P(E + 1u)))" : "uintBitsToFloat(P(E))";
 }
 void put_eps(std::vector<uint32_t>& w, const std::string& m, double eps) {
-  if (m == "double") put_double(w, eps); else put_float(w, static_cast<float>(eps));
+  if (m == "double")
+    put_double(w, eps);
+  else
+    put_float(w, static_cast<float>(eps));
 }
 
 // ---- Reduce ---------------------------------------------------------------------------
 
 struct ReduceSpec {
-  std::string acc;   // float, double, int64_t
+  std::string acc;  // float, double, int64_t
   DType acc_dtype;
   ReduceOp op;
 };
@@ -365,10 +445,14 @@ struct ReduceSpec {
 std::string identity(const ReduceSpec& r) {
   const bool flt = r.acc != "int64_t";
   switch (r.op) {
-    case ReduceOp::Sum: return r.acc + "(0)";
-    case ReduceOp::Prod: return r.acc + "(1)";
-    case ReduceOp::Max: return flt ? r.acc + "(uintBitsToFloat(0xff800000u))" : "(-9223372036854775807l - 1l)";
-    case ReduceOp::Min: return flt ? r.acc + "(uintBitsToFloat(0x7f800000u))" : "9223372036854775807l";
+    case ReduceOp::Sum:
+      return r.acc + "(0)";
+    case ReduceOp::Prod:
+      return r.acc + "(1)";
+    case ReduceOp::Max:
+      return flt ? r.acc + "(uintBitsToFloat(0xff800000u))" : "(-9223372036854775807l - 1l)";
+    case ReduceOp::Min:
+      return flt ? r.acc + "(uintBitsToFloat(0x7f800000u))" : "9223372036854775807l";
   }
   return "?";
 }
@@ -378,11 +462,19 @@ std::string combine_fn(const ReduceSpec& r) {
   std::string body;
   const bool flt = a != "int64_t";
   switch (r.op) {
-    case ReduceOp::Sum: body = "return x + y;"; break;
-    case ReduceOp::Prod: body = "return x * y;"; break;
+    case ReduceOp::Sum:
+      body = "return x + y;";
+      break;
+    case ReduceOp::Prod:
+      body = "return x * y;";
+      break;
     // NaN wins, as on the CPU (and in PyTorch).
-    case ReduceOp::Max: body = flt ? "return (isnan(x) || x > y) ? x : y;" : "return x > y ? x : y;"; break;
-    case ReduceOp::Min: body = flt ? "return (isnan(x) || x < y) ? x : y;" : "return x < y ? x : y;"; break;
+    case ReduceOp::Max:
+      body = flt ? "return (isnan(x) || x > y) ? x : y;" : "return x > y ? x : y;";
+      break;
+    case ReduceOp::Min:
+      body = flt ? "return (isnan(x) || x < y) ? x : y;" : "return x < y ? x : y;";
+      break;
   }
   return a + " combine(" + a + " x, " + a + " y) { " + body + " }\n";
 }
@@ -423,9 +515,15 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
   ReduceSpec rs;
   rs.op = p.op;
   switch (k.expr->type()) {
-    case expr::Type::F32: rs.acc = "float", rs.acc_dtype = DType::F32; break;
-    case expr::Type::F64: rs.acc = "double", rs.acc_dtype = DType::F64; break;
-    default: rs.acc = "int64_t", rs.acc_dtype = DType::I64; break;
+    case expr::Type::F32:
+      rs.acc = "float", rs.acc_dtype = DType::F32;
+      break;
+    case expr::Type::F64:
+      rs.acc = "double", rs.acc_dtype = DType::F64;
+      break;
+    default:
+      rs.acc = "int64_t", rs.acc_dtype = DType::I64;
+      break;
   }
   // Arguments over the output's (keepdim) shape: only their kept dims' strides matter.
   auto over_output = [&](const KernelArg& a, bool write, const char* what) {
@@ -463,8 +561,16 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     s.inner.clear();
     for (Arg& a : s.args) a.inner.clear();
     const size_t epi0 = 0, out = k.epilogue_inputs.size();
-    std::string body = fns + "void main() {\n  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {\n"
-                       "    " + rs.acc + " v = " + identity(rs) + ";\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
+    const std::string body =
+        fns + fill(R"(
+void main() {
+  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {
+    $A v = $IDENT;
+    $FINISH
+  }
+}
+)",
+                   {{"A", rs.acc}, {"IDENT", identity(rs)}, {"FINISH", reduce_finish(k, rs, out, epi0)}});
     s.groups = thread_groups(rows, wg);
     s.wg = wg;
     finish(ctx, s, "reduce_empty", body);
@@ -484,48 +590,73 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
   auto prologue_call = [&](const std::string& i) {
     std::string c = "alk_prologue(";
     for (size_t t = 0; t < inputs.size(); ++t)
-      c += (t ? ", " : "") + std::string("ld") + std::to_string(t) + "(b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(" + i + ")))";
+      c += (t ? ", " : "") + std::string("ld") + std::to_string(t) + "(b" + std::to_string(t) + " + uint(el" +
+           std::to_string(t) + "(" + i + ")))";
     return c + ")";
   };
   std::string bases;
-  for (size_t t = 0; t < inputs.size(); ++t) bases += "    uint b" + std::to_string(t) + " = row" + std::to_string(t) + "(r);\n";
+  for (size_t t = 0; t < inputs.size(); ++t)
+    bases += "    uint b" + std::to_string(t) + " = row" + std::to_string(t) + "(r);\n";
 
   // How rows are spread: short rows (and columns of a row-major tensor, many of them) one
   // per invocation; else a workgroup per row, a long row among few split into parts.
   const int64_t last_stride = inputs.empty() || inputs[0].inner.empty() ? 1 : inputs[0].inner.back();
   const bool per_thread = len <= 32 || (last_stride != 1 && (rows >= 1024 || (rows >= 64 && len <= 4096)));
-  const uint32_t parts = per_thread || rows >= 32 || len < 32768
-                             ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(len / 16384, 2, 64));
+  const uint32_t parts =
+      per_thread || rows >= 32 || len < 32768 ? 1u : static_cast<uint32_t>(std::clamp<int64_t>(len / 16384, 2, 64));
   fns += workgroup_fns(ctx, rs.acc, {{"wg_combine", "combine"}}, wg);
-  const std::string tree = "    acc = wg_combine(acc);\n";
+  // A workgroup per row: each invocation folds elements tid, tid + WG, ... in order, then
+  // the workgroup combines the invocations' values.
+  auto per_group = [&](const std::string& bases_, const std::string& value, const std::string& finish_) {
+    return fns +
+           fill(R"(
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+$BASES    $A acc = $IDENT;
+    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, $VALUE);
+    acc = wg_combine(acc);
+    if (tid == 0u) {
+      $A v = acc;
+      $FINISH
+    }
+  }
+}
+)",
+                {{"A", rs.acc}, {"IDENT", identity(rs)}, {"BASES", bases_}, {"VALUE", value}, {"FINISH", finish_}});
+  };
   if (per_thread) {
     Stage s;
     s.outer = outer, s.inner = inner, s.args = inputs;
     add_tail(s);
     const size_t epi0 = inputs.size(), out = epi0 + k.epilogue_inputs.size();
-    std::string body = fns + "void main() {\n  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {\n" + bases +
-                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
-                       "    for (uint i = 0u; i < P(1); ++i) acc = combine(acc, " + prologue_call("i") + ");\n"
-                       "    " + rs.acc + " v = acc;\n    " + reduce_finish(k, rs, out, epi0) + "\n  }\n}\n";
+    const std::string body = fns + fill(R"(
+void main() {
+  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {
+$BASES    $A acc = $IDENT;
+    for (uint i = 0u; i < P(1); ++i) acc = combine(acc, $VALUE);
+    $A v = acc;
+    $FINISH
+  }
+}
+)",
+                                        {{"A", rs.acc},
+                                         {"IDENT", identity(rs)},
+                                         {"BASES", bases},
+                                         {"VALUE", prologue_call("i")},
+                                         {"FINISH", reduce_finish(k, rs, out, epi0)}});
     s.groups = thread_groups(rows, wg);
     s.wg = wg;
     finish(ctx, s, "reduce_rows_per_invocation", body);
     plan.stages.push_back(std::move(s));
     return plan;
   }
-  const std::string group_loop =
-      "  uint tid = gl_LocalInvocationID.x;\n"
-      "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n";
   if (parts == 1) {
     Stage s;
     s.outer = outer, s.inner = inner, s.args = inputs;
     add_tail(s);
     const size_t epi0 = inputs.size(), out = epi0 + k.epilogue_inputs.size();
-    std::string body = fns + "void main() {\n" + group_loop + bases +
-                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
-                       "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
-                       "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
-                       "\n    }\n    barrier();\n  }\n}\n";
+    const std::string body = per_group(bases, prologue_call("i"), reduce_finish(k, rs, out, epi0));
     s.groups = row_groups(rows);
     s.wg = wg;
     finish(ctx, s, "reduce_rows_per_group", body);
@@ -546,12 +677,22 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     s.args.push_back(part);
     s.extra.push_back(parts);
     const std::string pn = std::to_string(inputs.size());
-    std::string body = fns + "void main() {\n"
-                       "  uint chunk = (P(1) + P(E) - 1u) / P(E);\n"
-                       "  uint lo = min(P(1), gl_WorkGroupID.y * chunk), hi = min(P(1), lo + chunk);\n" + group_loop + bases +
-                       "    " + rs.acc + " acc = " + identity(rs) + ";\n"
-                       "    for (uint i = lo + tid; i < hi; i += WG) acc = combine(acc, " + prologue_call("i") + ");\n" + tree +
-                       "    if (tid == 0u) st" + pn + "(row" + pn + "(r) + gl_WorkGroupID.y, acc);\n    barrier();\n  }\n}\n";
+    const std::string body =
+        fns +
+        fill(R"(
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  uint chunk = (P(1) + P(E) - 1u) / P(E);
+  uint lo = min(P(1), gl_WorkGroupID.y * chunk), hi = min(P(1), lo + chunk);
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+$BASES    $A acc = $IDENT;
+    for (uint i = lo + tid; i < hi; i += WG) acc = combine(acc, $VALUE);
+    acc = wg_combine(acc);
+    if (tid == 0u) st$PN(row$PN(r) + gl_WorkGroupID.y, acc);
+  }
+}
+)",
+             {{"A", rs.acc}, {"IDENT", identity(rs)}, {"BASES", bases}, {"VALUE", prologue_call("i")}, {"PN", pn}});
     s.groups = row_groups(rows, parts);
     s.wg = wg;
     finish(ctx, s, "reduce_parts", body);
@@ -566,11 +707,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
     add_tail(s);
     for (size_t t = 1; t < s.args.size(); ++t) s.args[t].inner = {0};
     const size_t epi0 = 1, out = 1 + k.epilogue_inputs.size();
-    std::string body = fns + "void main() {\n" + group_loop +
-                       "    uint b0 = row0(r);\n    " + rs.acc + " acc = " + identity(rs) + ";\n"
-                       "    for (uint i = tid; i < P(1); i += WG) acc = combine(acc, ld0(b0 + i));\n" + tree +
-                       "    if (tid == 0u) {\n      " + rs.acc + " v = acc;\n      " + reduce_finish(k, rs, out, epi0) +
-                       "\n    }\n    barrier();\n  }\n}\n";
+    const std::string body = per_group("    uint b0 = row0(r);\n", "ld0(b0 + i)", reduce_finish(k, rs, out, epi0));
     s.groups = row_groups(rows);
     s.wg = wg;
     finish(ctx, s, "reduce_combine_parts", body);
@@ -621,27 +758,58 @@ Plan plan_argreduce(const Context& ctx, const Kernel& k) {
   s.wg = row_workgroup(ctx, product(s.inner));
   Plan plan;
   if (product(s.outer) == 0) return plan;
-  if (product(s.inner) == 0) fail(std::string(p.flag ? "argmax" : "argmin") + ": cannot reduce an empty dim " + std::to_string(p.axis));
+  if (product(s.inner) == 0)
+    fail(std::string(p.flag ? "argmax" : "argmin") + ": cannot reduce an empty dim " + std::to_string(p.axis));
   const DType t = k.inputs[0].dtype;
   const std::string m = value_type(t);
   const bool flt = m != "int64_t";
   // Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
   // value, then the lower index: the first extremum, as the CPU's scan finds it.
-  std::string body = "const uint NONE = 0xffffffffu;\n";
-  body += "bool take(" + m + " va, uint ia, " + m + " vb, uint ib) {\n  if (ib == NONE) return false;\n  if (ia == NONE) return true;\n";
-  if (flt) body += "  bool an = isnan(va), bn = isnan(vb);\n  if (an || bn) return bn && (!an || ib < ia);\n";
-  body += "  if (vb == va) return ib < ia;\n  return vb " + std::string(p.flag ? ">" : "<") + " va;\n}\n";
-  body += "shared " + m + " sv[WG];\nshared uint si[WG];\n"
-          "void main() {\n  uint tid = gl_LocalInvocationID.x;\n"
-          "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
-          "    uint b0 = row0(r);\n    " + m + " bv = " + m + "(0);\n    uint bi = NONE;\n"
-          "    for (uint i = tid; i < P(1); i += WG) {\n      " + m + " v = " + m + "(ld0(b0 + uint(el0(i))));\n"
-          "      if (take(bv, bi, v, i)) { bv = v; bi = i; }\n    }\n"
-          "    sv[tid] = bv;\n    si[tid] = bi;\n    barrier();\n"
-          "    for (uint w = WG / 2u; w > 0u; w >>= 1u) {\n"
-          "      if (tid < w && take(sv[tid], si[tid], sv[tid + w], si[tid + w])) { sv[tid] = sv[tid + w]; si[tid] = si[tid + w]; }\n"
-          "      barrier();\n    }\n"
-          "    if (tid == 0u) st1(row1(r), " + compute_name(k.output.dtype) + "(si[0]));\n    barrier();\n  }\n}\n";
+  const std::string body = fill(
+      R"(
+const uint NONE = 0xffffffffu;
+// Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
+// value, then the lower index: the first extremum, as the CPU's scan finds it.
+bool take($M va, uint ia, $M vb, uint ib) {
+  if (ib == NONE) return false;
+  if (ia == NONE) return true;
+$NAN  if (vb == va) return ib < ia;
+  return vb $CMP va;
+}
+shared $M sv[WG];
+shared uint si[WG];
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r);
+    $M bv = $M(0);
+    uint bi = NONE;
+    for (uint i = tid; i < P(1); i += WG) {
+      $M v = $M(ld0(b0 + uint(el0(i))));
+      if (take(bv, bi, v, i)) {
+        bv = v;
+        bi = i;
+      }
+    }
+    sv[tid] = bv;
+    si[tid] = bi;
+    barrier();
+    for (uint w = WG / 2u; w > 0u; w >>= 1u) {
+      if (tid < w && take(sv[tid], si[tid], sv[tid + w], si[tid + w])) {
+        sv[tid] = sv[tid + w];
+        si[tid] = si[tid + w];
+      }
+      barrier();
+    }
+    if (tid == 0u) st1(row1(r), $OUT(si[0]));
+    barrier();
+  }
+}
+)",
+      {{"M", m},
+       {"CMP", p.flag ? ">" : "<"},
+       {"OUT", compute_name(k.output.dtype)},
+       {"NAN", flt ? "  bool an = isnan(va), bn = isnan(vb);\n  if (an || bn) return bn && (!an || ib < ia);\n" : ""}});
   s.groups = row_groups(product(s.outer));
   finish(ctx, s, p.flag ? "argmax" : "argmin", body);
   plan.stages.push_back(std::move(s));
@@ -655,27 +823,36 @@ Plan plan_softmax(const Context& ctx, const Kernel& k, bool log) {
   Plan plan;
   if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
   const std::string m = float_math(k.inputs[0].dtype);
-  const std::string x = m + "(ld0(b0 + uint(el0(i))))";
-  std::string body = (m == "double" ? std::string(kF64Math) : std::string()) + tree_fns(ctx, m, s.wg) +
-                     "void main() {\n  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
-                     "    uint b0 = row0(r), b1 = row1(r);\n"
-                     // NaN never wins the max (it reaches the sum instead, as on the CPU).
-                     "    " + m + " mx = " + m + "(uintBitsToFloat(0xff800000u));\n"
-                     "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) { " + m + " v = " + x + "; if (v > mx) mx = v; }\n"
-                     "    mx = tree_max(mx);\n"
-                     // A fully masked row (all -inf) has no finite max: shifting by 0 gives 0/0 = NaN
-                     // as the unshifted formula would.
-                     "    if (isinf(mx) || isnan(mx)) mx = " + m + "(0);\n"
-                     "    " + m + " sum = " + m + "(0);\n"
-                     "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) sum += " + fexp(m, x + " - mx") + ";\n"
-                     "    sum = tree_sum(sum);\n";
-  if (log)
-    body += "    " + m + " ls = " + flog(m, "sum") + ";\n"
-            "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), (" + x + " - mx) - ls);\n";
-  else
-    body += "    " + m + " inv = " + m + "(1) / sum;\n"
-            "    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), " + fexp(m, x + " - mx") + " * inv);\n";
-  body += "  }\n}\n";
+  const std::string x = m + "(ld0(b0 + uint(el0(i))))", exp_fn = m == "double" ? "alk_exp_f64" : "exp",
+                    log_fn = m == "double" ? "alk_log_f64" : "log";
+  const std::string write = log ? R"(
+    $M ls = $LOG(sum);
+    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), ($X - mx) - ls);)"
+                                : R"(
+    $M inv = $M(1) / sum;
+    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) st1(b1 + uint(el1(i)), $EXP($X - mx) * inv);)";
+  const std::string body = (m == "double" ? std::string(kF64Math) : std::string()) + tree_fns(ctx, m, s.wg) +
+                           fill(R"(
+void main() {
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r), b1 = row1(r);
+    // NaN never wins the max (it reaches the sum instead, as on the CPU).
+    $M mx = $M(uintBitsToFloat(0xff800000u));
+    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) {
+      $M v = $X;
+      if (v > mx) mx = v;
+    }
+    mx = tree_max(mx);
+    // A fully masked row (all -inf) has no finite max: shifting by 0 gives 0/0 = NaN, as
+    // the unshifted formula would.
+    if (isinf(mx) || isnan(mx)) mx = $M(0);
+    $M sum = $M(0);
+    for (uint i = gl_LocalInvocationID.x; i < P(1); i += WG) sum += $EXP($X - mx);
+    sum = tree_sum(sum);)" + write + R"(
+  }
+}
+)",
+                                {{"M", m}, {"X", x}, {"EXP", exp_fn}, {"LOG", log_fn}});
   s.groups = row_groups(product(s.outer));
   finish(ctx, s, log ? "log_softmax" : "softmax", body);
   plan.stages.push_back(std::move(s));
@@ -691,20 +868,34 @@ Plan plan_cumsum(const Context& ctx, const Kernel& k) {
   if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
   const std::string m = value_type(x.dtype);
   s.extra.push_back(p.flag ? 1u : 0u);
-  // A row in chunks of WG elements: an inclusive scan of each chunk in shared memory
-  // (Hillis-Steele), plus the running total of the chunks before it.
-  std::string body = "shared " + m + " sc[WG];\n"
-                     "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  bool rev = P(E) != 0u;\n"
-                     "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
-                     "    uint b0 = row0(r), b1 = row1(r);\n    " + m + " carry = " + m + "(0);\n"
-                     "    for (uint c = 0u; c < P(1); c += WG) {\n"
-                     "      uint j = c + tid, i = rev ? P(1) - 1u - j : j;\n"
-                     "      sc[tid] = j < P(1) ? " + m + "(ld0(b0 + uint(el0(i)))) : " + m + "(0);\n      barrier();\n"
-                     "      for (uint off = 1u; off < WG; off <<= 1u) {\n"
-                     "        " + m + " t = tid >= off ? sc[tid - off] : " + m + "(0);\n        barrier();\n"
-                     "        sc[tid] += t;\n        barrier();\n      }\n"
-                     "      if (j < P(1)) st1(b1 + uint(el1(i)), " + compute_name(k.output.dtype) + "(carry + sc[tid]));\n"
-                     "      carry += sc[WG - 1u];\n      barrier();\n    }\n  }\n}\n";
+  const std::string body = fill(R"(
+shared $M sc[WG];
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  bool rev = P(E) != 0u;
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r), b1 = row1(r);
+    $M carry = $M(0);
+    // The row in chunks of WG elements: an inclusive scan of each chunk in shared memory
+    // (Hillis-Steele), plus the total of the chunks before it.
+    for (uint c = 0u; c < P(1); c += WG) {
+      uint j = c + tid, i = rev ? P(1) - 1u - j : j;
+      sc[tid] = j < P(1) ? $M(ld0(b0 + uint(el0(i)))) : $M(0);
+      barrier();
+      for (uint off = 1u; off < WG; off <<= 1u) {
+        $M t = tid >= off ? sc[tid - off] : $M(0);
+        barrier();
+        sc[tid] += t;
+        barrier();
+      }
+      if (j < P(1)) st1(b1 + uint(el1(i)), $OUT(carry + sc[tid]));
+      carry += sc[WG - 1u];
+      barrier();
+    }
+  }
+}
+)",
+                                {{"M", m}, {"OUT", compute_name(k.output.dtype)}});
   s.groups = row_groups(product(s.outer));
   finish(ctx, s, "cumsum", body);
   plan.stages.push_back(std::move(s));
@@ -719,7 +910,8 @@ void norm_space(const KernelArg& x, int64_t inner, Shape& lead, Shape& trail, si
   int64_t n = 1;
   while (split > 0 && n < inner) n *= x.shape[--split];
   while (split > 0 && x.shape[split - 1] == 1) --split;
-  if (n != inner) fail("normalized size " + std::to_string(inner) + " is not a run of trailing dims of " + to_string(x.shape));
+  if (n != inner)
+    fail("normalized size " + std::to_string(inner) + " is not a run of trailing dims of " + to_string(x.shape));
   lead.assign(x.shape.begin(), x.shape.begin() + static_cast<int64_t>(split));
   trail.assign(x.shape.begin() + static_cast<int64_t>(split), x.shape.end());
 }
@@ -757,30 +949,49 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   out.outer.assign(ost.begin(), ost.begin() + static_cast<int64_t>(split));
   out.inner.assign(ost.begin() + static_cast<int64_t>(split), ost.end());
   s.args.push_back(out);
-  const std::string m = float_math(x.dtype), n = m + "(P(1))", o = rms ? "2" : "3";
+  const std::string m = float_math(x.dtype);
   put_eps(s.extra, m, p.eps);
-  auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
-  const std::string xv = m + "(ld0(" + at(0) + "))", wv = m + "(ld1(" + at(1) + "))";
-  std::string body = tree_fns(ctx, m, s.wg) +
-                     "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
-                     "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
-                     "    uint b0 = row0(r), b1 = row1(r), b" + o + " = row" + o + "(r);\n";
-  if (rms) {
-    body += "    " + m + " q = " + m + "(0);\n"
-            "    for (uint i = tid; i < P(1); i += WG) { " + m + " v = " + xv + "; q += v * v; }\n"
-            "    " + m + " inv = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
-            "    for (uint i = tid; i < P(1); i += WG) st2(" + at(2) + ", " + xv + " * inv * " + wv + ");\n";
-  } else {
-    // Two passes over the row: sum((x - mean)^2) does not cancel the way E[x^2] - mean^2 does.
-    body += "    uint b2 = row2(r);\n    " + m + " sum = " + m + "(0);\n"
-            "    for (uint i = tid; i < P(1); i += WG) sum += " + xv + ";\n"
-            "    " + m + " mean = tree_sum(sum) / " + n + ";\n    " + m + " q = " + m + "(0);\n"
-            "    for (uint i = tid; i < P(1); i += WG) { " + m + " d = " + xv + " - mean; q += d * d; }\n"
-            "    " + m + " rstd = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
-            "    for (uint i = tid; i < P(1); i += WG) st3(" + at(3) + ", (" + xv + " - mean) * rstd * " + wv + " + " +
-            m + "(ld2(" + at(2) + ")));\n";
+  const char* rms_text = R"(
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  $M eps = $EPS, n = $M(P(1));
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r), b1 = row1(r), b2 = row2(r);
+    $M q = $M(0);
+    for (uint i = tid; i < P(1); i += WG) {
+      $M v = $X;
+      q += v * v;
+    }
+    $M inv = $M(1) / sqrt(tree_sum(q) / n + eps);
+    for (uint i = tid; i < P(1); i += WG) st2(b2 + uint(el2(i)), $X * inv * $W);
   }
-  body += "  }\n}\n";
+}
+)";
+  const char* layer_text = R"(
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  $M eps = $EPS, n = $M(P(1));
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);
+    $M sum = $M(0);
+    for (uint i = tid; i < P(1); i += WG) sum += $X;
+    $M mean = tree_sum(sum) / n;
+    // Two passes over the row: sum((x - mean)^2) does not cancel the way E[x^2] - mean^2 does.
+    $M q = $M(0);
+    for (uint i = tid; i < P(1); i += WG) {
+      $M d = $X - mean;
+      q += d * d;
+    }
+    $M rstd = $M(1) / sqrt(tree_sum(q) / n + eps);
+    for (uint i = tid; i < P(1); i += WG) st3(b3 + uint(el3(i)), ($X - mean) * rstd * $W + $M(ld2(b2 + uint(el2(i)))));
+  }
+}
+)";
+  const std::string body =
+      tree_fns(ctx, m, s.wg) + fill(rms ? rms_text : layer_text, {{"M", m},
+                                                                  {"EPS", eps_glsl(m)},
+                                                                  {"X", m + "(ld0(b0 + uint(el0(i))))"},
+                                                                  {"W", m + "(ld1(b1 + uint(el1(i))))"}});
   s.groups = row_groups(product(s.outer));
   finish(ctx, s, rms ? "rms_norm" : "layer_norm", body);
   plan.stages.push_back(std::move(s));
@@ -805,7 +1016,7 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   const Shape want = contiguous_strides(k.output.shape);
   for (size_t d = 0; d < k.output.shape.size(); ++d)
     if (k.output.shape[d] != 1 && k.output.strides[d] != want[d]) fail("the packed output is not contiguous");
-  const std::string m = float_math(x.dtype), n = m + "(P(1))";
+  const std::string m = float_math(x.dtype);
   const DType stat = m == "double" ? DType::F64 : DType::F32;
   Arg out;
   out.arg = &k.output, out.dtype = k.output.dtype, out.write = true;
@@ -818,7 +1029,6 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   for (int64_t& st : stats.outer) st *= 2;
   stats.inner.assign(trail.size(), 0);
   plan.scratch_bytes.push_back(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * dtype_size(stat));
-  auto at = [](int t) { return "b" + std::to_string(t) + " + uint(el" + std::to_string(t) + "(i))"; };
   if (rows > 0) {
     Stage s;
     s.outer = lead, s.inner = trail;
@@ -826,23 +1036,46 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
     s.args = {row_arg(x, split), param_arg(k.inputs.at(1), lead, trail, "the weight"), row_arg(g, split), out, stats};
     s.args[4].write = true;
     put_eps(s.extra, m, p.eps);
-    const std::string xv = m + "(ld0(" + at(0) + "))", gx = m + "(ld2(" + at(2) + ")) * " + m + "(ld1(" + at(1) + "))";
-    std::string body = tree_fns(ctx, m, s.wg) +
-                       "void main() {\n  uint tid = gl_LocalInvocationID.x;\n  " + m + " eps = " + eps_glsl(m) + ";\n"
-                       "  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {\n"
-                       "    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);\n"
-                       "    " + m + " sum = " + m + "(0);\n"
-                       "    for (uint i = tid; i < P(1); i += WG) sum += " + xv + ";\n"
-                       "    " + m + " mean = tree_sum(sum) / " + n + ";\n    " + m + " q = " + m + "(0);\n"
-                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " d = " + xv + " - mean; q += d * d; }\n"
-                       "    " + m + " rstd = " + m + "(1) / sqrt(tree_sum(q) / " + n + " + eps);\n"
-                       "    " + m + " sa = " + m + "(0), sb = " + m + "(0);\n"
-                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " xh = (" + xv + " - mean) * rstd, gx = " + gx +
-                       "; sa += gx; sb += gx * xh; }\n"
-                       "    " + m + " mgx = tree_sum(sa) / " + n + ";\n    " + m + " mgxh = tree_sum(sb) / " + n + ";\n"
-                       "    for (uint i = tid; i < P(1); i += WG) { " + m + " xh = (" + xv + " - mean) * rstd, gx = " + gx +
-                       "; st3(" + at(3) + ", rstd * (gx - mgx - xh * mgxh)); }\n"
-                       "    if (tid == 0u) { st4(row4(r), mean); st4(row4(r) + 1u, rstd); }\n  }\n}\n";
+    const std::string body =
+        tree_fns(ctx, m, s.wg) + fill(R"(
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  $M eps = $EPS, n = $M(P(1));
+  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+    uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);
+    $M sum = $M(0);
+    for (uint i = tid; i < P(1); i += WG) sum += $X;
+    $M mean = tree_sum(sum) / n;
+    $M q = $M(0);
+    for (uint i = tid; i < P(1); i += WG) {
+      $M d = $X - mean;
+      q += d * d;
+    }
+    $M rstd = $M(1) / sqrt(tree_sum(q) / n + eps);
+    // xhat = (x - mean) rstd, gx = g w: dx = rstd (gx - mean(gx) - xhat mean(gx xhat)).
+    $M sa = $M(0), sb = $M(0);
+    for (uint i = tid; i < P(1); i += WG) {
+      $M xh = ($X - mean) * rstd, gx = $GX;
+      sa += gx;
+      sb += gx * xh;
+    }
+    $M mgx = tree_sum(sa) / n;
+    $M mgxh = tree_sum(sb) / n;
+    for (uint i = tid; i < P(1); i += WG) {
+      $M xh = ($X - mean) * rstd, gx = $GX;
+      st3(b3 + uint(el3(i)), rstd * (gx - mgx - xh * mgxh));
+    }
+    if (tid == 0u) {
+      st4(row4(r), mean);
+      st4(row4(r) + 1u, rstd);
+    }
+  }
+}
+)",
+                                      {{"M", m},
+                                       {"EPS", eps_glsl(m)},
+                                       {"X", m + "(ld0(b0 + uint(el0(i))))"},
+                                       {"GX", m + "(ld2(b2 + uint(el2(i)))) * " + m + "(ld1(b1 + uint(el1(i))))"}});
     s.groups = row_groups(rows);
     finish(ctx, s, "layer_norm_backward_dx", body);
     plan.stages.push_back(std::move(s));
@@ -853,17 +1086,24 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
     Arg st_in = stats;
     st_in.write = false;
     s.args = {row_arg(x, split), row_arg(g, split), st_in, out};
-    const std::string body =
-        "void main() {\n"
-        "  for (uint i = gl_GlobalInvocationID.x; i < P(1); i += gl_NumWorkGroups.x * WG) {\n"
-        "    " + m + " dw = " + m + "(0), db = " + m + "(0);\n"
-        "    for (uint r = 0u; r < P(0); ++r) {\n"
-        "      uint b0 = row0(r), b1 = row1(r), b2 = row2(r);\n"
-        "      " + m + " gv = " + m + "(ld1(" + at(1) + "));\n"
-        "      dw += gv * ((" + m + "(ld0(" + at(0) + ")) - ld2(b2)) * ld2(b2 + 1u));\n"
-        "      db += gv;\n    }\n"
-        "    uint o = row3(0u) + P(0) * P(1) + uint(el3(i));\n"
-        "    st3(o, dw);\n    st3(o + P(1), db);\n  }\n}\n";
+    const std::string body = fill(R"(
+void main() {
+  for (uint i = gl_GlobalInvocationID.x; i < P(1); i += gl_NumWorkGroups.x * WG) {
+    $M dw = $M(0), db = $M(0);
+    for (uint r = 0u; r < P(0); ++r) {
+      uint b0 = row0(r), b1 = row1(r), b2 = row2(r);
+      $M gv = $M(ld1(b1 + uint(el1(i))));
+      dw += gv * (($M(ld0(b0 + uint(el0(i)))) - ld2(b2)) * ld2(b2 + 1u));
+      db += gv;
+    }
+    // dweight and dbias: the two rows after dx.
+    uint o = row3(0u) + P(0) * P(1) + uint(el3(i));
+    st3(o, dw);
+    st3(o + P(1), db);
+  }
+}
+)",
+                                  {{"M", m}});
     s.groups = thread_groups(p.inner, workgroup_size(ctx));
     finish(ctx, s, "layer_norm_backward_dparams", body);
     plan.stages.push_back(std::move(s));
@@ -881,15 +1121,24 @@ Plan make_plan(const Context& ctx, const Kernel& k) {
     if (m > std::numeric_limits<int32_t>::max()) fail("an input of more than 2^31 elements (32-bit indices)");
   }
   switch (k.op) {
-    case OpId::Reduce: return plan_reduce(ctx, k);
-    case OpId::ArgReduce: return plan_argreduce(ctx, k);
-    case OpId::Softmax: return plan_softmax(ctx, k, false);
-    case OpId::LogSoftmax: return plan_softmax(ctx, k, true);
-    case OpId::LayerNorm: return plan_norm(ctx, k, false);
-    case OpId::RmsNorm: return plan_norm(ctx, k, true);
-    case OpId::LayerNormBackward: return plan_layer_norm_backward(ctx, k);
-    case OpId::Cumsum: return plan_cumsum(ctx, k);
-    default: break;
+    case OpId::Reduce:
+      return plan_reduce(ctx, k);
+    case OpId::ArgReduce:
+      return plan_argreduce(ctx, k);
+    case OpId::Softmax:
+      return plan_softmax(ctx, k, false);
+    case OpId::LogSoftmax:
+      return plan_softmax(ctx, k, true);
+    case OpId::LayerNorm:
+      return plan_norm(ctx, k, false);
+    case OpId::RmsNorm:
+      return plan_norm(ctx, k, true);
+    case OpId::LayerNormBackward:
+      return plan_layer_norm_backward(ctx, k);
+    case OpId::Cumsum:
+      return plan_cumsum(ctx, k);
+    default:
+      break;
   }
   fail(std::string(op_name(k.op)) + " is not a reduction or row op");
 }
@@ -932,7 +1181,8 @@ void launch_row_op(Context& ctx, Encoder& enc, const Kernel& k) {
     refuse(e.detail());
   }
   for (const Stage& s : plan.stages)
-    if (std::string why = map_unsupported_reason(ctx, s.source, s.args.size() + (s.push ? 0 : 1)); !why.empty()) refuse(why);
+    if (std::string why = map_unsupported_reason(ctx, s.source, s.args.size() + (s.push ? 0 : 1)); !why.empty())
+      refuse(why);
   std::vector<std::shared_ptr<Allocation>> scratch;
   for (size_t bytes : plan.scratch_bytes) scratch.push_back(ctx.pool().allocate(std::max<size_t>(bytes, 4)));
   for (const Stage& s : plan.stages) {
@@ -956,11 +1206,13 @@ void launch_row_op(Context& ctx, Encoder& enc, const Kernel& k) {
       words.push_back(first);
     }
     words.insert(words.end(), s.extra.begin(), s.extra.end());
-    if (words.size() != s.words) fail("internal: params of " + std::to_string(words.size()) + " words, expected " + std::to_string(s.words));
+    if (words.size() != s.words)
+      fail("internal: params of " + std::to_string(words.size()) + " words, expected " + std::to_string(s.words));
     const auto* bytes = reinterpret_cast<const uint8_t*>(words.data());
     const size_t nbytes = words.size() * 4;
     if (s.push) {
-      const Pipeline& pipe = ctx.pipeline(s.source, static_cast<uint32_t>(bindings.size()), static_cast<uint32_t>(nbytes));
+      const Pipeline& pipe =
+          ctx.pipeline(s.source, static_cast<uint32_t>(bindings.size()), static_cast<uint32_t>(nbytes));
       enc.dispatch(pipe, bindings, std::span<const uint8_t>(bytes, nbytes), s.groups);
     } else {
       const Pipeline& pipe = ctx.pipeline(s.source, static_cast<uint32_t>(bindings.size() + 1), 0);
