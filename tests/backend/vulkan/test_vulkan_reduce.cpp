@@ -393,11 +393,26 @@ TEST(VulkanReduce, ParamsInAStorageBufferForHighRanks) {
   expect_close(tw.run_gpu(), tw.run_cpu(), 1e-5, 8);
 }
 
+// A count: the prologue is a comparison (bool), summed in i64 like the CPU's integer path.
+TEST(VulkanReduce, CountOfABoolPrologue) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  using expr::Fn;
+  using expr::Type;
+  Twin tw(dev, OpId::Reduce, ReduceParams{ReduceOp::Sum, {0}}, DType::I64);
+  expr::Builder b;
+  tw.cpu.expr = tw.gpu.expr = b.finish(b.binary(Fn::Gt, b.input(0, Type::F32), b.constant(0.25, Type::F32)));
+  tw.input(DType::BF16, randn(23 * 7, 61), {23, 7});
+  tw.cpu.node.in_shape = tw.gpu.node.in_shape = {23, 7};
+  tw.output(DType::I64, {1, 7});
+  expect_close(tw.run_gpu(), tw.run_cpu(), 0);
+}
+
 // ---- ArgReduce ------------------------------------------------------------------------
 
 TEST(VulkanArgReduce, FirstExtremumTiesAndNan) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32}) {
+    if (!runs(dev, t)) continue;
     for (bool is_max : {true, false}) {
       for (int axis : {0, 1}) {
         Shape shape{13, 600};
@@ -560,7 +575,7 @@ TEST(VulkanNorm, LayerNormBackwardPacked) {
 
 TEST(VulkanCumsum, AxesReverseDtypesAndLongRows) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
-  for (DType t : {DType::F32, DType::F64, DType::I64, DType::F16})
+  for (DType t : {DType::F32, DType::F64, DType::I64, DType::F16, DType::BF16})
     if (runs(dev, t))
       for (bool reverse : {false, true})
         for (auto [shape, strides, axis] : std::vector<std::tuple<Shape, Shape, int>>{
