@@ -45,6 +45,14 @@ struct MapSignature {
 // A complete kernel: input k (Expr Input slot k) has storage dtype sig.inputs[k].
 std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t);
 
+// The expression alone, as a function a hand-written kernel calls (a reduction's prologue,
+// a matmul's or reduction's epilogue): `R name(T0 in0, T1 in1, ...)` returning e, where
+// Tk is the compute type of sig.inputs[k] and R that of sig.output. The caller loads and
+// converts the arguments and stores the result; the body is the same value walk as in
+// emit_map_kernel (same rewrites, so the same numbers). Every parameter is declared even
+// when e does not read it. Helpers the body needs are the caller's (none today).
+std::string emit_function(const Expr& e, const MapSignature& sig, Target t);
+
 // The GLSL/WGSL params block as bytes: every field is a 4-byte scalar, laid out in the
 // order above with no padding (std430 and push-constant layout agree on this).
 size_t map_params_bytes(size_t inputs);
@@ -108,10 +116,17 @@ struct Lang {
                                const std::vector<bool>& used) const = 0;
   virtual std::string epilogue() const = 0;
   virtual std::string offset_call(int k) const = 0;  // the index helper's call for input k
+  // The opening line of a function (emit_function): C-like by default.
+  virtual std::string function_head(const std::string& name, const std::vector<Type>& params, Type ret) const {
+    std::string s = type(ret) + " " + name + "(";
+    for (size_t k = 0; k < params.size(); ++k) s += (k ? ", " : "") + type(params[k]) + " in" + std::to_string(k);
+    return s + ") {";
+  }
   std::string indent = "    ";
 };
 
 std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig);
+std::string emit_function(const Lang& lang, const Expr& e, const MapSignature& sig);
 // Shortest text that reads back as the same value, always with '.' or 'e'.
 std::string float_text(double v, Type t);
 std::string header_comment(const Expr& e, const MapSignature& sig, std::string_view line_comment);

@@ -209,6 +209,17 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
   return emit_detail::emit(*lang, e, sig);
 }
 
+std::string emit_function(const Expr& e, const MapSignature& sig, Target t) {
+  std::unique_ptr<emit_detail::Lang> lang;
+  switch (t) {
+    case Target::Cpp: lang = emit_detail::make_cpp(); break;
+    case Target::Cuda: lang = emit_detail::make_cuda(); break;
+    case Target::Glsl: lang = emit_detail::make_glsl(); break;
+    case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
+  }
+  return emit_detail::emit_function(*lang, e, sig);
+}
+
 size_t map_params_bytes(size_t inputs) {
   const size_t k = inputs;
   return 4 * (2 + 8 + 8 * std::max<size_t>(1, k) + (k + 1));  // n rank shape strides offset
@@ -328,6 +339,28 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
   }
   add_lines(out, lang.indent, lang.store(sig.output, v.back()));
   return out + lang.epilogue();
+}
+
+std::string emit_function(const Lang& lang, const Expr& e0, const MapSignature& sig) {
+  if (e0.nodes.empty()) bad("function " + sig.name + ": empty expression");
+  const Expr e = rewrite(conform(e0, sig), lang.rewrites());
+  std::vector<Type> params;
+  for (DType d : sig.inputs) params.push_back(compute_type(d));
+  std::string out = lang.function_head(sig.name, params, compute_type(sig.output)) + "\n";
+  std::vector<std::string> v(e.nodes.size());
+  int next = 0;
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = e.nodes[i];
+    if (x.fn == Fn::Input) {
+      v[i] = "in" + std::to_string(x.slot);
+    } else if (x.fn == Fn::Const) {
+      v[i] = value_text(lang, x);
+    } else {
+      v[i] = "v" + std::to_string(next++);
+      add_lines(out, "  ", lang.let(x.type, v[i], node_text(lang, x, v)));
+    }
+  }
+  return out + "  return " + v.back() + ";\n}\n";
 }
 
 }  // namespace emit_detail

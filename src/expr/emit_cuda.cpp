@@ -26,6 +26,10 @@ struct Cuda final : Lang {
   Cuda() { indent = "    "; }
   Rewrites rewrites() const override { return {}; }  // CUDA's math library has every function
 
+  std::string function_head(const std::string& name, const std::vector<Type>& params, Type ret) const override {
+    return "__device__ inline " + Lang::function_head(name, params, ret);
+  }
+
   std::string type(Type t) const override {
     switch (t) {
       case Type::Bool: return "bool";

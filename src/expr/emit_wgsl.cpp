@@ -34,6 +34,12 @@ struct Wgsl final : Lang {
     return r;
   }
 
+  std::string function_head(const std::string& name, const std::vector<Type>& params, Type ret) const override {
+    std::string s = "fn " + name + "(";
+    for (size_t k = 0; k < params.size(); ++k) s += (k ? ", in" : "in") + std::to_string(k) + ": " + type(params[k]);
+    return s + ") -> " + type(ret) + " {";
+  }
+
   std::string type(Type t) const override {
     switch (t) {
       case Type::Bool: return "bool";

@@ -132,6 +132,26 @@ TEST(ExprEmit, LanguageGapsAreRewrittenNotSpelled) {
             std::string::npos);
 }
 
+// The expression as a function (a template kernel's prologue/epilogue): parameters in the
+// inputs' compute types, the result in the output's, the same walk (and rewrites) as a map.
+TEST(ExprEmit, FunctionOverNamedInputs) {
+  MapSignature sig{"alk_epilogue", {DType::F16, DType::I32}, DType::BF16};
+  Expr e = op_expr("add", Type::F32);
+  const std::string glsl = emit_function(e, sig, Target::Glsl);
+  EXPECT_EQ(glsl.rfind("float alk_epilogue(float in0, int64_t in1) {", 0), 0u) << glsl;
+  EXPECT_NE(glsl.find("return "), std::string::npos);
+  EXPECT_EQ(emit_function(e, sig, Target::Wgsl).rfind("fn alk_epilogue(in0: f32, in1: i32) -> f32 {", 0), 0u)
+      << emit_function(e, sig, Target::Wgsl);
+  EXPECT_EQ(emit_function(e, sig, Target::Cuda).rfind("__device__ inline float alk_epilogue(", 0), 0u);
+  // GLSL has no erf: the function body is rewritten like a map kernel's.
+  const std::string gelu = emit_function(op_expr("gelu", Type::F32), {"g", {DType::F32}, DType::F32}, Target::Glsl);
+  EXPECT_EQ(gelu.find("erf("), std::string::npos);
+  // An expression that is just its input.
+  Builder b;
+  const Expr id = b.finish(b.input(0, Type::F32));
+  EXPECT_NE(emit_function(id, {"p", {DType::F32}, DType::F32}, Target::Glsl).find("return in0;"), std::string::npos);
+}
+
 TEST(ExprEmit, RejectsTooFewInputs) {
   EXPECT_THROW(emit_map_kernel(op_expr("add", Type::F32), {"k", {DType::F32}, DType::F32}, Target::Cpp), Error);
 }
