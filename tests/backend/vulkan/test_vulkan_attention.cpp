@@ -371,6 +371,44 @@ TEST(VulkanAttention, TensorsForwardAndGradients) {
   }
 }
 
+// Recorded once (the batch table is uploaded at record time) and replayed: the kernels a
+// compiled training step replays.
+TEST(VulkanAttention, RecordAndReplay) {
+  Device* dev = vulkan_or_null();
+  if (!dev) GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+  const int64_t B = 2, H = 2, T = 9, D = 8, BH = B * H;
+  std::mt19937 rng(9);
+  Host x = random_host(DType::F32, B * T * 3 * H * D, rng);
+  const Shape strides{T * 3 * H * D, D, 3 * H * D, 1};
+  const Layout lq{{B, H, T, D}, strides, 0}, lk{{B, H, T, D}, strides, H * D}, lv{{B, H, T, D}, strides, 2 * H * D};
+  const Layout lo{{BH, T, D + 1}, {T * (D + 1), D + 1, 1}, 0};
+  Host want(DType::F32, BH * T * (D + 1));
+  cpu::attention_forward(cpu_view(x, lq), cpu_view(x, lk), cpu_view(x, lv), true, 0.3, cpu_view(want, lo));
+
+  auto in = dev->allocate(x.bytes.size()), out = dev->allocate(want.bytes.size());
+  dev->upload(*in, 0, x.bytes.data(), x.bytes.size());
+  auto arg = [](const std::shared_ptr<Buffer>& b, const Layout& l) {
+    return KernelArg{b, 0, DType::F32, l.shape, l.strides, l.offset};
+  };
+  Kernel k;
+  k.op = k.node.op = OpId::Attention;
+  k.node.params = AttentionParams{true, 0.3};
+  k.node.dtype = DType::F32;
+  k.inputs = {arg(in, lq), arg(in, lk), arg(in, lv)};
+  k.output = arg(out, lo);
+  ASSERT_TRUE(dev->supports(k)) << unsupported_reason(0, k);
+  auto rec = dev->record({k});
+  Stats stats;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<uint8_t> zeros(want.bytes.size(), 0);
+    dev->upload(*out, 0, zeros.data(), zeros.size());
+    dev->replay(*rec);
+    Host got(DType::F32, want.size());
+    dev->download(*out, 0, got.bytes.data(), got.bytes.size());
+    expect_close(got, want, 0, want.size(), tolerance(DType::F32), stats, "replay " + std::to_string(i));
+  }
+}
+
 TEST(VulkanAttention, SupportsSaysWhy) {
   Device* dev = vulkan_or_null();
   if (!dev) GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
