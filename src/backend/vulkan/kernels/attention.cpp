@@ -175,7 +175,7 @@ void main() {
     }
   }
   if (!live) return;
-  const uint row = p.out_first + uint((b * p.T + t) * (D + 1));
+  const uint row = p.out_first + (uint(b) * uint(p.T) + uint(t)) * uint(D + 1);
   const bool seen = l > ACC(0);
   const ACC inv = seen ? ACC(1) / l : ACC(0);
   [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(o[d] * inv);
@@ -258,8 +258,8 @@ void main() {
     }
   }
   if (s >= p.M) return;
-  const uint dk_row = p.out_first + uint(((p.B + b) * p.M + s) * D);
-  const uint dv_row = p.out_first + uint(((2 * p.B + b) * p.M + s) * D);
+  const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
+  const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
   [[unroll]] for (int d = 0; d < D; ++d) {
     out_data[dk_row + uint(d)] = st(live ? dk[d] * scale : ACC(0));
     out_data[dv_row + uint(d)] = st(live ? dv[d] : ACC(0));
@@ -325,7 +325,7 @@ void main() {
     }
   }
   if (t >= p.M) return;
-  const uint row = p.out_first + uint((b * p.M + t) * D);
+  const uint row = p.out_first + (uint(b) * uint(p.M) + uint(t)) * uint(D);
   [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(live ? dq[d] * scale : ACC(0));
 }
 )";
@@ -536,6 +536,12 @@ std::string unsupported(const Context& ctx, const Kernel& k) {
   for (const KernelArg& a : k.inputs)
     if (a.dtype != q.dtype) return "attention inputs of mixed dtypes";
   if (k.output.dtype != q.dtype) return "attention output of another dtype than its inputs";
+  int64_t expect = 1;
+  for (size_t d = k.output.shape.size(); d-- > 0;) {
+    if (d >= k.output.strides.size()) return "attention output without strides";
+    if (k.output.shape[d] != 1 && k.output.strides[d] != expect) return "attention into a non-contiguous output";
+    expect *= k.output.shape[d];
+  }
   return attention_unsupported_reason(ctx, q.dtype, q.shape.back());
 }
 
