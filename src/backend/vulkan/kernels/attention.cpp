@@ -1,0 +1,571 @@
+#include "backend/vulkan/kernels/attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/loader.h"
+#include "backend/vulkan/shader.h"
+#include "backend/vulkan/stream.h"
+#include "backend/vulkan/vulkan_device.h"
+#include "runtime/kernel.h"
+
+namespace alk::vk {
+
+namespace {
+
+constexpr int kRows = 64;           // invocations per workgroup = rows (queries or keys) per block
+constexpr int64_t kMaxHeadDim = 256;  // each invocation keeps 2-4 rows of D values in registers
+// Shared memory per workgroup: the 16 KiB every Vulkan device offers.
+constexpr int64_t kSharedBytes = 16384;
+
+size_t acc_size(DType t) { return t == DType::F64 ? 8 : 4; }
+
+// Rows of a [rows, D] tile pair (plus `extra` scalars per row) that fit the shared budget,
+// at most 32 (each invocation keeps one score per row of a tile in registers).
+int tile_rows(DType t, int64_t D, int64_t extra) {
+  const int64_t per_row = (2 * std::max<int64_t>(D, 1) + extra) * static_cast<int64_t>(acc_size(t));
+  return static_cast<int>(std::clamp<int64_t>(kSharedBytes / per_row, 1, 32));
+}
+
+std::string elem_type(DType t) {
+  switch (t) {
+    case DType::F16: return "float16_t";
+    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
+    case DType::F64: return "double";
+    default: return "float";
+  }
+}
+
+// The part every attention shader shares: storage, conversions, parameters and addressing.
+// `tensors` are the read-only inputs in binding order; the output follows them, then the
+// batch table. Push constants: the scale (f32 bits, or f64 bits as two words), sizes, the
+// output's first element, row and column strides per input.
+std::string prelude(DType t, int64_t D, int tile, const std::vector<std::string>& tensors) {
+  const bool b16 = t == DType::F16 || t == DType::BF16;
+  const std::string E = elem_type(t), A = t == DType::F64 ? "double" : "float";
+  const int n = static_cast<int>(tensors.size());
+  std::string s = "#version 450\n";
+  if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
+  s += "#extension GL_EXT_control_flow_attributes : require\n";
+  s += "// alk fused attention, " + std::string(dtype_name(t)) + ", head size " + std::to_string(D) + "\n";
+  s += "layout(local_size_x = " + std::to_string(kRows) + ") in;\n\n";
+  s += "#define ACC " + A + "\n";
+  s += "const int D = " + std::to_string(D) + ";\n";
+  s += "const int DA = " + std::to_string(std::max<int64_t>(D, 1)) + ";  // array size (GLSL has no empty arrays)\n";
+  s += "const int ROWS = " + std::to_string(kRows) + ";\n";
+  s += "const int TILE = " + std::to_string(tile) + ";\n\n";
+  for (int k = 0; k < n; ++k)
+    s += "layout(std430, binding = " + std::to_string(k) + ") readonly buffer In" + std::to_string(k) + " { " + E +
+         " " + tensors[static_cast<size_t>(k)] + "_data[]; };\n";
+  s += "layout(std430, binding = " + std::to_string(n) + ") writeonly buffer Out { " + E + " out_data[]; };\n";
+  s += "// Element of batch b's row 0, column 0 of input k (first element included) at [k * B + b].\n";
+  s += "layout(std430, binding = " + std::to_string(n + 1) + ") readonly buffer Batches { int batch_first[]; };\n";
+  s += "layout(push_constant) uniform Params {\n"
+       "  uint scale_lo, scale_hi;  // f32 bits in lo, or f64 bits\n"
+       "  int T, S, B, M, causal;\n"
+       "  uint out_first;\n"
+       "  int rs[" + std::to_string(n) + "], cs[" + std::to_string(n) + "];  // row and column strides per input\n"
+       "} p;\n\n";
+  // Conversions as macros: with 16-bit storage alone, 16-bit types cannot be function
+  // parameters or results.
+  switch (t) {
+    case DType::F16: s += "#define ld(x) float(x)\n#define st(v) float16_t(v)\n"; break;
+    case DType::BF16:
+      s += "#define ld(x) uintBitsToFloat(uint(x) << 16)\n"
+           "#define st(v) uint16_t(f32_to_bf16(v))\n"
+           "// Round to nearest even; NaN stays a (quiet) NaN.\n"
+           "uint f32_to_bf16(float v) {\n"
+           "  uint b = floatBitsToUint(v);\n"
+           "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
+           "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
+           "}\n";
+      break;
+    default: s += "#define ld(x) (x)\n#define st(v) (v)\n"; break;
+  }
+  if (t == DType::F64)
+    s += "ACC ex(ACC x) { return ACC(exp(float(x))); }\n"
+         "ACC lg(ACC x) { return ACC(log(float(x))); }\n"
+         "ACC scale_value() { return packDouble2x32(uvec2(p.scale_lo, p.scale_hi)); }\n";
+  else
+    s += "ACC ex(ACC x) { return exp(x); }\n"
+         "ACC lg(ACC x) { return log(x); }\n"
+         "ACC scale_value() { return uintBitsToFloat(p.scale_lo); }\n";
+  s += "ACC neg_inf() { return ACC(uintBitsToFloat(0xff800000u)); }\n"
+       "// Element (row, col) of batch b of input k.\n"
+       "int at(int k, int b, int row, int col) { return batch_first[k * p.B + b] + row * p.rs[k] + col * p.cs[k]; }\n"
+       "// Keys [0, key_end(t)) are visible to query t (t + S - T: the causal alignment when S != T).\n"
+       "int key_end(int t) { return p.causal != 0 ? clamp(t + p.S - p.T + 1, 0, p.S) : p.S; }\n\n";
+  return s;
+}
+
+// Loops over the head size unroll on GPUs, so the rows an invocation holds live in
+// registers; loops over rows and tiles never do (that only grows the code). CPU
+// implementations (lavapipe) gain nothing from registers and take seconds to minutes to
+// compile the unrolled loops, so there nothing unrolls.
+std::string unroll_policy(std::string s, bool unroll) {
+  if (unroll) return s;
+  const std::string from = "[[unroll]]", to = "[[dont_unroll]]";
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+bool unroll_head_loops(const Context& ctx) { return ctx.info().kind != DeviceInfo::Kind::Cpu; }
+
+// Forward: workgroup (query block, batch), one invocation per query row.
+std::string forward_source(DType t, int64_t D, bool unroll) {
+  const int tile = tile_rows(t, D, 0);
+  std::string s = prelude(t, D, tile, {"q", "k", "v"});
+  s += R"(shared ACC ks[TILE * DA];
+shared ACC vs[TILE * DA];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int t = t0 + lid;
+  const bool live = t < p.T;
+  const ACC scale = scale_value();
+  ACC q[DA], o[DA];
+  [[unroll]] for (int d = 0; d < D; ++d) {
+    q[d] = ACC(0);
+    o[d] = ACC(0);
+    if (live) q[d] = ld(q_data[at(0, b, t, d)]) * scale;
+  }
+  ACC m = neg_inf(), l = ACC(0);
+  // Keys any row of the block sees (uniform over the workgroup), and this row's own.
+  const int kend = key_end(min(t0 + ROWS, p.T) - 1);
+  const int vis = live ? key_end(t) : 0;
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
+      const int j = e / D, d = e - j * D;
+      ACC kx = ACC(0), vx = ACC(0);
+      if (j < nj) {
+        kx = ld(k_data[at(1, b, s0 + j, d)]);
+        vx = ld(v_data[at(2, b, s0 + j, d)]);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    // Online softmax key by key: the output and sum are rescaled only when the running
+    // max grows (no per-tile score array: it would not stay in registers).
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= vis) break;  // vis <= kend: a visible key is a loaded one
+      ACC sc = ACC(0);
+      [[unroll]] for (int d = 0; d < D; ++d) sc += q[d] * ks[j * DA + d];
+      if (sc > m) {
+        const ACC alpha = m == neg_inf() ? ACC(0) : ex(m - sc);
+        l *= alpha;
+        [[unroll]] for (int d = 0; d < D; ++d) o[d] *= alpha;
+        m = sc;
+      }
+      const ACC pj = ex(sc - m);
+      l += pj;
+      [[unroll]] for (int d = 0; d < D; ++d) o[d] += pj * vs[j * DA + d];
+    }
+  }
+  if (!live) return;
+  const uint row = p.out_first + (uint(b) * uint(p.T) + uint(t)) * uint(D + 1);
+  const bool seen = l > ACC(0);
+  const ACC inv = seen ? ACC(1) / l : ACC(0);
+  [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(o[d] * inv);
+  out_data[row + uint(D)] = st(seen ? m + lg(l) : neg_inf());
+}
+)";
+  return unroll_policy(s, unroll);
+}
+
+// Backward pass 1: workgroup (key block, batch), one invocation per key row s; the query
+// rows that can see the block stream through shared memory with their lse and
+// Di = rowsum(dO * O). dV = sum_t P dO, dK = scale * sum_t dS q with dS = P (dO.v - Di).
+// Writes rows [S, M) of dk and dv as zeros.
+std::string dkdv_source(DType t, int64_t D, bool unroll) {
+  const int tile = tile_rows(t, D, 2);
+  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"});
+  s += R"(shared ACC qs[TILE * DA];
+shared ACC gs[TILE * DA];
+shared ACC lse_s[TILE];
+shared ACC di_s[TILE];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int s_first = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int s = s_first + lid;
+  const bool live = s < p.S;
+  const ACC scale = scale_value();
+  ACC kr[DA], vr[DA], dk[DA], dv[DA];
+  [[unroll]] for (int d = 0; d < D; ++d) {
+    kr[d] = ACC(0);
+    vr[d] = ACC(0);
+    dk[d] = ACC(0);
+    dv[d] = ACC(0);
+    if (live) {
+      kr[d] = ld(k_data[at(1, b, s, d)]);
+      vr[d] = ld(v_data[at(2, b, s, d)]);
+    }
+  }
+  // The first query that sees key s is s - (S - T); the block's first key bounds the rows.
+  const int off = p.S - p.T;
+  const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
+  [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
+    const int ni = min(TILE, p.T - t0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
+      const int i = e / D, d = e - i * D;
+      ACC qx = ACC(0), gx = ACC(0);
+      if (i < ni) {
+        qx = ld(q_data[at(0, b, t0 + i, d)]);
+        gx = ld(g_data[at(4, b, t0 + i, d)]);
+      }
+      qs[e] = qx;
+      gs[e] = gx;
+    }
+    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
+      ACC di = ACC(0), lse = ACC(0);
+      if (i < ni) {
+        [[unroll]] for (int d = 0; d < D; ++d) di += ld(g_data[at(4, b, t0 + i, d)]) * ld(f_data[at(3, b, t0 + i, d)]);
+        lse = ld(f_data[at(3, b, t0 + i, D)]);
+      }
+      di_s[i] = di;
+      lse_s[i] = lse;
+    }
+    barrier();
+    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
+      // Hidden keys (and rows that see none, whose lse is -inf) contribute nothing.
+      if (!live || s >= key_end(t0 + i)) continue;
+      ACC dot_q = ACC(0), dot_g = ACC(0);
+      [[unroll]] for (int d = 0; d < D; ++d) {
+        dot_q += qs[i * DA + d] * kr[d];
+        dot_g += gs[i * DA + d] * vr[d];
+      }
+      const ACC pr = ex(dot_q * scale - lse_s[i]);
+      const ACC ds = pr * (dot_g - di_s[i]);
+      [[unroll]] for (int d = 0; d < D; ++d) {
+        dv[d] += pr * gs[i * DA + d];
+        dk[d] += ds * qs[i * DA + d];
+      }
+    }
+  }
+  if (s >= p.M) return;
+  const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
+  const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
+  [[unroll]] for (int d = 0; d < D; ++d) {
+    out_data[dk_row + uint(d)] = st(live ? dk[d] * scale : ACC(0));
+    out_data[dv_row + uint(d)] = st(live ? dv[d] : ACC(0));
+  }
+}
+)";
+  return unroll_policy(s, unroll);
+}
+
+// Backward pass 2: workgroup (query block, batch), one invocation per query row t; keys
+// stream through shared memory. dQ = scale * sum_s dS k. Writes rows [T, M) as zeros.
+std::string dq_source(DType t, int64_t D, bool unroll) {
+  const int tile = tile_rows(t, D, 0);
+  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"});
+  s += R"(shared ACC ks[TILE * DA];
+shared ACC vs[TILE * DA];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int t = t0 + lid;
+  const bool live = t < p.T;
+  const ACC scale = scale_value();
+  ACC qr[DA], gr[DA], dq[DA];
+  ACC di = ACC(0), lse = ACC(0);
+  [[unroll]] for (int d = 0; d < D; ++d) {
+    qr[d] = ACC(0);
+    gr[d] = ACC(0);
+    dq[d] = ACC(0);
+    if (live) {
+      qr[d] = ld(q_data[at(0, b, t, d)]);
+      gr[d] = ld(g_data[at(4, b, t, d)]);
+      di += gr[d] * ld(f_data[at(3, b, t, d)]);
+    }
+  }
+  if (live) lse = ld(f_data[at(3, b, t, D)]);
+  const int kend = t0 < p.T ? key_end(min(t0 + ROWS, p.T) - 1) : 0;
+  const int vis = live ? key_end(t) : 0;
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
+      const int j = e / D, d = e - j * D;
+      ACC kx = ACC(0), vx = ACC(0);
+      if (j < nj) {
+        kx = ld(k_data[at(1, b, s0 + j, d)]);
+        vx = ld(v_data[at(2, b, s0 + j, d)]);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= vis) break;
+      ACC dot_q = ACC(0), dot_g = ACC(0);
+      [[unroll]] for (int d = 0; d < D; ++d) {
+        dot_q += qr[d] * ks[j * DA + d];
+        dot_g += gr[d] * vs[j * DA + d];
+      }
+      const ACC ds = ex(dot_q * scale - lse) * (dot_g - di);
+      [[unroll]] for (int d = 0; d < D; ++d) dq[d] += ds * ks[j * DA + d];
+    }
+  }
+  if (t >= p.M) return;
+  const uint row = p.out_first + (uint(b) * uint(p.M) + uint(t)) * uint(D);
+  [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(live ? dq[d] * scale : ACC(0));
+}
+)";
+  return unroll_policy(s, unroll);
+}
+
+void put32(std::vector<uint8_t>& out, uint32_t v) {
+  uint8_t bytes[4];
+  std::memcpy(bytes, &v, 4);
+  out.insert(out.end(), bytes, bytes + 4);
+}
+
+int32_t to_i32(int64_t v, const char* what) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    fail(std::string("attention: ") + what + " beyond 32 bits");
+  return static_cast<int32_t>(v);
+}
+
+int64_t batch_count(const ViewArg& a) {
+  int64_t n = 1;
+  for (size_t d = 0; d + 2 < a.shape.size(); ++d) n *= a.shape[d];
+  return n;
+}
+
+// An attention operand: [..., rows, D] with its batch count, bound for reading.
+struct Operand {
+  BoundView bound;
+  int64_t rows = 0, cols = 0;
+  const ViewArg* view = nullptr;
+};
+
+Operand operand(const Context& ctx, const ViewArg& a, DType dtype, int64_t B, const char* what) {
+  if (a.dtype != dtype) fail(std::string("attention: ") + what + " is " + std::string(dtype_name(a.dtype)) + ", not " + std::string(dtype_name(dtype)));
+  if (a.shape.size() < 2 || a.strides.size() != a.shape.size()) fail(std::string("attention: ") + what + " has rank < 2");
+  if (batch_count(a) != B) fail(std::string("attention: ") + what + "'s batch dims do not match q's");
+  Operand o;
+  o.bound = bind_view(ctx, a, false);
+  o.rows = a.shape[a.shape.size() - 2];
+  o.cols = a.shape.back();
+  o.view = &a;
+  if (o.bound.binding.bytes / dtype_size(dtype) > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    fail(std::string("attention: ") + what + " spans more than 2^31 elements (32-bit indices)");
+  return o;
+}
+
+void check_contiguous(const ViewArg& out, const Shape& shape) {
+  if (out.shape != shape) fail("attention: the output has shape " + to_string(out.shape) + ", expected " + to_string(shape));
+  int64_t expect = 1;
+  for (size_t d = out.shape.size(); d-- > 0;) {
+    if (out.shape[d] != 1 && out.strides[d] != expect) fail("attention: the output is not contiguous");
+    expect *= out.shape[d];
+  }
+}
+
+// Binds the inputs and the output, uploads the batch table and lays out the push
+// constants; the bindings are the shaders' (inputs, output, table).
+struct Launch {
+  std::vector<Binding> bindings;
+  std::vector<uint8_t> push;
+};
+
+Launch prepare_launch(Context& ctx, DType dtype, const std::vector<Operand>& in, const ViewArg& out, int64_t B,
+                      int64_t T, int64_t S, int64_t M, bool causal, double scale) {
+  Launch l;
+  std::vector<int32_t> table(in.size() * static_cast<size_t>(B));
+  for (size_t k = 0; k < in.size(); ++k) {
+    const ViewArg& a = *in[k].view;
+    l.bindings.push_back(in[k].bound.binding);
+    const size_t r = a.shape.size();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t rem = b, off = static_cast<int64_t>(in[k].bound.first);
+      for (size_t d = r - 2; d-- > 0;) {
+        off += rem % a.shape[d] * a.strides[d];
+        rem /= a.shape[d];
+      }
+      table[k * static_cast<size_t>(B) + static_cast<size_t>(b)] = to_i32(off, "an element offset");
+    }
+  }
+  const BoundView ob = bind_view(ctx, out, true);
+  l.bindings.push_back(ob.binding);
+  const size_t table_bytes = std::max<size_t>(4, table.size() * 4);
+  std::shared_ptr<Allocation> tbuf = ctx.pool().allocate(table_bytes);
+  if (!table.empty()) ctx.stream().upload(tbuf, 0, table.data(), table.size() * 4);
+  l.bindings.push_back(Binding{tbuf, 0, table_bytes, false});
+
+  uint32_t lo = 0, hi = 0;
+  if (dtype == DType::F64) {
+    uint64_t bits;
+    std::memcpy(&bits, &scale, 8);
+    lo = static_cast<uint32_t>(bits), hi = static_cast<uint32_t>(bits >> 32);
+  } else {
+    const float f = static_cast<float>(scale);
+    std::memcpy(&lo, &f, 4);
+  }
+  put32(l.push, lo);
+  put32(l.push, hi);
+  for (int64_t v : {T, S, B, M}) put32(l.push, static_cast<uint32_t>(to_i32(v, "a size")));
+  put32(l.push, causal ? 1u : 0u);
+  put32(l.push, ob.first);
+  for (const Operand& o : in) put32(l.push, static_cast<uint32_t>(to_i32(o.view->strides[o.view->shape.size() - 2], "a stride")));
+  for (const Operand& o : in) put32(l.push, static_cast<uint32_t>(to_i32(o.view->strides.back(), "a stride")));
+  return l;
+}
+
+uint32_t push_bytes(size_t inputs) { return static_cast<uint32_t>(4 * (8 + 2 * inputs)); }
+
+uint32_t blocks(int64_t rows) { return static_cast<uint32_t>((rows + kRows - 1) / kRows); }
+
+void check_groups(const Context& ctx, int64_t rows, int64_t B) {
+  const DeviceInfo& info = ctx.info();
+  if (blocks(rows) > info.max_workgroup_count[0] || static_cast<uint64_t>(B) > info.max_workgroup_count[1])
+    fail("attention: " + std::to_string(rows) + " rows x " + std::to_string(B) + " batches exceed the workgroup counts");
+}
+
+}  // namespace
+
+std::string attention_unsupported_reason(const Context& ctx, DType dtype, int64_t head_dim) {
+  const DeviceInfo& info = ctx.info();
+  switch (dtype) {
+    case DType::F32: break;
+    case DType::F16: case DType::BF16:
+      if (!info.storage16) return info.name + " has no 16-bit storage (f16/bf16 tensors)";
+      break;
+    case DType::F64:
+      if (!info.float64) return info.name + " has no shaderFloat64";
+      break;
+    default: return "attention needs a floating dtype, got " + std::string(dtype_name(dtype));
+  }
+  if (head_dim > kMaxHeadDim)
+    return "head size " + std::to_string(head_dim) + " > " + std::to_string(kMaxHeadDim) + " (the Vulkan kernel keeps rows in registers)";
+  if (info.max_storage_buffers_per_stage < 7) return info.name + " offers fewer than 7 storage buffers per stage";
+  return "";
+}
+
+AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_t head_dim)
+    : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
+  if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
+    fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
+  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx));
+  pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
+}
+
+void AttentionForwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,
+                                    const ViewArg& out, bool causal, double scale) const {
+  const int64_t B = batch_count(q);
+  const Operand oq = operand(ctx_, q, dtype_, B, "q"), ok = operand(ctx_, k, dtype_, B, "k"),
+                ov = operand(ctx_, v, dtype_, B, "v");
+  const int64_t T = oq.rows, S = ok.rows, D = head_dim_;
+  if (oq.cols != D || ok.cols != D || ov.cols != D || ov.rows != S) fail("attention: inconsistent q, k, v shapes");
+  if (out.dtype != dtype_) fail("attention: the output has the wrong dtype");
+  check_contiguous(out, {B, T, D + 1});
+  if (B == 0 || T == 0) return;
+  check_groups(ctx_, T, B);
+  const Launch l = prepare_launch(ctx_, dtype_, {oq, ok, ov}, out, B, T, S, T, causal, scale);
+  enc.dispatch(*pipeline_, l.bindings, l.push, Groups{blocks(T), static_cast<uint32_t>(B), 1});
+}
+
+AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int64_t head_dim)
+    : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
+  if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
+    fail("attention backward cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
+  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll_head_loops(ctx)), 7, push_bytes(5));
+  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll_head_loops(ctx)), 7, push_bytes(5));
+}
+
+void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,
+                                     const ViewArg& fwd, const ViewArg& d_out, const ViewArg& out, bool causal,
+                                     double scale) const {
+  const int64_t B = batch_count(q);
+  const Operand oq = operand(ctx_, q, dtype_, B, "q"), ok = operand(ctx_, k, dtype_, B, "k"),
+                ov = operand(ctx_, v, dtype_, B, "v"), of = operand(ctx_, fwd, dtype_, B, "the forward output"),
+                og = operand(ctx_, d_out, dtype_, B, "d_out");
+  const int64_t T = oq.rows, S = ok.rows, D = head_dim_, M = std::max(T, S);
+  if (oq.cols != D || ok.cols != D || ov.cols != D || ov.rows != S || of.rows != T || of.cols != D + 1 ||
+      og.rows != T || og.cols != D)
+    fail("attention backward: inconsistent shapes");
+  if (out.dtype != dtype_) fail("attention backward: the output has the wrong dtype");
+  check_contiguous(out, {3, B, M, D});
+  if (B == 0 || M == 0) return;
+  check_groups(ctx_, M, B);
+  const Launch l = prepare_launch(ctx_, dtype_, {oq, ok, ov, of, og}, out, B, T, S, M, causal, scale);
+  // The passes write disjoint rows of the output, but the stream tracks whole ranges and
+  // may put a barrier between them; they share the bindings and the batch table.
+  enc.dispatch(*dkdv_, l.bindings, l.push, Groups{blocks(M), static_cast<uint32_t>(B), 1});
+  enc.dispatch(*dq_, l.bindings, l.push, Groups{blocks(M), static_cast<uint32_t>(B), 1});
+}
+
+namespace {
+
+// One kernel object per (context, dtype, head size): building one generates the source
+// and looks its pipeline up, which launches should not repeat.
+template <class K>
+const K& cached(Context& ctx, DType dtype, int64_t D) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const Context*, DType, int64_t>, std::unique_ptr<K>> kernels;
+  std::lock_guard lock(mutex);
+  auto& slot = kernels[{&ctx, dtype, D}];
+  if (!slot) slot = std::make_unique<K>(ctx, dtype, D);
+  return *slot;
+}
+
+std::string unsupported(const Context& ctx, const Kernel& k) {
+  const size_t want = k.op == OpId::Attention ? 3 : 5;
+  if (k.inputs.size() != want) return "attention with " + std::to_string(k.inputs.size()) + " inputs";
+  if (!std::holds_alternative<AttentionParams>(k.node.params)) return "attention without its parameters";
+  const KernelArg& q = k.inputs[0];
+  if (q.shape.size() < 3) return "attention over q of rank " + std::to_string(q.shape.size()) + " (expected >= 3)";
+  for (const KernelArg& a : k.inputs)
+    if (a.dtype != q.dtype) return "attention inputs of mixed dtypes";
+  if (k.output.dtype != q.dtype) return "attention output of another dtype than its inputs";
+  int64_t expect = 1;
+  for (size_t d = k.output.shape.size(); d-- > 0;) {
+    if (d >= k.output.strides.size()) return "attention output without strides";
+    if (k.output.shape[d] != 1 && k.output.strides[d] != expect) return "attention into a non-contiguous output";
+    expect *= k.output.shape[d];
+  }
+  return attention_unsupported_reason(ctx, q.dtype, q.shape.back());
+}
+
+void launch_forward(Context& ctx, Encoder& enc, const Kernel& k) {
+  const auto& p = std::get<AttentionParams>(k.node.params);
+  const KernelArg& q = k.inputs[0];
+  cached<AttentionForwardKernel>(ctx, q.dtype, q.shape.back())
+      .launch(enc, view_arg(q), view_arg(k.inputs[1]), view_arg(k.inputs[2]), view_arg(k.output), p.causal, p.scale);
+}
+
+void launch_backward(Context& ctx, Encoder& enc, const Kernel& k) {
+  const auto& p = std::get<AttentionParams>(k.node.params);
+  const KernelArg& q = k.inputs[0];
+  cached<AttentionBackwardKernel>(ctx, q.dtype, q.shape.back())
+      .launch(enc, view_arg(q), view_arg(k.inputs[1]), view_arg(k.inputs[2]), view_arg(k.inputs[3]),
+              view_arg(k.inputs[4]), view_arg(k.output), p.causal, p.scale);
+}
+
+const bool registered = [] {
+  register_template_op(OpId::Attention, TemplateOp{unsupported, launch_forward});
+  register_template_op(OpId::AttentionBackward, TemplateOp{unsupported, launch_backward});
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace alk::vk
