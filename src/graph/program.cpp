@@ -27,7 +27,15 @@ struct Program::State {
   StepFn fn;
   int calls = 0;
   std::vector<Kernel> kernels;
-  std::vector<std::shared_ptr<PreparedKernel>> prepared;  // compiled once, at trace time (null: a copy)
+  // How a replay runs the kernels: runs of kernels on one device recorded once as one device
+  // object (a Vulkan command buffer), replayed with no per-kernel host work; a copy between
+  // devices, or a Random kernel (its offset moves every call), is launched on its own.
+  struct Segment {
+    size_t begin, end;                     // kernels[begin, end)
+    std::unique_ptr<Recording> recording;  // null: launch kernels[begin] alone
+    std::shared_ptr<PreparedKernel> prepared;
+  };
+  std::vector<Segment> segments;
   std::vector<Tensor> inputs;  // the traced call's inputs: replays copy new data into them
   struct Carry {
     std::shared_ptr<Buffer> from, to;  // the step's result -> the buffer the next step reads
@@ -77,8 +85,21 @@ struct Program::State {
     rng_used = random_offset() - rng_before;
     rng_base = rng_before;
     kernels = std::move(rec.kernels);
-    for (const Kernel& k : kernels)
-      prepared.push_back(k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k));
+    auto alone = [](const Kernel& k) { return k.op == OpId::ToDevice || k.node.op == OpId::Random; };
+    for (size_t i = 0; i < kernels.size();) {
+      const Kernel& k = kernels[i];
+      if (alone(k)) {
+        segments.push_back({i, i + 1, nullptr, k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k)});
+        ++i;
+        continue;
+      }
+      Device* dev = k.output.buffer->device;
+      size_t end = i + 1;
+      while (end < kernels.size() && !alone(kernels[end]) && kernels[end].output.buffer->device == dev) ++end;
+      const std::vector<Kernel> run(kernels.begin() + static_cast<long>(i), kernels.begin() + static_cast<long>(end));
+      segments.push_back({i, end, dev->record(run), nullptr});
+      i = end;
+    }
     held_bytes = rec.held_bytes;
     naive_bytes = rec.naive_bytes;
     // Each carried tensor goes back to the buffer the step read it from; from now on a
@@ -121,14 +142,20 @@ struct Program::State {
     // position (the recorded ones start at rng_base), which then moves on by one step's use.
     const uint64_t start = random_offset();
     const bool timing = kernel_timing_enabled();
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      Kernel& k = kernels[i];
-      if (k.node.op == OpId::Random) {
-        auto& p = std::get<RandomParams>(k.node.params);
-        p.offset = p.offset - rng_base + start;
-        p.seed = random_seed();
+    for (Segment& seg : segments) {
+      if (seg.recording && !timing) {
+        kernels[seg.begin].output.buffer->device->replay(*seg.recording);
+        continue;
       }
-      launch(k, timing, prepared[i].get());
+      for (size_t i = seg.begin; i < seg.end; ++i) {
+        Kernel& k = kernels[i];
+        if (k.node.op == OpId::Random) {
+          auto& p = std::get<RandomParams>(k.node.params);
+          p.offset = p.offset - rng_base + start;
+          p.seed = random_seed();
+        }
+        launch(k, timing, seg.prepared.get());  // ALK_DEBUG=timing: each kernel, timed
+      }
     }
     rng_base = start;
     set_random_state(random_seed(), start + rng_used);
