@@ -69,6 +69,17 @@ double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64
 Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
   Config c = cfg_in;
   if (c.corpus.empty()) c.corpus = default_corpus();
+  {
+    // Before anything is trained on it: a missing, empty or larger-than-memory corpus is a
+    // clear error (the corpus is read whole; tokenizing it takes about three times its size).
+    const Loc loc = Loc::current();
+    std::error_code ec;
+    const auto bytes = fs::file_size(c.corpus, ec);
+    check(!ec, "train", loc, "cannot read corpus '", c.corpus, "': ", ec.message());
+    check(bytes > 0, "train", loc, "corpus '", c.corpus, "' is empty");
+    check_memory_for(3 * static_cast<uint64_t>(bytes), "train", "tokenizing corpus '" + c.corpus + "' (" +
+                     std::to_string(bytes) + " bytes; it is read whole, streaming is not implemented)", loc);
+  }
   fs::create_directories(c.out);
   remove_stale_files(c.out);
   Progress progress(log, c.steps, 0);
@@ -77,9 +88,10 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
   TokenDataset data = TokenDataset::from_file(
       c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
       fingerprint);
-  check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(),
-        "corpus too small: ", data.train_size(), " training and ", data.val_size(), " validation tokens for ctx ",
-        c.ctx);
+  check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(), "corpus '",
+        c.corpus, "' is too small: ", data.train_size(), " training and ", data.val_size(),
+        " validation tokens, and each split needs more than ctx + 1 = ", c.ctx + 1, " (with val_fraction ",
+        c.val_fraction, "): give a longer text or a smaller --ctx");
   {
     std::ostringstream msg;
     msg << "data: " << c.corpus << ": " << data.train_size() << " training + " << data.val_size()

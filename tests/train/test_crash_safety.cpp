@@ -293,6 +293,62 @@ TEST_F(CrashSafety, CliErrorsHaveNoInternalPaths) {
   EXPECT_NE(testing::read_file(dir_ / "dbg.log").find(".cpp:"), std::string::npos) << "ALK_DEBUG=errors keeps them";
 }
 
+// An empty, a tiny and a larger-than-memory corpus: each a one-line error, exit code 1.
+TEST_F(CrashSafety, CorpusErrorsSayWhatIsWrong) {
+  testing::write_file(dir_ / "empty.txt", "");
+  testing::write_file(dir_ / "tiny.txt", "hello world\n");
+  testing::write_file(dir_ / "big.txt", "In the beginning");
+  ASSERT_EQ(::truncate((dir_ / "big.txt").c_str(), 300 << 20), 0);  // sparse: no real disk used
+  struct Case {
+    std::string corpus, want;
+  };
+  for (const Case& c : {Case{dir_ / "empty.txt", "' is empty"},
+                        Case{dir_ / "tiny.txt", "' is too small: "},
+                        Case{dir_ / "big.txt", "streaming is not implemented"}}) {
+    SCOPED_TRACE(c.corpus);
+    ::setenv("ALK_MEMORY_LIMIT", std::to_string(512 << 20).c_str(), 1);
+    const int code = run_to_end({"train", "--corpus", c.corpus, "--out", dir_ / "c", "--steps", "2"}, dir_ / "c.log");
+    ::unsetenv("ALK_MEMORY_LIMIT");
+    const std::string log = testing::read_file(dir_ / "c.log");
+    EXPECT_EQ(code, 1) << log;
+    EXPECT_NE(log.find(c.want), std::string::npos) << log;
+    EXPECT_NE(log.find("alk train: "), std::string::npos) << log;
+  }
+}
+
+// --memory-budget (and memory_budget in config.json): a step that does not fit is refused
+// before it allocates, naming the peak and the largest tensors; one that fits trains and
+// reports its planned bytes.
+TEST_F(CrashSafety, MemoryBudgetFromTheCommandLineAndConfig) {
+  std::vector<std::string> tight = fresh(dir_ / "tight", 4, 100);
+  tight.insert(tight.end(), {"--memory-budget", "300KB"});
+  int code = run_to_end(tight, dir_ / "tight.log");
+  std::string log = testing::read_file(dir_ / "tight.log");
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("memory budget 300KB (307200 bytes) refused the training step before allocating it"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the plan needs a peak of "), std::string::npos) << log;
+  EXPECT_NE(log.find("largest tensors: "), std::string::npos) << log;
+  EXPECT_FALSE(train::find_checkpoint(dir_ / "tight").has_value());
+
+  testing::write_file(dir_ / "config.json", "{\"memory_budget\": \"64MB\"}");
+  std::vector<std::string> roomy = fresh(dir_ / "roomy", 4, 100);
+  roomy.insert(roomy.end(), {"--config", dir_ / "config.json"});
+  code = run_to_end(roomy, dir_ / "roomy.log");
+  log = testing::read_file(dir_ / "roomy.log");
+  EXPECT_EQ(code, 0) << log;
+  EXPECT_NE(log.find("within the budget of 64.0 MB"), std::string::npos) << log;
+  EXPECT_EQ(check_checkpoint(dir_ / "roomy"), 4);
+
+  testing::write_file(dir_ / "bad.json", "{\"memory_budget\": \"64XB\"}");
+  std::vector<std::string> bad = fresh(dir_ / "bad", 4, 100);
+  bad.insert(bad.end(), {"--config", dir_ / "bad.json"});
+  code = run_to_end(bad, dir_ / "bad.log");
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(testing::read_file(dir_ / "bad.log").find("is not a positive size like 64MB"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace alk
 
