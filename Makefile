@@ -5,13 +5,16 @@
 #   make build-asan  Debug -O1 build with ASan+UBSan into build-asan/
 #   make test        deps, build, ctest, then the sanitizer build and its test binary
 #   make demo        deps, build, ./build/alk demo
+#   make fuzz        libFuzzer harnesses (fuzz/) under ASan+UBSan, FUZZ_SECONDS each (default 600)
+#   make fuzz-smoke  the same, FUZZ_SMOKE_SECONDS each (default 10); part of `make test`
 #   make stats       lines of code per directory
 #   make format      clang-format -i over the C++ sources
 #   make clean       remove the build directories
 
 # Debian packages the build needs. Later issues append to this list.
 DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
-  mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools
+  mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools \
+  clang libclang-rt-14-dev
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -24,6 +27,11 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 10
+# Every harness in fuzz/ (fuzz_NAME.cpp); its seeds are fuzz/corpus/NAME/.
+FUZZERS := $(patsubst fuzz/%.cpp,%,$(wildcard fuzz/fuzz_*.cpp))
 CCACHE_DIR ?= $(HOME)/.ccache
 # Paths relative to the checkout, so a clone elsewhere (CI) hits the same cache entries.
 CCACHE_BASEDIR ?= $(CURDIR)
@@ -38,7 +46,8 @@ SOURCE_DIRS := src include tools tests bench examples
 
 phase = @printf '\n==== %s ====\n' $(1)
 
-.PHONY: deps bench-deps build build-asan test test-normal test-asan demo mnist bench-cpu stats format clean
+.PHONY: deps bench-deps build build-asan test test-normal test-asan demo mnist bench-cpu stats format clean \
+        build-fuzz fuzz fuzz-smoke
 
 # $(call install,PACKAGES): apt-get install the ones that are missing, nothing else.
 define install
@@ -81,8 +90,38 @@ test-asan:
 	$(call phase,"test-asan: $(ASAN_DIR)/alk_tests under ASan+UBSan")
 	$(ASAN_ENV) ./$(ASAN_DIR)/alk_tests --gtest_brief=1
 
+# libFuzzer needs clang (Debian's clang 14 and libclang-rt-14-dev); the library is built
+# again with coverage, ASan and UBSan into $(FUZZ_DIR)/.
+build-fuzz:
+	$(call phase,"build-fuzz: clang + libFuzzer + ASan/UBSan into $(FUZZ_DIR)/")
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DALK_FUZZ=ON -DALK_BUILD_TESTS=OFF \
+	  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+	cmake --build $(FUZZ_DIR) --target $(FUZZERS) -j$(JOBS)
+
+# $(call run_fuzzers,SECONDS): each harness for SECONDS on a scratch copy of its seeds (the
+# repository's corpus is not modified); a crash leaves crash-* in $(FUZZ_DIR)/ and fails.
+define run_fuzzers
+	@for f in $(FUZZERS); do \
+	  name=$${f#fuzz_}; work=$(FUZZ_DIR)/corpus/$$name; rm -rf $$work; mkdir -p $$work; \
+	  cp fuzz/corpus/$$name/* $$work/; \
+	  echo "fuzz: $$f for $(1) s"; \
+	  $(ASAN_ENV) ./$(FUZZ_DIR)/$$f $$work -max_total_time=$(1) -max_len=65536 -rss_limit_mb=2048 -timeout=30 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/$$name- 2>$(FUZZ_DIR)/$$name.log \
+	    || { tail -50 $(FUZZ_DIR)/$$name.log; echo "fuzz: $$f FAILED (log: $(FUZZ_DIR)/$$name.log)"; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' $(FUZZ_DIR)/$$name.log | tr '\n' ' '; echo; \
+	done
+endef
+
+fuzz: deps build-fuzz
+	$(call phase,"fuzz: each harness for $(FUZZ_SECONDS) s")
+	$(call run_fuzzers,$(FUZZ_SECONDS))
+
+fuzz-smoke: build-fuzz
+	$(call phase,"fuzz-smoke: each harness for $(FUZZ_SMOKE_SECONDS) s")
+	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
+
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build test-normal build-asan test-asan
+test: deps build test-normal build-asan test-asan fuzz-smoke
 	$(call phase,"test: all passed")
 
 # The main job: a small GPT on the KJV Bible (2000 steps, about 4 minutes of training on 2
@@ -131,4 +170,4 @@ format:
 	find $(wildcard $(SOURCE_DIRS)) -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0r clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -9,7 +9,35 @@
 
 namespace alk {
 
+#if defined(__cpp_lib_source_location)
 using Loc = std::source_location;
+#else
+// For compilers whose standard library has no std::source_location yet (clang 14 with
+// GCC 12's libstdc++, which the fuzzing build uses): the same interface from the builtins
+// both compilers have, which a default argument evaluates at the caller, as
+// std::source_location::current() is.
+class Loc {
+ public:
+  static constexpr Loc current(const char* file = __builtin_FILE(), const char* function = __builtin_FUNCTION(),
+                               unsigned line = __builtin_LINE(), unsigned column = __builtin_COLUMN()) noexcept {
+    Loc l;
+    l.file_ = file;
+    l.function_ = function;
+    l.line_ = line;
+    l.column_ = column;
+    return l;
+  }
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr const char* function_name() const noexcept { return function_; }
+  constexpr unsigned line() const noexcept { return line_; }
+  constexpr unsigned column() const noexcept { return column_; }
+
+ private:
+  const char* file_ = "";
+  const char* function_ = "";
+  unsigned line_ = 0, column_ = 0;
+};
+#endif
 
 class Error : public std::runtime_error {
  public:

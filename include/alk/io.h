@@ -71,8 +71,19 @@ void write_file_atomic(const std::string& path, std::string_view bytes, Loc loc 
 
 // The whole file's bytes, or nothing when it cannot be opened or read.
 std::optional<std::string> try_read_file(const std::string& path);
-// The whole file's bytes; otherwise an alk::Error of `op` naming the path and the reason.
+// The whole file's bytes; otherwise an alk::Error of `op` naming the path and the reason
+// (a file larger than the memory available to this process is refused before reading).
 std::string read_file(const std::string& path, const std::string& op = "read_file", Loc loc = Loc::current());
+
+// ---- resource limits ----
+
+// Memory this process can still take: the kernel's MemAvailable, lowered by a cgroup
+// memory limit (v2 memory.max or v1 limit_in_bytes, minus current usage) when there is one.
+uint64_t available_memory_bytes();
+// Refuses, with an alk::Error of `op` naming `what` and both sizes, to go on with work that
+// needs `bytes` of memory when less than that is available: a clear error instead of the
+// kernel's OOM killer (a file's header can ask for any size).
+void check_memory_for(uint64_t bytes, const std::string& op, const std::string& what, Loc loc = Loc::current());
 
 // ---- safetensors ----
 

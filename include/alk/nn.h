@@ -19,8 +19,10 @@ class Module {
  public:
   virtual ~Module() = default;
   // The module's computation on one input. Modules with other signatures add their own.
-  virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // loc is the caller's file:line, which errors name (every override keeps the default, so
+  // a call through the derived type reports the caller too).
+  virtual Tensor forward(const Tensor& x, Loc loc = Loc::current());
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) { return forward(x, loc); }
 
   // Parameters of this module then of its children (prefixed "child."), in registration order.
   NamedTensors named_parameters() const;
@@ -73,21 +75,21 @@ void xavier_normal_(Tensor& t, double gain = 1);
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   Tensor weight, bias;  // weight [out, in]
 };
 
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim);
-  Tensor forward(const Tensor& ids) override;
+  Tensor forward(const Tensor& ids, Loc loc = Loc::current()) override;
   Tensor weight;  // [num, dim]
 };
 
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   Tensor weight, bias;
   int64_t dim;
   double eps;
@@ -96,7 +98,7 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   Tensor weight;
   int64_t dim;
   double eps;
@@ -105,24 +107,24 @@ class RMSNorm : public Module {
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5) : p(p) {}
-  Tensor forward(const Tensor& x) override { return dropout(x, p, is_training()); }
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override { return dropout(x, p, is_training(), loc); }
   double p;
 };
 
 enum class Activation { ReLU, GELU, GELUTanh, SiLU };
-Tensor activate(const Tensor& x, Activation a);
+Tensor activate(const Tensor& x, Activation a, Loc loc = Loc::current());
 
 class Act : public Module {
  public:
   explicit Act(Activation a) : kind(a) {}
-  Tensor forward(const Tensor& x) override { return activate(x, kind); }
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override { return activate(x, kind, loc); }
   Activation kind;
 };
 
 class Flatten : public Module {
  public:
   explicit Flatten(int64_t start = 1, int64_t end = -1) : start(start), end(end) {}
-  Tensor forward(const Tensor& x) override { return x.flatten(start, end); }
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override { return x.flatten(start, end, loc); }
   int64_t start, end;
 };
 
@@ -130,7 +132,7 @@ class Sequential : public Module {
  public:
   Sequential() = default;
   Sequential& add(std::shared_ptr<Module> m);  // named "0", "1", ...
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   size_t size() const { return layers_.size(); }
 
  private:
@@ -140,7 +142,7 @@ class Sequential : public Module {
 class MLP : public Module {
  public:
   MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELUTanh, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   std::shared_ptr<Linear> fc, proj;
   Activation act;
   std::shared_ptr<Dropout> drop;
@@ -150,7 +152,7 @@ class MLP : public Module {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> drop;
   int64_t dim, heads;
@@ -160,7 +162,7 @@ class CausalSelfAttention : public Module {
 class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio = 4, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
@@ -177,7 +179,7 @@ struct GPTConfig {
 class GPT : public Module {
  public:
   explicit GPT(const GPTConfig& cfg);
-  Tensor forward(const Tensor& ids) override;  // [B, T] i64 -> logits [B, T, vocab]
+  Tensor forward(const Tensor& ids, Loc loc = Loc::current()) override;  // [B, T] i64 -> logits [B, T, vocab]
   GPTConfig cfg;
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
@@ -189,7 +191,7 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1,
          int64_t groups = 1, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   Tensor weight, bias;  // weight [out, in/groups, k, k]
   int64_t stride, padding, dilation, groups;
 };
@@ -198,7 +200,9 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
       : kernel(kernel), stride(stride), padding(padding) {}
-  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, padding); }
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override {
+    return max_pool2d(x, kernel, stride, padding, loc);
+  }
   int64_t kernel, stride, padding;
 };
 
@@ -206,7 +210,9 @@ class AvgPool2d : public Module {
  public:
   explicit AvgPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
       : kernel(kernel), stride(stride), padding(padding) {}
-  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel, stride, padding); }
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override {
+    return avg_pool2d(x, kernel, stride, padding, loc);
+  }
   int64_t kernel, stride, padding;
 };
 
@@ -215,7 +221,7 @@ class AvgPool2d : public Module {
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   Tensor weight, bias, running_mean, running_var;
   double eps, momentum;
 };

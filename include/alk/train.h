@@ -2,6 +2,8 @@
 // MNIST, with checkpoints, resume, metrics and a loss curve in one run directory:
 //   config.json  model.safetensors  optimizer.safetensors  metrics.jsonl  loss.svg
 //   tokenizer/vocab.json  tokenizer/merges.txt  tokens.bin (the tokenized corpus cache)
+//   checkpoint.json  checkpoints/step-N/{model,optimizer}.safetensors (the committed pair;
+//   the top-level pair are hard links to it; src/train/checkpoint.cpp)
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -30,7 +32,14 @@ struct Config {
   double val_fraction = 0.05;
   int64_t eval_every = 200, eval_batches = 8, ckpt_every = 500, log_every = 10;
   int64_t sample_tokens = 200;  // printed at the end of a GPT run (0 = none)
+  // Device memory the run may plan: "" = no limit; "64MB", "1.5GB", "512KB" (powers of 1024),
+  // or a number of bytes. Every realize, the compiled step's schedules together, is planned
+  // under it (parameters counted) and refused before allocating when it does not fit.
+  std::string memory_budget;
 };
+
+// "64MB" -> 67108864 (KB/MB/GB and KiB/MiB/GiB are powers of 1024; a bare number is bytes).
+int64_t parse_bytes(const std::string& text, Loc loc = Loc::current());
 
 // config.json <-> Config. Keys not present keep `base`'s value; unknown keys are an error.
 std::string config_to_json(const Config& c);

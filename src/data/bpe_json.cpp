@@ -15,6 +15,9 @@ namespace {
 // message says where: byte, line and column).
 json::Value parse_file(const std::string& path, Loc loc) {
   const std::string text = read_file(path, "tokenizer", loc);
+  // A parsed JSON value takes about 16 times its text (a vocabulary of millions of entries
+  // is tens of MB of text): refuse clearly rather than meet the OOM killer.
+  check_memory_for(16 * static_cast<uint64_t>(text.size()), "tokenizer", "parsing '" + path + "'", loc);
   try {
     return json::parse(text, json::kDefaultMaxDepth, loc);
   } catch (const Error& e) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "alk/data.h"
+#include "alk/io.h"
 #include "graph/graph.h"
 
 namespace alk {
@@ -71,6 +72,7 @@ Tensor read_idx_u8(const std::string& path, int ndims, Loc loc) {
          overflow ? std::string("more than 2^64") : std::to_string(count), " data bytes, the file has ", size - header);
   if (count < size - header)
     fail("mnist", loc, "'", path, "' has ", size - header - count, " trailing bytes after dims ", to_string(shape));
+  check_memory_for(count, "mnist", "'" + path + "'", loc);  // dims checked against the file size, which can be sparse
   std::vector<unsigned char> host(count);
   if (count && std::fread(host.data(), 1, count, f.get()) != count)
     fail("mnist", loc, "cannot read ", count, " bytes from '", path, "'");

@@ -157,9 +157,11 @@ double eval_scalar(Fn f, Type t, double a, double b, double c) {
     case Fn::Mul: r = a * b; break;
     case Fn::Div: r = a / b; break;
     case Fn::Pow: r = std::pow(a, b); break;
-    // fmax/fmin: a NaN operand yields the other one, as CUDA fmaxf and most GPUs' max do.
-    case Fn::Max: r = std::fmax(a, b); break;
-    case Fn::Min: r = std::fmin(a, b); break;
+    // NaN wins, exactly as the CPU evaluator, the compiled tier and every emitter spell it
+    // (and as PyTorch's maximum/minimum/relu/clamp do): folding a constant must not change
+    // what the same expression computes over a tensor.
+    case Fn::Max: r = (a != a || a > b) ? a : b; break;
+    case Fn::Min: r = (a != a || a < b) ? a : b; break;
     case Fn::Lt: r = a < b; break;
     case Fn::Le: r = a <= b; break;
     case Fn::Gt: r = a > b; break;

@@ -49,7 +49,7 @@ class Parser {
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("expr", "cannot parse \"" + std::string(text_) + "\" at position " + std::to_string(pos_) + ": " +
                             what,
-                std::source_location::current());
+                Loc::current());
   }
 
   void skip_space() {
@@ -234,7 +234,7 @@ int parse_into(Builder& b, std::string_view text, std::span<const std::string> n
   if (names.size() != inputs.size())
     throw Error("expr", "parse: " + std::to_string(names.size()) + " names but " + std::to_string(inputs.size()) +
                             " inputs",
-                std::source_location::current());
+                Loc::current());
   return Parser(b, text, names, inputs, literal_type).parse_all();
 }
 
@@ -243,7 +243,7 @@ Expr parse(std::string_view text, std::span<const std::string> names, std::span<
   if (names.size() != types.size())
     throw Error("expr", "parse: " + std::to_string(names.size()) + " names but " + std::to_string(types.size()) +
                             " types",
-                std::source_location::current());
+                Loc::current());
   Builder b;
   std::vector<int> inputs;
   for (size_t k = 0; k < types.size(); ++k) inputs.push_back(b.input(static_cast<int>(k), types[k]));

@@ -35,6 +35,8 @@ Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, 
     check(a == b, std::string(op_name(op)), loc, "expected all tensors on one device, found ", a->name(), " and ",
           b->name(), "; move one with .to(device)");
   }
+  // Only constants (or nothing) as inputs: where the constants were made (zeros_like(p) on p's).
+  if (!first && !inputs.empty()) first = &inputs[0];
   node->device = first ? first->impl()->node->device : &default_device();
   node->inputs.reserve(inputs.size());
   for (auto& t : inputs) {

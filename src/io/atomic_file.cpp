@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "alk/io.h"
@@ -110,7 +113,50 @@ std::optional<std::string> try_read_file(const std::string& path) {
   return out;
 }
 
+uint64_t available_memory_bytes() {
+  uint64_t avail = 0;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = static_cast<uint64_t>(kb) * 1024;
+    std::fclose(f);
+  }
+  if (avail == 0) {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    avail = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+  }
+  // A container's limit is lower than what the machine has free (and is what the OOM killer enforces).
+  auto read_u64 = [](const char* p, uint64_t* out) {
+    std::FILE* f = std::fopen(p, "r");
+    if (!f) return false;
+    unsigned long long v = 0;
+    const bool ok = std::fscanf(f, "%llu", &v) == 1;  // "max" (no limit) does not parse
+    std::fclose(f);
+    *out = v;
+    return ok;
+  };
+  uint64_t limit = 0, used = 0;
+  if ((read_u64("/sys/fs/cgroup/memory.max", &limit) && read_u64("/sys/fs/cgroup/memory.current", &used)) ||
+      (read_u64("/sys/fs/cgroup/memory/memory.limit_in_bytes", &limit) &&
+       read_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes", &used)))
+    avail = std::min(avail, limit > used ? limit - used : 0);
+  // ALK_MEMORY_LIMIT=bytes: a lower ceiling (tests, and machines shared with other work).
+  if (const char* env = std::getenv("ALK_MEMORY_LIMIT"))
+    if (const unsigned long long v = std::strtoull(env, nullptr, 10); v > 0) avail = std::min<uint64_t>(avail, v);
+  return avail;
+}
+
+void check_memory_for(uint64_t bytes, const std::string& op, const std::string& what, Loc loc) {
+  const uint64_t avail = available_memory_bytes();
+  check(bytes <= avail, op, loc, what, " needs ", bytes, " bytes of memory, more than the ", avail,
+        " bytes available to this process");
+}
+
 std::string read_file(const std::string& path, const std::string& op, Loc loc) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    check_memory_for(static_cast<uint64_t>(st.st_size), op, "reading '" + path + "'", loc);
   errno = 0;
   std::optional<std::string> bytes = try_read_file(path);
   if (!bytes) fail(op, loc, "cannot read '", path, "': ", errno ? errno_text(errno) : std::string("read error"));

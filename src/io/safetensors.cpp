@@ -198,6 +198,7 @@ SafetensorsFile load_safetensors(const std::string& path, Loc loc) {
   SafetensorsHeader h = read_header(f.get(), path, size, loc);
   SafetensorsFile out;
   out.metadata = std::move(h.metadata);
+  check_memory_for(h.data_bytes, "safetensors", quoted(path) + "'s tensors", loc);  // a sparse file can claim any size
   // The entries tile the data buffer in order, so the data is read sequentially.
   for (auto& e : h.entries) {
     // Read on the host, then handed to the CPU device (files carry no device; `to` moves them).

@@ -5,12 +5,12 @@
 
 namespace alk::nn {
 
-Tensor activate(const Tensor& x, Activation a) {
+Tensor activate(const Tensor& x, Activation a, Loc loc) {
   switch (a) {
-    case Activation::ReLU: return relu(x);
-    case Activation::GELU: return gelu(x);
-    case Activation::GELUTanh: return gelu_tanh(x);
-    case Activation::SiLU: return silu(x);
+    case Activation::ReLU: return relu(x, loc);
+    case Activation::GELU: return gelu(x, loc);
+    case Activation::GELUTanh: return gelu_tanh(x, loc);
+    case Activation::SiLU: return silu(x, loc);
   }
   return x;
 }
@@ -26,9 +26,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) {
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+Tensor Linear::forward(const Tensor& x, Loc loc) {
+  Tensor y = matmul(x, weight.t(), loc);
+  return bias.defined() ? add(y, bias, loc) : y;
 }
 
 Embedding::Embedding(int64_t num, int64_t dim) {
@@ -36,7 +36,7 @@ Embedding::Embedding(int64_t num, int64_t dim) {
   init::normal_(weight, 0, 1);
 }
 
-Tensor Embedding::forward(const Tensor& ids) { return embedding(weight, ids); }
+Tensor Embedding::forward(const Tensor& ids, Loc loc) { return embedding(weight, ids, loc); }
 
 LayerNorm::LayerNorm(int64_t d, double e, bool affine) : dim(d), eps(e) {
   if (affine) {
@@ -45,13 +45,13 @@ LayerNorm::LayerNorm(int64_t d, double e, bool affine) : dim(d), eps(e) {
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, {dim}, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x, Loc loc) { return layer_norm(x, {dim}, weight, bias, eps, loc); }
 
 RMSNorm::RMSNorm(int64_t d, double e) : dim(d), eps(e) {
   weight = register_parameter("weight", ones({d}).contiguous());
 }
 
-Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, {dim}, weight, eps); }
+Tensor RMSNorm::forward(const Tensor& x, Loc loc) { return rms_norm(x, {dim}, weight, eps, loc); }
 
 MLP::MLP(int64_t dim, int64_t hidden, Activation a, double p, bool bias) : act(a) {
   fc = register_module("fc", std::make_shared<Linear>(dim, hidden, bias));
@@ -59,7 +59,9 @@ MLP::MLP(int64_t dim, int64_t hidden, Activation a, double p, bool bias) : act(a
   drop = register_module("drop", std::make_shared<Dropout>(p));
 }
 
-Tensor MLP::forward(const Tensor& x) { return drop->forward(proj->forward(activate(fc->forward(x), act))); }
+Tensor MLP::forward(const Tensor& x, Loc loc) {
+  return drop->forward(proj->forward(activate(fc->forward(x, loc), act, loc), loc), loc);
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias)
     : stride(s), padding(p), dilation(d), groups(g) {
@@ -74,7 +76,9 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t s, int64_t p, in
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding, dilation, groups); }
+Tensor Conv2d::forward(const Tensor& x, Loc loc) {
+  return conv2d(x, weight, bias, stride, padding, dilation, groups, loc);
+}
 
 BatchNorm2d::BatchNorm2d(int64_t c, double e, double m) : eps(e), momentum(m) {
   weight = register_parameter("weight", ones({c}).contiguous());
@@ -83,8 +87,8 @@ BatchNorm2d::BatchNorm2d(int64_t c, double e, double m) : eps(e), momentum(m) {
   running_var = register_buffer("running_var", ones({c}).contiguous());
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
-  check(x.dim() == 4 && x.shape()[1] == weight.shape()[0], "BatchNorm2d", Loc::current(), "expected [N, ",
+Tensor BatchNorm2d::forward(const Tensor& x, Loc loc) {
+  check(x.dim() == 4 && x.shape()[1] == weight.shape()[0], "BatchNorm2d", loc, "expected [N, ",
         weight.shape()[0], ", H, W], got ", to_string(x.shape()));
   const int64_t c = weight.shape()[0];
   auto per_channel = [c](const Tensor& t) { return t.reshape({1, c, 1, 1}); };

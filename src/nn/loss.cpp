@@ -28,7 +28,9 @@ Tensor mse_loss(const Tensor& x, const Tensor& target, Loc loc) { return mean(sq
 
 // max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|.
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Loc loc) {
-  return mean(relu(x) - x * y + log1p(exp(-abs(x))), {}, false, loc);
+  // softplus(x) - x y: softplus is max(x, 0) + log1p(exp(-|x|)) (no overflow), and its table
+  // gradient sigmoid(x) keeps d/dx = sigmoid(x) - y exact at x = 0, where relu's kink is.
+  return mean(softplus(x, loc) - x * y, {}, false, loc);
 }
 
 }  // namespace alk::nn

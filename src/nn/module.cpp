@@ -6,8 +6,8 @@
 
 namespace alk::nn {
 
-Tensor Module::forward(const Tensor&) {
-  fail("Module::forward", Loc::current(), "this module has no single-input forward");
+Tensor Module::forward(const Tensor&, Loc loc) {
+  fail("Module::forward", loc, "this module has no single-input forward");
 }
 
 Tensor Module::register_parameter(std::string name, Tensor value) {
@@ -115,9 +115,9 @@ Sequential& Sequential::add(std::shared_ptr<Module> m) {
   return *this;
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor Sequential::forward(const Tensor& x, Loc loc) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h);
+  for (auto& layer : layers_) h = layer->forward(h, loc);
   return h;
 }
 

@@ -12,13 +12,15 @@ CausalSelfAttention::CausalSelfAttention(int64_t d, int64_t h, double p, bool bi
   drop = register_module("drop", std::make_shared<Dropout>(p));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x, Loc loc) {
+  check(x.dim() == 3 && x.shape()[2] == dim, "CausalSelfAttention", loc, "expected [B, T, ", dim, "], got shape ",
+        to_string(x.shape()));
   const int64_t b = x.shape()[0], t = x.shape()[1], hd = dim / heads;
-  Tensor qkv_out = qkv->forward(x).reshape({b, t, 3, heads, hd});  // [B, T, 3, H, D]
+  Tensor qkv_out = qkv->forward(x, loc).reshape({b, t, 3, heads, hd});  // [B, T, 3, H, D]
   auto part = [&](int64_t i) { return qkv_out.select(2, i).transpose(1, 2); };  // [B, H, T, D]
   Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), true);
   y = y.transpose(1, 2).reshape({b, t, dim});
-  return drop->forward(proj->forward(y));
+  return drop->forward(proj->forward(y, loc), loc);
 }
 
 TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, double p, bool bias) {
@@ -28,9 +30,9 @@ TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio
   mlp = register_module("mlp", std::make_shared<MLP>(dim, mlp_ratio * dim, Activation::GELUTanh, p, bias));
 }
 
-Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln1->forward(x));
-  return h + mlp->forward(ln2->forward(h));
+Tensor TransformerBlock::forward(const Tensor& x, Loc loc) {
+  Tensor h = add(x, attn->forward(ln1->forward(x, loc), loc), loc);
+  return add(h, mlp->forward(ln2->forward(h, loc), loc), loc);
 }
 
 GPT::GPT(const GPTConfig& c) : cfg(c) {
@@ -58,15 +60,15 @@ GPT::GPT(const GPTConfig& c) : cfg(c) {
   }
 }
 
-Tensor GPT::forward(const Tensor& ids) {
-  check(ids.dim() == 2, "GPT", Loc::current(), "expected token ids [B, T], got shape ", to_string(ids.shape()));
+Tensor GPT::forward(const Tensor& ids, Loc loc) {
+  check(ids.dim() == 2, "GPT", loc, "expected token ids [B, T], got shape ", to_string(ids.shape()));
   const int64_t t = ids.shape()[1];
-  check(t <= cfg.ctx, "GPT", Loc::current(), "sequence length ", t, " exceeds the context ", cfg.ctx);
+  check(t <= cfg.ctx, "GPT", loc, "sequence length ", t, " exceeds the context ", cfg.ctx);
   DeviceGuard on(ids.device());  // the positions go where the ids are
-  Tensor x = wte->forward(ids) + wpe->forward(arange(t));
-  for (auto& block : blocks) x = block->forward(x);
-  x = ln_f->forward(x);
-  return head ? head->forward(x) : matmul(x, wte->weight.t());
+  Tensor x = add(wte->forward(ids, loc), wpe->forward(arange(t), loc), loc);
+  for (auto& block : blocks) x = block->forward(x, loc);
+  x = ln_f->forward(x, loc);
+  return head ? head->forward(x, loc) : matmul(x, wte->weight.t(), loc);
 }
 
 }  // namespace alk::nn

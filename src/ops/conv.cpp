@@ -1,7 +1,8 @@
 // Convolution and pooling. unfold2d (im2col) and fold2d (its adjoint, col2im) are
 // template ops whose backward rules are each other; conv2d is unfold + one batched
 // matmul over the groups, and the pools reduce over the window dim of an unfold, so
-// autograd composes their backward from matmul's, max's and mean's rules.
+// autograd composes their backward from matmul's and mean's rules (max_pool2d has its own:
+// a tie's gradient goes to the first maximum, not shared as the max reduction's rule does).
 #include <cmath>
 #include <sstream>
 #include <tuple>
@@ -167,7 +168,22 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Loc loc) {
   int64_t oh = 0, ow = 0;
   Tensor win = pool_windows(x, kernel, stride, padding, -INFINITY, "max_pool2d", loc, oh, ow);
-  return max(win, {2}, false, loc).reshape({x.shape()[0], x.shape()[1], oh, ow}, loc);
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // the max reduction's own rule would share a tie; ours is below
+    out = max(win, {2}, true, loc);
+  }
+  if (needs_grad({&win})) {
+    // A window's gradient goes to its first maximum (the first NaN, if any), as PyTorch's
+    // max_pool2d does: with ties (ReLU's zeros make them common) one input gets all of it.
+    out = with_grad(out, "max_pool2d", {win}, [win](const Tensor& g) -> std::vector<Tensor> {
+      const int64_t k = win.shape()[2];
+      Tensor first = argmax(win.detach(), 2, true);  // [N, C, 1, L], the first maximum
+      Tensor pos = arange(k).reshape({1, 1, k, 1});
+      return {where(eq(pos, first), broadcast_to(g, win.shape()), 0.0)};
+    });
+  }
+  return out.reshape({x.shape()[0], x.shape()[1], oh, ow}, loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Loc loc) {

@@ -65,7 +65,20 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& x0, const std::vector
       }
       switch (op) {
         case ReduceOp::Sum: return {gb};
-        case ReduceOp::Prod: return {gb * broadcast_to(saved_y, in_shape) / saved_x};
+        case ReduceOp::Prod: {
+          // d prod / d x_i is the product of the other elements. y / x_i is that only
+          // where no factor is zero; PyTorch's rule, per reduced slice: with one zero, the
+          // zero's gradient is the product of the rest and the others' is 0; with two or
+          // more, every gradient is 0.
+          Tensor zero = eq(saved_x, 0.0);
+          Tensor nonzero_x = where(zero, 1.0, saved_x);
+          Tensor zeros_in_slice = sum(cast(zero, DType::I64), ax64, true);
+          Tensor rest = broadcast_to(prod(nonzero_x, ax64, true), in_shape);
+          Tensor no_zero = broadcast_to(eq(zeros_in_slice, 0), in_shape);
+          Tensor one_zero = logical_and(zero, broadcast_to(eq(zeros_in_slice, 1), in_shape));
+          Tensor d = where(no_zero, broadcast_to(saved_y, in_shape) / saved_x, where(one_zero, rest, 0.0));
+          return {gb * d};
+        }
         case ReduceOp::Max:
         case ReduceOp::Min: {
           // Ties share the gradient equally (PyTorch's amax/amin rule).

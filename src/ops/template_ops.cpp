@@ -128,7 +128,10 @@ Tensor affine_param(const Tensor& p, const Shape& normalized, double fill, DType
 Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, const Tensor& bias, double eps,
                   Loc loc) {
   Tensor x = float_operand(x0, "layer_norm", loc);
-  auto [lead, inner_axes] = norm_axes(x, normalized, "layer_norm", loc);
+  // Named variables, not a structured binding: lambdas below capture them (clang 14, which
+  // the fuzzing build uses, cannot capture bindings).
+  const auto axes = norm_axes(x, normalized, "layer_norm", loc);
+  const std::vector<int64_t> lead = axes.first, inner_axes = axes.second;
   int64_t inner = 1;
   for (int64_t s : normalized) inner *= s;
   Tensor w = affine_param(weight, normalized, 1, x.dtype(), "weight", "layer_norm", loc);
@@ -161,7 +164,10 @@ Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, cons
 
 Tensor rms_norm(const Tensor& x0, Shape normalized, const Tensor& weight, double eps, Loc loc) {
   Tensor x = float_operand(x0, "rms_norm", loc);
-  auto [lead, inner_axes] = norm_axes(x, normalized, "rms_norm", loc);
+  // Named variables, not a structured binding: lambdas below capture them (clang 14, which
+  // the fuzzing build uses, cannot capture bindings).
+  const auto axes = norm_axes(x, normalized, "rms_norm", loc);
+  const std::vector<int64_t> lead = axes.first, inner_axes = axes.second;
   int64_t inner = 1;
   for (int64_t s : normalized) inner *= s;
   Tensor w = affine_param(weight, normalized, 1, x.dtype(), "weight", "rms_norm", loc);

@@ -149,10 +149,15 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   Tensor total;
   std::vector<Tensor> grads;
+  // The norm is summed in f64 when any gradient is f64 (an f32 sum would round it), else
+  // in f32 (f16/bf16 gradients are widened, as PyTorch's foreach norm does).
+  DType acc = DType::F32;
+  for (const Tensor& p : params)
+    if (p.grad().defined() && p.grad().dtype() == DType::F64) acc = DType::F64;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor s = sum(square(g.to(DType::F32)));
+    Tensor s = sum(square(g.to(acc)));
     total = total.defined() ? total + s : s;
     grads.push_back(g);
   }

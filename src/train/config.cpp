@@ -1,6 +1,8 @@
 // Config <-> config.json. One table of fields serves both directions, so a new field is
 // one line here.
+#include <cctype>
 #include <functional>
+#include <string>
 
 #include "alk/train.h"
 #include "io/json.h"
@@ -25,7 +27,7 @@ const std::vector<Field>& fields() {
       ALK_INT(steps), ALK_INT(batch), ALK_INT(ctx), ALK_INT(dim), ALK_INT(heads), ALK_INT(layers),
       ALK_INT(vocab_size), ALK_NUM(dropout), ALK_NUM(lr), ALK_NUM(min_lr), ALK_NUM(weight_decay),
       ALK_NUM(grad_clip), ALK_INT(warmup), ALK_NUM(val_fraction), ALK_INT(eval_every), ALK_INT(eval_batches),
-      ALK_INT(ckpt_every), ALK_INT(log_every), ALK_INT(sample_tokens),
+      ALK_INT(ckpt_every), ALK_INT(log_every), ALK_INT(sample_tokens), ALK_STR(memory_budget),
   };
   return f;
 }
@@ -62,7 +64,30 @@ Config config_from_json(const std::string& text, Config base, Loc loc) {
         " must be a positive multiple of heads ", base.heads);
   check(base.ctx > 0 && base.layers >= 0 && base.vocab_size >= 256, "config", loc,
         "ctx must be > 0, layers >= 0 and vocab_size >= 256");
+  if (!base.memory_budget.empty()) parse_bytes(base.memory_budget, loc);  // validates
   return base;
+}
+
+int64_t parse_bytes(const std::string& text, Loc loc) {
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  std::string unit = text.substr(end);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (unit.size() == 3 && unit[1] == 'I') unit.erase(1, 1);  // MiB = MB here
+  const double scale = unit == "" || unit == "B" ? 1.0
+                       : unit == "KB"            ? 1024.0
+                       : unit == "MB"            ? 1024.0 * 1024
+                       : unit == "GB"            ? 1024.0 * 1024 * 1024
+                       : unit == "TB"            ? 1024.0 * 1024 * 1024 * 1024
+                                                 : -1.0;
+  check(end > 0 && scale > 0 && value > 0 && value * scale < 9.0e18, "config", loc, "memory budget '", text,
+        "' is not a positive size like 64MB, 1.5GB or 1000000 (bytes)");
+  return static_cast<int64_t>(value * scale);
 }
 
 }  // namespace alk::train

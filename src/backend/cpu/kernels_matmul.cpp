@@ -24,6 +24,7 @@
 #include <new>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/isa.h"
@@ -36,23 +37,18 @@ namespace alk::cpu {
 
 namespace {
 
+// The feature tests are cpu_features.h's (tested there on synthetic CPUs).
 bool cpu_supports(const gemm::Kernel* k) {
 #if ALK_GEMM_X86
-  __builtin_cpu_init();
-  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (k == &gemm::kAvx512)
-    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  if (k == &gemm::kAvx2) return avx2;
+  if (k == &gemm::kAvx512) return gemm_avx512_ok(cpu_features());
+  if (k == &gemm::kAvx2) return gemm_avx2_ok(cpu_features());
 #endif
   return k == &gemm::kGeneric;
 }
 
 bool cpu_has_bf16() {
 #if ALK_GEMM_X86
-  __builtin_cpu_init();
-  static const bool has = __builtin_cpu_supports("avx512bf16");
-  return has;
+  return gemm_bf16_ok(cpu_features());
 #else
   return false;
 #endif

@@ -225,9 +225,19 @@ class VulkanDevice final : public Device {
   std::unordered_map<std::string, std::shared_ptr<PreparedMap>> prepared_;
 };
 
+// The devices the probe made, by index (the registry owns them; this layer sits below it).
+std::vector<VulkanDevice*>& probed_devices() {
+  static std::vector<VulkanDevice*> list;
+  return list;
+}
+
 const DeviceRegistration registration("vulkan", 1, [] {
   std::vector<std::unique_ptr<Device>> found;
-  for (const vk::DeviceInfo& d : devices()) found.push_back(std::make_unique<VulkanDevice>(d));
+  for (const vk::DeviceInfo& d : devices()) {
+    auto dev = std::make_unique<VulkanDevice>(d);
+    probed_devices().push_back(dev.get());
+    found.push_back(std::move(dev));
+  }
   return found;
 });
 
@@ -246,9 +256,9 @@ void register_template_op(OpId op, TemplateOp t) {
 
 std::string unsupported_reason(int index, const Kernel& k) {
   const std::string name = "vulkan:" + std::to_string(index);
-  for (Device* d : available_devices())
-    if (d->name() == name) return static_cast<VulkanDevice*>(d)->unsupported(k);
-  return "no device " + name;
+  for (VulkanDevice* d : probed_devices())
+    if (d->name() == name) return d->unsupported(k);
+  return "no device " + name + " (or the registry has not probed it yet)";
 }
 
 }  // namespace alk::vk
