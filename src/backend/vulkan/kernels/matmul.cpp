@@ -1,0 +1,616 @@
+#include "backend/vulkan/kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/shader.h"
+#include "backend/vulkan/vulkan_device.h"
+#include "runtime/kernel.h"
+
+namespace alk::vk {
+
+namespace {
+
+constexpr int kBatchDims = 3;            // batch dims the kernel unravels (more: looped on the host)
+constexpr size_t kCoreWords = 20;        // params words before the epilogue inputs'
+constexpr size_t kWordsPerEpilogue = 6;  // batch strides[3], row and column strides, offset
+constexpr size_t kMaxFusedEpilogueInputs = 8;
+
+constexpr const MatmulTiles& kLarge = kMatmulLarge;
+constexpr const MatmulTiles& kSmall = kMatmulSmall;
+
+bool is16(DType t) { return t == DType::F16 || t == DType::BF16; }
+bool is8(DType t) { return t == DType::Bool || t == DType::U8; }
+bool computes_i64(DType t) { return t == DType::I64 || t == DType::I32 || t == DType::U8; }
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "uint8_t";
+    case DType::I32: return "int";
+    case DType::I64: return "int64_t";
+    case DType::F16: return "float16_t";
+    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+std::string compute_name(DType t) {
+  switch (compute_type(t)) {
+    case ComputeType::Bool: return "bool";
+    case ComputeType::I64: return "int64_t";
+    case ComputeType::F32: return "float";
+    case ComputeType::F64: return "double";
+  }
+  return "?";
+}
+
+// A stored element `raw` as its compute type.
+std::string load_as_compute(DType t, const std::string& raw) {
+  switch (t) {
+    case DType::Bool: return "(uint(" + raw + ") != 0u)";
+    case DType::U8: return "int64_t(uint(" + raw + "))";
+    case DType::I32: return "alk_i32_to_i64(" + raw + ")";
+    case DType::F16: return "float(" + raw + ")";
+    case DType::BF16: return "uintBitsToFloat(uint(" + raw + ") << 16)";
+    case DType::I64: case DType::F32: case DType::F64: return raw;
+  }
+  return "?";
+}
+
+// A compute-type value `v` as the storage type of t.
+std::string store_as(DType t, const std::string& v) {
+  switch (t) {
+    case DType::Bool: return "uint8_t(" + v + " ? 1u : 0u)";
+    case DType::U8: return "uint8_t(uint(" + v + ") & 0xffu)";
+    case DType::I32: return "int(" + v + ")";
+    case DType::F16: return "float16_t(" + v + ")";
+    case DType::BF16: return "uint16_t(alk_f32_to_bf16(" + v + "))";
+    case DType::I64: case DType::F32: case DType::F64: return v;
+  }
+  return "?";
+}
+
+bool epilogue_has_f64(const MatmulSignature& sig) {
+  if (!sig.epilogue) return false;
+  for (const expr::Node& x : sig.epilogue->nodes)
+    if (x.type == ComputeType::F64) return true;
+  return false;
+}
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Strides of the same elements viewed with shape `to` (same count, row-major order), or
+// nullopt when no strides do it (a reshape that would need a copy).
+std::optional<Shape> restride(const Shape& from, const Shape& strides, const Shape& to) {
+  Shape out(to.size(), 0);
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  if (from.empty()) {
+    for (int64_t& s : out) s = 0;
+    return numel(to) == 1 ? std::optional<Shape>(out) : std::nullopt;
+  }
+  int64_t chunk_stride = strides.back(), from_count = 1, to_count = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    from_count *= from[static_cast<size_t>(d)];
+    const bool chunk_ends = d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
+                                       strides[static_cast<size_t>(d - 1)] != from_count * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (to_count < from_count || to[static_cast<size_t>(view_d)] == 1)) {
+      out[static_cast<size_t>(view_d)] = to_count * chunk_stride;
+      to_count *= to[static_cast<size_t>(view_d)];
+      --view_d;
+    }
+    if (to_count != from_count) return std::nullopt;
+    if (d > 0) {
+      chunk_stride = strides[static_cast<size_t>(d - 1)];
+      from_count = to_count = 1;
+    }
+  }
+  return view_d == -1 ? std::optional<Shape>(out) : std::nullopt;
+}
+
+int32_t i32(int64_t v, const char* what) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    fail(std::string("matmul: ") + what + " beyond 32 bits");
+  return static_cast<int32_t>(v);
+}
+
+// The product's [batch.., m] dims after merging, per operand: A, B, C, epilogue inputs.
+struct Dim {
+  int64_t size;
+  std::vector<int64_t> strides;
+};
+
+}  // namespace
+
+struct MatmulKernel::Variant {
+  MatmulTiles tiles;
+  bool a_k, b_n, fused;
+  size_t epilogue_inputs;
+  bool push;
+  uint32_t bindings;
+  const Pipeline* pipeline;
+};
+
+std::string matmul_unsupported_reason(const Context& ctx, const MatmulSignature& sig) {
+  const DeviceInfo& info = ctx.info();
+  if (!is_floating(sig.input)) return "matmul of " + std::string(dtype_name(sig.input)) + " (floating dtypes only)";
+  std::vector<DType> all{sig.input, sig.value, sig.output};
+  all.insert(all.end(), sig.epilogue_inputs.begin(), sig.epilogue_inputs.end());
+  bool f64 = epilogue_has_f64(sig), b16 = false, b8 = false, i64 = false;
+  for (DType t : all) f64 = f64 || t == DType::F64, b16 = b16 || is16(t), b8 = b8 || is8(t), i64 = i64 || computes_i64(t);
+  if (sig.epilogue)
+    for (const expr::Node& x : sig.epilogue->nodes) i64 = i64 || x.type == ComputeType::I64;
+  if (f64 && !info.float64) return info.name + " has no shaderFloat64";
+  if (b16 && !info.storage16) return info.name + " has no 16-bit storage (f16/bf16 tensors)";
+  if (b8 && !info.storage8) return info.name + " has no 8-bit storage (bool/u8 tensors)";
+  if (i64 && !info.int64) return info.name + " has no shaderInt64 (an integer epilogue)";
+  const size_t bindings = 3 + sig.epilogue_inputs.size() + 1;
+  if (bindings > info.max_storage_buffers_per_stage)
+    return std::to_string(bindings) + " buffers exceed " + info.name + "'s " +
+           std::to_string(info.max_storage_buffers_per_stage) + " per stage";
+  return "";
+}
+
+MatmulKernel::MatmulKernel(Context& ctx, MatmulSignature sig) : ctx_(ctx), sig_(std::move(sig)) {
+  if (std::string why = matmul_unsupported_reason(ctx, sig_); !why.empty())
+    fail("matmul cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
+  if (!sig_.epilogue && sig_.output != sig_.value) fail("matmul: the output dtype differs from the product's without an epilogue");
+}
+
+MatmulKernel::~MatmulKernel() = default;
+
+std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused) const {
+  const size_t E = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
+  const bool epilogue = fused && sig_.epilogue.has_value();
+  const DType out = epilogue ? sig_.output : sig_.value;
+  std::vector<DType> all{sig_.input, out};
+  if (epilogue) all.insert(all.end(), sig_.epilogue_inputs.begin(), sig_.epilogue_inputs.end());
+  bool b16 = false, b8 = false, i64 = false;
+  for (DType d : all) b16 = b16 || is16(d), b8 = b8 || is8(d), i64 = i64 || computes_i64(d);
+  std::string fn;
+  if (epilogue) {
+    expr::MapSignature esig{"alk_epilogue", {sig_.value}, sig_.output};
+    esig.inputs.insert(esig.inputs.end(), sig_.epilogue_inputs.begin(), sig_.epilogue_inputs.end());
+    fn = expr::emit_function(*sig_.epilogue, esig, expr::Target::Glsl);
+  }
+  const bool f64 = sig_.input == DType::F64;
+  const std::string acc = f64 ? "double" : "float";
+  const std::string value_ct = compute_name(sig_.value);
+  auto u = [](uint32_t v) { return std::to_string(v) + "u"; };
+
+  std::string s = "#version 450\n";
+  if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
+  if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
+  // The epilogue may compute in i64 (conform() orders bools as integers, integer pow...);
+  // the extension costs nothing where the code has no 64-bit integers.
+  if (i64 || epilogue) s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
+  s += "// alk matmul (src/backend/vulkan/kernels/matmul.cpp): " + std::string(dtype_name(sig_.input)) + " x " +
+       std::string(dtype_name(sig_.input)) + " -> " + std::string(dtype_name(sig_.value));
+  s += epilogue ? ", epilogue -> " + std::string(dtype_name(sig_.output)) + "\n" : "\n";
+  s += "// tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
+       std::to_string(t.tm) + "x" + std::to_string(t.tn) + " per invocation; A loads along " + (a_k ? "k" : "m") +
+       ", B along " + (b_n ? "n" : "k") + "\n";
+  s += "#define BM " + u(t.bm) + "\n#define BN " + u(t.bn) + "\n#define BK " + u(t.bk) + "\n#define TM " + u(t.tm) +
+       "\n#define TN " + u(t.tn) + "\n#define WG " + u(t.threads()) + "\n#define ACC " + acc + "\n";
+  s += "layout(local_size_x = " + std::to_string(t.threads()) + ") in;\n\n";
+  uint32_t binding = 0;
+  auto buffer = [&](const std::string& name, DType d, bool write) {
+    s += "layout(std430, binding = " + std::to_string(binding++) + ") " + (write ? "writeonly" : "readonly") +
+         " buffer " + name + "_buf { " + storage_type(d) + " " + name + "_data[]; };\n";
+  };
+  buffer("a", sig_.input, false);
+  buffer("b", sig_.input, false);
+  for (size_t e = 0; e < E; ++e) buffer("e" + std::to_string(e), sig_.epilogue_inputs[e], false);
+  buffer("c", out, true);
+  const bool push = (kCoreWords + kWordsPerEpilogue * E) * 4 <= expr::kPushConstantBudget;
+  s += push ? "layout(push_constant) uniform Params {\n"
+            : "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n";
+  s += "  uint M, N, K, batches;\n"
+       "  uint bshape[3];       // batch dims, outermost first (1 where unused)\n"
+       "  int a_bs[3], b_bs[3];  // batch strides\n"
+       "  int a_rs, a_cs, b_rs, b_cs;\n"
+       "  uint a_off, b_off, c_off;  // element 0 of each view, from its binding's start\n";
+  if (E) {
+    const std::string n = std::to_string(E);
+    s += "  int e_bs[" + std::to_string(3 * E) + "];  // epilogue input e, batch dim d at [3 * e + d]\n"
+         "  int e_rs[" + n + "], e_cs[" + n + "];\n  uint e_off[" + n + "];\n";
+  }
+  s += "} p;\n\n";
+  bool need_bf16 = out == DType::BF16 || (epilogue && sig_.value == DType::BF16);
+  if (need_bf16)
+    s += "// Round to nearest even; NaN stays a (quiet) NaN.\n"
+         "uint alk_f32_to_bf16(float v) {\n"
+         "  uint b = floatBitsToUint(v);\n"
+         "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
+         "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
+         "}\n";
+  bool need_i32 = false;
+  for (size_t e = 0; e < E; ++e) need_i32 = need_i32 || sig_.epilogue_inputs[e] == DType::I32;
+  if (need_i32)
+    s += "// Sign extension by hand (lavapipe miscompiles int64_t(int) compared with a constant).\n"
+         "int64_t alk_i32_to_i64(int x) { return packInt2x32(ivec2(x, x >> 31)); }\n";
+  s += "ACC load_a(int i) { return ACC(" + load_as_compute(sig_.input, "a_data[i]") + "); }\n";
+  s += "ACC load_b(int i) { return ACC(" + load_as_compute(sig_.input, "b_data[i]") + "); }\n";
+  // The product as the node's dtype sees it (slot 0 of the epilogue).
+  std::string round = "v";
+  if (sig_.value == DType::BF16) round = "uintBitsToFloat(alk_f32_to_bf16(float(v)) << 16)";
+  if (sig_.value == DType::F16) round = "unpackHalf2x16(packHalf2x16(vec2(float(v), 0.0))).x";
+  if (sig_.value == DType::F32) round = "float(v)";
+  s += value_ct + " alk_value(ACC v) { return " + (epilogue ? round : value_ct + "(v)") + "; }\n";
+  if (epilogue) s += fn;
+  s += "\n";
+  // Which tile element load slot `e` of an invocation fetches: consecutive invocations
+  // walk the operand's contiguous dimension.
+  s += a_k ? "#define A_M(e) ((e) / BK)\n#define A_K(e) ((e) % BK)\n" : "#define A_M(e) ((e) % BM)\n#define A_K(e) ((e) / BM)\n";
+  s += b_n ? "#define B_K(e) ((e) / BN)\n#define B_N(e) ((e) % BN)\n" : "#define B_K(e) ((e) % BK)\n#define B_N(e) ((e) / BK)\n";
+  s += R"(#define LA ((BM * BK) / WG)
+#define LB ((BK * BN) / WG)
+#define AS_STRIDE (BM + 1u)  // + 1: stores along k hit different banks
+#define BS_STRIDE (BN + 1u)
+
+shared ACC As[BK * AS_STRIDE];  // As[k][m]
+shared ACC Bs[BK * BS_STRIDE];  // Bs[k][n]
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint tx = tid % (BN / TN), ty = tid / (BN / TN);
+  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
+  for (uint bz = gl_WorkGroupID.z; bz < p.batches; bz += gl_NumWorkGroups.z) {
+    int a_base = int(p.a_off), b_base = int(p.b_off);
+)";
+  if (E) s += "    int e_base[" + std::to_string(E) + "];\n    for (uint e = 0u; e < " + u(static_cast<uint32_t>(E)) + "; ++e) e_base[e] = int(p.e_off[e]);\n";
+  s += R"(    uint rem = bz;
+    for (int d = 2; d >= 0; --d) {
+      const int c = int(rem % p.bshape[d]);
+      rem /= p.bshape[d];
+      a_base += c * p.a_bs[d];
+      b_base += c * p.b_bs[d];
+)";
+  if (E) s += "      for (uint e = 0u; e < " + u(static_cast<uint32_t>(E)) + "; ++e) e_base[e] += c * p.e_bs[3u * e + uint(d)];\n";
+  s += R"(    }
+    ACC acc[TM * TN];
+    for (uint i = 0u; i < TM * TN; ++i) acc[i] = ACC(0);
+    ACC ra[LA], rb[LB];
+    // Tile loads, zero past the edges; staged in registers so the next slice's global
+    // loads overlap this slice's arithmetic.
+    for (uint i = 0u; i < LA; ++i) {
+      const uint e = tid + i * WG, r = row0 + A_M(e), k = A_K(e);
+      ra[i] = r < p.M && k < p.K ? load_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : ACC(0);
+    }
+    for (uint i = 0u; i < LB; ++i) {
+      const uint e = tid + i * WG, k = B_K(e), c = col0 + B_N(e);
+      rb[i] = k < p.K && c < p.N ? load_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : ACC(0);
+    }
+    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
+      for (uint i = 0u; i < LA; ++i) {
+        const uint e = tid + i * WG;
+        As[A_K(e) * AS_STRIDE + A_M(e)] = ra[i];
+      }
+      for (uint i = 0u; i < LB; ++i) {
+        const uint e = tid + i * WG;
+        Bs[B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
+      }
+      barrier();
+      const uint k1 = k0 + BK;
+      if (k1 < p.K) {
+        for (uint i = 0u; i < LA; ++i) {
+          const uint e = tid + i * WG, r = row0 + A_M(e), k = k1 + A_K(e);
+          ra[i] = r < p.M && k < p.K ? load_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : ACC(0);
+        }
+        for (uint i = 0u; i < LB; ++i) {
+          const uint e = tid + i * WG, k = k1 + B_K(e), c = col0 + B_N(e);
+          rb[i] = k < p.K && c < p.N ? load_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : ACC(0);
+        }
+      }
+      for (uint kk = 0u; kk < BK; ++kk) {
+        ACC av[TM], bv[TN];
+        // Rows ty, ty + BM/TM, ...: a warp's invocations read one address (broadcast) of
+        // As and consecutive ones of Bs.
+        for (uint i = 0u; i < TM; ++i) av[i] = As[kk * AS_STRIDE + ty + i * (BM / TM)];
+        for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk * BS_STRIDE + tx + j * (BN / TN)];
+        for (uint i = 0u; i < TM; ++i)
+          for (uint j = 0u; j < TN; ++j) acc[i * TN + j] = fma(av[i], bv[j], acc[i * TN + j]);
+      }
+      barrier();
+    }
+    const uint c_base = p.c_off + bz * p.M * p.N;
+    for (uint i = 0u; i < TM; ++i) {
+      const uint r = row0 + ty + i * (BM / TM);
+      if (r >= p.M) break;
+      for (uint j = 0u; j < TN; ++j) {
+        const uint c = col0 + tx + j * (BN / TN);
+        if (c >= p.N) break;
+)";
+  if (epilogue) {
+    std::string call = "alk_epilogue(alk_value(acc[i * TN + j])";
+    for (size_t e = 0; e < E; ++e) {
+      const std::string es = std::to_string(e);
+      call += ", " + load_as_compute(sig_.epilogue_inputs[e], "e" + es + "_data[e_base[" + es + "] + int(r) * p.e_rs[" +
+                                                                  es + "] + int(c) * p.e_cs[" + es + "]]");
+    }
+    call += ")";
+    s += "        c_data[c_base + r * p.N + c] = " + store_as(out, call) + ";\n";
+  } else {
+    s += "        c_data[c_base + r * p.N + c] = " + store_as(out, "alk_value(acc[i * TN + j])") + ";\n";
+  }
+  s += "      }\n    }\n  }\n}\n";
+  return s;
+}
+
+const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_k, bool b_n, bool fused) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& v : variants_)
+    if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->a_k == a_k && v->b_n == b_n && v->fused == fused) return *v;
+  auto v = std::make_unique<Variant>();
+  v->tiles = t;
+  v->a_k = a_k, v->b_n = b_n, v->fused = fused;
+  v->epilogue_inputs = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
+  v->push = (kCoreWords + kWordsPerEpilogue * v->epilogue_inputs) * 4 <= expr::kPushConstantBudget;
+  v->bindings = static_cast<uint32_t>(3 + v->epilogue_inputs + (v->push ? 0 : 1));
+  const std::string src = source(t, a_k, b_n, fused);
+  v->pipeline = &ctx_.pipeline(src, v->bindings,
+                               v->push ? static_cast<uint32_t>((kCoreWords + kWordsPerEpilogue * v->epilogue_inputs) * 4) : 0);
+  variants_.push_back(std::move(v));
+  return *variants_.back();
+}
+
+void MatmulKernel::launch(Encoder& enc, const ViewArg& a, const ViewArg& b, const ViewArg& out,
+                          std::span<const ViewArg> eps) const {
+  const size_t R = a.shape.size();
+  if (R < 2 || b.shape.size() != R) fail("matmul: operands of equal rank >= 2 expected");
+  const int64_t k = a.shape[R - 1], n = b.shape[R - 1];
+  if (b.shape[R - 2] != k) fail("matmul: inner dimensions differ");
+  if (a.dtype != sig_.input || b.dtype != sig_.input) fail("matmul: operand dtype differs from the kernel's");
+  Shape prod(a.shape.begin(), a.shape.end() - 1);
+  prod.push_back(n);
+  for (size_t d = 0; d + 2 < R; ++d)
+    if (b.shape[d] != a.shape[d]) fail("matmul: batch dims must be broadcast to the output's");
+  if (numel(out.shape) != numel(prod)) fail("matmul: the output has " + std::to_string(numel(out.shape)) + " elements, the product " + std::to_string(numel(prod)));
+  {
+    int64_t expect = 1;
+    for (size_t d = out.shape.size(); d-- > 0;) {
+      if (out.shape[d] != 1 && out.strides[d] != expect) fail("matmul: the output is not contiguous");
+      expect *= out.shape[d];
+    }
+  }
+  if (numel(prod) == 0) return;
+  if (numel(prod) > std::numeric_limits<int32_t>::max()) fail("matmul: more than 2^31 output elements");
+  if (eps.size() != (sig_.epilogue ? sig_.epilogue_inputs.size() : 0)) fail("matmul: wrong number of epilogue inputs");
+
+  if (!sig_.epilogue) return launch_fused(enc, a, b, out, {}, false);
+  // Epilogue inputs over the product's layout; else the epilogue runs as a separate pass.
+  std::vector<ViewArg> over_prod;
+  bool fusable = eps.size() <= kMaxFusedEpilogueInputs;
+  for (size_t e = 0; e < eps.size() && fusable; ++e) {
+    if (eps[e].dtype != sig_.epilogue_inputs[e]) fail("matmul: epilogue input dtype differs from the kernel's");
+    std::optional<Shape> st = eps[e].shape == prod ? std::optional<Shape>(eps[e].strides)
+                                                   : restride(eps[e].shape, eps[e].strides, prod);
+    if (!st) {
+      fusable = false;
+      break;
+    }
+    ViewArg v = eps[e];
+    v.shape = prod;
+    v.strides = *st;
+    over_prod.push_back(std::move(v));
+  }
+  if (fusable) return launch_fused(enc, a, b, out, over_prod, true);
+
+  // Unfused: the product (node dtype, contiguous) into scratch, then the epilogue as a Map.
+  ViewArg scratch{ctx_.pool().allocate(static_cast<size_t>(numel(prod)) * dtype_size(sig_.value)), 0, sig_.value,
+                  prod, contiguous_strides(prod), 0};
+  launch_fused(enc, a, b, scratch, {}, false);
+  std::vector<ViewArg> in{scratch};
+  in[0].shape = out.shape;
+  in[0].strides = contiguous_strides(out.shape);
+  in.insert(in.end(), eps.begin(), eps.end());
+  {
+    std::lock_guard lock(mutex_);
+    if (!epilogue_map_) {
+      expr::MapSignature msig{"matmul_epilogue", {sig_.value}, sig_.output};
+      msig.inputs.insert(msig.inputs.end(), sig_.epilogue_inputs.begin(), sig_.epilogue_inputs.end());
+      epilogue_map_ = std::make_unique<MapKernel>(ctx_, *sig_.epilogue, msig);
+    }
+  }
+  epilogue_map_->launch(enc, in, out);
+}
+
+void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b, const ViewArg& out,
+                                std::span<const ViewArg> eps, bool fused) const {
+  const size_t R = a.shape.size();
+  const int64_t k = a.shape[R - 1], n = b.shape[R - 1];
+  const size_t E = eps.size();
+  // Per operand strides over [batch.., m]: A, B (0 along m), C (contiguous), epilogue inputs.
+  std::vector<Dim> dims;
+  for (size_t d = 0; d + 1 < R; ++d) {
+    const bool rows = d + 2 == R;
+    if (a.shape[d] == 1 && !rows) continue;
+    Dim x{a.shape[d], {a.strides[d], rows ? 0 : b.strides[d], 0}};
+    for (const ViewArg& e : eps) x.strides.push_back(e.strides[d]);
+    dims.push_back(std::move(x));
+  }
+  {
+    int64_t c = n;  // the output is contiguous over the product's shape
+    for (size_t i = dims.size(); i-- > 0;) dims[i].strides[2] = c, c *= dims[i].size;
+  }
+  const DeviceInfo& info = ctx_.info();
+  // Merge a dim into the one inside it where every operand steps evenly across both; the
+  // rows take in batch dims only while their tile count stays within the group limit.
+  for (size_t i = dims.size() - 1; i-- > 0;) {
+    Dim &outer = dims[i], &inner = dims[i + 1];
+    bool ok = true;
+    for (size_t o = 0; o < outer.strides.size() && ok; ++o) ok = outer.strides[o] == inner.strides[o] * inner.size;
+    if (ok && i + 2 == dims.size())
+      ok = (outer.size * inner.size + kSmall.bm - 1) / kSmall.bm <= static_cast<int64_t>(info.max_workgroup_count[1]);
+    if (!ok) continue;
+    inner.size *= outer.size;
+    dims.erase(dims.begin() + static_cast<long>(i));
+  }
+  const Dim rows = dims.back();
+  dims.pop_back();
+  const int64_t M = rows.size;
+  int64_t kernel_batches = 1;
+  const size_t host_dims = dims.size() > kBatchDims ? dims.size() - kBatchDims : 0;
+  for (size_t d = host_dims; d < dims.size(); ++d) kernel_batches *= dims[d].size;
+
+  const int64_t big_tiles = ((M + 127) / 128) * ((n + 127) / 128) * kernel_batches;
+  const MatmulTiles& tiles = forced_ ? *forced_ : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
+  const int64_t a_rs = rows.strides[0], a_cs = a.strides[R - 1], b_rs = b.strides[R - 2], b_cs = b.strides[R - 1];
+  const bool a_k = std::abs(a_cs) <= std::abs(a_rs) || M == 1;
+  const bool b_n = std::abs(b_cs) <= std::abs(b_rs) || k == 1;
+  const Variant& v = variant(tiles, a_k, b_n, fused);
+
+  const uint32_t gx = static_cast<uint32_t>((n + tiles.bn - 1) / tiles.bn);
+  const int64_t gy = (M + tiles.bm - 1) / tiles.bm;
+  if (gx > info.max_workgroup_count[0] || gy > static_cast<int64_t>(info.max_workgroup_count[1]))
+    fail("matmul: " + std::to_string(M) + " x " + std::to_string(n) + " needs more workgroups than the device allows");
+  const uint32_t gz = static_cast<uint32_t>(std::min<int64_t>({kernel_batches, info.max_workgroup_count[2], 65535}));
+
+  // Bind every view once; host-looped batch dims move the element offsets.
+  std::vector<Binding> bindings;
+  std::vector<int64_t> first;
+  auto bind = [&](const ViewArg& x, bool write) {
+    const BoundView bv = bind_view(ctx_, x, write);
+    bindings.push_back(bv.binding);
+    first.push_back(bv.first);
+  };
+  bind(a, false);
+  bind(b, false);
+  for (const ViewArg& e : eps) bind(e, false);
+  bind(out, true);
+  // `first` is in binding order (A, B, epilogue inputs, C); Dim strides are A, B, C, epilogue inputs.
+
+  int64_t host_count = 1;
+  for (size_t d = 0; d < host_dims; ++d) host_count *= dims[d].size;
+  for (int64_t h = 0; h < host_count; ++h) {
+    // Offsets of this host-looped batch: A, B, C, epilogue inputs (operand order of `dims`).
+    std::vector<int64_t> off(3 + E, 0);
+    for (int64_t rem = h, d = static_cast<int64_t>(host_dims) - 1; d >= 0; --d) {
+      const int64_t c = rem % dims[static_cast<size_t>(d)].size;
+      rem /= dims[static_cast<size_t>(d)].size;
+      for (size_t o = 0; o < off.size(); ++o) off[o] += c * dims[static_cast<size_t>(d)].strides[o];
+    }
+    std::vector<uint32_t> w;
+    auto put = [&](int64_t x, const char* what) { w.push_back(static_cast<uint32_t>(i32(x, what))); };
+    auto uput = [&](int64_t x, const char* what) {
+      if (x < 0 || x > std::numeric_limits<int32_t>::max()) fail(std::string("matmul: ") + what + " beyond 31 bits");
+      w.push_back(static_cast<uint32_t>(x));
+    };
+    uput(M, "rows"), uput(n, "columns"), uput(k, "inner size"), uput(kernel_batches, "batch count");
+    // Kernel batch dims, outermost first, padded at the front with size 1.
+    const size_t kd = dims.size() - host_dims;
+    auto batch_word = [&](size_t slot, size_t op, bool shape) -> int64_t {
+      if (slot < kBatchDims - kd) return shape ? 1 : 0;
+      const Dim& x = dims[host_dims + slot - (kBatchDims - kd)];
+      return shape ? x.size : x.strides[op];
+    };
+    for (size_t s2 = 0; s2 < kBatchDims; ++s2) uput(batch_word(s2, 0, true), "batch size");
+    for (size_t s2 = 0; s2 < kBatchDims; ++s2) put(batch_word(s2, 0, false), "a batch stride");
+    for (size_t s2 = 0; s2 < kBatchDims; ++s2) put(batch_word(s2, 1, false), "b batch stride");
+    put(a_rs, "a row stride"), put(a_cs, "a column stride"), put(b_rs, "b row stride"), put(b_cs, "b column stride");
+    uput(first[0] + off[0], "a offset");
+    uput(first[1] + off[1], "b offset");
+    uput(first[2 + E] + off[2], "output offset");
+    if (E) {
+      for (size_t e = 0; e < E; ++e)
+        for (size_t s2 = 0; s2 < kBatchDims; ++s2) put(batch_word(s2, 3 + e, false), "epilogue batch stride");
+      for (size_t e = 0; e < E; ++e) put(rows.strides[3 + e], "epilogue row stride");
+      for (size_t e = 0; e < E; ++e) put(eps[e].strides[R - 1], "epilogue column stride");
+      for (size_t e = 0; e < E; ++e) uput(first[2 + e] + off[3 + e], "epilogue offset");
+    }
+    std::vector<uint8_t> params(w.size() * 4);
+    std::memcpy(params.data(), w.data(), params.size());
+    const Groups groups{gx, static_cast<uint32_t>(gy), gz};
+    if (v.push) {
+      enc.dispatch(*v.pipeline, bindings, params, groups);
+    } else {
+      std::shared_ptr<Allocation> pbuf = ctx_.pool().allocate(params.size());
+      ctx_.stream().upload(pbuf, 0, params.data(), params.size());
+      std::vector<Binding> with_params = bindings;
+      with_params.push_back(Binding{pbuf, 0, params.size(), false});
+      enc.dispatch(*v.pipeline, with_params, {}, groups);
+    }
+  }
+}
+
+MatmulSignature matmul_signature(const Kernel& k) {
+  MatmulSignature s;
+  s.input = k.inputs.empty() ? k.node.dtype : k.inputs[0].dtype;
+  s.value = k.node.dtype;
+  s.output = k.output.dtype;
+  if (k.epilogue) {
+    s.epilogue = *k.epilogue;
+    for (const KernelArg& e : k.epilogue_inputs) s.epilogue_inputs.push_back(e.dtype);
+  }
+  return s;
+}
+
+namespace {
+
+std::string signature_key(const MatmulSignature& s) {
+  std::string key = std::string(dtype_name(s.input)) + "," + std::string(dtype_name(s.value)) + "," +
+                    std::string(dtype_name(s.output));
+  if (s.epilogue) {
+    key += "|" + s.epilogue->str();
+    for (DType t : s.epilogue_inputs) key += "," + std::string(dtype_name(t));
+  }
+  return key;
+}
+
+// Compiled kernels, per context and signature: kept for the process, like the contexts.
+const MatmulKernel& kernel_for(Context& ctx, const MatmulSignature& sig) {
+  static std::mutex mutex;
+  static std::map<std::pair<const Context*, std::string>, std::unique_ptr<MatmulKernel>> kernels;
+  std::lock_guard lock(mutex);
+  auto& slot = kernels[{&ctx, signature_key(sig)}];
+  if (!slot) slot = std::make_unique<MatmulKernel>(ctx, sig);
+  return *slot;
+}
+
+std::string kernel_unsupported(const Context& ctx, const Kernel& k) {
+  if (k.inputs.size() != 2) return "a matmul kernel with " + std::to_string(k.inputs.size()) + " inputs";
+  const KernelArg &a = k.inputs[0], &b = k.inputs[1];
+  if (a.shape.size() < 2 || b.shape.size() != a.shape.size()) return "matmul operands of unequal rank";
+  if (a.dtype != b.dtype) return "matmul operands of different dtypes";
+  if (std::string why = matmul_unsupported_reason(ctx, matmul_signature(k)); !why.empty()) return why;
+  if (numel(k.output.shape) > std::numeric_limits<int32_t>::max()) return "more than 2^31 output elements (32-bit indices)";
+  auto span = [](const KernelArg& x) {
+    uint64_t elements = 1;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      elements += static_cast<uint64_t>(x.shape[d] > 0 ? x.shape[d] - 1 : 0) * static_cast<uint64_t>(std::abs(x.strides[d]));
+    return elements;
+  };
+  std::vector<const KernelArg*> views{&a, &b, &k.output};
+  for (const KernelArg& e : k.epilogue_inputs) views.push_back(&e);
+  for (const KernelArg* x : views) {
+    if (span(*x) > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+      return "a view spans more than 2^31 elements (32-bit indices)";
+    if (span(*x) * dtype_size(x->dtype) > ctx.info().max_storage_buffer_range)
+      return "a view spans more than maxStorageBufferRange (" + std::to_string(ctx.info().max_storage_buffer_range) + " bytes)";
+  }
+  return "";
+}
+
+void kernel_launch(Context& ctx, Encoder& enc, const Kernel& k) {
+  const MatmulKernel& kernel = kernel_for(ctx, matmul_signature(k));
+  std::vector<ViewArg> eps;
+  for (const KernelArg& e : k.epilogue_inputs) eps.push_back(view_arg(e));
+  kernel.launch(enc, view_arg(k.inputs[0]), view_arg(k.inputs[1]), view_arg(k.output), eps);
+}
+
+[[maybe_unused]] const bool registered = (register_template_op(OpId::Matmul, TemplateOp{kernel_unsupported, kernel_launch}), true);
+
+}  // namespace
+
+}  // namespace alk::vk

@@ -1,0 +1,97 @@
+// Batched matmul on Vulkan (OpId::Matmul): [.., m, k] x [.., k, n] -> [.., m, n] with
+// broadcast batch dims, the semantics of cpu::matmul. Operands are strided views read in
+// place (a weight gradient's transposed x^T is never copied); f32, f16 and bf16 inputs
+// accumulate in f32, f64 in f64 (where the device has shaderFloat64).
+//
+// The kernel is a shared-memory tiled GEMM: a workgroup computes a BM x BN tile of C,
+// staging BK-deep slices of A and B in shared memory (the next slice is fetched into
+// registers while the current one is multiplied), and each invocation accumulates a
+// TM x TN micro-tile in registers. Global loads walk each operand along its contiguous
+// dimension (a compile-time choice per layout), so both row- and column-major operands
+// load coalesced. Two tile shapes are compiled: 128x128 (8x8 per invocation) for large
+// products, 64x64 (4x4) when the large tiles would leave the device idle.
+//
+// Batch dims are collapsed on the host where the strides allow (and folded into the rows
+// when B is shared by every batch matrix, as for a linear layer), up to 3 batch dims in
+// the kernel; more are looped over on the host.
+//
+// The epilogue (Kernel::epilogue: slot 0 = the product, rounded to the node's dtype;
+// slot e > 0 = epilogue input e-1) is emitted from the IR as a GLSL function
+// (expr::emit_glsl_function) and applied as each element is stored. Epilogue inputs are
+// strided views too; when one cannot be described over the product's [batch.., m, n]
+// layout (or there are too many), the product goes to a scratch buffer and the
+// epilogue runs as a Map kernel after it.
+//
+// Bindings: A, B, epilogue inputs in order, the output; the params block (sizes, strides,
+// element offsets of each view's first element, per vulkan_device.h's convention) in push
+// constants when it fits 128 bytes (at most 2 epilogue inputs), else a storage buffer
+// bound last.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/map_kernel.h"
+
+namespace alk {
+struct Kernel;
+}
+
+namespace alk::vk {
+
+struct MatmulSignature {
+  DType input = DType::F32;   // A and B (the scheduler casts both to one dtype)
+  DType value = DType::F32;   // the product's dtype (the node's): what the epilogue's slot 0 sees
+  DType output = DType::F32;  // the stored dtype (== value without an epilogue)
+  std::optional<expr::Expr> epilogue;
+  std::vector<DType> epilogue_inputs;
+};
+
+// The tile shape of a compiled variant.
+struct MatmulTiles {
+  uint32_t bm, bn, bk, tm, tn;
+  uint32_t threads() const { return (bm / tm) * (bn / tn); }
+};
+inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
+inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
+
+class MatmulKernel {
+ public:
+  // Builds (or finds in the context's cache) the pipelines the signature needs. Throws
+  // alk::Error when the device cannot run it (matmul_unsupported_reason).
+  MatmulKernel(Context& ctx, MatmulSignature sig);
+  ~MatmulKernel();
+  // Records out = epilogue(a @ b, epilogue inputs...) into enc. a: [.., m, k], b: [.., k, n]
+  // (batch dims already broadcast to the output's, stride 0), out contiguous; epilogue
+  // inputs are viewed over the output's shape.
+  void launch(Encoder& enc, const ViewArg& a, const ViewArg& b, const ViewArg& out,
+              std::span<const ViewArg> epilogue_inputs = {}) const;
+  // Tests and benchmarks: always these tiles (nullopt: chosen by shape). Not while launching.
+  void force_tiles(std::optional<MatmulTiles> t) { forced_ = t; }
+  // The GLSL of the variant for these layouts (tests, golden inspection).
+  std::string source(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused_epilogue) const;
+
+ private:
+  struct Variant;
+  const Variant& variant(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused) const;
+  void launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b, const ViewArg& out,
+                    std::span<const ViewArg> epilogue_inputs, bool fused) const;
+
+  Context& ctx_;
+  MatmulSignature sig_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::unique_ptr<Variant>> variants_;
+  mutable std::unique_ptr<MapKernel> epilogue_map_;
+  std::optional<MatmulTiles> forced_;  // the unfused epilogue, built on first need
+};
+
+// Why the device cannot run this signature ("" when it can).
+std::string matmul_unsupported_reason(const Context& ctx, const MatmulSignature& sig);
+
+// The signature of a Matmul kernel (its epilogue included).
+MatmulSignature matmul_signature(const Kernel& k);
+
+}  // namespace alk::vk
