@@ -75,7 +75,7 @@ struct Instance {
     for (VkPhysicalDevice pd : all) {
       DeviceInfo info;
       std::string why_skip;
-      if (describe(vk, pd, info, why_skip)) found.emplace_back(std::move(info), pd);
+      if (describe(vk, instance, pd, info, why_skip)) found.emplace_back(std::move(info), pd);
       else skipped += (skipped.empty() ? "" : "; ") + why_skip;
     }
     std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first.kind < b.first.kind; });
@@ -88,7 +88,7 @@ struct Instance {
       why = n == 0 ? "the Vulkan loader found no device" : "no usable Vulkan device (" + skipped + ")";
   }
 
-  static bool describe(Api& vk, VkPhysicalDevice pd, DeviceInfo& info, std::string& why) {
+  static bool describe(Api& vk, VkInstance instance, VkPhysicalDevice pd, DeviceInfo& info, std::string& why) {
     VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     subgroup.pNext = &driver;
@@ -153,7 +153,29 @@ struct Instance {
     vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr);
     std::vector<VkExtensionProperties> ext(n);
     vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, ext.data());
-    for (const auto& e : ext) info.cooperative_matrix |= std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") == 0;
+    bool nv_matrix = false;
+    for (const auto& e : ext) {
+      info.cooperative_matrix |= std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") == 0;
+      nv_matrix |= std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+    }
+    if (nv_matrix && info.float16 && info.storage16 && info.subgroup_size == 32) {
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV cm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      f2.pNext = &cm;
+      vk.vkGetPhysicalDeviceFeatures2(pd, &f2);
+      auto props = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+          vk.vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+      uint32_t count = 0;
+      if (cm.cooperativeMatrix && props && props(pd, &count, nullptr) == VK_SUCCESS && count > 0) {
+        std::vector<VkCooperativeMatrixPropertiesNV> shapes(count, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+        if (props(pd, &count, shapes.data()) == VK_SUCCESS)
+          for (const auto& c : shapes)
+            info.cooperative_matrix_nv |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 &&
+                                          c.AType == VK_COMPONENT_TYPE_FLOAT16_NV && c.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                                          c.CType == VK_COMPONENT_TYPE_FLOAT32_NV && c.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                                          c.scope == VK_SCOPE_SUBGROUP_NV;
+      }
+    }
 
     VkPhysicalDeviceMemoryProperties mem;
     vk.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -235,7 +257,8 @@ std::string DeviceInfo::describe() const {
     << max_workgroup_invocations << "\n";
   s << "  features: f64 " << float64 << ", i64 " << int64 << ", 16-bit storage " << storage16 << ", 8-bit storage "
     << storage8 << ", f16 math " << float16 << ", i8 math " << int8 << ", subgroup " << subgroup_size << " (ops 0x"
-    << std::hex << subgroup_ops << std::dec << "), cooperative matrix " << cooperative_matrix << "\n";
+    << std::hex << subgroup_ops << std::dec << "), cooperative matrix " << cooperative_matrix << " (NV 16x16x16 f16 "
+    << cooperative_matrix_nv << ")\n";
   return s.str();
 }
 
@@ -305,6 +328,13 @@ Context::Context(const DeviceInfo& info) : info_(info) {
   features.pNext = &f11;
   features.features.shaderFloat64 = info.float64;
   features.features.shaderInt64 = info.int64;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV matrix{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  std::vector<const char*> extensions;
+  if (info.cooperative_matrix_nv) {
+    matrix.cooperativeMatrix = VK_TRUE;
+    f12.pNext = &matrix;
+    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   qi.queueFamilyIndex = info.compute_queue_family;
@@ -314,6 +344,8 @@ Context::Context(const DeviceInfo& info) : info_(info) {
   di.pNext = &features;
   di.queueCreateInfoCount = 1;
   di.pQueueCreateInfos = &qi;
+  di.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  di.ppEnabledExtensionNames = extensions.data();
   device_ = std::make_shared<DeviceHandle>();
   check(vk.vkCreateDevice(pd, &di, nullptr, &device_->device), "vkCreateDevice");
   vk.vkGetDeviceQueue(device_->device, info.compute_queue_family, 0, &queue_);

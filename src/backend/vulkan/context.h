@@ -44,6 +44,10 @@ struct DeviceInfo {
   uint32_t subgroup_size = 0;
   VkSubgroupFeatureFlags subgroup_ops = 0;  // in compute shaders
   bool cooperative_matrix = false;          // VK_KHR_cooperative_matrix offered (not enabled yet)
+  // VK_NV_cooperative_matrix with 16x16x16 f16 x f16 + f32 -> f32 at subgroup scope, and
+  // 32-wide subgroups: enabled at device creation when offered (the f16 matmul uses it;
+  // the KHR extension needs a newer shader compiler than alk builds with today).
+  bool cooperative_matrix_nv = false;
   uint32_t compute_queue_family = UINT32_MAX;
 
   std::string kind_name() const;  // "discrete" "integrated" "virtual" "cpu" "other"

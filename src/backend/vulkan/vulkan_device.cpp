@@ -85,6 +85,7 @@ alk::DeviceInfo runtime_info(const vk::DeviceInfo& d) {
   if (d.storage8) info.features.push_back("u8"), info.features.push_back("bool");
   if (d.subgroup_size) info.features.push_back("subgroups(" + std::to_string(d.subgroup_size) + ")");
   if (d.cooperative_matrix) info.features.push_back("cooperative_matrix");
+  if (d.cooperative_matrix_nv) info.features.push_back("cooperative_matrix_nv(f16 16x16x16)");
   return info;
 }
 

@@ -27,6 +27,7 @@
 #include "backend/cpu/view.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/kernels/matmul.h"
+#include "backend/vulkan/shader.h"
 #include "backend/vulkan/stream.h"
 #include "expr/expr.h"
 #include "runtime/device.h"
@@ -370,6 +371,49 @@ TEST(VulkanMatmul, UnsupportedReasons) {
               std::string::npos);
   }
   EXPECT_EQ(matmul_unsupported_reason(*ctx, MatmulSignature{}), "");
+}
+
+TEST(VulkanMatmul, CooperativeMatrixSourceCompiles) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  // Compiled to SPIR-V on any machine (only devices with VK_NV_cooperative_matrix run it),
+  // with a fused epilogue so its store path is compiled too.
+  if (!ctx->info().storage16) GTEST_SKIP() << "no 16-bit storage";
+  expr::Builder eb;
+  MatmulSignature sig{DType::F16, DType::F16, DType::F16,
+                      eb.finish(eb.binary(expr::Fn::Add, eb.input(0, expr::Type::F32), eb.input(1, expr::Type::F32))),
+                      {DType::F16}};
+  MatmulKernel k(*ctx, sig);
+  for (bool a_k : {false, true})
+    for (bool fused : {false, true})
+      for (bool vec : {false, true}) EXPECT_FALSE(compile_glsl(k.source(kMatmulCoop, a_k, true, fused, vec, vec)).empty());
+}
+
+TEST(VulkanMatmul, CooperativeMatrixF16) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  if (!ctx->info().cooperative_matrix_nv) GTEST_SKIP() << ctx->info().name << " has no VK_NV_cooperative_matrix (16x16x16 f16)";
+  const Layout plain, tr{true, 0, 0, false}, tr_pad{true, 3, 7, false}, rev{false, 1, 3, true};
+  MatmulKernel& k = kernel(*ctx, DType::F16);
+  k.force_tiles(kMatmulCoop);
+  const Case cases[] = {{{}, {}, {}, 1, 1, 1, plain, plain},        {{}, {}, {}, 7, 13, 5, plain, plain},
+                        {{}, {}, {}, 33, 65, 17, tr, plain},        {{}, {}, {}, 128, 64, 96, plain, tr},
+                        {{}, {}, {}, 200, 100, 150, tr_pad, rev},   {{2, 3}, {2, 1}, {1, 3}, 70, 40, 130, plain, plain},
+                        {{}, {}, {}, 3, 0, 4, plain, plain}};
+  for (const Case& c : cases) check(*ctx, k, c, DType::F16, 12);
+  // 16-byte loads: rows aligned (k, n multiples of 8), with edge tiles and a batch.
+  const Case aligned[] = {{{}, {}, {}, 136, 72, 200, plain, plain}, {{3}, {3}, {1}, 40, 48, 24, plain, plain},
+                          {{}, {}, {}, 130, 40, 136, plain, tr}};
+  for (const Case& c : aligned) check(*ctx, k, c, DType::F16, 15);
+  k.force_tiles(std::nullopt);
+  // Chosen by shape for large f16 products.
+  check(*ctx, k, Case{{}, {}, {}, 256, 128, 192, tr, plain}, DType::F16, 13);
+  expr::Builder eb;
+  int root = build_gelu(eb, eb.binary(expr::Fn::Add, eb.input(0, expr::Type::F32), eb.input(1, expr::Type::F32)));
+  MatmulSignature sig{DType::F16, DType::F16, DType::F16, eb.finish(root), {DType::F16}};
+  std::mt19937 rng(14);
+  Operand bias = make_operand(DType::F16, {}, {}, 1, 130, Layout{}, rng);
+  bias.shape = {100, 130};
+  bias.strides = {0, 1};
+  check_epilogue(*ctx, sig, Case{{}, {}, {}, 100, 70, 130, {}, {}}, {100, 130}, {bias}, "coop bias+gelu f16");
 }
 
 // ---- through the runtime device ----

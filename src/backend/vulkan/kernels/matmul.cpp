@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -135,7 +136,7 @@ struct Dim {
 
 struct MatmulKernel::Variant {
   MatmulTiles tiles;
-  bool a_k, b_n, fused;
+  bool a_k, b_n, fused, vec_a, vec_b;
   size_t epilogue_inputs;
   bool push;
   uint32_t bindings;
@@ -170,7 +171,9 @@ MatmulKernel::MatmulKernel(Context& ctx, MatmulSignature sig) : ctx_(ctx), sig_(
 
 MatmulKernel::~MatmulKernel() = default;
 
-std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused) const {
+std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a, bool vec_b) const {
+  vec_a = vec_a && t.coop && a_k;
+  vec_b = vec_b && t.coop && b_n;
   const size_t E = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
   const bool epilogue = fused && sig_.epilogue.has_value();
   const DType out = epilogue ? sig_.output : sig_.value;
@@ -190,6 +193,10 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   auto u = [](uint32_t v) { return std::to_string(v) + "u"; };
 
   std::string s = "#version 450\n";
+  if (t.coop)
+    s += "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
+         "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+         "#extension GL_KHR_shader_subgroup_basic : require\n";
   if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
   // The epilogue may compute in i64 (conform() orders bools as integers, integer pow...);
@@ -198,7 +205,7 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   s += "// alk matmul (src/backend/vulkan/kernels/matmul.cpp): " + std::string(dtype_name(sig_.input)) + " x " +
        std::string(dtype_name(sig_.input)) + " -> " + std::string(dtype_name(sig_.value));
   s += epilogue ? ", epilogue -> " + std::string(dtype_name(sig_.output)) + "\n" : "\n";
-  s += "// tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
+  s += std::string(t.coop ? "// cooperative matrices, " : "// ") + "tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
        std::to_string(t.tm) + "x" + std::to_string(t.tn) + " per invocation; A loads along " + (a_k ? "k" : "m") +
        ", B along " + (b_n ? "n" : "k") + "\n";
   s += "#define BM " + u(t.bm) + "\n#define BN " + u(t.bn) + "\n#define BK " + u(t.bk) + "\n#define TM " + u(t.tm) +
@@ -213,6 +220,9 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   buffer("b", sig_.input, false);
   for (size_t e = 0; e < E; ++e) buffer("e" + std::to_string(e), sig_.epilogue_inputs[e], false);
   buffer("c", out, true);
+  // The same A / B bindings seen 16 bytes at a time (descriptor aliasing).
+  if (vec_a) s += "layout(std430, binding = 0) readonly buffer a_vbuf { uvec4 a_vec[]; };\n";
+  if (vec_b) s += "layout(std430, binding = 1) readonly buffer b_vbuf { uvec4 b_vec[]; };\n";
   const bool push = (kCoreWords + kWordsPerEpilogue * E) * 4 <= expr::kPushConstantBudget;
   s += push ? "layout(push_constant) uniform Params {\n"
             : "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n";
@@ -254,9 +264,187 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   // walk the operand's contiguous dimension.
   s += a_k ? "#define A_M(e) ((e) / BK)\n#define A_K(e) ((e) % BK)\n" : "#define A_M(e) ((e) % BM)\n#define A_K(e) ((e) / BM)\n";
   s += b_n ? "#define B_K(e) ((e) / BN)\n#define B_N(e) ((e) % BN)\n" : "#define B_K(e) ((e) % BK)\n#define B_N(e) ((e) / BK)\n";
-  s += R"(#define LA ((BM * BK) / WG)
-#define LB ((BK * BN) / WG)
-#define AS_STRIDE (BM + 1u)  // + 1: stores along k hit different banks
+  const std::string n_e = u(static_cast<uint32_t>(E));
+  // The batch loop and each view's start for this batch matrix (both kernel shapes).
+  std::string batch_head = R"(  for (uint bz = gl_WorkGroupID.z; bz < p.batches; bz += gl_NumWorkGroups.z) {
+    int a_base = int(p.a_off), b_base = int(p.b_off);
+)";
+  if (E) batch_head += "    int e_base[" + std::to_string(E) + "];\n    for (uint e = 0u; e < " + n_e + "; ++e) e_base[e] = int(p.e_off[e]);\n";
+  batch_head += R"(    uint rem = bz;
+    for (int d = 2; d >= 0; --d) {
+      const int c = int(rem % p.bshape[d]);
+      rem /= p.bshape[d];
+      a_base += c * p.a_bs[d];
+      b_base += c * p.b_bs[d];
+)";
+  if (E) batch_head += "      for (uint e = 0u; e < " + n_e + "; ++e) e_base[e] += c * p.e_bs[3u * e + uint(d)];\n";
+  batch_head += "    }\n    const uint c_base = p.c_off + bz * p.M * p.N;\n";
+  // Stores product value `v` (ACC) at row r, column c, through the epilogue.
+  std::string value = "alk_value(v)";
+  if (epilogue) {
+    value = "alk_epilogue(alk_value(v)";
+    for (size_t e = 0; e < E; ++e) {
+      const std::string es = std::to_string(e);
+      value += ", " + load_as_compute(sig_.epilogue_inputs[e], "e" + es + "_data[e_base[" + es + "] + int(r) * p.e_rs[" +
+                                                                   es + "] + int(c) * p.e_cs[" + es + "]]");
+    }
+    value += ")";
+  }
+  const std::string store = "c_data[c_base + r * p.N + c] = " + store_as(out, value) + ";";
+  // Tile loads into registers, zero past the edges (`T` the register type).
+  auto tile_loads = [](const std::string& k_start, const std::string& indent, const std::string& zero,
+                       const std::string& la, const std::string& lb) {
+    return indent + "for (uint i = 0u; i < LA; ++i) {\n" + indent + "  const uint e = tid + i * WG, r = row0 + A_M(e), k = " +
+           k_start + " + A_K(e);\n" + indent + "  ra[i] = r < p.M && k < p.K ? " + la +
+           "(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : " + zero + ";\n" + indent + "}\n" + indent +
+           "for (uint i = 0u; i < LB; ++i) {\n" + indent + "  const uint e = tid + i * WG, k = " + k_start +
+           " + B_K(e), c = col0 + B_N(e);\n" + indent + "  rb[i] = k < p.K && c < p.N ? " + lb +
+           "(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : " + zero + ";\n" + indent + "}\n";
+  };
+  s += "#define LA ((BM * BK) / WG)\n#define LB ((BK * BN) / WG)\n";
+
+  if (t.coop) {
+    // Cooperative matrices (VK_NV_cooperative_matrix): 8 subgroups of 32, each computing a
+    // 64x32 piece of the 128x128 tile as 4x2 16x16 f32 accumulators; A and B slices are
+    // staged in shared memory as f16 (rows padded by 8 halfs: 16-byte aligned, staggered).
+    s += R"(#define AS_STRIDE (BK + 8u)  // As[m][k]
+#define BS_STRIDE (BN + 8u)  // Bs[k][n]
+#define LA8 ((BM * BK) / (8u * WG))
+#define LB8 ((BK * BN) / (8u * WG))
+shared float16_t As[BM * AS_STRIDE];
+shared float16_t Bs[BK * BS_STRIDE];
+shared float Cs[(WG / 32u) * 256u];  // per subgroup: one 16x16 tile on its way to the store
+
+float16_t raw_a(int i) { return a_data[i]; }
+float16_t raw_b(int i) { return b_data[i]; }
+uvec4 pack8(float16_t h[8]) {
+  return uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
+               packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
+}
+)";
+    if (vec_a)
+      s += R"(// 8 halfs of row r from column k (zero past the edges): one 16-byte load when all are inside.
+uvec4 load_a8(uint r, uint k, int a_base) {
+  if (r >= p.M) return uvec4(0u);
+  const int i = a_base + int(r) * p.a_rs + int(k);
+  if (k + 8u <= p.K) return a_vec[i / 8];
+  float16_t h[8];
+  for (uint q = 0u; q < 8u; ++q) h[q] = k + q < p.K ? a_data[i + int(q)] : float16_t(0.0);
+  return pack8(h);
+}
+)";
+    if (vec_b)
+      s += R"(uvec4 load_b8(uint k, uint c, int b_base) {
+  if (k >= p.K) return uvec4(0u);
+  const int i = b_base + int(k) * p.b_rs + int(c);
+  if (c + 8u <= p.N) return b_vec[i / 8];
+  float16_t h[8];
+  for (uint q = 0u; q < 8u; ++q) h[q] = c + q < p.N ? b_data[i + int(q)] : float16_t(0.0);
+  return pack8(h);
+}
+)";
+    s += R"(
+void main() {
+  const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
+  const uint wm = sg / 4u, wn = sg % 4u;
+  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
+)";
+    s += batch_head;
+    // Written out unrolled: arrays of cooperative matrices indexed in loops may be kept in
+    // local memory rather than registers.
+    auto each = [](const std::function<std::string(const std::string&, const std::string&)>& f) {
+      std::string x;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 2; ++j) x += f(std::to_string(i), std::to_string(j));
+      return x;
+    };
+    s += each([](const std::string& i, const std::string& j) {
+      return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
+    });
+    s += vec_a ? "    uvec4 ra[LA8];\n" : "    float16_t ra[LA];\n";
+    s += vec_b ? "    uvec4 rb[LB8];\n" : "    float16_t rb[LB];\n";
+    // Loads of the slice starting at k (registers), and stores of them into shared memory.
+    auto loads = [&](const std::string& k, const std::string& in) {
+      std::string x;
+      if (vec_a)
+        x += in + "for (uint i = 0u; i < LA8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
+             "  ra[i] = load_a8(row0 + e / (BK / 8u), " + k + " + (e % (BK / 8u)) * 8u, a_base);\n" + in + "}\n";
+      else
+        x += in + "for (uint i = 0u; i < LA; ++i) {\n" + in + "  const uint e = tid + i * WG, r = row0 + A_M(e), k = " + k +
+             " + A_K(e);\n" + in + "  ra[i] = r < p.M && k < p.K ? raw_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : float16_t(0.0);\n" +
+             in + "}\n";
+      if (vec_b)
+        x += in + "for (uint i = 0u; i < LB8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
+             "  rb[i] = load_b8(" + k + " + e / (BN / 8u), col0 + (e % (BN / 8u)) * 8u, b_base);\n" + in + "}\n";
+      else
+        x += in + "for (uint i = 0u; i < LB; ++i) {\n" + in + "  const uint e = tid + i * WG, k = " + k +
+             " + B_K(e), c = col0 + B_N(e);\n" + in +
+             "  rb[i] = k < p.K && c < p.N ? raw_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : float16_t(0.0);\n" + in + "}\n";
+      return x;
+    };
+    s += loads("0u", "    ");
+    s += "    for (uint k0 = 0u; k0 < p.K; k0 += BK) {\n";
+    if (vec_a)
+      s += R"(      for (uint i = 0u; i < LA8; ++i) {
+        const uint e = tid + i * WG, o = (e / (BK / 8u)) * AS_STRIDE + (e % (BK / 8u)) * 8u;
+        for (uint q = 0u; q < 4u; ++q) {
+          const f16vec2 h = unpackFloat2x16(ra[i][q]);
+          As[o + 2u * q] = h.x;
+          As[o + 2u * q + 1u] = h.y;
+        }
+      }
+)";
+    else
+      s += R"(      for (uint i = 0u; i < LA; ++i) {
+        const uint e = tid + i * WG;
+        As[A_M(e) * AS_STRIDE + A_K(e)] = ra[i];
+      }
+)";
+    if (vec_b)
+      s += R"(      for (uint i = 0u; i < LB8; ++i) {
+        const uint e = tid + i * WG, o = (e / (BN / 8u)) * BS_STRIDE + (e % (BN / 8u)) * 8u;
+        for (uint q = 0u; q < 4u; ++q) {
+          const f16vec2 h = unpackFloat2x16(rb[i][q]);
+          Bs[o + 2u * q] = h.x;
+          Bs[o + 2u * q + 1u] = h.y;
+        }
+      }
+)";
+    else
+      s += R"(      for (uint i = 0u; i < LB; ++i) {
+        const uint e = tid + i * WG;
+        Bs[B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
+      }
+)";
+    s += "      barrier();\n      const uint k1 = k0 + BK;\n      if (k1 < p.K) {\n" + loads("k1", "        ") + "      }\n";
+    s += "      for (uint kk = 0u; kk < BK; kk += 16u) {\n";
+    for (int i = 0; i < 4; ++i)
+      s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
+           std::to_string(i) + ", As, (wm * 64u + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk, AS_STRIDE, false);\n";
+    for (int j = 0; j < 2; ++j)
+      s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(j) + ";\n        coopMatLoadNV(fb" +
+           std::to_string(j) + ", Bs, kk * BS_STRIDE + wn * 32u + " + std::to_string(16 * j) + "u, BS_STRIDE, false);\n";
+    s += each([](const std::string& i, const std::string& j) {
+      return "        acc" + i + j + " = coopMatMulAddNV(fa" + i + ", fb" + j + ", acc" + i + j + ");\n";
+    });
+    s += "      }\n      barrier();\n    }\n";
+    s += each([&](const std::string& i, const std::string& j) {
+      return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
+             "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
+             "    for (uint q = 0u; q < 8u; ++q) {\n"
+             "      const uint e = lane + q * 32u;\n"
+             "      const uint r = row0 + wm * 64u + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 32u + " +
+             std::to_string(16 * std::stoi(j)) + "u + e % 16u;\n"
+             "      if (r < p.M && c < p.N) {\n"
+             "        const ACC v = Cs[sg * 256u + e];\n"
+             "        " + store + "\n"
+             "      }\n    }\n    subgroupBarrier();\n";
+    });
+    s += "  }\n}\n";
+    return s;
+  }
+
+  s += R"(#define AS_STRIDE (BM + 1u)  // + 1: stores along k hit different banks
 #define BS_STRIDE (BN + 1u)
 
 shared ACC As[BK * AS_STRIDE];  // As[k][m]
@@ -266,33 +454,15 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint tx = tid % (BN / TN), ty = tid / (BN / TN);
   const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
-  for (uint bz = gl_WorkGroupID.z; bz < p.batches; bz += gl_NumWorkGroups.z) {
-    int a_base = int(p.a_off), b_base = int(p.b_off);
 )";
-  if (E) s += "    int e_base[" + std::to_string(E) + "];\n    for (uint e = 0u; e < " + u(static_cast<uint32_t>(E)) + "; ++e) e_base[e] = int(p.e_off[e]);\n";
-  s += R"(    uint rem = bz;
-    for (int d = 2; d >= 0; --d) {
-      const int c = int(rem % p.bshape[d]);
-      rem /= p.bshape[d];
-      a_base += c * p.a_bs[d];
-      b_base += c * p.b_bs[d];
-)";
-  if (E) s += "      for (uint e = 0u; e < " + u(static_cast<uint32_t>(E)) + "; ++e) e_base[e] += c * p.e_bs[3u * e + uint(d)];\n";
-  s += R"(    }
-    ACC acc[TM * TN];
+  s += batch_head;
+  s += R"(    ACC acc[TM * TN];
     for (uint i = 0u; i < TM * TN; ++i) acc[i] = ACC(0);
+    // Staged in registers, so the next slice's global loads overlap this slice's arithmetic.
     ACC ra[LA], rb[LB];
-    // Tile loads, zero past the edges; staged in registers so the next slice's global
-    // loads overlap this slice's arithmetic.
-    for (uint i = 0u; i < LA; ++i) {
-      const uint e = tid + i * WG, r = row0 + A_M(e), k = A_K(e);
-      ra[i] = r < p.M && k < p.K ? load_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : ACC(0);
-    }
-    for (uint i = 0u; i < LB; ++i) {
-      const uint e = tid + i * WG, k = B_K(e), c = col0 + B_N(e);
-      rb[i] = k < p.K && c < p.N ? load_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : ACC(0);
-    }
-    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
+)";
+  s += tile_loads("0u", "    ", "ACC(0)", "load_a", "load_b");
+  s += R"(    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
       for (uint i = 0u; i < LA; ++i) {
         const uint e = tid + i * WG;
         As[A_K(e) * AS_STRIDE + A_M(e)] = ra[i];
@@ -304,15 +474,9 @@ void main() {
       barrier();
       const uint k1 = k0 + BK;
       if (k1 < p.K) {
-        for (uint i = 0u; i < LA; ++i) {
-          const uint e = tid + i * WG, r = row0 + A_M(e), k = k1 + A_K(e);
-          ra[i] = r < p.M && k < p.K ? load_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : ACC(0);
-        }
-        for (uint i = 0u; i < LB; ++i) {
-          const uint e = tid + i * WG, k = k1 + B_K(e), c = col0 + B_N(e);
-          rb[i] = k < p.K && c < p.N ? load_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : ACC(0);
-        }
-      }
+)";
+  s += tile_loads("k1", "        ", "ACC(0)", "load_a", "load_b");
+  s += R"(      }
       for (uint kk = 0u; kk < BK; ++kk) {
         ACC av[TM], bv[TN];
         // Rows ty, ty + BM/TM, ...: a warp's invocations read one address (broadcast) of
@@ -324,41 +488,40 @@ void main() {
       }
       barrier();
     }
-    const uint c_base = p.c_off + bz * p.M * p.N;
     for (uint i = 0u; i < TM; ++i) {
       const uint r = row0 + ty + i * (BM / TM);
       if (r >= p.M) break;
       for (uint j = 0u; j < TN; ++j) {
         const uint c = col0 + tx + j * (BN / TN);
         if (c >= p.N) break;
-)";
-  if (epilogue) {
-    std::string call = "alk_epilogue(alk_value(acc[i * TN + j])";
-    for (size_t e = 0; e < E; ++e) {
-      const std::string es = std::to_string(e);
-      call += ", " + load_as_compute(sig_.epilogue_inputs[e], "e" + es + "_data[e_base[" + es + "] + int(r) * p.e_rs[" +
-                                                                  es + "] + int(c) * p.e_cs[" + es + "]]");
+        const ACC v = acc[i * TN + j];
+        )" + store + R"(
+      }
     }
-    call += ")";
-    s += "        c_data[c_base + r * p.N + c] = " + store_as(out, call) + ";\n";
-  } else {
-    s += "        c_data[c_base + r * p.N + c] = " + store_as(out, "alk_value(acc[i * TN + j])") + ";\n";
   }
-  s += "      }\n    }\n  }\n}\n";
+}
+)";
   return s;
 }
 
-const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_k, bool b_n, bool fused) const {
+const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a,
+                                                   bool vec_b) const {
+  vec_a = vec_a && t.coop && a_k;
+  vec_b = vec_b && t.coop && b_n;
   std::lock_guard lock(mutex_);
   for (const auto& v : variants_)
-    if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->a_k == a_k && v->b_n == b_n && v->fused == fused) return *v;
+    if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.coop == t.coop && v->a_k == a_k &&
+        v->b_n == b_n && v->fused == fused && v->vec_a == vec_a && v->vec_b == vec_b)
+      return *v;
+  if (t.coop && !(sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv))
+    fail("matmul: cooperative-matrix tiles need f16 operands and VK_NV_cooperative_matrix");
   auto v = std::make_unique<Variant>();
   v->tiles = t;
-  v->a_k = a_k, v->b_n = b_n, v->fused = fused;
+  v->a_k = a_k, v->b_n = b_n, v->fused = fused, v->vec_a = vec_a, v->vec_b = vec_b;
   v->epilogue_inputs = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
   v->push = (kCoreWords + kWordsPerEpilogue * v->epilogue_inputs) * 4 <= expr::kPushConstantBudget;
   v->bindings = static_cast<uint32_t>(3 + v->epilogue_inputs + (v->push ? 0 : 1));
-  const std::string src = source(t, a_k, b_n, fused);
+  const std::string src = source(t, a_k, b_n, fused, vec_a, vec_b);
   v->pipeline = &ctx_.pipeline(src, v->bindings,
                                v->push ? static_cast<uint32_t>((kCoreWords + kWordsPerEpilogue * v->epilogue_inputs) * 4) : 0);
   variants_.push_back(std::move(v));
@@ -465,18 +628,11 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
   for (size_t d = host_dims; d < dims.size(); ++d) kernel_batches *= dims[d].size;
 
   const int64_t big_tiles = ((M + 127) / 128) * ((n + 127) / 128) * kernel_batches;
-  const MatmulTiles& tiles = forced_ ? *forced_ : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
+  const bool coop = sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv && M >= 64 && n >= 64 && k >= 16;
+  const MatmulTiles& tiles = forced_ ? *forced_ : coop ? kMatmulCoop : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
   const int64_t a_rs = rows.strides[0], a_cs = a.strides[R - 1], b_rs = b.strides[R - 2], b_cs = b.strides[R - 1];
   const bool a_k = std::abs(a_cs) <= std::abs(a_rs) || M == 1;
   const bool b_n = std::abs(b_cs) <= std::abs(b_rs) || k == 1;
-  const Variant& v = variant(tiles, a_k, b_n, fused);
-
-  const uint32_t gx = static_cast<uint32_t>((n + tiles.bn - 1) / tiles.bn);
-  const int64_t gy = (M + tiles.bm - 1) / tiles.bm;
-  if (gx > info.max_workgroup_count[0] || gy > static_cast<int64_t>(info.max_workgroup_count[1]))
-    fail("matmul: " + std::to_string(M) + " x " + std::to_string(n) + " needs more workgroups than the device allows");
-  const uint32_t gz = static_cast<uint32_t>(std::min<int64_t>({kernel_batches, info.max_workgroup_count[2], 65535}));
-
   // Bind every view once; host-looped batch dims move the element offsets.
   std::vector<Binding> bindings;
   std::vector<int64_t> first;
@@ -489,6 +645,22 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
   bind(b, false);
   for (const ViewArg& e : eps) bind(e, false);
   bind(out, true);
+  // 16-byte loads where every row of the operand starts 16-byte aligned (f16: 8 elements).
+  auto aligned8 = [&](size_t op, int64_t first_element, int64_t row_stride) {
+    bool ok = first_element % 8 == 0 && row_stride % 8 == 0;
+    for (const Dim& d : dims) ok = ok && d.strides[op] % 8 == 0;
+    return ok;
+  };
+  const bool vec_a = tiles.coop && a_cs == 1 && aligned8(0, first[0], a_rs);
+  const bool vec_b = tiles.coop && b_cs == 1 && aligned8(1, first[1], b_rs);
+  const Variant& v = variant(tiles, a_k, b_n, fused, vec_a, vec_b);
+
+  const uint32_t gx = static_cast<uint32_t>((n + tiles.bn - 1) / tiles.bn);
+  const int64_t gy = (M + tiles.bm - 1) / tiles.bm;
+  if (gx > info.max_workgroup_count[0] || gy > static_cast<int64_t>(info.max_workgroup_count[1]))
+    fail("matmul: " + std::to_string(M) + " x " + std::to_string(n) + " needs more workgroups than the device allows");
+  const uint32_t gz = static_cast<uint32_t>(std::min<int64_t>({kernel_batches, info.max_workgroup_count[2], 65535}));
+
   // `first` is in binding order (A, B, epilogue inputs, C); Dim strides are A, B, C, epilogue inputs.
 
   int64_t host_count = 1;

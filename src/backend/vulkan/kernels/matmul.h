@@ -9,7 +9,9 @@
 // TM x TN micro-tile in registers. Global loads walk each operand along its contiguous
 // dimension (a compile-time choice per layout), so both row- and column-major operands
 // load coalesced. Two tile shapes are compiled: 128x128 (8x8 per invocation) for large
-// products, 64x64 (4x4) when the large tiles would leave the device idle.
+// products, 64x64 (4x4) when the large tiles would leave the device idle. f16 x f16 on a
+// device with VK_NV_cooperative_matrix (DeviceInfo::cooperative_matrix_nv) runs on the
+// tensor cores instead: 128x128x32 tiles, each subgroup 4x2 16x16 f32 accumulators.
 //
 // Batch dims are collapsed on the host where the strides allow (and folded into the rows
 // when B is shared by every batch matrix, as for a linear layer), up to 3 batch dims in
@@ -53,10 +55,12 @@ struct MatmulSignature {
 // The tile shape of a compiled variant.
 struct MatmulTiles {
   uint32_t bm, bn, bk, tm, tn;
-  uint32_t threads() const { return (bm / tm) * (bn / tn); }
+  bool coop = false;  // cooperative matrices (f16 on VK_NV_cooperative_matrix): 8 subgroups of 32
+  uint32_t threads() const { return coop ? 256 : (bm / tm) * (bn / tn); }
 };
 inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
 inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
+inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 0, 0, true};
 
 class MatmulKernel {
  public:
@@ -71,12 +75,16 @@ class MatmulKernel {
               std::span<const ViewArg> epilogue_inputs = {}) const;
   // Tests and benchmarks: always these tiles (nullopt: chosen by shape). Not while launching.
   void force_tiles(std::optional<MatmulTiles> t) { forced_ = t; }
-  // The GLSL of the variant for these layouts (tests, golden inspection).
-  std::string source(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused_epilogue) const;
+  // The GLSL of the variant for these layouts (tests, golden inspection). vec_a / vec_b
+  // (cooperative-matrix tiles only): the operand is contiguous along k / n with rows and
+  // its start 16-byte aligned, and is read 8 halfs at a time.
+  std::string source(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused_epilogue,
+                     bool vec_a = false, bool vec_b = false) const;
 
  private:
   struct Variant;
-  const Variant& variant(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused) const;
+  const Variant& variant(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused, bool vec_a,
+                         bool vec_b) const;
   void launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b, const ViewArg& out,
                     std::span<const ViewArg> epilogue_inputs, bool fused) const;
 
