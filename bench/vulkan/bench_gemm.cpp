@@ -3,7 +3,7 @@
 // machine has no CUDA PyTorch.
 //
 //   bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] [--device vulkan:I]
-//                     [--iters R] [--tiles large|small|coop|coop64|auto] [--no-anchor]
+//                     [--iters R] [--tiles large|small|coop|coop:BMxBNxBK:TMxTN|auto] [--no-anchor]
 //
 // Defaults: 4096^3, f32 then bf16 then f16 (those the device stores), vulkan:0 (discrete
 // GPUs come first; lavapipe is the last device, `alk devices` lists them), 20 timed runs.
@@ -49,7 +49,7 @@ struct Options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "bench_vulkan_gemm: %s\nusage: bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] "
-                       "[--device vulkan:I] [--iters R] [--tiles large|small|coop|coop64|auto] [--no-anchor]\n", why);
+                       "[--device vulkan:I] [--iters R] [--tiles large|small|coop|coop:BMxBNxBK:TMxTN|auto] [--no-anchor]\n", why);
   std::exit(2);
 }
 
@@ -173,7 +173,12 @@ void run(vk::Context& ctx, const Options& o, DType t) {
   if (o.tiles == "large") kernel.force_tiles(vk::kMatmulLarge);
   if (o.tiles == "small") kernel.force_tiles(vk::kMatmulSmall);
   if (o.tiles == "coop") kernel.force_tiles(vk::kMatmulCoop);
-  if (o.tiles == "coop64") kernel.force_tiles(vk::MatmulTiles{128, 128, 64, 0, 0, true});
+  // coop:BMxBNxBK:TMxTN, e.g. coop:128x128x32:4x4 (tile, and 16x16 accumulators per subgroup)
+  if (o.tiles.rfind("coop:", 0) == 0) {
+    unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
+    if (std::sscanf(o.tiles.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
+    kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn, true});
+  }
   for (int i = 0; i < 2; ++i) kernel.launch(ctx.stream(), a, b, c);  // compile, warm up
   ctx.stream().synchronize();
   std::vector<double> ms;

@@ -304,15 +304,13 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   s += "#define LA ((BM * BK) / WG)\n#define LB ((BK * BN) / WG)\n";
 
   if (t.coop) {
-    // Cooperative matrices (VK_NV_cooperative_matrix): 8 subgroups of 32, each computing a
-    // 64x32 piece of the 128x128 tile as 4x2 16x16 f32 accumulators; A and B slices are
+    // Cooperative matrices (VK_NV_cooperative_matrix): subgroups of 32, each computing a
+    // (16 TM) x (16 TN) piece of the tile as TM x TN 16x16 f32 accumulators; A and B slices are
     // staged in shared memory as f16 (rows padded by 8 halfs: 16-byte aligned, staggered).
     s += R"(#define AS_STRIDE (BK + 8u)  // As[m][k]
 #define BS_STRIDE (BN + 8u)  // Bs[k][n]
 #define LA8 ((BM * BK) / (8u * WG))
 #define LB8 ((BK * BN) / (8u * WG))
-shared float16_t As[BM * AS_STRIDE];
-shared float16_t Bs[BK * BS_STRIDE];
 shared float Cs[(WG / 32u) * 256u];  // per subgroup: one 16x16 tile on its way to the store
 
 float16_t raw_a(int i) { return a_data[i]; }
@@ -322,6 +320,14 @@ uvec4 pack8(float16_t h[8]) {
                packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
 }
 )";
+    // Operands read 16 bytes at a time are staged 16 bytes at a time (uvec4; cooperative
+    // matrix loads count offsets and strides in that unit), the rest as halfs.
+    // Two of each (ping-pong): slice i + 1 is stored while slice i may still be read, so
+    // one barrier per slice suffices.
+    s += vec_a ? "#define A_BUF (BM * AS_STRIDE / 8u)\nshared uvec4 As[2u * A_BUF];\n"
+               : "#define A_BUF (BM * AS_STRIDE)\nshared float16_t As[2u * A_BUF];\n";
+    s += vec_b ? "#define B_BUF (BK * BS_STRIDE / 8u)\nshared uvec4 Bs[2u * B_BUF];\n"
+               : "#define B_BUF (BK * BS_STRIDE)\nshared float16_t Bs[2u * B_BUF];\n";
     if (vec_a)
       s += R"(// 8 halfs of row r from column k (zero past the edges): one 16-byte load when all are inside.
 uvec4 load_a8(uint r, uint k, int a_base) {
@@ -346,16 +352,17 @@ uvec4 load_a8(uint r, uint k, int a_base) {
     s += R"(
 void main() {
   const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
-  const uint wm = sg / 4u, wn = sg % 4u;
+  const uint wm = sg / (BN / (16u * TN)), wn = sg % (BN / (16u * TN));  // the subgroup's (16 TM) x (16 TN) piece
   const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
 )";
     s += batch_head;
     // Written out unrolled: arrays of cooperative matrices indexed in loops may be kept in
     // local memory rather than registers.
-    auto each = [](const std::function<std::string(const std::string&, const std::string&)>& f) {
+    const int fm = static_cast<int>(t.tm), fn = static_cast<int>(t.tn);
+    auto each = [&](const std::function<std::string(const std::string&, const std::string&)>& f) {
       std::string x;
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 2; ++j) x += f(std::to_string(i), std::to_string(j));
+      for (int i = 0; i < fm; ++i)
+        for (int j = 0; j < fn; ++j) x += f(std::to_string(i), std::to_string(j));
       return x;
     };
     s += each([](const std::string& i, const std::string& j) {
@@ -383,57 +390,52 @@ void main() {
       return x;
     };
     s += loads("0u", "    ");
-    s += "    for (uint k0 = 0u; k0 < p.K; k0 += BK) {\n";
+    s += "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK, buf ^= 1u) {\n";
     if (vec_a)
       s += R"(      for (uint i = 0u; i < LA8; ++i) {
-        const uint e = tid + i * WG, o = (e / (BK / 8u)) * AS_STRIDE + (e % (BK / 8u)) * 8u;
-        for (uint q = 0u; q < 4u; ++q) {
-          const f16vec2 h = unpackFloat2x16(ra[i][q]);
-          As[o + 2u * q] = h.x;
-          As[o + 2u * q + 1u] = h.y;
-        }
+        const uint e = tid + i * WG;
+        As[buf * A_BUF + (e / (BK / 8u)) * (AS_STRIDE / 8u) + e % (BK / 8u)] = ra[i];
       }
 )";
     else
       s += R"(      for (uint i = 0u; i < LA; ++i) {
         const uint e = tid + i * WG;
-        As[A_M(e) * AS_STRIDE + A_K(e)] = ra[i];
+        As[buf * A_BUF + A_M(e) * AS_STRIDE + A_K(e)] = ra[i];
       }
 )";
     if (vec_b)
       s += R"(      for (uint i = 0u; i < LB8; ++i) {
-        const uint e = tid + i * WG, o = (e / (BN / 8u)) * BS_STRIDE + (e % (BN / 8u)) * 8u;
-        for (uint q = 0u; q < 4u; ++q) {
-          const f16vec2 h = unpackFloat2x16(rb[i][q]);
-          Bs[o + 2u * q] = h.x;
-          Bs[o + 2u * q + 1u] = h.y;
-        }
+        const uint e = tid + i * WG;
+        Bs[buf * B_BUF + (e / (BN / 8u)) * (BS_STRIDE / 8u) + e % (BN / 8u)] = rb[i];
       }
 )";
     else
       s += R"(      for (uint i = 0u; i < LB; ++i) {
         const uint e = tid + i * WG;
-        Bs[B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
+        Bs[buf * B_BUF + B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
       }
 )";
     s += "      barrier();\n      const uint k1 = k0 + BK;\n      if (k1 < p.K) {\n" + loads("k1", "        ") + "      }\n";
+    const std::string a_unit = vec_a ? " / 8u" : "", b_unit = vec_b ? " / 8u" : "";
     s += "      for (uint kk = 0u; kk < BK; kk += 16u) {\n";
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < fm; ++i)
       s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
-           std::to_string(i) + ", As, (wm * 64u + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk, AS_STRIDE, false);\n";
-    for (int j = 0; j < 2; ++j)
+           std::to_string(i) + ", As, buf * A_BUF + ((wm * 16u * TM + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk)" + a_unit +
+           ", AS_STRIDE" + a_unit + ", false);\n";
+    for (int j = 0; j < fn; ++j)
       s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(j) + ";\n        coopMatLoadNV(fb" +
-           std::to_string(j) + ", Bs, kk * BS_STRIDE + wn * 32u + " + std::to_string(16 * j) + "u, BS_STRIDE, false);\n";
+           std::to_string(j) + ", Bs, buf * B_BUF + (kk * BS_STRIDE + wn * 16u * TN + " + std::to_string(16 * j) + "u)" + b_unit +
+           ", BS_STRIDE" + b_unit + ", false);\n";
     s += each([](const std::string& i, const std::string& j) {
       return "        acc" + i + j + " = coopMatMulAddNV(fa" + i + ", fb" + j + ", acc" + i + j + ");\n";
     });
-    s += "      }\n      barrier();\n    }\n";
+    s += "      }\n    }\n    barrier();  // before the next batch matrix reuses the buffers\n";
     s += each([&](const std::string& i, const std::string& j) {
       return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
              "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
              "    for (uint q = 0u; q < 8u; ++q) {\n"
              "      const uint e = lane + q * 32u;\n"
-             "      const uint r = row0 + wm * 64u + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 32u + " +
+             "      const uint r = row0 + wm * 16u * TM + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 16u * TN + " +
              std::to_string(16 * std::stoi(j)) + "u + e % 16u;\n"
              "      if (r < p.M && c < p.N) {\n"
              "        const ACC v = Cs[sg * 256u + e];\n"
@@ -510,7 +512,8 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
   vec_b = vec_b && t.coop && b_n;
   std::lock_guard lock(mutex_);
   for (const auto& v : variants_)
-    if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.coop == t.coop && v->a_k == a_k &&
+    if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.tm == t.tm &&
+        v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->a_k == a_k &&
         v->b_n == b_n && v->fused == fused && v->vec_a == vec_a && v->vec_b == vec_b)
       return *v;
   if (t.coop && !(sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv))
