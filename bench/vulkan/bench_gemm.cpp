@@ -5,8 +5,9 @@
 //   bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] [--device vulkan:I]
 //                     [--iters R] [--tiles large|small|coop|coop:BMxBNxBK:TMxTN|auto] [--no-anchor]
 //
-// Defaults: 4096^3, f32 then bf16 then f16 (those the device stores), vulkan:0 (discrete
-// GPUs come first; lavapipe is the last device, `alk devices` lists them), 20 timed runs.
+// Defaults: 4096^3 (512^3 and 3 runs on a CPU implementation such as lavapipe), f32 then bf16
+// then f16 (those the device stores), vulkan:0 (discrete GPUs come first; lavapipe is the last
+// device, `alk devices` lists them), 20 timed runs.
 // For each dtype it prints
 //   GEMM <dtype> <M>x<N>x<K> on <device>: <ms> ms, <TFLOP/s> TFLOP/s (tiles ...), max rel err <e>
 //   ANCHOR <what>: <ms> ms, <TFLOP/s> TFLOP/s
@@ -45,6 +46,7 @@ struct Options {
   int device = 0, iters = 20;
   std::string tiles = "auto";
   bool anchor = true;
+  bool sized = false, counted = false;  // --size/--mnk, --iters given
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -63,8 +65,10 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--size") {
       o.m = o.n = o.k = std::stoll(next());
+      o.sized = true;
     } else if (a == "--mnk") {
       o.m = std::stoll(next()), o.n = std::stoll(next()), o.k = std::stoll(next());
+      o.sized = true;
     } else if (a == "--dtypes") {
       std::string s = next();
       for (size_t at = 0; at <= s.size();) {
@@ -83,6 +87,7 @@ Options parse(int argc, char** argv) {
       if (o.device < 0) usage("--device takes vulkan or vulkan:I");
     } else if (a == "--iters") {
       o.iters = std::max(1, std::stoi(next()));
+      o.counted = true;
     } else if (a == "--tiles") {
       o.tiles = next();
     } else if (a == "--no-anchor") {
@@ -204,9 +209,10 @@ void run(vk::Context& ctx, const Options& o, DType t) {
     worst = std::max(worst, std::fabs(cpu::load_as_double(hc.data(), t, i * o.n + j) - want) / std::max(mag, 1e-30));
   }
   const char* tiles = o.tiles == "auto" ? "auto" : o.tiles.c_str();
-  std::printf("GEMM %s %lldx%lldx%lld on %s: %.3f ms, %.3f TFLOP/s (tiles %s), max error / sum|a*b| %.2e%s\n",
+  std::printf("GEMM %s %lldx%lldx%lld on %s: %.3f ms, %.3f TFLOP/s (%.1f GFLOP/s; tiles %s), max error / sum|a*b| %.2e%s\n",
               dtype_name(t).data(), static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k),
-              ctx.info().name.c_str(), alk_ms, tflops(o, alk_ms), tiles, worst, worst > 1e-2 ? "  WRONG RESULTS" : "");
+              ctx.info().name.c_str(), alk_ms, tflops(o, alk_ms), 1e3 * tflops(o, alk_ms), tiles, worst,
+              worst > 1e-2 ? "  WRONG RESULTS" : "");
   std::fflush(stdout);
   if (!o.anchor) return;
 
@@ -229,7 +235,8 @@ void run(vk::Context& ctx, const Options& o, DType t) {
     }
     anchor_ms = median(cms);
   }
-  std::printf("ANCHOR %s: %.3f ms, %.3f TFLOP/s\n", what.c_str(), anchor_ms, tflops(o, anchor_ms));
+  std::printf("ANCHOR %s: %.3f ms, %.3f TFLOP/s (%.1f GFLOP/s)\n", what.c_str(), anchor_ms, tflops(o, anchor_ms),
+              1e3 * tflops(o, anchor_ms));
   std::printf("RATIO vk_gemm_%s_%lldx%lldx%lld alk=%.3fms anchor=%.3fms ratio=%.3f\n", dtype_name(t).data(),
               static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k), alk_ms, anchor_ms,
               alk_ms / anchor_ms);
@@ -250,6 +257,12 @@ int main(int argc, char** argv) {
     const vk::DeviceInfo& info = ctx->info();
     std::printf("device: %s (%s, %s %s), cooperative_matrix %s\n", info.name.c_str(), info.kind_name().c_str(),
                 info.driver_name.c_str(), info.driver_info.c_str(), info.cooperative_matrix ? "offered" : "not offered");
+    // A CPU implementation (lavapipe) needs minutes for one 4096^3 product: a smaller default.
+    if (info.kind == vk::DeviceInfo::Kind::Cpu && !o.sized) {
+      o.m = o.n = o.k = 512;
+      if (!o.counted) o.iters = 3;
+      std::printf("(a CPU Vulkan implementation: default size 512, %d runs; --size overrides)\n", o.iters);
+    }
     if (o.dtypes.empty()) {
       o.dtypes.push_back(DType::F32);
       if (info.storage16) o.dtypes.push_back(DType::BF16), o.dtypes.push_back(DType::F16);
