@@ -1,0 +1,191 @@
+// Vulkan index kernels (gather, index_select, scatter_add, one_hot) against the CPU
+// kernels on the same data: outputs must be identical bytes (they copy elements, and
+// scatter_add adds in the CPU's order). Out-of-range indices raise the CPU's alk::Error
+// at the next synchronize.
+#include <gtest/gtest.h>
+
+#ifdef ALK_HAVE_VULKAN
+#include "vulkan_kernel_test_util.h"
+
+namespace alk::vk::testing {
+namespace {
+
+Device& cpu() { return get_device("cpu"); }
+
+template <class T>
+std::vector<T> as(const std::vector<uint8_t>& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// Both devices, same kernel: equal bytes.
+void expect_same(Device& dev, const KernelOp& node, const std::vector<HostArg>& in, DType dtype, const Shape& shape) {
+  const auto want = run_kernel(cpu(), node, in, dtype, shape);
+  const auto got = run_kernel(dev, node, in, dtype, shape);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << op_name(node.op) << ": byte " << i << " differs (element " << i / dtype_size(dtype)
+                               << ")";
+}
+
+// The error a kernel raises: on the CPU at launch, on Vulkan at the synchronize after.
+std::string error_of(Device& dev, const KernelOp& node, const std::vector<HostArg>& in, DType dtype,
+                     const Shape& shape) {
+  try {
+    run_kernel(dev, node, in, dtype, shape);
+  } catch (const Error& e) {
+    return std::string(e.what()) + " @" + std::to_string(e.line());
+  }
+  return "no error";
+}
+
+template <class I>
+HostArg indices(DType dtype, const Shape& shape, const std::vector<int64_t>& v) {
+  std::vector<I> t(v.begin(), v.end());
+  return contiguous(dtype, shape, t);
+}
+
+HostArg floats(const Shape& shape, const std::vector<int>& perm, int64_t offset, size_t byte_offset) {
+  return strided<float>(DType::F32, shape, perm, offset, byte_offset,
+                        [](int64_t i) { return static_cast<float>(i) * 0.37f - 5.0f; });
+}
+
+std::vector<int64_t> ids(int64_t n, int64_t range, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<int64_t>(g() % static_cast<uint32_t>(range));
+  return v;
+}
+
+TEST(VulkanIndex, GatherMatchesCpu) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  // x [5, 7, 3] transposed and offset; index [4, 6, 3] along each dim, i64 and i32.
+  const HostArg x = floats({5, 7, 3}, {2, 0, 1}, 11, 64);
+  const Shape ish{4, 6, 3};
+  for (int dim = 0; dim < 3; ++dim) {
+    const Shape xs{5, 7, 3};
+    auto v = ids(4 * 6 * 3, xs[static_cast<size_t>(dim)], 7u + static_cast<uint32_t>(dim));
+    for (DType it : {DType::I64, DType::I32}) {
+      HostArg index = it == DType::I64 ? indices<int64_t>(it, ish, v) : indices<int32_t>(it, ish, v);
+      expect_same(*dev, make_op(OpId::Gather, IndexParams{dim}, ish, DType::F32), {x, index}, DType::F32, ish);
+    }
+  }
+  // A broadcast (stride 0) index and f64/i64 payloads.
+  HostArg bidx = indices<int64_t>(DType::I64, {3, 1}, {2, 0, 1});
+  bidx.shape = {3, 4};
+  bidx.strides = {1, 0};
+  HostArg xi = strided<int64_t>(DType::I64, {3, 5}, {0, 1}, 2, 0, [](int64_t i) { return i * 1000003 - 77; });
+  expect_same(*dev, make_op(OpId::Gather, IndexParams{1}, {3, 4}, DType::I64), {xi, bidx}, DType::I64, {3, 4});
+}
+
+TEST(VulkanIndex, IndexSelectMatchesCpu) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  const HostArg x = floats({6, 5, 9}, {1, 2, 0}, 3, 128);
+  for (int dim = 0; dim < 3; ++dim) {
+    const int64_t size = x.shape[static_cast<size_t>(dim)];
+    auto v = ids(13, size, 3u + static_cast<uint32_t>(dim));
+    Shape osh = x.shape;
+    osh[static_cast<size_t>(dim)] = 13;
+    for (DType it : {DType::I64, DType::I32}) {
+      // The index is itself a strided view (every other element).
+      std::vector<int64_t> spread(26, 999);
+      for (size_t i = 0; i < 13; ++i) spread[2 * i] = v[i];
+      HostArg index = it == DType::I64 ? indices<int64_t>(it, {26}, spread) : indices<int32_t>(it, {26}, spread);
+      index.shape = {13};
+      index.strides = {2};
+      expect_same(*dev, make_op(OpId::IndexSelect, IndexParams{dim}, osh, DType::F32), {x, index}, DType::F32, osh);
+    }
+  }
+}
+
+TEST(VulkanIndex, ScatterAddMatchesCpuBitForBit) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  // Many collisions (values from a small range), f32 sums in index order.
+  const Shape xs{5, 6, 4}, ish{9, 6, 3};
+  for (int dim = 0; dim < 3; ++dim) {
+    Shape is = ish;
+    if (dim != 0) is[0] = 5;
+    const HostArg x = floats(xs, {1, 0, 2}, 5, 0);
+    HostArg src = strided<float>(DType::F32, is, {2, 1, 0}, 1, 64,
+                                 [](int64_t i) { return 1.0f / static_cast<float>(i + 3); });
+    auto v = ids(is[0] * is[1] * is[2], xs[static_cast<size_t>(dim)], 21u + static_cast<uint32_t>(dim));
+    for (DType it : {DType::I64, DType::I32}) {
+      HostArg index = it == DType::I64 ? indices<int64_t>(it, is, v) : indices<int32_t>(it, is, v);
+      expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{dim}, xs, DType::F32), {x, index, src}, DType::F32, xs);
+    }
+  }
+  // The embedding backward: zeros [V, D] (broadcast scalar) += rows of src at ids.
+  const int64_t V = 11, D = 7, N = 40;
+  HostArg zeros = contiguous(DType::F32, {1, 1}, std::vector<float>{0.0f});
+  zeros.shape = {V, D};
+  zeros.strides = {0, 0};
+  HostArg index = indices<int64_t>(DType::I64, {N, 1}, ids(N, V, 5));
+  index.shape = {N, D};
+  index.strides = {1, 0};
+  HostArg src = strided<float>(DType::F32, {N, D}, {0, 1}, 0, 0, [](int64_t i) { return std::sin(float(i)) * 3.0f; });
+  expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, {V, D}, DType::F32), {zeros, index, src}, DType::F32,
+              {V, D});
+  // Integer payloads (i64 sums with carries across the low word, i32 wrapping as the CPU).
+  HostArg xi = strided<int64_t>(DType::I64, {4, 3}, {0, 1}, 0, 0, [](int64_t i) { return (i + 1) * 0xFFFFFFF0LL; });
+  HostArg si = strided<int64_t>(DType::I64, {6, 3}, {1, 0}, 0, 0, [](int64_t i) { return -(i + 5) * 0x1000000FLL; });
+  HostArg ii = indices<int32_t>(DType::I32, {6, 3}, ids(18, 4, 9));
+  expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, {4, 3}, DType::I64), {xi, ii, si}, DType::I64, {4, 3});
+  HostArg x32 = strided<int32_t>(DType::I32, {4, 3}, {0, 1}, 0, 0, [](int64_t i) { return int32_t(i * 0x3FFFFFFF); });
+  HostArg s32 = strided<int32_t>(DType::I32, {6, 3}, {0, 1}, 0, 0, [](int64_t i) { return int32_t(i * 0x7FFFFFF); });
+  expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, {4, 3}, DType::I32), {x32, ii, s32}, DType::I32, {4, 3});
+}
+
+TEST(VulkanIndex, OneHotMatchesCpu) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  for (DType it : {DType::I64, DType::I32}) {
+    auto v = ids(15, 7, 2);
+    HostArg x = it == DType::I64 ? indices<int64_t>(it, {3, 5}, v) : indices<int32_t>(it, {3, 5}, v);
+    x.strides = {1, 3};  // a transposed view of the same values
+    expect_same(*dev, make_op(OpId::OneHot, OneHotParams{7}, {3, 5, 7}, DType::I64), {x}, DType::I64, {3, 5, 7});
+  }
+}
+
+// An out-of-range index raises the CPU's error (op, value, range, the caller's line) at the
+// synchronize after the launch, and the device keeps working afterwards.
+TEST(VulkanIndex, OutOfRangeIndexRaisesTheCpuErrorAtSync) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  const HostArg x = floats({4, 5}, {0, 1}, 0, 0);
+  for (int64_t bad : {int64_t{-1}, int64_t{5}, int64_t{1} << 40, -(int64_t{1} << 33)}) {
+    std::vector<int64_t> v{0, 1, 2, 3, 4, 0, 1, 2};
+    v[5] = bad;
+    for (DType it : {DType::I64, DType::I32}) {
+      if (it == DType::I32 && (bad > INT32_MAX || bad < INT32_MIN)) continue;
+      HostArg index = it == DType::I64 ? indices<int64_t>(it, {2, 4}, v) : indices<int32_t>(it, {2, 4}, v);
+      const KernelOp g = make_op(OpId::Gather, IndexParams{1}, {2, 4}, DType::F32);
+      const std::string want = error_of(cpu(), g, {x, index}, DType::F32, {2, 4});
+      EXPECT_NE(want.find("index " + std::to_string(bad) + " is out of range for dim 1 of size 5"), std::string::npos)
+          << want;
+      EXPECT_EQ(error_of(*dev, g, {x, index}, DType::F32, {2, 4}), want);
+
+      HostArg flat = index;
+      flat.shape = {8};
+      flat.strides = {1};
+      KernelOp s = make_op(OpId::IndexSelect, IndexParams{1}, {4, 8}, DType::F32);
+      EXPECT_EQ(error_of(*dev, s, {x, flat}, DType::F32, {4, 8}), error_of(cpu(), s, {x, flat}, DType::F32, {4, 8}));
+      s.name = "embedding";  // a composite reports as itself
+      const std::string emb = error_of(*dev, s, {x, flat}, DType::F32, {4, 8});
+      EXPECT_EQ(emb, error_of(cpu(), s, {x, flat}, DType::F32, {4, 8}));
+      EXPECT_NE(emb.find("embedding"), std::string::npos) << emb;
+
+      HostArg src = floats({2, 4}, {0, 1}, 0, 0);
+      const KernelOp sa = make_op(OpId::ScatterAdd, IndexParams{1}, {4, 5}, DType::F32);
+      EXPECT_EQ(error_of(*dev, sa, {x, index, src}, DType::F32, {4, 5}),
+                error_of(cpu(), sa, {x, index, src}, DType::F32, {4, 5}));
+      const KernelOp oh = make_op(OpId::OneHot, OneHotParams{5}, {2, 4, 5}, DType::I64);
+      EXPECT_EQ(error_of(*dev, oh, {index}, DType::I64, {2, 4, 5}), error_of(cpu(), oh, {index}, DType::I64, {2, 4, 5}));
+    }
+  }
+  // Afterwards the flag is clear: a good kernel runs without an error.
+  HostArg good = indices<int64_t>(DType::I64, {2, 4}, {0, 1, 2, 3, 4, 0, 1, 2});
+  expect_same(*dev, make_op(OpId::Gather, IndexParams{1}, {2, 4}, DType::F32), {x, good}, DType::F32, {2, 4});
+}
+
+}  // namespace
+}  // namespace alk::vk::testing
+#endif
