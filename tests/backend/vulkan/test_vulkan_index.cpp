@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
+#include "backend/vulkan/stream.h"
 #include "vulkan_kernel_test_util.h"
 
 namespace alk::vk::testing {
@@ -126,6 +127,26 @@ TEST(VulkanIndex, ScatterAddMatchesCpuBitForBit) {
   HostArg src = strided<float>(DType::F32, {N, D}, {0, 1}, 0, 0, [](int64_t i) { return std::sin(float(i)) * 3.0f; });
   expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, {V, D}, DType::F32), {zeros, index, src}, DType::F32,
               {V, D});
+  // Whole rows both ways (N <= 32: the per-element kernel; more: the bucket path): heavy
+  // repeats, rows no id names, i32 ids, a transposed 3-D src, f32 and f64.
+  for (int64_t rows : {int64_t{9}, int64_t{300}}) {
+    for (DType t : {DType::F32, DType::F64}) {
+      const Shape os{13, 3, 5}, ss{rows, 3, 5};
+      HostArg x3 = t == DType::F32 ? strided<float>(t, os, {2, 0, 1}, 2, 0, [](int64_t i) { return float(i) * 0.25f; })
+                                   : strided<double>(t, os, {2, 0, 1}, 2, 0, [](int64_t i) { return double(i) / 3; });
+      HostArg s3 = t == DType::F32
+                       ? strided<float>(t, ss, {1, 2, 0}, 0, 64, [](int64_t i) { return 1.0f / float(i % 89 + 1); })
+                       : strided<double>(t, ss, {1, 2, 0}, 0, 64, [](int64_t i) { return 1.0 / double(i % 89 + 1); });
+      std::vector<int64_t> rid = ids(rows, 7, 17);  // ids 0..6 of 13 rows: repeats, and empty rows
+      HostArg i3 = indices<int32_t>(DType::I32, {rows, 1, 1}, rid);
+      i3.shape = ss;
+      i3.strides = {1, 0, 0};
+      const int64_t before = Context::get(device_under_test())->stream().stats().dispatches;
+      expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, os, t), {x3, i3, s3}, t, os);
+      const int64_t dispatches = Context::get(device_under_test())->stream().stats().dispatches - before;
+      EXPECT_EQ(dispatches, rows > 32 ? 6 : 1) << "the bucket path is 6 dispatches (zero, count, scan, place, sort, sum)";
+    }
+  }
   // Integer payloads (i64 sums with carries across the low word, i32 wrapping as the CPU).
   HostArg xi = strided<int64_t>(DType::I64, {4, 3}, {0, 1}, 0, 0, [](int64_t i) { return (i + 1) * 0xFFFFFFF0LL; });
   HostArg si = strided<int64_t>(DType::I64, {6, 3}, {1, 0}, 0, 0, [](int64_t i) { return -(i + 5) * 0x1000000FLL; });
@@ -181,9 +202,51 @@ TEST(VulkanIndex, OutOfRangeIndexRaisesTheCpuErrorAtSync) {
       EXPECT_EQ(error_of(*dev, oh, {index}, DType::I64, {2, 4, 5}), error_of(cpu(), oh, {index}, DType::I64, {2, 4, 5}));
     }
   }
+  // The bucket path of whole-row scatters (more than 32 rows) reports too.
+  {
+    std::vector<int64_t> many = ids(40, 4, 3);
+    many[33] = 4;
+    HostArg rows = indices<int64_t>(DType::I64, {40, 1}, many);
+    rows.shape = {40, 5};
+    rows.strides = {1, 0};
+    HostArg src = floats({40, 5}, {0, 1}, 0, 0);
+    const KernelOp sa = make_op(OpId::ScatterAdd, IndexParams{0}, {4, 5}, DType::F32);
+    const std::string want = error_of(cpu(), sa, {x, rows, src}, DType::F32, {4, 5});
+    EXPECT_NE(want.find("index 4 is out of range for dim 0 of size 4"), std::string::npos) << want;
+    EXPECT_EQ(error_of(*dev, sa, {x, rows, src}, DType::F32, {4, 5}), want);
+  }
   // Afterwards the flag is clear: a good kernel runs without an error.
   HostArg good = indices<int64_t>(DType::I64, {2, 4}, {0, 1, 2, 3, 4, 0, 1, 2});
   expect_same(*dev, make_op(OpId::Gather, IndexParams{1}, {2, 4}, DType::F32), {x, good}, DType::F32, {2, 4});
+}
+
+// A recorded kernel (alk::compile's replays) reports a bad index at the synchronize after
+// each replay that met one, and not after replays whose indices are fine.
+TEST(VulkanIndex, ReplayedKernelReportsBadIndices) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  Kernel k;
+  k.node = make_op(OpId::Gather, IndexParams{0}, {3}, DType::F32);
+  k.op = OpId::Gather;
+  k.inputs.push_back(upload_arg(*dev, floats({4}, {0}, 0, 0)));
+  std::vector<int64_t> good{0, 3, 1}, bad{0, 4, 1};
+  k.inputs.push_back(upload_arg(*dev, indices<int64_t>(DType::I64, {3}, good)));
+  k.output = KernelArg{dev->allocate(12), 0, DType::F32, {3}, {1}, 0};
+  auto rec = dev->record({k});
+  dev->replay(*rec);
+  EXPECT_NO_THROW(dev->synchronize());
+  dev->upload(*k.inputs[1].buffer, 0, bad.data(), 24);
+  dev->replay(*rec);
+  try {
+    dev->synchronize();
+    ADD_FAILURE() << "expected the replay's bad index to raise";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "gather");
+    EXPECT_NE(e.detail().find("index 4 is out of range for dim 0 of size 4"), std::string::npos) << e.what();
+    EXPECT_EQ(e.line(), k.node.loc.line());
+  }
+  dev->upload(*k.inputs[1].buffer, 0, good.data(), 24);
+  dev->replay(*rec);
+  EXPECT_NO_THROW(dev->synchronize());
 }
 
 }  // namespace

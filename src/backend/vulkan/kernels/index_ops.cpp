@@ -6,13 +6,15 @@
 // Indices are i32 or i64; an i64 index is read as two 32-bit words (no shaderInt64
 // needed): it is valid when the high word is 0 and the low one below the size.
 //
-// scatter_add is deterministic and matches the CPU bit for bit: each invocation owns one
-// output element and walks the index entries along `dim` that could hit it, adding the
-// matching src values in index order, as the CPU does. The cost is
-// out.numel * index.shape[dim] reads, fine for gradients of gather/index_select over
-// modest index counts (an embedding's backward over N tokens reads N ids per weight
-// element); float atomics would be faster for huge index counts, but neither
-// deterministic nor equal to the CPU.
+// scatter_add is deterministic and matches the CPU bit for bit (no float atomics: those
+// would be neither): sums run in increasing index order, as the CPU's do.
+//   - Whole rows along dim 0 (one id per row: an embedding's or index_select's backward)
+//     with more than kBucketRows rows: ids are bucketed by row on the device (counts,
+//     scan, placement, per-bucket sort), then each output element sums its bucket;
+//     O(N + V + (N + V) * D) work.
+//   - Otherwise each invocation owns one output element and walks the index entries
+//     along `dim` that could hit it: out.numel * index.shape[dim] reads, fine for
+//     gather's backward and small index counts.
 #include <string>
 
 #include "backend/vulkan/context.h"
@@ -203,6 +205,164 @@ std::string scatter_add_unsupported(const Context& ctx, const Kernel& k) {
   return index_reason(k.inputs[1].dtype);
 }
 
+// The GLSL type and the `acc += v` of scatter_add's payload dtype.
+std::pair<std::string, std::string> payload(DType t) {
+  switch (t) {
+    case DType::F32: return {"float", "acc += v;"};
+    case DType::F64: return {"double", "acc += v;"};
+    case DType::I32: return {"int", "acc += v;"};
+    default: return {"uvec2", "uint carry; acc.x = uaddCarry(acc.x, v.x, carry); acc.y += v.y + carry;"};
+  }
+}
+
+// Above this many index rows, whole-row scatters (an embedding's backward) take the
+// bucket path below instead of every output element scanning every id.
+constexpr int64_t kBucketRows = 32;
+
+// scatter_add of whole rows along dim 0 (one id per row, like the CPU's scatter_rows):
+// out[v, :] = x[v, :] + the src rows i with ids[i] == v, in increasing i. Five dispatches,
+// O(N + V + (N + V) * D) work, deterministic and in the CPU's order:
+//   1. count the ids per row v (atomicAdd: counts are order-free), reporting bad ids;
+//   2. an exclusive scan of the counts: bucket starts;
+//   3. place each i in its bucket (atomicAdd on a cursor: slots in any order);
+//   4. sort each bucket (insertion sort: buckets are short unless ids repeat a lot);
+//   5. each output element adds its bucket's src values in that order.
+// False when k is not this case (the caller then runs the general kernel).
+bool scatter_rows(Context& ctx, Encoder& enc, const Kernel& k, uint32_t launch) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const ViewArg x = view_arg(k.inputs[0]), index = view_arg(k.inputs[1]), src = view_arg(k.inputs[2]),
+                out = view_arg(k.output);
+  const size_t R = out.shape.size();
+  if (dim != 0 || R < 1 || R > 8 || index.shape[0] <= kBucketRows) return false;
+  for (size_t d = 1; d < R; ++d)
+    if (index.shape[d] != out.shape[d] || (index.strides[d] != 0 && index.shape[d] != 1)) return false;
+  const int64_t V = out.shape[0], N = index.shape[0], D = kernels::numel(out.shape) / std::max<int64_t>(V, 1);
+  if (V == 0 || D == 0) return false;
+  // Scratch words: counts[V] | cursor[V] | start[V + 1] | slots[N].
+  const uint64_t words = 3 * static_cast<uint64_t>(V) + 1 + static_cast<uint64_t>(N);
+  std::shared_ptr<Allocation> tmp = ctx.pool().allocate(words * 4);
+  const Binding scratch{tmp, 0, words * 4, true};
+  const std::string V_ = std::to_string(V), SLOTS = std::to_string(3 * V + 1), START = std::to_string(2 * V);
+  const std::string head = "#version 450\n";
+  const std::string tmp_decl = "buffer Tmp { uint tmp_[]; };\n";
+  {  // 0. zero the counts and cursors
+    Launch l(ctx);
+    l.bind_raw(scratch);
+    l.u(2 * static_cast<uint64_t>(V));
+    std::string s = head + l.preamble() + "layout(std430, binding = 0) " + tmp_decl;
+    s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) + " tmp_[i] = 0u;\n}\n";
+    l.dispatch(enc, s, kernels::groups_for(2 * V));
+  }
+  {  // 1. count
+    Launch l(ctx);
+    const uint32_t inf = l.bind(index, false);
+    l.bind_raw(scratch);
+    l.bind_raw(IndexErrors::of(ctx).binding());
+    l.u(static_cast<uint64_t>(N)), l.u(static_cast<uint64_t>(V)), l.u(launch), l.u(inf);
+    l.i(index.strides[0]);
+    l.u(static_cast<uint64_t>(kernels::numel(index.shape) / N));
+    std::string s = head + l.preamble() + "layout(std430, binding = 1) " + tmp_decl + index_glsl(index.dtype, 0, 2, 2);
+    s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) +
+         " {\n"
+         "    uint lo, hi;\n"
+         "    read_index(P(3) + uint(int(i) * PI(4)), lo, hi);\n"
+         "    if (!index_ok(lo, hi, P(1))) { report(i * P(5), lo, hi); continue; }\n"
+         "    atomicAdd(tmp_[lo], 1u);\n"
+         "  }\n}\n";
+    l.dispatch(enc, s, kernels::groups_for(N));
+  }
+  {  // 2. scan: 256 chunks summed, the 256 sums scanned, each chunk written
+    Launch l(ctx);
+    l.bind_raw(scratch);
+    l.u(static_cast<uint64_t>(V));
+    std::string s = head + l.preamble() + "layout(std430, binding = 0) " + tmp_decl;
+    s += "shared uint part[256];\n"
+         "void main() {\n"
+         "  uint V = P(0), t = gl_LocalInvocationID.x, chunk = (V + 255u) / 256u;\n"
+         "  uint b = min(t * chunk, V), e = min(b + chunk, V), sum = 0u;\n"
+         "  for (uint v = b; v < e; ++v) sum += tmp_[v];\n"
+         "  part[t] = sum;\n"
+         "  barrier();\n"
+         "  if (t == 0u) { uint run = 0u; for (uint j = 0u; j < 256u; ++j) { uint c = part[j]; part[j] = run; run += c; }\n"
+         "                 tmp_[" + START + "u + V] = run; }\n"
+         "  barrier();\n"
+         "  uint run = part[t];\n"
+         "  for (uint v = b; v < e; ++v) { tmp_[" + START + "u + v] = run; run += tmp_[v]; }\n"
+         "}\n";
+    l.dispatch(enc, s, 1);
+  }
+  {  // 3. place
+    Launch l(ctx);
+    const uint32_t inf = l.bind(index, false);
+    l.bind_raw(scratch);
+    l.u(static_cast<uint64_t>(N)), l.u(static_cast<uint64_t>(V)), l.u(inf);
+    l.i(index.strides[0]);
+    std::string s = head + l.preamble() + "layout(std430, binding = 1) " + tmp_decl;
+    s += "layout(std430, binding = 0) readonly buffer Idx { " + std::string(index.dtype == DType::I64 ? "uvec2" : "uint") +
+         " idx_[]; };\n";
+    s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) + " {\n";
+    s += index.dtype == DType::I64 ? "    uvec2 w = idx_[P(2) + uint(int(i) * PI(3))]; uint lo = w.x, hi = w.y;\n"
+                                   : "    uint lo = idx_[P(2) + uint(int(i) * PI(3))], hi = int(lo) < 0 ? 1u : 0u;\n";
+    s += "    if (hi != 0u || lo >= P(1)) continue;\n"
+         "    uint slot = tmp_[" + START + "u + lo] + atomicAdd(tmp_[" + V_ + "u + lo], 1u);\n"
+         "    tmp_[" + SLOTS + "u + slot] = i;\n"
+         "  }\n}\n";
+    l.dispatch(enc, s, kernels::groups_for(N));
+  }
+  {  // 4. sort each bucket
+    Launch l(ctx);
+    l.bind_raw(scratch);
+    l.u(static_cast<uint64_t>(V));
+    std::string s = head + l.preamble() + "layout(std430, binding = 0) " + tmp_decl;
+    s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) +
+         " {\n"
+         "    uint b = " + SLOTS + "u + tmp_[" + START + "u + i], e = " + SLOTS + "u + tmp_[" + START + "u + i + 1u];\n"
+         "    for (uint a = b + 1u; a < e; ++a) {\n"
+         "      uint key = tmp_[a], j = a;\n"
+         "      while (j > b && tmp_[j - 1u] > key) { tmp_[j] = tmp_[j - 1u]; --j; }\n"
+         "      tmp_[j] = key;\n"
+         "    }\n"
+         "  }\n}\n";
+    l.dispatch(enc, s, kernels::groups_for(V));
+  }
+  {  // 5. sum
+    Launch l(ctx);
+    const uint32_t xf = l.bind(x, false), sf = l.bind(src, false);
+    l.bind_raw(scratch);
+    const uint32_t of = l.bind(out, true);
+    const int64_t n = V * D;
+    l.u(static_cast<uint64_t>(n)), l.u(static_cast<uint64_t>(D)), l.u(xf), l.u(sf), l.u(of);
+    l.i(x.strides[0]), l.i(src.strides[0]);
+    for (size_t d = 1; d < R; ++d) l.u(static_cast<uint64_t>(out.shape[d]));
+    for (size_t d = 1; d < R; ++d) l.i(x.strides[d]);
+    for (size_t d = 1; d < R; ++d) l.i(src.strides[d]);
+    const auto [T, add] = payload(out.dtype);
+    const std::string SH = "7", XS = std::to_string(7 + (R - 1)), SS = std::to_string(7 + 2 * (R - 1));
+    std::string s = head + "#define R1 " + std::to_string(R - 1) + "\n" + l.preamble();
+    s += "layout(std430, binding = 0) readonly buffer X { " + T + " x_[]; };\n";
+    s += "layout(std430, binding = 1) readonly buffer S { " + T + " src_[]; };\n";
+    s += "layout(std430, binding = 2) readonly " + tmp_decl;
+    s += "layout(std430, binding = 3) writeonly buffer O { " + T + " out_[]; };\n";
+    s += "void main() {\n  uint n = P(0), D = P(1);\n  " + std::string(kernels::kLoop) +
+         " {\n"
+         "    uint bucket = i / D, rem = i % D; int xo = int(bucket) * PI(5), so = 0;\n"
+         "    for (int d = R1 - 1; d >= 0; --d) {\n"
+         "      uint c = rem % P(" + SH + " + d); rem /= P(" + SH + " + d);\n"
+         "      xo += int(c) * PI(" + XS + " + d); so += int(c) * PI(" + SS + " + d);\n"
+         "    }\n"
+         "    " + T + " acc = x_[P(2) + uint(xo)];\n"
+         "    uint b = tmp_[" + START + "u + bucket], e = tmp_[" + START + "u + bucket + 1u];\n"
+         "    for (uint at = b; at < e; ++at) {\n"
+         "      uint row = tmp_[" + SLOTS + "u + at];\n"
+         "      " + T + " v = src_[P(3) + uint(int(row) * PI(6) + so)]; " + add + "\n"
+         "    }\n"
+         "    out_[P(4) + i] = acc;\n"
+         "  }\n}\n";
+    l.dispatch(enc, s, kernels::groups_for(n));
+  }
+  return true;
+}
+
 void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const int dim = std::get<IndexParams>(k.node.params).dim;
   const ViewArg x = view_arg(k.inputs[0]), index = view_arg(k.inputs[1]), src = view_arg(k.inputs[2]),
@@ -212,6 +372,8 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   if (std::string why = out_reason(k); !why.empty()) fail("scatter_add: " + why);
   const int64_t n = kernels::numel(out.shape);
   if (n == 0) return;
+  const uint32_t launch = register_launch(ctx, enc, k, "scatter_add", x.shape[dim], dim);
+  if (scatter_rows(ctx, enc, k, launch)) return;
   const size_t R = x.shape.size();
   Launch l(ctx);
   const uint32_t xf = l.bind(x, false), inf = l.bind(index, false), sf = l.bind(src, false), of = l.bind(out, true);
@@ -219,7 +381,7 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   l.u(static_cast<uint64_t>(n));
   l.u(static_cast<uint64_t>(dim));
   l.u(static_cast<uint64_t>(x.shape[dim]));
-  l.u(register_launch(ctx, enc, k, "scatter_add", x.shape[dim], dim));
+  l.u(launch);
   l.u(xf), l.u(inf), l.u(sf), l.u(of);
   l.u(static_cast<uint64_t>(index.shape[dim]));
   for (int64_t s : out.shape) l.u(static_cast<uint64_t>(s));
@@ -229,13 +391,7 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   for (int64_t s : src.strides) l.i(s);
   const std::string SH = "9", ISH = std::to_string(9 + R), XS = std::to_string(9 + 2 * R),
                     IS = std::to_string(9 + 3 * R), SS = std::to_string(9 + 4 * R);
-  std::string T, add;
-  switch (out.dtype) {
-    case DType::F32: T = "float"; add = "acc += v;"; break;
-    case DType::F64: T = "double"; add = "acc += v;"; break;
-    case DType::I32: T = "int"; add = "acc += v;"; break;
-    default: T = "uvec2"; add = "uint carry; acc.x = uaddCarry(acc.x, v.x, carry); acc.y += v.y + carry;"; break;
-  }
+  const auto [T, add] = payload(out.dtype);
   std::string s = header({}) + rank_decl(R) + l.preamble();
   s += "layout(std430, binding = 0) readonly buffer X { " + T + " x_[]; };\n";
   s += "layout(std430, binding = 2) readonly buffer S { " + T + " src_[]; };\n";
