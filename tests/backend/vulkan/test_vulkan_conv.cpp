@@ -55,6 +55,23 @@ TEST(VulkanConv, UnfoldAndFoldMatchCpu) {
                         run_kernel(get_device("cpu"), fold, {cols}, t, {N, C, H, W}), "fold");
     }
   }
+  // fold of f16/bf16: float sums rounded once at the end, as the CPU's.
+  const auto& f = dev->info().features;
+  if (std::find(f.begin(), f.end(), "f16") != f.end()) {
+    for (DType t : {DType::F16, DType::BF16}) {
+      const Geometry& g = kGeometries[2];
+      const int64_t OH = out_size(H, g.kh, g.sh, g.ph, g.dh), OW = out_size(W, g.kw, g.sw, g.pw, g.dw);
+      const UnfoldParams p{g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, H, W, 0.0};
+      const Shape cs{N, C * g.kh * g.kw, OH * OW};
+      HostArg cols = strided<uint16_t>(t, cs, {0, 2, 1}, 3, 0, [t](int64_t i) {
+        return static_cast<uint16_t>(t == DType::F16 ? ((i % 2 ? 0x8000 : 0) | ((12 + i % 7) << 10) | ((i * 53) & 0x3ff))
+                                                     : (0x3F00 + (i * 29) % 0x200) | (i % 3 ? 0 : 0x8000));
+      });
+      const KernelOp fold = make_op(OpId::Fold, p, {N, C, H, W}, t);
+      expect_same_bytes(run_kernel(*dev, fold, {cols}, t, {N, C, H, W}),
+                        run_kernel(get_device("cpu"), fold, {cols}, t, {N, C, H, W}), "fold 16-bit");
+    }
+  }
   // unfold copies any dtype's bits: i64 with an integer pad value.
   HostArg xi = strided<int64_t>(DType::I64, {1, 2, 5, 4}, {0, 1, 2, 3}, 0, 0, [](int64_t i) { return i * 0x100000001LL; });
   const UnfoldParams p{2, 2, 1, 1, 1, 1, 1, 1, 5, 4, 9};

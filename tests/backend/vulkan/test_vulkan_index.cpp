@@ -147,6 +147,32 @@ TEST(VulkanIndex, ScatterAddMatchesCpuBitForBit) {
       EXPECT_EQ(dispatches, rows > 32 ? 6 : 1) << "the bucket path is 6 dispatches (zero, count, scan, place, sort, sum)";
     }
   }
+  // f16/bf16: each partial sum rounded to the dtype, as the CPU stores it (both paths).
+  for (DType t : {DType::F16, DType::BF16}) {
+    const auto& f = dev->info().features;
+    if (std::find(f.begin(), f.end(), "f16") == f.end()) break;
+    for (int64_t rows : {int64_t{9}, int64_t{100}}) {
+      auto bits = [t](int64_t i) {
+        // Values of mixed magnitude (sums that round), as the dtype's bit patterns.
+        const float v = std::sin(float(i)) * (i % 5 == 0 ? 300.0f : 1.0f);
+        uint16_t b = 0;
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        b = t == DType::BF16 ? static_cast<uint16_t>(u >> 16) : 0;
+        if (t == DType::F16) {
+          // A plain f16 encoding of small numbers: sign, exponent 10..20, mantissa from i.
+          b = static_cast<uint16_t>((i % 2 ? 0x8000 : 0) | ((10 + i % 11) << 10) | ((i * 37) & 0x3ff));
+        }
+        return b;
+      };
+      HostArg x16 = strided<uint16_t>(t, {6, 4}, {1, 0}, 1, 0, bits);
+      HostArg s16 = strided<uint16_t>(t, {rows, 4}, {0, 1}, 0, 0, [&](int64_t i) { return bits(i + 1000); });
+      HostArg i16 = indices<int64_t>(DType::I64, {rows, 1}, ids(rows, 6, 4));
+      i16.shape = {rows, 4};
+      i16.strides = {1, 0};
+      expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{0}, {6, 4}, t), {x16, i16, s16}, t, {6, 4});
+    }
+  }
   // Integer payloads (i64 sums with carries across the low word, i32 wrapping as the CPU).
   HostArg xi = strided<int64_t>(DType::I64, {4, 3}, {0, 1}, 0, 0, [](int64_t i) { return (i + 1) * 0xFFFFFFF0LL; });
   HostArg si = strided<int64_t>(DType::I64, {6, 3}, {1, 0}, 0, 0, [](int64_t i) { return -(i + 5) * 0x1000000FLL; });

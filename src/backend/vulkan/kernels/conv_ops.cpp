@@ -5,7 +5,8 @@
 // unfold copies element bits (any dtype; the pad value converted on the host as the CPU
 // converts it). fold sums overlapping windows: each invocation owns one output pixel and
 // adds its taps in (ki, kj) order starting from 0, the order the CPU's plane sums use, so
-// f32/f64 results are bit-identical (the adds are `precise`: never reassociated).
+// results are bit-identical (the adds are `precise`: never reassociated; f16/bf16 sum in
+// float and round once, as the CPU's float planes do).
 #include <algorithm>
 #include <string>
 
@@ -71,7 +72,7 @@ void unfold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 std::string fold_unsupported(const Context& ctx, const Kernel& k) {
   if (std::string why = conv_reason(ctx, k); !why.empty()) return why;
   const DType t = k.output.dtype;
-  if (t != DType::F32 && t != DType::F64) return "fold of " + std::string(dtype_name(t)) + " (f32, f64 only)";
+  if (!is_floating(t)) return "fold of " + std::string(dtype_name(t)) + " (floating dtypes only)";
   if (t == DType::F64 && !ctx.info().float64) return ctx.info().name + " has no shaderFloat64";
   return "";
 }
@@ -91,8 +92,10 @@ void fold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   for (int64_t v : {p.ph, p.pw, p.dh, p.dw}) l.i(v);
   l.u(static_cast<uint64_t>(OH)), l.u(static_cast<uint64_t>(OW));
   for (int64_t s : cols.strides) l.i(s);
-  const std::string T = out.dtype == DType::F64 ? "double" : "float";
-  std::string s = "#version 450\n" + l.preamble();
+  const DType t = out.dtype;
+  const std::string T = t == DType::F64 ? "double" : t == DType::F32 ? "float" : kernels::storage_type(t);
+  // f16/bf16 sum in float and round once at the end, as the CPU's float planes do.
+  std::string s = "#version 450\n" + kernels::storage_extensions(t) + l.preamble() + kernels::arithmetic_glsl(t);
   s += "layout(std430, binding = 0) readonly buffer X { " + T + " cols_[]; };\n";
   s += "layout(std430, binding = 1) writeonly buffer O { " + T + " out_[]; };\n";
   s += "void main() {\n"
@@ -102,7 +105,7 @@ void fold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        std::string(kernels::kLoop) +
        " {\n"
        "    int x = int(i % W), y = int((i / W) % H); uint c = (i / (W * H)) % C, b = i / (W * H * C);\n"
-       "    precise " + T + " acc = " + T + "(0);\n"
+       "    precise ACC acc = ACC(0);\n"
        "    for (uint ki = 0u; ki < kh; ++ki) {\n"
        "      int ty = y + ph - int(ki) * dh;  // = oy * sh for the window row that covers y\n"
        "      if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;\n"
@@ -110,10 +113,10 @@ void fold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "        int tx = x + pw - int(kj) * dw;\n"
        "        if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;\n"
        "        int at = int(b) * PI(16) + int(c * kh * kw + ki * kw + kj) * PI(17) + (ty / sh * OW + tx / sw) * PI(18);\n"
-       "        acc = acc + cols_[P(1) + uint(at)];\n"
+       "        acc = acc + LOAD(cols_[P(1) + uint(at)]);\n"
        "      }\n"
        "    }\n"
-       "    out_[P(2) + i] = acc;\n"
+       "    out_[P(2) + i] = STORE(acc);\n"
        "  }\n}\n";
   l.dispatch(enc, s, kernels::groups_for(n));
 }

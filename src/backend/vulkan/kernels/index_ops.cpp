@@ -199,20 +199,20 @@ std::string scatter_add_unsupported(const Context& ctx, const Kernel& k) {
   if (k.inputs.size() != 3) return "scatter_add takes 3 inputs";
   const DType t = k.output.dtype;
   if (k.inputs[0].dtype != t || k.inputs[2].dtype != t) return "scatter_add between dtypes";
-  if (t != DType::F32 && t != DType::F64 && t != DType::I32 && t != DType::I64)
-    return "scatter_add of " + std::string(dtype_name(t)) + " (f32, f64, i32, i64 only)";
+  if (t == DType::U8 || t == DType::Bool) return "scatter_add of " + std::string(dtype_name(t));
   if (t == DType::F64 && !ctx.info().float64) return ctx.info().name + " has no shaderFloat64";
   return index_reason(k.inputs[1].dtype);
 }
 
-// The GLSL type and the `acc += v` of scatter_add's payload dtype.
+// scatter_add's payload: the stored type, and GLSL for sums in the CPU's way (each add
+// rounded to the dtype, as the CPU stores every partial sum): arithmetic_glsl + ADD(acc, v).
 std::pair<std::string, std::string> payload(DType t) {
-  switch (t) {
-    case DType::F32: return {"float", "acc += v;"};
-    case DType::F64: return {"double", "acc += v;"};
-    case DType::I32: return {"int", "acc += v;"};
-    default: return {"uvec2", "uint carry; acc.x = uaddCarry(acc.x, v.x, carry); acc.y += v.y + carry;"};
-  }
+  const std::string add = t == DType::I64
+                              ? "#define ADD(acc, v) { uint carry_; acc.x = uaddCarry(acc.x, v.x, carry_); "
+                                "acc.y += v.y + carry_; }\n"
+                              : "#define ADD(acc, v) acc = ROUND(acc + v)\n";
+  return {t == DType::F32 ? "float" : t == DType::F64 ? "double" : t == DType::I32 ? "int" : kernels::storage_type(t),
+          kernels::arithmetic_glsl(t) + add};
 }
 
 // Above this many index rows, whole-row scatters (an embedding's backward) take the
@@ -338,7 +338,8 @@ bool scatter_rows(Context& ctx, Encoder& enc, const Kernel& k, uint32_t launch) 
     for (size_t d = 1; d < R; ++d) l.i(src.strides[d]);
     const auto [T, add] = payload(out.dtype);
     const std::string SH = "7", XS = std::to_string(7 + (R - 1)), SS = std::to_string(7 + 2 * (R - 1));
-    std::string s = head + "#define R1 " + std::to_string(R - 1) + "\n" + l.preamble();
+    std::string s = head + kernels::storage_extensions(out.dtype) + "#define R1 " + std::to_string(R - 1) + "\n" +
+                    l.preamble() + add;
     s += "layout(std430, binding = 0) readonly buffer X { " + T + " x_[]; };\n";
     s += "layout(std430, binding = 1) readonly buffer S { " + T + " src_[]; };\n";
     s += "layout(std430, binding = 2) readonly " + tmp_decl;
@@ -350,13 +351,14 @@ bool scatter_rows(Context& ctx, Encoder& enc, const Kernel& k, uint32_t launch) 
          "      uint c = rem % P(" + SH + " + d); rem /= P(" + SH + " + d);\n"
          "      xo += int(c) * PI(" + XS + " + d); so += int(c) * PI(" + SS + " + d);\n"
          "    }\n"
-         "    " + T + " acc = x_[P(2) + uint(xo)];\n"
+         "    ACC acc = LOAD(x_[P(2) + uint(xo)]);\n"
          "    uint b = tmp_[" + START + "u + bucket], e = tmp_[" + START + "u + bucket + 1u];\n"
          "    for (uint at = b; at < e; ++at) {\n"
          "      uint row = tmp_[" + SLOTS + "u + at];\n"
-         "      " + T + " v = src_[P(3) + uint(int(row) * PI(6) + so)]; " + add + "\n"
+         "      ACC v = LOAD(src_[P(3) + uint(int(row) * PI(6) + so)]);\n"
+         "      ADD(acc, v);\n"
          "    }\n"
-         "    out_[P(4) + i] = acc;\n"
+         "    out_[P(4) + i] = STORE(acc);\n"
          "  }\n}\n";
     l.dispatch(enc, s, kernels::groups_for(n));
   }
@@ -392,7 +394,7 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const std::string SH = "9", ISH = std::to_string(9 + R), XS = std::to_string(9 + 2 * R),
                     IS = std::to_string(9 + 3 * R), SS = std::to_string(9 + 4 * R);
   const auto [T, add] = payload(out.dtype);
-  std::string s = header({}) + rank_decl(R) + l.preamble();
+  std::string s = header({out.dtype}) + rank_decl(R) + l.preamble() + add;
   s += "layout(std430, binding = 0) readonly buffer X { " + T + " x_[]; };\n";
   s += "layout(std430, binding = 2) readonly buffer S { " + T + " src_[]; };\n";
   s += "layout(std430, binding = 3) writeonly buffer O { " + T + " out_[]; };\n";
@@ -410,7 +412,7 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "             so += int(c) * PI(" + SS + " + d); ipos += c * mult; }\n"
        "      mult *= P(" + ISH + " + d);\n"
        "    }\n"
-       "    " + T + " acc = x_[P(4) + uint(xo)];\n"
+       "    ACC acc = LOAD(x_[P(4) + uint(xo)]);\n"
        "    if (inside) {\n"
        "      for (uint j = 0u; j < len; ++j) {\n"
        "        uint lo, hi;\n"
@@ -419,10 +421,10 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "          if (cd == 0u) report(ipos + j * dim_mult, lo, hi);  // once per entry\n"
        "          continue;  // skipped: no write outside out\n"
        "        }\n"
-       "        if (lo == cd) { " + T + " v = src_[P(6) + uint(so + int(j) * PI(" + SS + " + dim))]; " + add + " }\n"
+       "        if (lo == cd) { ACC v = LOAD(src_[P(6) + uint(so + int(j) * PI(" + SS + " + dim))]); ADD(acc, v); }\n"
        "      }\n"
        "    }\n"
-       "    out_[P(7) + i] = acc;\n"
+       "    out_[P(7) + i] = STORE(acc);\n"
        "  }\n}\n";
   l.dispatch(enc, s, kernels::groups_for(n));
 }

@@ -122,6 +122,53 @@ std::string constant_expr(DType dtype, const std::string& lo, const std::string&
   }
 }
 
+std::string arithmetic_glsl(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "#define ACC float\n#define LOAD(x) (x)\n#define STORE(a) (a)\n#define ROUND(a) (a)\n";
+    case DType::F64: return "#define ACC double\n#define LOAD(x) (x)\n#define STORE(a) (a)\n#define ROUND(a) (a)\n";
+    case DType::I32: return "#define ACC int\n#define LOAD(x) (x)\n#define STORE(a) (a)\n#define ROUND(a) (a)\n";
+    case DType::BF16:
+      return "float alk_bf16_to_f32(uint h) { return uintBitsToFloat(h << 16); }\n"
+             "uint alk_f32_to_bf16(float f) {\n"
+             "  uint bits = floatBitsToUint(f);\n"
+             "  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;  // quiet NaN\n"
+             "  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;\n"
+             "}\n"
+             "#define ACC float\n#define LOAD(x) alk_bf16_to_f32(uint(x))\n"
+             "#define STORE(a) uint16_t(alk_f32_to_bf16(a))\n#define ROUND(a) alk_bf16_to_f32(alk_f32_to_bf16(a))\n";
+    case DType::F16:
+      return "float alk_f16_to_f32(uint h) {\n"
+             "  uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;\n"
+             "  if (e == 0x1fu) bits = sign | 0x7f800000u | (mant << 13);\n"
+             "  else if (e != 0u) bits = sign | ((e + 112u) << 23) | (mant << 13);\n"
+             "  else if (mant == 0u) bits = sign;\n"
+             "  else {  // subnormal: normalize\n"
+             "    int k = -1;\n"
+             "    do { ++k; mant <<= 1; } while ((mant & 0x400u) == 0u);\n"
+             "    bits = sign | (uint(112 - k) << 23) | ((mant & 0x3ffu) << 13);\n"
+             "  }\n"
+             "  return uintBitsToFloat(bits);\n"
+             "}\n"
+             "uint alk_f32_to_f16(float f) {\n"
+             "  uint bits = floatBitsToUint(f), sign = (bits >> 16) & 0x8000u, a = bits & 0x7fffffffu;\n"
+             "  if (a > 0x7f800000u) return sign | 0x7e00u;\n"
+             "  if (a >= 0x477ff000u) return sign | 0x7c00u;\n"
+             "  if (a < 0x38800000u) {\n"
+             "    if (a < 0x33000000u) return sign;\n"
+             "    uint e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;\n"
+             "    uint half_ = mant >> shift, rem = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1u);\n"
+             "    if (rem > mid || (rem == mid && (half_ & 1u) != 0u)) ++half_;\n"
+             "    return sign | half_;\n"
+             "  }\n"
+             "  return sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13);\n"
+             "}\n"
+             "#define ACC float\n#define LOAD(x) alk_f16_to_f32(uint(x))\n"
+             "#define STORE(a) uint16_t(alk_f32_to_f16(a))\n#define ROUND(a) alk_f16_to_f32(alk_f32_to_f16(a))\n";
+    default:  // I64 as (lo, hi) words
+      return "#define ACC uvec2\n#define LOAD(x) (x)\n#define STORE(a) (a)\n#define ROUND(a) (a)\n";
+  }
+}
+
 std::string common_reason(const Context& ctx, const Kernel& k, size_t max_rank) {
   if (k.epilogue) return "no fused epilogue on Vulkan " + std::string(op_name(k.op)) + " kernels";
   if (k.output.shape.size() > max_rank)

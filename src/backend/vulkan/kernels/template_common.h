@@ -62,6 +62,14 @@ std::pair<uint32_t, uint32_t> constant_bits(DType dtype, double value);
 // GLSL expression for a constant element of dtype from params words lo_word, hi_word.
 std::string constant_expr(DType dtype, const std::string& lo, const std::string& hi);
 
+// Arithmetic on a float dtype's elements: GLSL defining ACC (the type sums run in), LOAD(x)
+// (a stored element -> ACC), STORE(a) (ACC -> a stored element), and ROUND(a) (a value as
+// the dtype holds it: what the CPU's store-then-load of an f16/bf16 sum gives). f16/bf16
+// compute in float with the CPU's own conversions (core/half.h: round to nearest even,
+// subnormals kept), so results match it bit for bit; f32/f64 are themselves.
+// Supported: F32, F64, F16, BF16, I32, I64 (integers wrap: ROUND is the identity).
+std::string arithmetic_glsl(DType dtype);
+
 // Common checks of a template kernel: no epilogue, rank, numel in 32 bits.
 std::string common_reason(const Context& ctx, const Kernel& k, size_t max_rank = 8);
 
