@@ -25,6 +25,11 @@ void expect_identical(Device& dev, const RandomParams& p, DType dtype, const Sha
                         << dtype_name(dtype) << ": first differing element " << first;
 }
 
+bool has(Device& dev, const char* feature) {
+  const auto& f = dev.info().features;
+  return std::find(f.begin(), f.end(), feature) != f.end();
+}
+
 bool has_f64(Device& dev) {
   const auto& f = dev.info().features;
   return std::find(f.begin(), f.end(), "f64") != f.end();
@@ -39,6 +44,10 @@ TEST(VulkanRandom, UniformIsBitIdenticalToCpu) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (const auto& s : kStates) {
     expect_identical(*dev, RandomParams{0, s.seed, s.offset, 0.0, 1.0}, DType::F32, {37, 55});
+    if (has(*dev, "f16")) {
+      expect_identical(*dev, RandomParams{0, s.seed, s.offset, 0.0, 1.0}, DType::BF16, {257});
+      expect_identical(*dev, RandomParams{0, s.seed, s.offset, 0.0, 1.0}, DType::F16, {257});
+    }
     if (!has_f64(*dev)) continue;
     expect_identical(*dev, RandomParams{0, s.seed, s.offset, -3.5, 0.25}, DType::F32, {2023});
     expect_identical(*dev, RandomParams{0, s.seed, s.offset, -1.0, 1.0}, DType::F64, {3, 333});
@@ -52,6 +61,10 @@ TEST(VulkanRandom, NormalIsBitIdenticalToCpu) {
     expect_identical(*dev, RandomParams{1, s.seed, s.offset, 0.0, 1.0}, DType::F32, {129, 129});
     expect_identical(*dev, RandomParams{1, s.seed, s.offset, 0.5, 0.02}, DType::F32, {1001});
     expect_identical(*dev, RandomParams{1, s.seed, s.offset, -2.0, 3.0}, DType::F64, {777});
+    if (has(*dev, "f16")) {
+      expect_identical(*dev, RandomParams{1, s.seed, s.offset, 0.0, 0.02}, DType::BF16, {1025});
+      expect_identical(*dev, RandomParams{1, s.seed, s.offset, 1.0, 3.0}, DType::F16, {1025});
+    }
   }
 }
 
@@ -66,6 +79,7 @@ TEST(VulkanRandom, IntegerIsBitIdenticalToCpu) {
     if (has_f64(*dev)) {
       expect_identical(*dev, RandomParams{2, s.seed, s.offset, -50, 50}, DType::F32, {301});
       expect_identical(*dev, RandomParams{2, s.seed, s.offset, 0, 9e15}, DType::F64, {301});
+      if (has(*dev, "f16")) expect_identical(*dev, RandomParams{2, s.seed, s.offset, -3000, 3000}, DType::F16, {301});
     }
   }
 }

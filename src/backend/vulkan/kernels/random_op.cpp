@@ -22,8 +22,10 @@
 // chance of about 2^-28 per element. The tests draw tens of thousands of elements at
 // several seeds and offsets and find every one identical.
 //
-// Devices without shaderFloat64 run the integer distribution and uniform draws with
-// low = 0, high = 1 (u itself, exact in float) on f32; the rest needs f64.
+// Outputs: f32, f64, f16, bf16 (stored through float with the CPU's conversions), and i32/i64
+// for the integer distribution. Devices without shaderFloat64 run the integer distribution
+// into integers and uniform draws with low = 0, high = 1 (u itself, exact in float); the
+// rest needs f64.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -42,21 +44,30 @@ enum Dist { kUniform = 0, kNormal = 1, kInteger = 2 };  // cpu::Distribution's o
 
 bool plain_uniform(const RandomParams& p) { return p.low == 0.0 && p.high == 1.0; }
 
+bool float_out(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+
 std::string random_unsupported(const Context& ctx, const Kernel& k) {
   if (std::string why = kernels::common_reason(ctx, k); !why.empty()) return why;
   if (!k.inputs.empty()) return "random takes no inputs";
   const auto& p = std::get<RandomParams>(k.node.params);
   const DType t = k.output.dtype;
-  if (p.dist == kInteger) {
-    if (t == DType::I64 || t == DType::I32) return "";
-    if (t != DType::F32 && t != DType::F64) return "integer random of " + std::string(dtype_name(t));
-  } else if (t != DType::F32 && t != DType::F64) {
-    return "random " + std::string(dtype_name(t)) + " (f32 and f64 only on Vulkan)";
-  }
+  if (p.dist == kInteger && (t == DType::I64 || t == DType::I32)) return "";
+  if (!float_out(t)) return "random " + std::string(dtype_name(t)) + " on Vulkan";
   const bool needs_f64 = t == DType::F64 || !(p.dist == kUniform && plain_uniform(p));
   if (needs_f64 && !ctx.info().float64)
     return ctx.info().name + " has no shaderFloat64 (random computes in double, as the CPU does)";
   return "";
+}
+
+// GLSL storing the double `d` (or, with from_float, the float `d`) as the CPU's
+// Elem<t>::store does: through float for f32/f16/bf16.
+std::string store(DType t, const std::string& d, bool from_float = false) {
+  const std::string f = from_float ? d : "float(" + d + ")";
+  switch (t) {
+    case DType::F64: return "    out_[P(1) + i] = unpackDouble2x32(" + d + ");\n";
+    case DType::F32: return "    out_[P(1) + i] = floatBitsToUint(" + f + ");\n";
+    default: return "    out_[P(1) + i] = STORE(" + f + ");\n";
+  }
 }
 
 std::string dbl(double v) {
@@ -160,7 +171,9 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
     put64(bits_of(p.high));
   }
   const bool f64 = ctx.info().float64;
-  std::string s = "#version 450\n#define DIST " + std::to_string(p.dist) + "\n" + l.preamble();
+  std::string s = "#version 450\n" + kernels::storage_extensions(t) + "#define DIST " + std::to_string(p.dist) + "\n" +
+                  l.preamble();
+  if (t == DType::F16 || t == DType::BF16) s += kernels::arithmetic_glsl(t);
   s += "layout(std430, binding = 0) writeonly buffer O { " + std::string(kernels::storage_type(t)) + " out_[]; };\n";
   s += "uvec4 philox(uint c0, uint c1, uint k0, uint k1) {\n"
        "  uint c2 = 0u, c3 = 0u;\n"
@@ -198,26 +211,22 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
     case DType::I64: s += "    out_[P(1) + i] = v;\n"; break;
     case DType::I32: s += "    out_[P(1) + i] = v.x;\n"; break;
     default:
-      s += "    precise double d = double(int(v.y)) * 4294967296.0LF + double(v.x);\n";
-      s += t == DType::F64 ? "    out_[P(1) + i] = unpackDouble2x32(d);\n"
-                           : "    out_[P(1) + i] = floatBitsToUint(float(d));\n";
+      if (f64) s += "    precise double d = double(int(v.y)) * 4294967296.0LF + double(v.x);\n" + store(t, "d");
   }
   s += "#elif DIST == 0\n"
        "    float u = float(w.x >> 8) * (1.0 / 16777216.0);\n";
   if (f64) {
     s += "    precise double d = packDouble2x32(uvec2(P(6), P(7))) + packDouble2x32(uvec2(P(8), P(9))) * double(u);\n";
-    s += t == DType::F64 ? "    out_[P(1) + i] = unpackDouble2x32(d);\n"
-                         : "    out_[P(1) + i] = floatBitsToUint(float(d));\n";
+    s += store(t, "d");
   } else {
-    s += "    out_[P(1) + i] = floatBitsToUint(u);  // low = 0, high = 1 (random_unsupported)\n";
+    s += store(t, "u", true);  // low = 0, high = 1 (random_unsupported)
   }
   s += "#else\n";
   if (f64) {
     s += "    double u0 = double(w.x >> 8) * (1.0LF / 16777216.0LF), u1 = double(w.y >> 8) * (1.0LF / 16777216.0LF);\n"
          "    precise double z = sqrt_d(-2.0LF * log_d(1.0LF - u0)) * cos_d(6.283185307179586LF * u1);\n"
          "    precise double d = packDouble2x32(uvec2(P(6), P(7))) + packDouble2x32(uvec2(P(8), P(9))) * double(float(z));\n";
-    s += t == DType::F64 ? "    out_[P(1) + i] = unpackDouble2x32(d);\n"
-                         : "    out_[P(1) + i] = floatBitsToUint(float(d));\n";
+    s += store(t, "d");
   }
   s += "#endif\n  }\n}\n";
   l.dispatch(enc, s, kernels::groups_for(n));
