@@ -27,7 +27,7 @@ std::string conv_reason(const Context& ctx, const Kernel& k) {
       k.output.shape.size() != 3 + (k.op == OpId::Fold ? 1 : 0))
     return "unexpected shapes";
   if (k.inputs[0].dtype != k.output.dtype) return "between dtypes";
-  if (!kernels::is_contiguous(view_arg(k.output))) return "a non-contiguous output";
+  if (!kernels::is_contiguous(k.output)) return "a non-contiguous output";
   return "";
 }
 

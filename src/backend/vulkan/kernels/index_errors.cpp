@@ -49,14 +49,18 @@ void IndexErrors::check() {
   std::unique_lock lock(mutex_);
   if (!pending_ && recorded_ == 0) return;
   std::array<uint32_t, 4> words{};
+  // Launches registered from here on (other threads) may still be pending: kept.
+  const uint32_t upto = next_;
+  auto forget_checked = [&] {
+    for (auto it = launches_.begin(); it != launches_.end();)
+      it = recorded_ids_.count(it->first) || it->first >= upto ? std::next(it) : launches_.erase(it);
+  };
   lock.unlock();
   ctx_.stream().download(flag_, 0, words.data(), 16);
   lock.lock();
-  pending_ = false;
+  pending_ = next_ != upto;  // launches registered meanwhile are checked next time
   if (words[0] == 0) {
-    // Clean: stream launches can no longer fail.
-    for (auto it = launches_.begin(); it != launches_.end();)
-      it = recorded_ids_.count(it->first) ? std::next(it) : launches_.erase(it);
+    forget_checked();  // clean: these stream launches can no longer fail
     return;
   }
   const std::array<uint32_t, 4> zero{};
@@ -65,8 +69,7 @@ void IndexErrors::check() {
   const int64_t value = static_cast<int64_t>((static_cast<uint64_t>(words[3]) << 32) | words[2]);
   if (it == launches_.end()) fail("an index kernel reported index " + std::to_string(value) + " out of range");
   const IndexLaunch l = it->second;
-  for (auto e = launches_.begin(); e != launches_.end();)
-    e = recorded_ids_.count(e->first) ? std::next(e) : launches_.erase(e);
+  forget_checked();
   throw Error(l.op,
               l.what + " " + std::to_string(value) + " is out of range for dim " + std::to_string(l.dim) + " of size " +
                   std::to_string(l.size) + " (valid range [0, " + std::to_string(l.size) + "))",

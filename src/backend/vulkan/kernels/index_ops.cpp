@@ -80,7 +80,7 @@ void check_fits(const Kernel& k, const char* op, const KernelArg& small, const c
 }
 
 std::string out_reason(const Kernel& k) {
-  return kernels::is_contiguous(view_arg(k.output)) ? "" : "a non-contiguous output";
+  return kernels::is_contiguous(k.output) ? "" : "a non-contiguous output";
 }
 
 // ---- gather: out[c] = x[c with c_dim = index[c]] ----

@@ -34,7 +34,7 @@ std::string same_dtype_reason(const Context& ctx, const Kernel& k, size_t inputs
   if (inputs != SIZE_MAX && k.inputs.size() != inputs) return "wrong number of inputs";
   for (const KernelArg& a : k.inputs)
     if (a.dtype != k.output.dtype) return "an input's dtype differs from the output's";
-  if (!kernels::is_contiguous(view_arg(k.output))) return "a non-contiguous output";
+  if (!kernels::is_contiguous(k.output)) return "a non-contiguous output";
   return "";
 }
 

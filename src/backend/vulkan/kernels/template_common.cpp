@@ -181,14 +181,20 @@ std::string common_reason(const Context& ctx, const Kernel& k, size_t max_rank) 
   return storage_reason(ctx, k.output.dtype);
 }
 
-bool is_contiguous(const ViewArg& v) {
+namespace {
+bool contiguous(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  if (shape.size() != strides.size()) return false;
   int64_t expect = 1;
-  for (size_t d = v.shape.size(); d-- > 0;) {
-    if (v.shape[d] != 1 && v.strides[d] != expect) return false;
-    expect *= v.shape[d];
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != expect) return false;
+    expect *= shape[d];
   }
   return true;
 }
+}  // namespace
+
+bool is_contiguous(const ViewArg& v) { return contiguous(v.shape, v.strides); }
+bool is_contiguous(const KernelArg& a) { return contiguous(a.shape, a.strides); }
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -75,6 +75,7 @@ std::string common_reason(const Context& ctx, const Kernel& k, size_t max_rank =
 
 // Views of contiguous shape `shape` over a tensor (for outputs written in element order).
 bool is_contiguous(const ViewArg& v);
+bool is_contiguous(const KernelArg& a);  // the same, without touching its buffer (supports())
 int64_t numel(const std::vector<int64_t>& shape);
 
 // Every GLSL loop of these kernels: for (uint i = first(); i < n; i += step()).
