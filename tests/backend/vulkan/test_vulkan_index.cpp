@@ -147,6 +147,15 @@ TEST(VulkanIndex, ScatterAddMatchesCpuBitForBit) {
       EXPECT_EQ(dispatches, rows > 32 ? 6 : 1) << "the bucket path is 6 dispatches (zero, count, scan, place, sort, sum)";
     }
   }
+  // Rank 5: the params (9 + 5 * rank words) outgrow the 128 push-constant bytes and go in a buffer.
+  {
+    const Shape xs5{3, 2, 4, 2, 3}, is5{3, 2, 5, 2, 2};
+    const HostArg x5 = floats(xs5, {4, 3, 2, 1, 0}, 1, 0);
+    HostArg s5 = floats(is5, {0, 1, 2, 3, 4}, 0, 64);
+    HostArg i5 = indices<int64_t>(DType::I64, is5, ids(3 * 2 * 5 * 2 * 2, 4, 8));
+    expect_same(*dev, make_op(OpId::ScatterAdd, IndexParams{2}, xs5, DType::F32), {x5, i5, s5}, DType::F32, xs5);
+    expect_same(*dev, make_op(OpId::Gather, IndexParams{2}, is5, DType::F32), {x5, i5}, DType::F32, is5);
+  }
   // f16/bf16: each partial sum rounded to the dtype, as the CPU stores it (both paths).
   for (DType t : {DType::F16, DType::BF16}) {
     const auto& f = dev->info().features;
@@ -258,6 +267,7 @@ TEST(VulkanIndex, ReplayedKernelReportsBadIndices) {
   k.inputs.push_back(upload_arg(*dev, indices<int64_t>(DType::I64, {3}, good)));
   k.output = KernelArg{dev->allocate(12), 0, DType::F32, {3}, {1}, 0};
   auto rec = dev->record({k});
+  EXPECT_NO_THROW(dev->synchronize());  // recorded, not run yet: nothing to report, nothing to wait for
   dev->replay(*rec);
   EXPECT_NO_THROW(dev->synchronize());
   dev->upload(*k.inputs[1].buffer, 0, bad.data(), 24);

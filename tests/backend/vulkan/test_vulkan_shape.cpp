@@ -67,6 +67,16 @@ TEST(VulkanShape, PadMatchesCpu) {
   }
 }
 
+// Rank 7: pad's params (5 + 4 * rank words) go in a buffer instead of push constants.
+TEST(VulkanShape, HighRankPadUsesAParamsBuffer) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  const HostArg x = view(DType::F32, {2, 1, 3, 2, 1, 2, 3}, {6, 5, 4, 3, 2, 1, 0}, 2);
+  const std::vector<int64_t> pads{1, 0, 0, 1, -1, 1, 0, 0, 1, 1, 0, 1, 2, -1};
+  Shape osh = x.shape;
+  for (size_t d = 0; d < 7; ++d) osh[d] += pads[2 * d] + pads[2 * d + 1];
+  expect_same(*dev, make_op(OpId::Pad, PadParams{pads, 7.0}, osh, DType::F32), {x}, DType::F32, osh);
+}
+
 TEST(VulkanShape, ConcatMatchesCpu) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (DType t : dtypes(*dev)) {
