@@ -84,6 +84,18 @@ TEST(VulkanRandom, IntegerIsBitIdenticalToCpu) {
   }
 }
 
+// The 64-bit modulo of devices without shaderInt64 (shift and subtract on 32-bit words).
+TEST(VulkanRandom, IntegerWithoutInt64IsBitIdenticalToCpu) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  setenv("ALK_VK_EMULATE_INT64", "1", 1);
+  for (const auto& s : kStates) {
+    expect_identical(*dev, RandomParams{2, s.seed, s.offset, -7, 1000003}, DType::I64, {3, 41});
+    expect_identical(*dev, RandomParams{2, s.seed, s.offset, -4e18, 5e18}, DType::I64, {513});
+    expect_identical(*dev, RandomParams{2, s.seed, s.offset, 5, 6e12}, DType::I32, {99});
+  }
+  unsetenv("ALK_VK_EMULATE_INT64");
+}
+
 TEST(VulkanRandom, EmptyIntegerRangeIsTheCpuError) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   const KernelOp node = make_op(OpId::Random, RandomParams{2, 1, 0, 3, 3}, {4}, DType::I64);

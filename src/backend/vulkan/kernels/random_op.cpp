@@ -2,8 +2,9 @@
 // counter -> value mapping; backend/cpu/kernels_random.cpp the conversions).
 //
 // Philox4x32-10 needs 32x32->64-bit products: umulExtended, no shaderInt64. The 64-bit
-// counter offset + i is added with a carry. The integer distribution's 64-bit modulo runs
-// as a shift-and-subtract division on two 32-bit words, so it needs no int64 either.
+// counter offset + i is added with a carry. The integer distribution's 64-bit modulo is
+// shaderInt64's where the device has it, else a shift-and-subtract division on two 32-bit
+// words (4x slower on lavapipe), so no path needs int64.
 //
 // The CPU computes in double: low + (high - low) * u, sqrt(-2 log(1 - u0)) * cos(2 pi u1)
 // and then rounds to the output dtype. GLSL has double + - * (correctly rounded, and kept
@@ -28,6 +29,7 @@
 // rest needs f64.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -43,6 +45,13 @@ using kernels::Launch;
 enum Dist { kUniform = 0, kNormal = 1, kInteger = 2 };  // cpu::Distribution's order
 
 bool plain_uniform(const RandomParams& p) { return p.low == 0.0 && p.high == 1.0; }
+
+// The device's native 64-bit integers, unless ALK_VK_EMULATE_INT64=1 asks for the 32-bit
+// path every device has (the tests run both).
+bool native_int64(const Context& ctx) {
+  const char* e = std::getenv("ALK_VK_EMULATE_INT64");
+  return ctx.info().int64 && !(e && std::string(e) == "1");
+}
 
 bool float_out(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 
@@ -171,7 +180,11 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
     put64(bits_of(p.high));
   }
   const bool f64 = ctx.info().float64;
-  std::string s = "#version 450\n" + kernels::storage_extensions(t) + "#define DIST " + std::to_string(p.dist) + "\n" +
+  std::string s = "#version 450\n" + kernels::storage_extensions(t) +
+                  (p.dist == kInteger && native_int64(ctx)
+                       ? "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n"
+                       : "") +
+                  "#define DIST " + std::to_string(p.dist) + "\n" +
                   l.preamble();
   if (t == DType::F16 || t == DType::BF16) s += kernels::arithmetic_glsl(t);
   s += "layout(std430, binding = 0) writeonly buffer O { " + std::string(kernels::storage_type(t)) + " out_[]; };\n";
@@ -204,8 +217,12 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "    uint carry;\n"
        "    uint c0 = uaddCarry(P(4), i, carry);\n"
        "    uvec4 w = philox(c0, P(5) + carry, P(2), P(3));\n";
-  s += "#if DIST == 2\n"
-       "    uvec2 r = mod64(w.xy, uvec2(P(8), P(9)));\n"
+  // shaderInt64's native 64-bit modulo where the device has it (much faster than the
+  // shift-and-subtract loop, which the rest of the devices run).
+  s += "#if DIST == 2\n";
+  s += native_int64(ctx) ? "    uvec2 r = unpackUint2x32(packUint2x32(w.xy) % packUint2x32(uvec2(P(8), P(9))));\n"
+                        : "    uvec2 r = mod64(w.xy, uvec2(P(8), P(9)));\n";
+  s += ""
        "    uvec2 v; v.x = uaddCarry(P(6), r.x, carry); v.y = P(7) + r.y + carry;\n";
   switch (t) {
     case DType::I64: s += "    out_[P(1) + i] = v;\n"; break;
