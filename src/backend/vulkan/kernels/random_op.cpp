@@ -4,7 +4,7 @@
 // Philox4x32-10 needs 32x32->64-bit products: umulExtended, no shaderInt64. The 64-bit
 // counter offset + i is added with a carry. The integer distribution's 64-bit modulo is
 // shaderInt64's where the device has it, else a shift-and-subtract division on two 32-bit
-// words (4x slower on lavapipe), so no path needs int64.
+// words (a 64-step loop per element), so no path needs int64.
 //
 // The CPU computes in double: low + (high - low) * u, sqrt(-2 log(1 - u0)) * cos(2 pi u1)
 // and then rounds to the output dtype. GLSL has double + - * (correctly rounded, and kept
