@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/view.h"
+#include "core/half.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/shader.h"
 #include "backend/vulkan/stream.h"
@@ -95,20 +95,13 @@ std::pair<uint32_t, uint32_t> constant_bits(DType dtype, double value) {
       break;
     }
     case DType::F64: std::memcpy(&bits, &value, 8); break;
-    case DType::F16: case DType::BF16: {
-      // The CPU's own conversion (one value, host side) gives the exact bits it stores.
-      uint16_t b = 0;
-      cpu::store_double(&b, dtype, 0, value);
-      bits = b;
-      break;
-    }
+    // The conversions the CPU's stores make (backend/cpu/view.h's store_double).
+    case DType::F16: bits = f32_to_f16(static_cast<float>(value)); break;
+    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
     case DType::Bool: bits = value != 0 ? 1 : 0; break;
-    case DType::U8: case DType::I32: case DType::I64: {
-      uint64_t b = 0;
-      cpu::store_double(&b, dtype, 0, value);
-      bits = b;
-      break;
-    }
+    case DType::U8: bits = static_cast<uint8_t>(static_cast<int64_t>(value)); break;
+    case DType::I32: bits = static_cast<uint32_t>(static_cast<int32_t>(static_cast<int64_t>(value))); break;
+    case DType::I64: bits = static_cast<uint64_t>(static_cast<int64_t>(value)); break;
   }
   return {static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 32)};
 }
