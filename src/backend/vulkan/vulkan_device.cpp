@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/kernels/index_errors.h"
 #include "backend/vulkan/stream.h"
 
 namespace alk::vk {
@@ -109,13 +110,16 @@ class VulkanDevice final : public Device {
   }
   void download(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
     ctx().stream().download(alloc(src), offset, dst, bytes);
+    check_index_errors(ctx());  // a bad index on the device surfaces here (index_errors.h)
   }
   void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) override {
     if (src.device != this || dst.device != this) return copy_buffer(src, src_offset, dst, dst_offset, bytes);
     ctx().stream().copy(alloc(src), src_offset, alloc(dst), dst_offset, bytes);
   }
   void synchronize() override {
-    if (ctx_) ctx_->stream().synchronize();
+    if (!ctx_) return;
+    ctx_->stream().synchronize();
+    check_index_errors(*ctx_);
   }
 
   bool supports(const Kernel& k) const override { return unsupported(k).empty(); }
