@@ -39,9 +39,9 @@ std::string at_caller(const std::string& message);
 [[noreturn]] void raise_value(const std::string& message);
 [[noreturn]] void raise_runtime(const std::string& message);
 
-// Parses a device string ("cpu", "cpu:0"); unknown devices raise ValueError naming the
-// available ones. The one place to extend when alk's device registry lands.
-std::string canonical_device(const std::string& device);
+// A device by name ("cpu", "vulkan:0", "auto"); unknown or absent devices raise ValueError
+// naming the ones this process found.
+alk::Device& device_of(const std::string& spec);
 std::vector<std::string> available_devices();
 
 // Pieces each translation unit registers (module.cpp calls them in order).

@@ -6,6 +6,9 @@
 
 #include <cstring>
 
+#include "backend/cpu/jit.h"
+#include "backend/cpu/thread_pool.h"
+
 namespace alkpy {
 
 namespace {
@@ -62,17 +65,18 @@ void raise_type(const std::string& message) { throw py::type_error(at_caller(mes
 void raise_value(const std::string& message) { throw py::value_error(at_caller(message)); }
 void raise_runtime(const std::string& message) { throw std::runtime_error(at_caller(message)); }
 
-std::vector<std::string> available_devices() { return {"cpu"}; }
+std::vector<std::string> available_devices() {
+  std::vector<std::string> out;
+  for (alk::Device* d : alk::available_devices()) out.push_back(d->name());
+  return out;
+}
 
-std::string canonical_device(const std::string& device) {
-  std::string d = device;
-  if (d == "auto") return available_devices().front();
-  if (d == "cpu:0") d = "cpu";
-  for (const std::string& known : available_devices())
-    if (d == known) return d;
-  std::string list;
-  for (const std::string& known : available_devices()) list += (list.empty() ? "" : ", ") + known;
-  raise_value("unknown or unavailable device '" + device + "' (available: " + list + ", auto)");
+alk::Device& device_of(const std::string& spec) {
+  try {
+    return alk::get_device(spec);
+  } catch (const alk::Error& e) {
+    raise_value(e.op() + ": " + e.detail());
+  }
 }
 
 }  // namespace alkpy
@@ -103,8 +107,35 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_package_dir", [](const std::string& dir) { alkpy::g_package_dir = dir; },
         "Frames under this directory are skipped when errors name the Python caller.");
   m.def("_caller", &alkpy::python_caller, "The file:line errors would name from here (for tests).");
+  m.def("_wait_for_compiled_kernels", &alk::cpu::jit::wait_idle, py::call_guard<alkpy::Released>(),
+        "Blocks until the CPU's background kernel compiles are done (benchmarks call it after warm-up).");
+  m.def("num_threads", &alk::cpu::num_threads, "Threads of alk's CPU pool.");
+  m.def("set_num_threads", &alk::cpu::set_num_threads, py::arg("n"), "Sets the CPU pool's thread count.");
   m.def("devices", &alkpy::available_devices,
-        "The devices alk can run on now, as strings usable in Tensor.to(): ['cpu', ...].");
+        "The devices alk can run on now, as strings usable in Tensor.to(): ['cpu', 'vulkan:0', ...].");
+  m.def("device_info", [](const std::string& spec) {
+    const alk::DeviceInfo& i = alkpy::device_of(spec).info();
+    return py::dict(py::arg("name") = i.name, py::arg("kind") = i.kind, py::arg("description") = i.description,
+                    py::arg("type") = i.type, py::arg("driver") = i.driver, py::arg("memory_bytes") = i.memory_bytes,
+                    py::arg("features") = i.features);
+  }, py::arg("device") = "cpu", "What alk knows about a device (name, kind, description, memory, features).");
+  m.def("default_device", [] { return alk::default_device().name(); },
+        "The device new tensors are created on (ALK_DEVICE, else 'cpu'; see alk.device).");
+  struct DeviceScope {
+    std::string spec;
+    std::vector<std::unique_ptr<alk::DeviceGuard>> guards;
+  };
+  py::class_<DeviceScope>(m, "device", R"doc(with alk.device("vulkan"): new tensors are created on that device.)doc")
+      .def(py::init([](const std::string& spec) {
+        alkpy::device_of(spec);
+        return DeviceScope{spec, {}};
+      }), py::arg("device"))
+      .def("__enter__", [](DeviceScope& s) {
+        s.guards.push_back(std::make_unique<alk::DeviceGuard>(alkpy::device_of(s.spec)));
+        return alkpy::device_of(s.spec).name();
+      })
+      .def("__exit__", [](DeviceScope& s, py::args) { if (!s.guards.empty()) s.guards.pop_back(); })
+      .def("__repr__", [](const DeviceScope& s) { return "alk.device('" + alkpy::device_of(s.spec).name() + "')"; });
 
   py::class_<alk::TensorImpl, std::shared_ptr<alk::TensorImpl>> tensor(m, "Tensor", R"doc(
 An n-dimensional array with autograd, over alk's lazy graph.

@@ -161,14 +161,14 @@ void bind_nn(py::module_& top) {
       .def("step", &optim::Optimizer::step, "One update from the parameters' .grad.", g)
       .def("zero_grad", &optim::Optimizer::zero_grad, "Drops every parameter's .grad.")
       .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr, "The learning rate (settable).")
-      .def("steps", &optim::Optimizer::steps)
+      .def("steps", &optim::Optimizer::steps, "The most updates any parameter has had.")
       .def("state_dict", &optim::Optimizer::state_dict, "'<param>.<slot>' tensors plus 'step'.")
       .def("load_state_dict", [](optim::Optimizer& opt, py::handle state) {
         nn::NamedTensors s = named(state);
         Released r;
         opt.load_state_dict(s);
-      }, py::arg("state"))
-      .def("params", &optim::Optimizer::params);
+      }, py::arg("state"), "Restores state_dict()'s tensors (moments, step counts).")
+      .def("params", &optim::Optimizer::params, "(name, parameter) pairs being optimized.");
   py::class_<optim::SGD, optim::Optimizer, std::shared_ptr<optim::SGD>>(o, "SGD")
       .def(py::init([](py::handle params, double lr, double momentum, double dampening, double wd, bool nesterov) {
         return std::make_shared<optim::SGD>(named(params), lr, optim::SGDOptions{momentum, dampening, wd, nesterov});
@@ -194,11 +194,15 @@ void bind_nn(py::module_& top) {
            py::arg("weight_decay") = 0.01, py::arg("decay") = py::none());
   o.def("clip_grad_norm", &optim::clip_grad_norm, py::arg("parameters"), py::arg("max_norm"),
         "Scales the gradients so their global L2 norm is at most max_norm; returns the norm before.", g);
-  o.def("constant_lr", &optim::constant_lr, py::arg("lr"));
-  o.def("linear_lr", &optim::linear_lr, py::arg("start"), py::arg("end"), py::arg("steps"));
-  o.def("cosine_lr", &optim::cosine_lr, py::arg("lr"), py::arg("steps"), py::arg("min_lr") = 0.0);
-  o.def("step_lr", &optim::step_lr, py::arg("lr"), py::arg("step_size"), py::arg("gamma"));
-  o.def("warmup", &optim::warmup, py::arg("warmup_steps"), py::arg("then"));
+  o.def("constant_lr", &optim::constant_lr, py::arg("lr"), "A schedule step -> lr that is always lr.");
+  o.def("linear_lr", &optim::linear_lr, py::arg("start"), py::arg("end"), py::arg("steps"),
+        "A schedule going linearly from start to end over steps, then staying at end.");
+  o.def("cosine_lr", &optim::cosine_lr, py::arg("lr"), py::arg("steps"), py::arg("min_lr") = 0.0,
+        "A cosine decay from lr to min_lr over steps.");
+  o.def("step_lr", &optim::step_lr, py::arg("lr"), py::arg("step_size"), py::arg("gamma"),
+        "lr multiplied by gamma every step_size steps.");
+  o.def("warmup", &optim::warmup, py::arg("warmup_steps"), py::arg("then"),
+        "A linear ramp from 0 over warmup_steps, then the schedule then(step - warmup_steps).");
 }
 
 void bind_runtime(py::module_& m) {
@@ -259,13 +263,14 @@ void bind_runtime(py::module_& m) {
       .def("decode_bytes", [](const alk::Tokenizer& t, const std::vector<int32_t>& ids) {
         return py::bytes(t.decode(ids));
       }, py::arg("ids"), "The raw bytes of ids.")
-      .def_property_readonly("vocab_size", &alk::Tokenizer::vocab_size)
+      .def_property_readonly("vocab_size", &alk::Tokenizer::vocab_size, "Number of ids.")
       .def("token_id", [](const alk::Tokenizer& t, const std::string& tok) { return t.token_id(tok); },
            py::arg("token"), "The id of a vocab.json key (None if unknown).")
-      .def("token", [](const alk::Tokenizer& t, int32_t id) { return t.token(id); }, py::arg("id"))
-      .def_property_readonly("special_tokens", &alk::Tokenizer::special_tokens)
+      .def("token", [](const alk::Tokenizer& t, int32_t id) { return t.token(id); }, py::arg("id"),
+           "The vocab.json key of id (GPT-2's byte alphabet: ' the' is '\\u0120the').")
+      .def_property_readonly("special_tokens", &alk::Tokenizer::special_tokens, "The special tokens' texts.")
       .def("add_special_token", [](alk::Tokenizer& t, const std::string& s) { return t.add_special_token(s); },
-           py::arg("text"))
+           py::arg("text"), "Makes text a special token (matched verbatim by encode); returns its id.")
       .def("__len__", &alk::Tokenizer::vocab_size);
 }
 

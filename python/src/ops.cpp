@@ -56,7 +56,7 @@ void def_elementwise(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr
   std::string sig = info.name + "(" + info.inputs + ")";
   for (char& c : sig)
     if (c == ' ') c = ',';
-  const char* doc = keep(sig + " -> Tensor\n\nElementwise op from alk's op table (src/ops/elementwise.def).\n"
+  const char* doc = keep("Elementwise op " + sig + " from alk's op table (src/ops/elementwise.def).\n"
                          "forward: " + info.forward + "\ngradients: " + info.grads + "\ndtype rule: " + info.rule +
                          ". Operands broadcast; Python numbers are weak scalars (docs/dtypes.md).");
   const char* idoc = keep("In-place " + info.name + ": self <- " + info.name + "(self, ...); returns self.");
@@ -244,7 +244,8 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   }, py::arg("dim"), py::arg("start"), py::arg("length"), "length elements from start along dim (a view).");
   cls.def("expand", [](const Tensor& x, py::args s) { return x.expand(shape_args(s)); },
           "A broadcast view (-1 keeps a dim).");
-  cls.def("expand_as", [](const Tensor& x, const Tensor& o) { return x.expand(o.shape()); }, py::arg("other"));
+  cls.def("expand_as", [](const Tensor& x, const Tensor& o) { return x.expand(o.shape()); }, py::arg("other"),
+          "A broadcast view to other's shape.");
   cls.def("squeeze", [](const Tensor& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
           py::arg("dim") = py::none(), "Drops size-1 dims (all, or dim).");
   cls.def("unsqueeze", [](const Tensor& t, int64_t d) { return t.unsqueeze(d); }, py::arg("dim"), "Inserts a size-1 dim.");
@@ -258,7 +259,9 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     if (py::isinstance<DType>(target)) {
       dtype = target.cast<DType>();
     } else if (py::isinstance<py::str>(target)) {
-      canonical_device(target.cast<std::string>());  // validates; every tensor lives on the CPU today
+      alk::Device& d = device_of(target.cast<std::string>());
+      Released rr;
+      r = r.to(d);
     } else if (!target.is_none()) {
       raise_type("to: expected a dtype or a device string, got " + py::str(py::type::handle_of(target)).cast<std::string>());
     }
@@ -269,8 +272,10 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     return r;
   }, py::arg("target") = py::none(), py::arg("dtype") = py::none(),
           "x.to(dtype) converts; x.to(device) moves ('cpu', 'auto'; alk.devices() lists them).");
-  cls.def("cpu", [](const Tensor& x) { return x; }, "The tensor on the CPU (itself).");
-  cls.def("type_as", [](const Tensor& x, const Tensor& o) { return alk::cast(x, o.dtype()); }, py::arg("other"), g);
+  cls.def("cpu", [](const Tensor& x) { return x.to(alk::cpu_device()); }, "The tensor on the CPU (itself if there).",
+          g);
+  cls.def("type_as", [](const Tensor& x, const Tensor& o) { return alk::cast(x, o.dtype()); }, py::arg("other"),
+          "x converted to other's dtype.", g);
   struct Conv {
     const char* name;
     DType t;
@@ -282,7 +287,8 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     cls.def(c.name, [t](const Tensor& x) { return alk::cast(x, t); }, keep(std::string("x converted to ") +
             std::string(alk::dtype_name(t))), g);
   }
-  cls.def("is_floating_point", [](const Tensor& x) { return alk::is_floating(x.dtype()); });
+  cls.def("is_floating_point", [](const Tensor& x) { return alk::is_floating(x.dtype()); },
+          "True for float16, bfloat16, float32 and float64 tensors.");
 
   // ---- reductions ----
   using Red = Tensor (*)(const Tensor&, std::vector<int64_t>, bool, alk::Loc);
@@ -441,9 +447,11 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   // ---- creation ----
   auto creation = [&](const char* name, auto f, const char* doc) {
     m.def(name, [f](py::args size, std::optional<DType> dtype, bool requires_grad, py::object device) {
-      if (!device.is_none()) canonical_device(device.cast<std::string>());
+      alk::Device* d = device.is_none() ? nullptr : &device_of(device.cast<std::string>());
       Shape s = shape_args(size);
       Released r;
+      std::optional<alk::DeviceGuard> on;
+      if (d) on.emplace(*d);
       return finish(f(s, dtype), requires_grad);
     }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("requires_grad") = false, py::arg("device") = py::none(),
           doc);
@@ -471,8 +479,10 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     return alk::full(x.shape(), v, dtype_or(t, x.dtype()));
   }, py::arg("input"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(), "fill_value of x's shape.",
         g);
-  m.def("rand_like", [](const Tensor& x) { return alk::rand(x.shape(), x.dtype()); }, py::arg("input"), g);
-  m.def("randn_like", [](const Tensor& x) { return alk::randn(x.shape(), x.dtype()); }, py::arg("input"), g);
+  m.def("rand_like", [](const Tensor& x) { return alk::rand(x.shape(), x.dtype()); }, py::arg("input"),
+        "U[0, 1) samples of x's shape and dtype.", g);
+  m.def("randn_like", [](const Tensor& x) { return alk::randn(x.shape(), x.dtype()); }, py::arg("input"),
+        "N(0, 1) samples of x's shape and dtype.", g);
   m.def("arange", [](double a, std::optional<double> b, double step, std::optional<DType> t) {
     double start = b ? a : 0, end = b ? *b : a;
     bool integral = start == static_cast<double>(static_cast<int64_t>(start)) &&
@@ -496,7 +506,8 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   m.def("manual_seed", &alk::manual_seed, py::arg("seed"), "Seeds alk's random generator (Philox).");
   m.def("random_state", [] { return py::make_tuple(alk::random_seed(), alk::random_offset()); },
         "(seed, offset) of the generator.");
-  m.def("set_random_state", &alk::set_random_state, py::arg("seed"), py::arg("offset"));
+  m.def("set_random_state", &alk::set_random_state, py::arg("seed"), py::arg("offset"),
+        "Restores the generator to (seed, offset), as random_state() returned them.");
 
   // ---- autograd ----
   m.def("grad", [](const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -74,9 +74,22 @@ py::array to_numpy(const Tensor& x) {
   for (int64_t s : impl->strides) strides.push_back(s * item);
   auto buffer = impl->node->buffer;
   if (!buffer || t.numel() == 0) return py::array(numpy_dtype(t.dtype()), shape);
+  if (buffer->device != &alk::cpu_device()) {
+    // Device memory: one download into a new array.
+    std::vector<unsigned char> bytes;
+    {
+      Released r;
+      bytes = alk::host_bytes(t);
+    }
+    py::array out(numpy_dtype(t.dtype()), shape);
+    std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
+    return out;
+  }
+  // The CPU device's buffer handle is the host address of its memory (include/alk/device.h):
+  // the array views it in place and holds the Buffer alive.
   auto* keep = new std::shared_ptr<alk::Buffer>(buffer);
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<alk::Buffer>*>(p); });
-  char* data = static_cast<char*>(buffer->data) + impl->offset * item;
+  char* data = static_cast<char*>(buffer->handle) + impl->offset * item;
   py::array out(numpy_dtype(t.dtype()), shape, strides, data, owner);
   // A broadcast (stride 0 over more than one element: alk.zeros is one value viewed that
   // way) comes out read-only: a write would land in every element.
@@ -303,8 +316,8 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
   cls.def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); },
                             "The size of each dimension, as a tuple.");
   cls.def_property_readonly("dtype", [](const Tensor& t) { return t.dtype(); }, "The element type (alk.float32, ...).");
-  cls.def_property_readonly("device", [](const Tensor&) { return std::string("cpu"); },
-                            "The device holding the data ('cpu').");
+  cls.def_property_readonly("device", [](const Tensor& t) { return t.device().name(); },
+                            "The device holding the data and running the ops on it ('cpu', 'vulkan:0', ...).");
   cls.def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); }, "Number of dimensions.");
   cls.def("dim", [](const Tensor& t) { return t.dim(); }, "Number of dimensions.");
   cls.def("numel", [](const Tensor& t) { return t.numel(); }, "Number of elements.");
@@ -421,7 +434,8 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
   cls.def("_repr_html_", [](const Tensor& t) {
     std::string body = repr(t), esc;
     for (char c : body) esc += c == '<' ? std::string("&lt;") : c == '>' ? std::string("&gt;") : c == '&' ? std::string("&amp;") : std::string(1, c);
-    std::string head = "alk.Tensor " + alk::to_string(t.shape()) + " " + std::string(alk::dtype_name(t.dtype())) + " cpu";
+    std::string head = "alk.Tensor " + alk::to_string(t.shape()) + " " + std::string(alk::dtype_name(t.dtype())) + " " +
+                     t.device().name();
     if (t.requires_grad()) head += " requires_grad";
     return "<div><b>" + head + "</b><pre>" + esc + "</pre></div>";
   }, "Jupyter's rich display: shape, dtype, device, then the values.");

@@ -109,7 +109,7 @@ def test_module_to_dtype_converts_in_place_for_every_holder():
     assert all(p.dtype == alk.float64 for p in opt_params)
     assert net(alk.randn(1, 1, 8, 8, dtype=alk.float64)).dtype == alk.float64
     net.to("cpu")
-    with pytest.raises(ValueError, match="unknown or unavailable device 'nope'"):
+    with pytest.raises(ValueError, match="nope"):
         net.to("nope")
 
 

@@ -203,7 +203,7 @@ def test_views_and_conversions():
     assert x[:1].expand(5, 3, 4).shape == (5, 3, 4) and x.narrow(2, 1, 2).shape == (2, 3, 2)
     assert x.float().dtype == alk.float32 and x.double().dtype == alk.float64 and x.half().dtype == alk.float16
     assert x.to(alk.bfloat16).dtype == alk.bfloat16 and x.bool().dtype == alk.bool and x.int().dtype == alk.int32
-    assert x.to("cpu") is x and x.to("auto") is x and x.cpu() is x
+    assert x.to("cpu") is x and x.cpu() is x
     np.testing.assert_array_equal(x.permute(1, 2, 0).contiguous().numpy(), np.arange(24).reshape(2, 3, 4).transpose(1, 2, 0))
 
 
@@ -230,7 +230,20 @@ def test_tensors_hash_by_identity():
 
 
 def test_devices():
-    assert "cpu" in alk.devices()
+    assert "cpu" in alk.devices() and alk.default_device() == "cpu"
+    assert alk.device_info("cpu")["kind"] == "cpu"
     x = alk.ones(2)
-    assert x.to("cpu").device == "cpu"
+    assert x.to("cpu").device == "cpu" and x.to("auto").device in alk.devices()
     assert alk.zeros(2, device="cpu").device == "cpu"
+    with alk.device("cpu") as name:
+        assert name == "cpu" and alk.randn(3).device == "cpu"
+
+
+@pytest.mark.parametrize("dev", [d for d in alk.devices() if d != "cpu"])
+def test_every_other_device_round_trips_and_computes_like_the_cpu(dev, rng):
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    t = alk.from_numpy(a).to(dev)
+    assert t.device == dev
+    np.testing.assert_array_equal(t.numpy(), a)
+    y = (alk.gelu(t) * 2).sum(1)
+    np.testing.assert_allclose(y.cpu().numpy(), (alk.gelu(alk.from_numpy(a)) * 2).sum(1).numpy(), rtol=1e-5)

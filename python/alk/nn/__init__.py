@@ -349,6 +349,8 @@ class Conv2d(_Native):
 
 
 class MaxPool2d(_Native):
+    """2-D max pooling over [N, C, H, W] (stride None: kernel_size)."""
+
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
         self._adopt(_C.nn.MaxPool2d(kernel_size, -1 if stride is None else stride, padding),
@@ -356,6 +358,8 @@ class MaxPool2d(_Native):
 
 
 class AvgPool2d(_Native):
+    """2-D average pooling over [N, C, H, W] (stride None: kernel_size)."""
+
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
         self._adopt(_C.nn.AvgPool2d(kernel_size, -1 if stride is None else stride, padding),
@@ -409,6 +413,8 @@ class GPT(_Native):
 
 
 class _Activation(Module):
+    """An elementwise op of the table as a module."""
+
     _fn = None
 
     def forward(self, x):
@@ -416,6 +422,7 @@ class _Activation(Module):
 
 
 class ReLU(_Activation):
+    """max(x, 0), elementwise."""
     _fn = staticmethod(_C.relu)
 
 
@@ -431,27 +438,35 @@ class GELU(_Activation):
 
 
 class SiLU(_Activation):
+    """x * sigmoid(x), elementwise."""
     _fn = staticmethod(_C.silu)
 
 
 class Tanh(_Activation):
+    """tanh(x), elementwise."""
     _fn = staticmethod(_C.tanh)
 
 
 class Sigmoid(_Activation):
+    """1 / (1 + exp(-x)), elementwise."""
     _fn = staticmethod(_C.sigmoid)
 
 
 class Softplus(_Activation):
+    """log(1 + exp(x)), elementwise, computed stably."""
     _fn = staticmethod(_C.softplus)
 
 
 class Identity(Module):
+    """Returns its input."""
+
     def forward(self, x):
         return x
 
 
 class Flatten(Module):
+    """Merges dims start_dim..end_dim (default: all but the batch dim)."""
+
     def __init__(self, start_dim=1, end_dim=-1):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -461,6 +476,8 @@ class Flatten(Module):
 
 
 class Softmax(Module):
+    """Softmax along dim."""
+
     def __init__(self, dim=-1):
         super().__init__()
         self.dim = dim
@@ -529,4 +546,6 @@ def clip_grad_norm_(parameters, max_norm):
 
 
 class utils:  # noqa: N801  (alk.nn.utils.clip_grad_norm_, as torch.nn.utils)
+    """torch.nn.utils' names: clip_grad_norm_."""
+
     clip_grad_norm_ = staticmethod(clip_grad_norm_)
