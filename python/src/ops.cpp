@@ -77,9 +77,12 @@ void def_elementwise(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr
   }
 }
 
-void inplace(const Tensor& self, const Tensor& value, const char* op) {
-  std::unique_lock<std::recursive_mutex> lock(alk_lock());
-  assign_inplace(self, value, op);
+void inplace(const Tensor& self, const Tensor& value, const char* op) { assign_inplace(self, value, op); }
+
+template <class F>
+Tensor build(F f) {
+  Released r;
+  return f();
 }
 
 // A shape given as f(2, 3), f((2, 3)) or f([2, 3]).
@@ -113,10 +116,18 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
 #define ALK_FN_1(name) [](const Operand& a) { return alk::name(a); }
 #define ALK_FN_2(name) [](const Operand& a, const Operand& b) { return alk::name(a, b); }
 #define ALK_FN_3(name) [](const Operand& a, const Operand& b, const Operand& c) { return alk::name(a, b, c); }
-#define ALK_IP_1(name) [](const Tensor& s) { inplace(s, alk::name(s), #name "_"); return s; }
-#define ALK_IP_2(name) [](const Tensor& s, const Operand& b) { inplace(s, alk::name(s, b), #name "_"); return s; }
-#define ALK_IP_3(name) \
-  [](const Tensor& s, const Operand& b, const Operand& c) { inplace(s, alk::name(s, b, c), #name "_"); return s; }
+// In place: the value is built without the GIL, then assigned with it (the checks raise Python errors).
+#define ALK_IP_1(name) [](const Tensor& s) { inplace(s, build([&] { return alk::name(s); }), #name "_"); return s; }
+#define ALK_IP_2(name)                                                              \
+  [](const Tensor& s, const Operand& b) {                                           \
+    inplace(s, build([&] { return alk::name(s, b); }), #name "_");                 \
+    return s;                                                                       \
+  }
+#define ALK_IP_3(name)                                                              \
+  [](const Tensor& s, const Operand& b, const Operand& c) {                         \
+    inplace(s, build([&] { return alk::name(s, b, c); }), #name "_");              \
+    return s;                                                                       \
+  }
 #define ALK_EW(name, arity, inputs, rule, domain, forward, d0, d1, d2)                                        \
   {                                                                                                          \
     EwInfo info{#name, arity, inputs, #rule, #domain, forward, ""};                                          \

@@ -132,21 +132,20 @@ Tensor tensor_from_python(const py::handle& data, std::optional<DType> dtype, bo
 
 void assign_inplace(const Tensor& self_in, const Tensor& value_in, const char* op) {
   Tensor self = self_in, value = value_in;
+  // Checks first, with the GIL (their errors name the Python caller) ...
   if (alk::is_grad_enabled() && self.requires_grad() && self.is_leaf())
     raise_runtime(std::string(op) +
                   ": a leaf tensor that requires grad is used in an in-place operation (wrap it in alk.no_grad())");
-  if (value.shape() != self.shape()) {
-    if (alk::broadcast_shapes(value.shape(), self.shape()) != self.shape())
-      raise_runtime(std::string(op) + ": the result of shape " + alk::to_string(value.shape()) +
-                    " does not fit the tensor of shape " + alk::to_string(self.shape()));
-    value = alk::broadcast_to(value, self.shape());
-  }
-  if (value.dtype() != self.dtype()) {
-    if (alk::is_floating(value.dtype()) && !alk::is_floating(self.dtype()))
-      raise_runtime(std::string(op) + ": result type " + std::string(alk::dtype_name(value.dtype())) +
-                    " can't be cast to the tensor's dtype " + std::string(alk::dtype_name(self.dtype())));
-    value = alk::cast(value, self.dtype());
-  }
+  if (value.shape() != self.shape() && alk::broadcast_shapes(value.shape(), self.shape()) != self.shape())
+    raise_runtime(std::string(op) + ": the result of shape " + alk::to_string(value.shape()) +
+                  " does not fit the tensor of shape " + alk::to_string(self.shape()));
+  if (value.dtype() != self.dtype() && alk::is_floating(value.dtype()) && !alk::is_floating(self.dtype()))
+    raise_runtime(std::string(op) + ": result type " + std::string(alk::dtype_name(value.dtype())) +
+                  " can't be cast to the tensor's dtype " + std::string(alk::dtype_name(self.dtype())));
+  // ... then the graph work without it, under alk's lock.
+  Released r;
+  if (value.shape() != self.shape()) value = alk::broadcast_to(value, self.shape());
+  if (value.dtype() != self.dtype()) value = alk::cast(value, self.dtype());
   self.assign_(value);
   // The handle's history becomes the value's (PyTorch rebases an in-place op the same way).
   if (alk::is_grad_enabled() && value.requires_grad()) {
@@ -270,17 +269,19 @@ void set_index(const Tensor& x, py::handle key, const alk::Operand& value) {
     Released g;
     positions = alk::arange(0, static_cast<double>(x.numel()), 1, DType::I64).reshape(x.shape());
   }
-  Tensor picked = index_tensor(positions, key);
-  Released g;
-  const DType work = x.dtype() == DType::Bool ? DType::U8 : x.dtype();
-  Tensor v = value.is_scalar ? alk::full(picked.shape(), value.scalar, work)
-                             : alk::broadcast_to(value.tensor, picked.shape()).to(work);
-  Tensor pos = picked.reshape({-1}), vals = v.reshape({-1});
-  const int64_t n = x.numel();
-  Tensor hit = alk::scatter_add(alk::zeros({n}, DType::I32), 0, pos, alk::ones({pos.numel()}, DType::I32)) > 0;
-  Tensor put = alk::scatter_add(alk::zeros({n}, work), 0, pos, vals);
-  Tensor merged = alk::where(hit, put, x.to(work).reshape({-1})).reshape(x.shape()).to(x.dtype());
-  assign_inplace(x, merged, "__setitem__");
+  Tensor picked = index_tensor(positions, key), merged;
+  {
+    Released g;
+    const DType work = x.dtype() == DType::Bool ? DType::U8 : x.dtype();
+    Tensor v = value.is_scalar ? alk::full(picked.shape(), value.scalar, work)
+                               : alk::broadcast_to(value.tensor, picked.shape()).to(work);
+    Tensor pos = picked.reshape({-1}), vals = v.reshape({-1});
+    const int64_t n = x.numel();
+    Tensor hit = alk::scatter_add(alk::zeros({n}, DType::I32), 0, pos, alk::ones({pos.numel()}, DType::I32)) > 0;
+    Tensor put = alk::scatter_add(alk::zeros({n}, work), 0, pos, vals);
+    merged = alk::where(hit, put, x.to(work).reshape({-1})).reshape(x.shape()).to(x.dtype());
+  }
+  assign_inplace(x, merged, "__setitem__");  // with the GIL: its checks raise Python errors
 }
 
 // ---- repr ----
@@ -383,7 +384,6 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
       Released g;
       value = v.is_scalar ? alk::full(t.shape(), v.scalar, t.dtype()) : v.tensor;
     }
-    std::unique_lock<std::recursive_mutex> lock(alk_lock());
     assign_inplace(t, value, "copy_");
     return t;
   }, py::arg("src"), "Copies src's values in (broadcast, cast to this dtype); returns self.");
