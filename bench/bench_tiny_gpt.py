@@ -3,7 +3,9 @@ PyTorch 1.13 (../shared/anchors/torch_tiny_gpt_cpu.py), all in one command (make
 
 Same workload as bench_tiny_gpt.cpp: V256 T128 d128 H4 L4 B8, untied head, AdamW(lr 3e-4, wd 0.1),
 median ms/step over --steps after 3 warm-up steps, the loss read back every step. The model is a
-Python alk.nn.Module (the same ops as the C++ GPT). Prints:
+Python alk.nn.Module (the same ops as the C++ GPT). Python and C++ alternate over --rounds rounds
+(a shared machine's load changes by the second; each side's median over all rounds is compared).
+Prints:
   RATIO python_tiny_gpt_step_vs_cpp  py=<ms> cpp=<ms> ratio=<py/cpp>          (alk.compile both)
   RATIO python_tiny_gpt_step_vs_torch py=<ms> anchor=<ms> ratio=<py/torch>
   RATIO python_tiny_gpt_eager_vs_cpp py=<ms> cpp=<ms> ratio=<py/cpp>          (no compile: per-op cost)
@@ -23,6 +25,7 @@ import alk.nn.functional as F
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=10)
+p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--cpp", default="build/bench_tiny_gpt", help="the C++ bench binary")
 p.add_argument("--anchor", default="../shared/anchors/torch_tiny_gpt_cpu.py")
 a = p.parse_args()
@@ -43,7 +46,7 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def measure(compiled):
+def make_step(compiled):
     alk.manual_seed(0)
     model = GPT()
     opt = alk.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -57,15 +60,19 @@ def measure(compiled):
 
     f = alk.compile(step) if compiled else step
     x, y = alk.randint(0, V, (B, T)).realize(), alk.randint(0, V, (B, T)).realize()
-    ts = []
-    for i in range(a.steps + 3):
-        t0 = time.perf_counter()
+    for _ in range(3):
         f(x, y).item()
-        if i >= 3:
-            ts.append(time.perf_counter() - t0)
-        if i == 2:
-            alk._C._wait_for_compiled_kernels()
-    return statistics.median(ts) * 1e3
+    alk._C._wait_for_compiled_kernels()
+    return lambda: f(x, y).item()
+
+
+def measure(step, n):
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        ts.append(time.perf_counter() - t0)
+    return [t * 1e3 for t in ts]
 
 
 def run(cmd, env=None):
@@ -75,11 +82,17 @@ def run(cmd, env=None):
     return float(m.group(1)) if m else 0.0
 
 
-py = measure(True)
-py_eager = measure(False)
-print(f"alk-python tiny-gpt ms/step={py:.2f} eager={py_eager:.2f} threads={alk.num_threads()}")
-cpp = run([a.cpp, "--steps", str(a.steps)]) if os.path.exists(a.cpp) else 0.0
-cpp_eager = run([a.cpp, "--steps", str(a.steps), "--eager"]) if os.path.exists(a.cpp) else 0.0
+compiled, eager = make_step(True), make_step(False)
+py, py_eager, cpp, cpp_eager = [], [], [], []
+for _ in range(a.rounds):
+    py += measure(compiled, a.steps)
+    py_eager += measure(eager, a.steps)
+    if os.path.exists(a.cpp):
+        cpp.append(run([a.cpp, "--steps", str(a.steps)]))
+        cpp_eager.append(run([a.cpp, "--steps", str(a.steps), "--eager"]))
+med = (lambda v: statistics.median(v) if v else 0.0)
+py, py_eager, cpp, cpp_eager = med(py), med(py_eager), med(cpp), med(cpp_eager)
+print(f"alk-python tiny-gpt ms/step={py:.2f} eager={py_eager:.2f} threads={alk.num_threads()} rounds={a.rounds}")
 env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 env.pop("OPENBLAS_CORETYPE", None)
 env.pop("OPENBLAS_L2_SIZE", None)
