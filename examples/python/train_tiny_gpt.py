@@ -24,9 +24,9 @@ class TinyGPT(nn.Module):
 
 
 bible = ["bible", "-l", "100000", "Gen1:1-Rev22:21"]
-text = open(sys.argv[1], "rb").read() if len(sys.argv) > 1 else subprocess.run(bible, capture_output=True).stdout
+corpus, steps = (sys.argv[1:] + ["", "300"])[:2]  # corpus "" = the Bible
+text = open(corpus, "rb").read() if corpus else subprocess.run(bible, capture_output=True).stdout
 data = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 300
 alk.manual_seed(0)
 rng = np.random.default_rng(0)
 model = TinyGPT()
@@ -43,11 +43,11 @@ def step(x, y):
 
 
 t0 = time.time()
-for i in range(steps):
+for i in range(int(steps)):
     at = rng.integers(0, len(data) - T - 1, B)
     batch = np.stack([data[a:a + T + 1] for a in at])
     loss = step(alk.from_numpy(batch[:, :-1]), alk.from_numpy(batch[:, 1:]))
-    if i % 50 == 0 or i == steps - 1:
+    if i % 50 == 0 or i == int(steps) - 1:
         print(f"step {i:4d}  loss {loss.item():.3f}  {(time.time() - t0) / (i + 1) * 1e3:.0f} ms/step")
 
 model.eval()
