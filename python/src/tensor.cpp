@@ -287,8 +287,14 @@ void set_index(const Tensor& x, py::handle key, const alk::Operand& value) {
 // ---- repr ----
 
 std::string repr(const Tensor& t) {
-  Released g;
-  std::string s = t.str();
+  std::string s;
+  {
+    Released g;
+    s = t.str();
+  }
+  // Like torch: a tensor off the CPU names its device.
+  if (&t.device() != &alk::cpu_device() && !s.empty() && s.back() == ')')
+    s.insert(s.size() - 1, ", device='" + t.device().name() + "'");
   return s;
 }
 

@@ -245,5 +245,6 @@ def test_every_other_device_round_trips_and_computes_like_the_cpu(dev, rng):
     t = alk.from_numpy(a).to(dev)
     assert t.device == dev
     np.testing.assert_array_equal(t.numpy(), a)
+    assert repr(t).endswith(f", device='{dev}')")
     y = (alk.gelu(t) * 2).sum(1)
     np.testing.assert_allclose(y.cpu().numpy(), (alk.gelu(alk.from_numpy(a)) * 2).sum(1).numpy(), rtol=1e-5)
