@@ -4,6 +4,8 @@
 #   make build       Release build into build/
 #   make build-asan  Debug -O1 build with ASan+UBSan into build-asan/
 #   make test        deps, build, ctest, then the sanitizer build and its test binary
+#   make python      deps, then the Python module into build/python (PYTHONPATH=build/python)
+#   make test-python pytest over python/tests on that build (make test runs it through ctest)
 #   make demo        deps, build, ./build/alk demo
 #   make fuzz        libFuzzer harnesses (fuzz/) under ASan+UBSan, FUZZ_SECONDS each (default 600)
 #   make fuzz-smoke  the same, FUZZ_SMOKE_SECONDS each (default 10); part of `make test`
@@ -15,6 +17,9 @@
 DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
   mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools \
   clang libclang-rt-14-dev
+# The Python module (python/): headers and pybind11 to build it, numpy for its arrays, pytest to
+# test it, PyTorch 1.13 as the reference its tests compare against, setuptools for `pip install .`.
+DEB_PACKAGES += python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-setuptools python3-torch
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -26,6 +31,10 @@ SHELL := /bin/bash
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_DIR ?= build
+# The module is built for /usr/bin/python3 (Debian's numpy, pytest, torch), also where python3 on
+# PATH is another interpreter (a pyenv shim).
+PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
+
 ASAN_DIR ?= build-asan
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 600
@@ -46,7 +55,7 @@ SOURCE_DIRS := src include tools tests bench examples
 
 phase = @printf '\n==== %s ====\n' $(1)
 
-.PHONY: deps bench-deps build build-asan test test-normal test-asan demo mnist bench-cpu stats format clean \
+.PHONY: deps bench-deps build build-asan test test-normal test-asan test-python python demo mnist bench-cpu bench-python stats format clean \
         build-fuzz fuzz fuzz-smoke
 
 # $(call install,PACKAGES): apt-get install the ones that are missing, nothing else.
@@ -74,7 +83,7 @@ bench-deps:
 
 build:
 	$(call phase,"build: Release into $(BUILD_DIR)/")
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PYTHON)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 build-asan:
@@ -85,6 +94,17 @@ build-asan:
 test-normal:
 	$(call phase,"test: ctest on the Release build")
 	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
+
+python: deps
+	$(call phase,"python: the alk module into $(BUILD_DIR)/python")
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PYTHON)
+	cmake --build $(BUILD_DIR) --target alk_python -j$(JOBS)
+	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) -c 'import alk; print(alk.randn(2, 3))'
+	@echo "python: use it with PYTHONPATH=$(CURDIR)/$(BUILD_DIR)/python, or pip install --no-build-isolation --no-deps ."
+
+test-python: python
+	$(call phase,"test-python: pytest python/tests")
+	PYTHONPATH=$(BUILD_DIR)/python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 test-asan:
 	$(call phase,"test-asan: $(ASAN_DIR)/alk_tests under ASan+UBSan")
@@ -148,6 +168,12 @@ bench-cpu: deps bench-deps build
 	./$(BUILD_DIR)/bench_elementwise
 	./$(BUILD_DIR)/bench_tiny_gpt --steps 10 --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 
+# The tiny-GPT step from Python vs the C++ bench and PyTorch, in one run (RATIO lines).
+bench-python: deps bench-deps python
+	$(call phase,"bench-python: tiny-GPT step, Python vs C++ vs PyTorch")
+	cmake --build $(BUILD_DIR) --target bench_tiny_gpt -j$(JOBS)
+	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) bench/bench_tiny_gpt.py --steps 10 --cpp $(BUILD_DIR)/bench_tiny_gpt --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
+
 # Lines of *.cpp *.h *.def per directory, largest first. src/backend is split per backend.
 stats:
 	@{ \
@@ -170,4 +196,4 @@ format:
 	find $(wildcard $(SOURCE_DIRS)) -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0r clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR) build-pip

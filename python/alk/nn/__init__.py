@@ -1,0 +1,551 @@
+"""alk.nn: Modules (subclassable in Python, PyTorch-style) over alk's C++ layers.
+
+Subclass Module, assign Parameters, Modules and buffers as attributes, write forward::
+
+    class MLP(alk.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = alk.nn.Linear(784, 128)
+            self.fc2 = alk.nn.Linear(128, 10)
+            self.scale = alk.nn.Parameter(alk.ones(10))
+
+        def forward(self, x):
+            return self.fc2(alk.relu(self.fc1(x))) * self.scale
+
+The built-in layers (Linear, LayerNorm, GPT, Conv2d, ...) run alk's C++ implementations;
+their parameters are the same tensors the C++ objects hold.
+"""
+from collections import OrderedDict
+
+from .. import _C
+from .._C import Tensor
+from . import functional, init  # noqa: F401
+from .functional import cross_entropy, mse_loss  # noqa: F401
+
+
+class Parameter(Tensor):
+    """A tensor that a Module registers as a parameter when assigned as an attribute."""
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = _C.zeros(0)
+        if not isinstance(data, Tensor):
+            data = _C.tensor(data)
+        super().__init__(data.detach().realize())
+        self.requires_grad_(requires_grad)
+
+    @classmethod
+    def _share(cls, t):
+        """A Parameter object for an existing tensor (same data and autograd identity)."""
+        p = cls.__new__(cls)
+        Tensor.__init__(p, t)
+        return p
+
+    def __repr__(self):
+        return "Parameter containing:\n" + Tensor.__repr__(self)
+
+
+def _caller():
+    return _C._caller()
+
+
+class Module:
+    """Base class of every layer and model. Subclasses call super().__init__() first."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # ---- registration by attribute assignment ----
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        if "_parameters" not in d:
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes "
+                                 f"(at {_caller()})")
+        params, buffers, modules = d["_parameters"], d["_buffers"], d["_modules"]
+        if isinstance(value, Parameter):
+            buffers.pop(name, None)
+            modules.pop(name, None)
+            d.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            params.pop(name, None)
+            buffers.pop(name, None)
+            d.pop(name, None)
+            modules[name] = value
+        elif name in params:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign a {type(value).__name__} to parameter '{name}' "
+                                f"(expected alk.nn.Parameter or None) (at {_caller()})")
+            if value is None:
+                params[name] = None
+            else:
+                params[name] = value if isinstance(value, Parameter) else Parameter(value)
+        elif name in buffers:
+            buffers[name] = value
+        else:
+            modules.pop(name, None)
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for key in ("_parameters", "_buffers", "_modules"):
+            if key in d and name in d[key]:
+                return d[key][name]
+        native = d.get("_native")
+        if native is not None and hasattr(native, name):
+            return getattr(native, name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for key in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__[key]:
+                del self.__dict__[key][name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        """Registers param (a Parameter, a tensor, or None) under name."""
+        if param is not None and not isinstance(param, Parameter):
+            param = Parameter(param)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor):
+        """Registers a tensor that is state but not a parameter (saved in state_dict, moved by to())."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: '{name}' must be an alk.Tensor or None (at {_caller()})")
+        self.__dict__.pop(name, None)
+        self._buffers[name] = tensor
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    # ---- calling ----
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- traversal ----
+    def named_children(self):
+        return iter(self._modules.items())
+
+    def children(self):
+        return iter(self._modules.values())
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def _named(self, kind, prefix, recurse):
+        seen = set()
+        for mod_prefix, m in (self.named_modules(prefix) if recurse else [(prefix, self)]):
+            for name, t in getattr(m, kind).items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                yield mod_prefix + ("." if mod_prefix else "") + name, t
+
+    def named_parameters(self, prefix="", recurse=True):
+        """(name, parameter) pairs, this module's first, then each child's ("child.name")."""
+        return self._named("_parameters", prefix, recurse)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        return self._named("_buffers", prefix, recurse)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def num_parameters(self):
+        return sum(p.numel() for p in self.parameters())
+
+    # ---- state ----
+    def state_dict(self):
+        """Parameters then buffers by dotted name (the tensors themselves: save them as they are)."""
+        out = OrderedDict()
+        for name, p in self.named_parameters():
+            out[name] = p
+        for name, b in self.named_buffers():
+            out[name] = b
+        return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies the values in, cast to each tensor's dtype. Strict: the keys must match exactly.
+
+        Raises RuntimeError naming the missing and unexpected keys, or the shape that differs.
+        Returns (missing_keys, unexpected_keys)."""
+        own = self.state_dict()
+        given = dict(state_dict)
+        missing = [k for k in own if k not in given]
+        unexpected = [k for k in given if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"load_state_dict: missing keys: {missing}, unexpected keys: {unexpected} "
+                               f"(at {_caller()})")
+        for k, t in own.items():
+            if k not in given:
+                continue
+            v = given[k]
+            if tuple(v.shape) != tuple(t.shape):
+                raise RuntimeError(f"load_state_dict: '{k}' has shape {tuple(v.shape)} in the state dict but "
+                                   f"{tuple(t.shape)} in the model (at {_caller()})")
+            with _no_grad():
+                t.copy_(v)
+        return missing, unexpected
+
+    # ---- modes, moves ----
+    def train(self, mode=True):
+        object.__setattr__(self, "training", mode)
+        native = self.__dict__.get("_native")
+        if native is not None:
+            native.train(mode)
+        for m in self._modules.values():
+            if m is not None:
+                m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            p.grad = None
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def to(self, target=None, dtype=None):
+        """Moves parameters and buffers to a device ('cpu', 'auto') and/or converts their float dtype,
+        in place (every holder of a parameter, optimizers included, sees the change)."""
+        if isinstance(target, _C.dtype):
+            dtype, target = target, None
+        if target is not None:
+            _C.Tensor.to(_C.zeros(0), target)  # validates the device name
+        for t in list(self.parameters()) + list(self.buffers()):
+            changed, new = False, t.data
+            if target is not None and new.device != _C.Tensor.to(_C.zeros(0), target).device:
+                changed, new = True, new.to(target)
+            if dtype is not None and new.dtype.is_floating_point and new.dtype != dtype:
+                changed, new = True, new.to(dtype)
+            if changed:
+                t.data = new
+        return self
+
+    def float(self):
+        return self.to(_C.dtype.float32)
+
+    def double(self):
+        return self.to(_C.dtype.float64)
+
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for name, m in self._modules.items():
+            sub = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {sub}")
+        if len(lines) == 1:
+            return lines[0] + ")"
+        return "\n".join(lines) + "\n)"
+
+    def __dir__(self):
+        return list(super().__dir__()) + list(self._parameters) + list(self._buffers) + list(self._modules)
+
+
+def _no_grad():
+    from .. import no_grad
+    return no_grad()
+
+
+class _Native(Module):
+    """A layer computed by alk's C++ implementation: its parameters are registered here under the
+    C++ module's names (nested ones dotted, "blocks.0.attn.qkv.weight") and are the same tensors."""
+
+    def _adopt(self, native, repr_args=""):
+        object.__setattr__(self, "_native", native)
+        object.__setattr__(self, "_repr_args", repr_args)
+        for name, t in native.named_parameters():
+            self._parameters[name] = Parameter._share(t)
+        for name, t in native.named_buffers():
+            self._buffers[name] = t
+
+    def forward(self, x):
+        return self._native(x)
+
+    def extra_repr(self):
+        return self._repr_args
+
+
+class Linear(_Native):
+    """y = x @ weight.T + bias; weight [out_features, in_features], Kaiming-uniform init as PyTorch."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self._adopt(_C.nn.Linear(in_features, out_features, bias),
+                    f"in_features={in_features}, out_features={out_features}, bias={bias}")
+
+
+class Embedding(_Native):
+    """Rows of weight [num_embeddings, embedding_dim] at integer ids."""
+
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self._adopt(_C.nn.Embedding(num_embeddings, embedding_dim), f"{num_embeddings}, {embedding_dim}")
+
+
+class LayerNorm(_Native):
+    """Normalizes the last dim (size dim), then scales and shifts."""
+
+    def __init__(self, dim, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        self._adopt(_C.nn.LayerNorm(dim, eps, elementwise_affine), f"({dim},), eps={eps}")
+
+
+class RMSNorm(_Native):
+    """x / rms(x) * weight over the last dim."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self._adopt(_C.nn.RMSNorm(dim, eps), f"({dim},), eps={eps}")
+
+
+class Dropout(_Native):
+    """Zeroes elements with probability p in training (scaling the rest by 1/(1-p)); identity in eval."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self._adopt(_C.nn.Dropout(p), f"p={p}")
+
+
+class Conv2d(_Native):
+    """2-D convolution over [N, C, H, W]; weight [out, in/groups, k, k]."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+        super().__init__()
+        self._adopt(_C.nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias),
+                    f"{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}")
+
+
+class MaxPool2d(_Native):
+    """2-D max pooling over [N, C, H, W] (stride None: kernel_size)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self._adopt(_C.nn.MaxPool2d(kernel_size, -1 if stride is None else stride, padding),
+                    f"kernel_size={kernel_size}")
+
+
+class AvgPool2d(_Native):
+    """2-D average pooling over [N, C, H, W] (stride None: kernel_size)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self._adopt(_C.nn.AvgPool2d(kernel_size, -1 if stride is None else stride, padding),
+                    f"kernel_size={kernel_size}")
+
+
+class BatchNorm2d(_Native):
+    """Per-channel normalization over (N, H, W); running statistics in training, used in eval."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self._adopt(_C.nn.BatchNorm2d(num_features, eps, momentum), f"{num_features}")
+
+
+class MLP(_Native):
+    """fc (dim -> hidden) -> activation -> proj (hidden -> dim)."""
+
+    def __init__(self, dim, hidden, activation="gelu_tanh", dropout=0.0, bias=True):
+        super().__init__()
+        act = {"relu": _C.nn.Activation.ReLU, "gelu": _C.nn.Activation.GELU,
+               "gelu_tanh": _C.nn.Activation.GELUTanh, "silu": _C.nn.Activation.SiLU}[activation]
+        self._adopt(_C.nn.MLP(dim, hidden, act, dropout, bias), f"{dim}, {hidden}")
+
+
+class CausalSelfAttention(_Native):
+    """Multi-head causal self-attention over [B, T, dim] (fused attention kernel)."""
+
+    def __init__(self, dim, heads, dropout=0.0, bias=True):
+        super().__init__()
+        self._adopt(_C.nn.CausalSelfAttention(dim, heads, dropout, bias), f"{dim}, heads={heads}")
+
+
+class TransformerBlock(_Native):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x))."""
+
+    def __init__(self, dim, heads, mlp_ratio=4, dropout=0.0, bias=True):
+        super().__init__()
+        self._adopt(_C.nn.TransformerBlock(dim, heads, mlp_ratio, dropout, bias), f"{dim}, heads={heads}")
+
+
+class GPT(_Native):
+    """A GPT-2 style language model: ids [B, T] int64 -> logits [B, T, vocab]."""
+
+    def __init__(self, vocab=256, ctx=128, dim=128, heads=4, layers=4, dropout=0.0, tie_embeddings=True, bias=True):
+        super().__init__()
+        self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias),
+                    f"vocab={vocab}, ctx={ctx}, dim={dim}, heads={heads}, layers={layers}")
+
+
+# ---- layers that are one table op (Python classes: nothing to wrap) ----
+
+
+class _Activation(Module):
+    """An elementwise op of the table as a module."""
+
+    _fn = None
+
+    def forward(self, x):
+        return type(self)._fn(x)
+
+
+class ReLU(_Activation):
+    """max(x, 0), elementwise."""
+    _fn = staticmethod(_C.relu)
+
+
+class GELU(_Activation):
+    """GELU; approximate='tanh' for the tanh form."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return _C.gelu_tanh(x) if self.approximate == "tanh" else _C.gelu(x)
+
+
+class SiLU(_Activation):
+    """x * sigmoid(x), elementwise."""
+    _fn = staticmethod(_C.silu)
+
+
+class Tanh(_Activation):
+    """tanh(x), elementwise."""
+    _fn = staticmethod(_C.tanh)
+
+
+class Sigmoid(_Activation):
+    """1 / (1 + exp(-x)), elementwise."""
+    _fn = staticmethod(_C.sigmoid)
+
+
+class Softplus(_Activation):
+    """log(1 + exp(x)), elementwise, computed stably."""
+    _fn = staticmethod(_C.softplus)
+
+
+class Identity(Module):
+    """Returns its input."""
+
+    def forward(self, x):
+        return x
+
+
+class Flatten(Module):
+    """Merges dims start_dim..end_dim (default: all but the batch dim)."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Softmax(Module):
+    """Softmax along dim."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.softmax(x, self.dim)
+
+
+# ---- containers ----
+
+
+class Sequential(Module):
+    """Modules applied in order; children are named "0", "1", ..."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, m):
+        self.add_module(str(len(self._modules)), m)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules, registered as children "0", "1", ..."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m):
+        self.add_module(str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+def clip_grad_norm_(parameters, max_norm):
+    """Scales the gradients so their global L2 norm is at most max_norm; returns the norm before."""
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return _C.optim.clip_grad_norm(list(parameters), float(max_norm))
+
+
+class utils:  # noqa: N801  (alk.nn.utils.clip_grad_norm_, as torch.nn.utils)
+    """torch.nn.utils' names: clip_grad_norm_."""
+
+    clip_grad_norm_ = staticmethod(clip_grad_norm_)

@@ -1,0 +1,16 @@
+// Helpers tensor.cpp defines for the other binding files.
+#pragma once
+#include <pybind11/numpy.h>
+
+#include <optional>
+
+#include "common.h"
+
+namespace alkpy {
+alk::Tensor from_numpy(const py::array& a);
+py::array to_numpy(const alk::Tensor& t);
+alk::Tensor tensor_from_python(const py::handle& data, std::optional<alk::DType> dtype, bool requires_grad);
+// self <- value in place (cast and broadcast to self), keeping autograd right: a leaf that
+// requires grad refuses while grad is on; otherwise self's history becomes value's.
+void assign_inplace(const alk::Tensor& self, const alk::Tensor& value, const char* op);
+}  // namespace alkpy
