@@ -137,7 +137,7 @@ void bind_nn(py::module_& top) {
   m.def("binary_cross_entropy_with_logits", [](const Tensor& x, const Tensor& t) {
     return nn::binary_cross_entropy_with_logits(x, t);
   }, py::arg("input"), py::arg("target"), "Mean binary cross entropy of logits against targets in [0, 1].", g);
-  m.def("activate", &nn::activate, py::arg("x"), py::arg("kind"), g);
+  m.def("activate", [](const Tensor& x, nn::Activation kind) { return nn::activate(x, kind); }, py::arg("x"), py::arg("kind"), g);
 
   py::module_ init = m.def_submodule("init", "Initializers: write new values into a tensor in place.");
   init.def("normal_", [](Tensor t, double mean, double std) { nn::init::normal_(t, mean, std); return t; },
