@@ -72,6 +72,12 @@ Tensor read_idx_u8(const std::string& path, int ndims, Loc loc) {
          overflow ? std::string("more than 2^64") : std::to_string(count), " data bytes, the file has ", size - header);
   if (count < size - header)
     fail("mnist", loc, "'", path, "' has ", size - header - count, " trailing bytes after dims ", to_string(shape));
+  // The strides of a shape with a 0 dim are still products of the other dims (found by
+  // fuzz_mnist: [4278321929, 4294967295, 0] overflowed int64 while counting 0 bytes).
+  int64_t span = 1;
+  for (int64_t n : shape)
+    check(n == 0 || !__builtin_mul_overflow(span, n, &span), "mnist", loc, "'", path, "' has dims ", to_string(shape),
+          " whose strides overflow 64 bits");
   check_memory_for(count, "mnist", "'" + path + "'", loc);  // dims checked against the file size, which can be sparse
   std::vector<unsigned char> host(count);
   if (count && std::fread(host.data(), 1, count, f.get()) != count)

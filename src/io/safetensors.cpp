@@ -95,6 +95,9 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
     bad("shape ", to_string(e.shape), " of ", e.dtype_tag, " needs ",
         overflow ? std::string("more than 2^64") : std::to_string(bytes), " bytes but data_offsets [", e.begin, ", ",
         e.end, "] hold ", e.end - e.begin);
+  int64_t span = 1;  // with a 0 dim the strides are still products of the others
+  for (int64_t d : e.shape)
+    if (d != 0 && __builtin_mul_overflow(span, d, &span)) bad("shape ", to_string(e.shape), " overflows 64-bit strides");
   return e;
 }
 

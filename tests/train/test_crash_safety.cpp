@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,6 +70,8 @@ Spawned spawn(const std::vector<std::string>& args, const std::string& log, rlim
   argv.push_back(nullptr);
   Spawned s;
   s.pid = ::fork();
+  // A failed fork must never reach kill(): kill(-1, sig) signals every process we may signal.
+  if (s.pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (s.pid == 0) {  // only async-signal-safe calls until exec
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
@@ -82,6 +87,10 @@ Spawned spawn(const std::vector<std::string>& args, const std::string& log, rlim
     ::_exit(127);
   }
   return s;
+}
+
+void signal_child(const Spawned& s, int sig) {
+  if (s.pid > 0) ::kill(s.pid, sig);  // never 0 or -1 (the process group, every process)
 }
 
 int wait_status(const Spawned& s) {
@@ -189,7 +198,7 @@ TEST_F(CrashSafety, SigkillAtRandomMomentsThenResumeIsBitIdentical) {
         if (::waitpid(child.pid, nullptr, WNOHANG) != 0) break;
       }
     }
-    ::kill(child.pid, SIGKILL);
+    signal_child(child, SIGKILL);
     const int st = wait_status(child);
     if (WIFEXITED(st)) ++finished;
     // A save directory that the manifest does not name survived the kill: it hit a save.
@@ -228,7 +237,7 @@ TEST_F(CrashSafety, SigtermSavesAndExitsCleanly) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (losses(run).size() < 3 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  ::kill(child.pid, SIGTERM);
+  signal_child(child, SIGTERM);
   int st = wait_status(child);
   const std::string log = testing::read_file(dir_ / "term.log");
   ASSERT_TRUE(WIFEXITED(st)) << log;
