@@ -218,6 +218,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step, Loc lo
       // one kernel, instead of a scatter into zeros per select and adds.
       Shape at(in_shape.size(), 1);
       at[static_cast<size_t>(dim_)] = in_shape[static_cast<size_t>(dim_)];
+      DeviceGuard on(g.device());  // the positions are made where the gradient lives
       Tensor hit = eq(arange(in_shape[static_cast<size_t>(dim_)], loc).reshape(at, loc), static_cast<double>(start), loc);
       return std::vector<Tensor>{where(hit, g.expand(in_shape, loc), 0.0, loc)};
     }

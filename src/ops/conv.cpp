@@ -179,6 +179,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
     out = with_grad(out, "max_pool2d", {win}, [win](const Tensor& g) -> std::vector<Tensor> {
       const int64_t k = win.shape()[2];
       Tensor first = argmax(win.detach(), 2, true);  // [N, C, 1, L], the first maximum
+      DeviceGuard on(g.device());  // the positions are made where the gradient lives
       Tensor pos = arange(k).reshape({1, 1, k, 1});
       return {where(eq(pos, first), broadcast_to(g, win.shape()), 0.0)};
     });
