@@ -315,15 +315,10 @@ void add_lines(std::string& out, const std::string& indent, const std::string& t
 
 }  // namespace
 
-std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
-  if (e0.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
-  Expr e = rewrite(conform(e0, sig), lang.rewrites());
-  std::vector<bool> used(sig.inputs.size());
-  for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
-
-  std::string out = lang.prologue(e0, e, sig, used);
-  for (size_t k = 0; k < used.size(); ++k)
-    if (used[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
+// Names every node's value once (inputs in0.., literals inline, the rest v0, v1, ... in
+// topological order), appending each computed value's definition to out: the one value walk
+// of map kernels and of functions over named inputs.
+std::vector<std::string> emit_values(const Lang& lang, const Expr& e, const std::string& indent, std::string& out) {
   std::vector<std::string> v(e.nodes.size());
   int next = 0;
   for (size_t i = 0; i < e.nodes.size(); ++i) {
@@ -334,9 +329,22 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
       v[i] = value_text(lang, x);
     } else {
       v[i] = "v" + std::to_string(next++);
-      add_lines(out, lang.indent, lang.let(x.type, v[i], node_text(lang, x, v)));
+      add_lines(out, indent, lang.let(x.type, v[i], node_text(lang, x, v)));
     }
   }
+  return v;
+}
+
+std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
+  if (e0.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
+  Expr e = rewrite(conform(e0, sig), lang.rewrites());
+  std::vector<bool> used(sig.inputs.size());
+  for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
+
+  std::string out = lang.prologue(e0, e, sig, used);
+  for (size_t k = 0; k < used.size(); ++k)
+    if (used[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
+  const std::vector<std::string> v = emit_values(lang, e, lang.indent, out);
   add_lines(out, lang.indent, lang.store(sig.output, v.back()));
   return out + lang.epilogue();
 }
@@ -347,19 +355,7 @@ std::string emit_function(const Lang& lang, const Expr& e0, const MapSignature& 
   std::vector<Type> params;
   for (DType d : sig.inputs) params.push_back(compute_type(d));
   std::string out = lang.function_head(sig.name, params, compute_type(sig.output)) + "\n";
-  std::vector<std::string> v(e.nodes.size());
-  int next = 0;
-  for (size_t i = 0; i < e.nodes.size(); ++i) {
-    const Node& x = e.nodes[i];
-    if (x.fn == Fn::Input) {
-      v[i] = "in" + std::to_string(x.slot);
-    } else if (x.fn == Fn::Const) {
-      v[i] = value_text(lang, x);
-    } else {
-      v[i] = "v" + std::to_string(next++);
-      add_lines(out, "  ", lang.let(x.type, v[i], node_text(lang, x, v)));
-    }
-  }
+  const std::vector<std::string> v = emit_values(lang, e, "  ", out);
   return out + "  return " + v.back() + ";\n}\n";
 }
 
