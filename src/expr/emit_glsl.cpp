@@ -11,18 +11,6 @@ namespace alk::expr::emit_detail {
 
 namespace {
 
-std::string storage(DType t) {
-  switch (t) {
-    case DType::Bool: case DType::U8: return "uint8_t";
-    case DType::I32: return "int";
-    case DType::I64: return "int64_t";
-    case DType::F16: return "float16_t";
-    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-  }
-  return "?";
-}
 
 struct Glsl final : Lang {
   Glsl() { indent = "    "; }
@@ -144,9 +132,9 @@ struct Glsl final : Lang {
     int binding = 0;
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "layout(std430, binding = " + std::to_string(binding++) + ") readonly buffer In" + std::to_string(k) +
-           " { " + storage(sig.inputs[k]) + " in" + std::to_string(k) + "_data[]; };\n";
+           " { " + glsl_storage_type(sig.inputs[k]) + " in" + std::to_string(k) + "_data[]; };\n";
     s += "layout(std430, binding = " + std::to_string(binding++) + ") writeonly buffer Out { " +
-         storage(sig.output) + " out_data[]; };\n";
+         glsl_storage_type(sig.output) + " out_data[]; };\n";
     // Push constants when the block fits the budget every device has (emit.h), else a buffer.
     const size_t k_in = sig.inputs.size();
     if (glsl_params_in_push_constants(k_in))
@@ -189,3 +177,20 @@ struct Glsl final : Lang {
 std::unique_ptr<Lang> make_glsl() { return std::make_unique<Glsl>(); }
 
 }  // namespace alk::expr::emit_detail
+
+namespace alk::expr {
+
+std::string glsl_storage_type(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "uint8_t";
+    case DType::I32: return "int";
+    case DType::I64: return "int64_t";
+    case DType::F16: return "float16_t";
+    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+}  // namespace alk::expr

@@ -10,6 +10,7 @@
 
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/shader.h"
+#include "expr/emit.h"
 #include "backend/vulkan/vulkan_device.h"
 #include "runtime/kernel.h"
 
@@ -29,18 +30,7 @@ bool is16(DType t) { return t == DType::F16 || t == DType::BF16; }
 bool is8(DType t) { return t == DType::Bool || t == DType::U8; }
 bool computes_i64(DType t) { return t == DType::I64 || t == DType::I32 || t == DType::U8; }
 
-std::string storage_type(DType t) {
-  switch (t) {
-    case DType::Bool: case DType::U8: return "uint8_t";
-    case DType::I32: return "int";
-    case DType::I64: return "int64_t";
-    case DType::F16: return "float16_t";
-    case DType::BF16: return "uint16_t";  // bit patterns: the high half of an f32
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-  }
-  return "?";
-}
+std::string storage_type(DType t) { return expr::glsl_storage_type(t); }
 
 std::string compute_name(DType t) {
   switch (compute_type(t)) {

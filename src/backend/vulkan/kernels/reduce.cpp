@@ -123,26 +123,7 @@ std::string fill(std::string_view text, std::initializer_list<std::pair<std::str
 
 // ---- GLSL spellings -------------------------------------------------------------------
 
-std::string storage_type(DType t) {
-  switch (t) {
-    case DType::Bool:
-    case DType::U8:
-      return "uint8_t";
-    case DType::I32:
-      return "int";
-    case DType::I64:
-      return "int64_t";
-    case DType::F16:
-      return "float16_t";
-    case DType::BF16:
-      return "uint16_t";
-    case DType::F32:
-      return "float";
-    case DType::F64:
-      return "double";
-  }
-  return "?";
-}
+std::string storage_type(DType t) { return expr::glsl_storage_type(t); }
 
 // The type values of storage dtype t compute in (as in the expression emitters).
 std::string compute_name(DType t) {
