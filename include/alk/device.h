@@ -121,6 +121,13 @@ struct DeviceRegistration {
 // Returns every device's cached memory (Device::release_cached_memory).
 void release_cached_memory();
 
+// How f32 matmuls may run on GPUs: "highest" (f32 arithmetic, the default) or "high" (TF32
+// tensor cores: 10-bit mantissas in, f32 sums; ~1e-3 relative error), as PyTorch's
+// torch.set_float32_matmul_precision. ALK_TF32=1 starts the process at "high". Read when a
+// kernel is prepared: a compiled step keeps the choice it was recorded with.
+void set_float32_matmul_precision(std::string_view precision, Loc loc = Loc::current());
+std::string_view float32_matmul_precision();
+
 // The device new tensors are created on: ALK_DEVICE, else the CPU; DeviceGuard changes it
 // for a scope (like PyTorch's `with torch.device(...)`).
 Device& default_device();

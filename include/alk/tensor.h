@@ -258,6 +258,24 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Mixed precision, as torch.autocast: inside the scope (this thread), matmuls of f32 (or
+// f64) tensors run in `dtype` (bf16 or f16, with f32 accumulation) and give that dtype,
+// while softmax, log_softmax, the norms and attention take 16-bit inputs in f32 (their
+// sums and statistics need it). Parameters stay f32 (master weights); their gradients come
+// back through the casts as f32.
+class Autocast {
+ public:
+  explicit Autocast(DType dtype = DType::BF16, Loc loc = Loc::current());
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+// The autocast dtype of this thread, when inside an Autocast scope.
+std::optional<DType> autocast_dtype();
+
 // Realizes several tensors in one schedule (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);
 

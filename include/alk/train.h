@@ -20,7 +20,8 @@ struct Config {
   std::string corpus;        // gpt: text file; "" = the KJV Bible (Debian's bible-kjv), cached in data/
   std::string data;          // mnist: directory of IDX files; "" = find_mnist_dir()
   std::string out = "runs/gpt";
-  std::string device = "auto";  // auto (the best GPU found, else the CPU), cpu, vulkan, vulkan:N (`alk devices`)
+  std::string device = "auto";  // auto (the best GPU found, else the CPU), cpu, cuda:N, vulkan:N (`alk devices`)
+  std::string dtype = "f32";     // f32, or bf16 / f16: mixed precision (Autocast; f32 master weights)
   uint64_t seed = 1337;
   int64_t steps = 2000;
   int64_t batch = 8;

@@ -47,6 +47,8 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t);
 // How GLSL stores a dtype in a buffer ("uint16_t" bit patterns for bf16): the emitter's and
 // the Vulkan template kernels' one spelling.
 std::string glsl_storage_type(alk::DType t);
+// The same for CUDA C (the emitter and the CUDA template kernels): "__nv_bfloat16", "long long", ...
+std::string cuda_storage_type(alk::DType t);
 
 // The expression alone, as a function a hand-written kernel calls (a reduction's prologue,
 // a matmul's or reduction's epilogue): `R name(T0 in0, T1 in1, ...)` returning e, where

@@ -9,18 +9,7 @@ namespace alk::expr::emit_detail {
 
 namespace {
 
-std::string storage(DType t) {
-  switch (t) {
-    case DType::Bool: case DType::U8: return "unsigned char";
-    case DType::I32: return "int";
-    case DType::I64: return "long long";
-    case DType::F16: return "__half";
-    case DType::BF16: return "__nv_bfloat16";
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-  }
-  return "?";
-}
+std::string storage(DType t) { return cuda_storage_type(t); }
 
 struct Cuda final : Lang {
   Cuda() { indent = "    "; }
@@ -156,3 +145,20 @@ struct Cuda final : Lang {
 std::unique_ptr<Lang> make_cuda() { return std::make_unique<Cuda>(); }
 
 }  // namespace alk::expr::emit_detail
+
+namespace alk::expr {
+
+std::string cuda_storage_type(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::U8: return "unsigned char";
+    case DType::I32: return "int";
+    case DType::I64: return "long long";
+    case DType::F16: return "__half";
+    case DType::BF16: return "__nv_bfloat16";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+}  // namespace alk::expr

@@ -44,7 +44,10 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   check(std::isfinite(scale), kOp, loc, "scale must be finite, got ", scale);
   if (scale < 0) scale = D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
 
-  const DType t = to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype()));
+  DType t = to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype()));
+  // Under autocast, f32: the packed output carries each row's logsumexp, which the backward
+  // needs to more than bf16's 8 bits.
+  if (autocast_dtype() && (t == DType::BF16 || t == DType::F16)) t = DType::F32;
   int64_t B = 1;
   for (int64_t s : lead) B *= s;
   // The kernels read q, k and v through their strides, batch dims included (a [B, H, T, D]

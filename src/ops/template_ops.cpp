@@ -13,8 +13,12 @@ namespace {
 
 Tensor float_operand(const Tensor& x, const char* op, Loc loc) {
   check_defined(x, op, loc);
+  // Under autocast, 16-bit inputs are widened: these ops' sums and statistics need f32.
+  if (autocast_dtype() && (x.dtype() == DType::BF16 || x.dtype() == DType::F16)) return cast(x, DType::F32, loc);
   return is_floating(x.dtype()) ? x : cast(x, DType::F32, loc);
 }
+
+thread_local std::optional<DType> t_autocast;
 
 void check_index(const Tensor& index, const char* op, Loc loc) {
   check_defined(index, op, loc);
@@ -60,12 +64,21 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, Loc loc) {
 
 }  // namespace
 
+Autocast::Autocast(DType dtype, Loc loc) : previous_(t_autocast) {
+  check(dtype == DType::BF16 || dtype == DType::F16, "autocast", loc, "dtype must be bf16 or f16, got ",
+        dtype_name(dtype));
+  t_autocast = dtype;
+}
+Autocast::~Autocast() { t_autocast = previous_; }
+std::optional<DType> autocast_dtype() { return t_autocast; }
+
 Tensor matmul(const Tensor& a0, const Tensor& b0, Loc loc) {
   check_defined(a0, "matmul", loc);
   check_defined(b0, "matmul", loc);
   check(a0.dim() >= 1 && b0.dim() >= 1, "matmul", loc, "both operands need at least 1 dim; got shapes ",
         to_string(a0.shape()), " and ", to_string(b0.shape()));
   DType t = to_floating(promote(a0.dtype(), b0.dtype()));
+  if (autocast_dtype() && (t == DType::F32 || t == DType::F64)) t = *autocast_dtype();
   Tensor a = cast(a0, t, loc), b = cast(b0, t, loc);
   // NumPy rules: a 1-D left operand is a row, a 1-D right operand a column; both dropped after.
   const bool row = a.dim() == 1, col = b.dim() == 1;

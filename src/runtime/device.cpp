@@ -62,6 +62,24 @@ void copy_buffer(const Buffer& src, size_t src_offset, const Buffer& dst, size_t
   dst.device->upload(dst, dst_offset, host.data(), bytes);
 }
 
+namespace {
+std::atomic<bool>& tf32_allowed() {
+  static std::atomic<bool> allowed = [] {
+    const char* e = std::getenv("ALK_TF32");
+    return e && *e && std::string_view(e) != "0";
+  }();
+  return allowed;
+}
+}  // namespace
+
+void set_float32_matmul_precision(std::string_view precision, Loc loc) {
+  check(precision == "highest" || precision == "high", "set_float32_matmul_precision", loc,
+        "precision must be \"highest\" or \"high\", got \"", precision, "\"");
+  tf32_allowed() = precision == "high";
+}
+
+std::string_view float32_matmul_precision() { return tf32_allowed() ? "high" : "highest"; }
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;

@@ -23,7 +23,7 @@ struct Field {
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      ALK_STR(task), ALK_STR(corpus), ALK_STR(data), ALK_STR(out), ALK_STR(device), ALK_INT(seed),
+      ALK_STR(task), ALK_STR(corpus), ALK_STR(data), ALK_STR(out), ALK_STR(device), ALK_STR(dtype), ALK_INT(seed),
       ALK_INT(steps), ALK_INT(batch), ALK_INT(ctx), ALK_INT(dim), ALK_INT(heads), ALK_INT(layers),
       ALK_INT(vocab_size), ALK_NUM(dropout), ALK_NUM(lr), ALK_NUM(min_lr), ALK_NUM(weight_decay),
       ALK_NUM(grad_clip), ALK_INT(warmup), ALK_NUM(val_fraction), ALK_INT(eval_every), ALK_INT(eval_batches),
@@ -64,6 +64,8 @@ Config config_from_json(const std::string& text, Config base, Loc loc) {
         " must be a positive multiple of heads ", base.heads);
   check(base.ctx > 0 && base.layers >= 0 && base.vocab_size >= 256, "config", loc,
         "ctx must be > 0, layers >= 0 and vocab_size >= 256");
+  check(base.dtype == "f32" || base.dtype == "bf16" || base.dtype == "f16", "config", loc,
+        "dtype must be f32, bf16 or f16, got '", base.dtype, "'");
   if (!base.memory_budget.empty()) parse_bytes(base.memory_budget, loc);  // validates
   return base;
 }

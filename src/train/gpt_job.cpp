@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "alk/compile.h"
@@ -126,7 +127,12 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
 
   // The whole step (forward, loss, backward, clipping, AdamW) is traced once and replayed.
   Program train_step = compile([&](const std::vector<Tensor>& in) {
-    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+    Tensor loss;
+    {
+      std::optional<Autocast> mixed;  // --dtype bf16|f16: the forward in mixed precision
+      if (c.dtype != "f32") mixed.emplace(c.dtype == "bf16" ? DType::BF16 : DType::F16);
+      loss = nn::cross_entropy(model(in[0]), in[1]);
+    }
     capture("loss", loss);
     loss.backward();
     if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "alk/compile.h"
@@ -90,7 +91,12 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   // The whole step (batch gather, forward, loss, backward, AdamW) is traced once and replayed.
   Program train_step = compile([&](const std::vector<Tensor>& in) {
     Tensor x = index_select(train_x, 0, in[0]), y = index_select(train_labels, 0, in[0]);
-    Tensor loss = nn::cross_entropy(net->forward(x), y);
+    Tensor loss;
+    {
+      std::optional<Autocast> mixed;  // --dtype bf16|f16: the forward in mixed precision
+      if (c.dtype != "f32") mixed.emplace(c.dtype == "bf16" ? DType::BF16 : DType::F16);
+      loss = nn::cross_entropy(net->forward(x), y);
+    }
     capture("loss", loss);
     loss.backward();
     opt.step();

@@ -34,7 +34,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--corpus", flags.corpus, "gpt: training text file (default: the KJV Bible, data/kjv.txt)");
   cmd->add_option("--data", flags.data, "mnist: directory with the IDX files (default: found automatically)");
   cmd->add_option("--steps", flags.steps, "optimizer steps")->capture_default_str();
-  cmd->add_option("--device", flags.device, "auto, cpu, vulkan, vulkan:N (alk devices lists them)")->capture_default_str();
+  cmd->add_option("--device", flags.device, "auto, cpu, cuda:N, vulkan:N (alk devices lists them)")->capture_default_str();
+  cmd->add_option("--dtype", flags.dtype, "f32, or bf16/f16 mixed precision (f32 master weights)")->capture_default_str();
   cmd->add_option("--out", flags.out, "run directory (default runs/gpt or runs/mnist)");
   cmd->add_option("--resume", resume_dir, "continue the run in DIR from its last checkpoint");
   cmd->add_option("--config", config_file, "JSON config file (flags override it)");
@@ -78,6 +79,7 @@ void add_train_command(CLI::App& app) {
     if (given("--data")) c.data = flags.data;
     if (given("--steps")) c.steps = flags.steps;
     if (given("--device")) c.device = flags.device;
+    if (given("--dtype")) c.dtype = flags.dtype;
     if (given("--out")) c.out = flags.out;
     if (given("--seed")) c.seed = flags.seed;
     if (given("--batch")) c.batch = flags.batch;

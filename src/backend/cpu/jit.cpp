@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/eval.h"
+#include "runtime/disk_cache.h"
 
 extern char** environ;
 
@@ -295,24 +296,9 @@ uint64_t fnv(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
   return h;
 }
 
-bool make_dirs(const std::string& path) {
-  for (size_t at = 1; at <= path.size(); ++at) {
-    if (at != path.size() && path[at] != '/') continue;
-    const std::string part = path.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(path.c_str(), W_OK) == 0;
-}
-
 const std::string& cache_dir() {
   static const std::string dir = [] {
-    std::string base;
-    if (const char* d = std::getenv("ALK_CACHE_DIR"); d && *d) base = d;
-    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/alk";
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/alk";
-    std::string jit = base + "/jit";
-    if (!base.empty() && make_dirs(jit)) return jit;
+    if (std::string jit = alk::cache_dir("jit"); !jit.empty()) return jit;
     // No writable cache: a directory of this process's own, removed at exit (the loaded
     // objects stay mapped after their files are gone).
     static char tmpl[] = "/tmp/alk-jit-XXXXXX";

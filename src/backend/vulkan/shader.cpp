@@ -8,17 +8,14 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
+
+#include "runtime/disk_cache.h"
 
 namespace alk::vk {
 
 namespace {
-
-// FNV-1a, 64 bits: only names files; entries are verified against the full source.
-uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 std::string first_lines(const std::string& s, int n) {
   std::istringstream in(s);
@@ -27,56 +24,7 @@ std::string first_lines(const std::string& s, int n) {
   return out;
 }
 
-bool make_dirs(const std::string& path) {
-  for (size_t at = 1; at <= path.size(); ++at) {
-    if (at != path.size() && path[at] != '/') continue;
-    const std::string part = path.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(path.c_str(), W_OK) == 0;
-}
-
-constexpr char kMagic[8] = {'A', 'L', 'K', 'S', 'P', 'V', '1', '\n'};
-
-// File: magic, u64 source bytes, source, u64 SPIR-V words, words.
-bool read_entry(const std::string& path, const std::string& source, std::vector<uint32_t>& spirv) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  char magic[8];
-  uint64_t n = 0;
-  if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return false;
-  if (!in.read(reinterpret_cast<char*>(&n), 8) || n != source.size() || n > size) return false;
-  std::string stored(n, '\0');
-  if (!in.read(stored.data(), static_cast<std::streamsize>(n)) || stored != source) return false;
-  uint64_t words = 0;
-  if (!in.read(reinterpret_cast<char*>(&words), 8) || words < 5 || words * 4 != size - 24 - n) return false;
-  spirv.resize(words);
-  if (!in.read(reinterpret_cast<char*>(spirv.data()), static_cast<std::streamsize>(words * 4))) return false;
-  return spirv[0] == 0x07230203u;  // the SPIR-V magic number
-}
-
-void write_entry(const std::string& path, const std::string& source, const std::vector<uint32_t>& spirv) {
-  // Written beside, then renamed: a reader never sees half a file.
-  const std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    const uint64_t n = source.size(), words = spirv.size();
-    out.write(kMagic, 8);
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(source.data(), static_cast<std::streamsize>(n));
-    out.write(reinterpret_cast<const char*>(&words), 8);
-    out.write(reinterpret_cast<const char*>(spirv.data()), static_cast<std::streamsize>(words * 4));
-    if (!out) {
-      std::remove(tmp.c_str());
-      return;  // a full disk costs a recompile next time, nothing more
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
-}
+constexpr std::string_view kMagic{"ALKSPV2\n", 8};
 
 }  // namespace
 
@@ -105,15 +53,7 @@ std::vector<uint32_t> compile_glsl(const std::string& source, const std::string&
 }
 
 std::string cache_dir() {
-  static const std::string dir = [] {
-    std::string base;
-    if (const char* d = std::getenv("ALK_CACHE_DIR"); d && *d) base = d;
-    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/alk";
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache/alk";
-    if (base.empty()) return std::string();
-    std::string d = base + "/vulkan";
-    return make_dirs(d) ? d : std::string();
-  }();
+  static const std::string dir = alk::cache_dir("vulkan");
   return dir;
 }
 
@@ -135,13 +75,20 @@ const std::vector<uint32_t>& ShaderCache::spirv(const std::string& source) {
   }
   std::vector<uint32_t> words;
   const std::string path = path_for(source);
-  if (!path.empty() && read_entry(path, source, words)) {
+  std::optional<std::string> stored = path.empty() ? std::nullopt : read_cache_entry(path, kMagic, source);
+  if (stored && stored->size() >= 20 && stored->size() % 4 == 0) {
+    words.resize(stored->size() / 4);
+    std::memcpy(words.data(), stored->data(), stored->size());
+  }
+  if (!words.empty() && words[0] == 0x07230203u) {  // the SPIR-V magic number
     ++stats_.disk_hits;
   } else {
     if (!path.empty() && ::access(path.c_str(), F_OK) == 0) ++stats_.disk_rejected;
     words = compile_glsl(source);
     ++stats_.compiles;
-    if (!path.empty()) write_entry(path, source, words);
+    if (!path.empty())
+      write_cache_entry(path, kMagic, source,
+                        std::string_view(reinterpret_cast<const char*>(words.data()), words.size() * 4));
   }
   return memory_.emplace(source, std::move(words)).first->second;
 }

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The CUDA backend's checks and benchmark, in one run on the GPU machine (the `device`
+# tool's H200): no compiler toolchain for alk's dependencies is there (gtest, CLI11), so
+# the binaries are built on the development machine and carried:
+#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2
+#   device run, carry [build/alk_tests, build/alk, build/bench_cuda_gpt2, data]:
+#     bash bench/cuda/run_device.sh [tests|bench|all]
+# Prints the CUDA tests, the op-table parity suite on cuda:0, a short `alk train --device
+# cuda`, and the GPT-2 124M benchmark with its RATIO lines against PyTorch's anchor.
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/alk-out}
+mkdir -p "$OUT"
+export ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+./build/alk devices
+if [[ $what == tests || $what == all ]]; then
+  echo "==== CUDA tests + parity on cuda:0"
+  ALK_PARITY_DEVICES=cuda:0 timeout 240 ./build/alk_tests --gtest_brief=1 \
+    --gtest_filter='Cuda*:DeviceParity*:Devices*' 2>&1 | tee "$OUT/tests.log" | tail -60
+  echo "==== alk train --device cuda (short)"
+  timeout 100 ./build/alk train --device cuda --steps 50 --log-every 10 --eval-every 25 --sample-tokens 64 \
+    --out /tmp/run-cuda 2>&1 | tail -15
+fi
+if [[ $what == bench || $what == all ]]; then
+  echo "==== GPT-2 124M step"
+  timeout ${BENCH_TIMEOUT:-200} ./build/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
+    ${ANCHOR:+--anchor "$ANCHOR"} 2>&1 | tee "$OUT/bench.log" | tail -20
+fi

@@ -1,0 +1,1018 @@
+// The CUDA backend as a runtime Device (include/alk/device.h), registered as "cuda:N".
+//
+// What runs: Map kernels from the CUDA C emitter (src/expr/emit_cuda.cpp), reductions
+// with their fused prologue (emit_function), and the template ops in kernels/*.cu, all
+// compiled at run time by NVRTC (context.h caches the cubins in memory and on disk). A
+// Reduce or Matmul epilogue runs as a Map kernel over the op's result, as on the CPU.
+// Recording (alk::compile) captures the stream into a CUDA graph.
+#include "backend/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string_view>
+
+#include "backend/cuda/context.h"
+#include "core/half.h"
+#include "expr/emit.h"
+#include "runtime/device.h"
+
+namespace alk::cuda {
+
+namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
+extern const std::string_view common, rows, index, matmul, matmul_mma, attention;
+}  // namespace sources
+
+namespace {
+
+// ---- kernel arguments ----
+
+// The kernels' View (kernels/common.cuh), byte for byte.
+struct KView {
+  int64_t offset = 0;
+  int32_t rank = 0;
+  int32_t contiguous = 0;
+  int64_t shape[8] = {};
+  int64_t strides[8] = {};
+};
+static_assert(sizeof(KView) == 144);
+
+KView kview(const Shape& shape, const Shape& strides, int64_t offset) {
+  KView v;
+  v.offset = offset;
+  v.rank = static_cast<int32_t>(shape.size());
+  bool contiguous = true;
+  int64_t expect = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    v.shape[d] = shape[d];
+    v.strides[d] = strides[d];
+    if (shape[d] != 1 && strides[d] != expect) contiguous = false;
+    expect *= shape[d];
+  }
+  v.contiguous = contiguous;
+  return v;
+}
+
+// A tensor as the kernels see it: the pointer to its storage's first byte, and its view.
+struct Arg {
+  CUdeviceptr ptr = 0;
+  DType dtype = DType::F32;
+  Shape shape, strides;
+  int64_t offset = 0;
+  KView view() const { return kview(shape, strides, offset); }
+};
+
+CUdeviceptr device_ptr(const Buffer& b) { return reinterpret_cast<CUdeviceptr>(b.handle); }
+
+Arg arg_of(const KernelArg& a) {
+  if (!a.buffer) fail("a kernel argument without a buffer");
+  if (a.buffer->device->info().kind != "cuda") fail("a kernel argument on " + a.buffer->device->name() + ", not CUDA");
+  return Arg{device_ptr(*a.buffer) + a.byte_offset, a.dtype, a.shape, a.strides, a.offset};
+}
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// The C type arithmetic on a dtype runs in (kernels' ACC).
+const char* acc_type(DType t) {
+  switch (t) {
+    case DType::F64: return "double";
+    case DType::F16: case DType::BF16: case DType::F32: return "float";
+    case DType::Bool: return "int";
+    case DType::U8: case DType::I32: case DType::I64: return "long long";
+  }
+  return "?";
+}
+// A raw element type of the dtype's size (kernels that only move bits).
+const char* raw_type(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return "unsigned char";
+    case 2: return "unsigned short";
+    case 4: return "unsigned int";
+    default: return "unsigned long long";
+  }
+}
+std::string storage(DType t) { return expr::cuda_storage_type(t); }
+
+// `value` stored as dtype, as raw bits in the low bytes of a u64.
+uint64_t bits_of(DType t, double value) {
+  uint64_t bits = 0;
+  switch (t) {
+    case DType::F32: { float f = static_cast<float>(value); std::memcpy(&bits, &f, 4); break; }
+    case DType::F64: std::memcpy(&bits, &value, 8); break;
+    case DType::F16: bits = f32_to_f16(static_cast<float>(value)); break;
+    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
+    case DType::Bool: bits = value != 0; break;
+    case DType::U8: bits = static_cast<uint8_t>(static_cast<int64_t>(value)); break;
+    case DType::I32: { int32_t i = static_cast<int32_t>(value); std::memcpy(&bits, &i, 4); break; }
+    case DType::I64: { int64_t i = static_cast<int64_t>(value); std::memcpy(&bits, &i, 8); break; }
+  }
+  return bits;
+}
+
+std::string defines(std::initializer_list<std::pair<const char*, std::string>> d) {
+  std::string s;
+  for (auto& [name, value] : d) s += std::string("#define ") + name + " " + value + "\n";
+  return s;
+}
+std::string kernel_source(const std::string& defs, std::string_view body) {
+  return defs + std::string(sources::common) + "\n" + std::string(body);
+}
+
+constexpr unsigned kBlock = 256;
+unsigned blocks_for(const Context& ctx, int64_t items, int64_t per_block = kBlock) {
+  const int64_t want = (items + per_block - 1) / per_block;
+  const int64_t cap = static_cast<int64_t>(std::max(1, ctx.props().multiprocessors)) * 32;
+  return static_cast<unsigned>(std::clamp<int64_t>(want, 1, cap));
+}
+
+// ---- Map ----
+
+void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, const Arg& out) {
+  expr::MapSignature sig{"map", {}, out.dtype};
+  for (const Arg& a : in) sig.inputs.push_back(a.dtype);
+  const std::string src = expr::emit_map_kernel(e, sig, expr::Target::Cuda);
+  CUfunction f = ctx.function(src, "map");
+  const int64_t n = numel(out.shape);
+  // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
+  std::vector<int64_t> p;
+  p.push_back(n);
+  p.push_back(static_cast<int64_t>(out.shape.size()));
+  for (size_t d = 0; d < 8; ++d) p.push_back(d < out.shape.size() ? out.shape[d] : 1);
+  for (size_t k = 0; k < std::max<size_t>(1, in.size()); ++k)
+    for (size_t d = 0; d < 8; ++d) p.push_back(k < in.size() && d < in[k].strides.size() ? in[k].strides[d] : 0);
+  for (const Arg& a : in) p.push_back(a.offset);
+  p.push_back(out.offset);
+  Args args;
+  for (const Arg& a : in) args.add(a.ptr);
+  args.add(out.ptr);
+  args.add_bytes(p.data(), p.size() * sizeof(int64_t));
+  ctx.launch(f, blocks_for(ctx, n), 1, 1, kBlock, 0, args);
+}
+
+// ---- Reduce (with its prologue) ----
+
+const char* compute_ctype(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::U8: case DType::I32: case DType::I64: return "long long";
+    case DType::F16: case DType::BF16: case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+std::string load_as_compute(DType t, const std::string& raw) {
+  switch (t) {
+    case DType::Bool: return "(" + raw + " != 0)";
+    case DType::F16: return "__half2float(" + raw + ")";
+    case DType::BF16: return "__bfloat162float(" + raw + ")";
+    case DType::U8: case DType::I32: return "(long long)" + raw;
+    case DType::I64: case DType::F32: case DType::F64: return raw;
+  }
+  return raw;
+}
+
+void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<ReduceParams>(k.node.params);
+  const Shape& in_shape = k.node.in_shape;
+  const size_t K = k.inputs.size();
+  const DType core = out.dtype;
+  expr::MapSignature sig{"prologue", {}, core};
+  for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
+  std::vector<bool> reduced(in_shape.size(), false);
+  for (int a : p.axes) reduced[static_cast<size_t>(a)] = true;
+  int64_t R = 1;
+  for (int a : p.axes) R *= in_shape[static_cast<size_t>(a)];
+  const int64_t outputs = numel(out.shape);
+  // Threads per output: a warp (or fewer lanes) for short rows, the whole block for long.
+  int W = 256;
+  if (R < 1024) {
+    W = 1;
+    while (W < 32 && W < R) W *= 2;
+  }
+  const std::string acc = acc_type(core);
+  const bool floating = is_floating(core);
+  std::string ident, combine;
+  switch (p.op) {
+    case ReduceOp::Sum: ident = "0"; combine = "a + b"; break;
+    case ReduceOp::Prod: ident = "1"; combine = "a * b"; break;
+    case ReduceOp::Max:
+      ident = floating ? "-(ACC)ALK_INF" : core == DType::Bool ? "0" : "(-9223372036854775807ll - 1)";
+      combine = "max_nan(a, b)";
+      break;
+    case ReduceOp::Min:
+      ident = floating ? "(ACC)ALK_INF" : core == DType::Bool ? "1" : "9223372036854775807ll";
+      combine = "min_nan(a, b)";
+      break;
+  }
+  std::string s = defines({{"ACC", acc}, {"W", std::to_string(W)}, {"K", std::to_string(K)}});
+  s += std::string(sources::common) + "\n";
+  s += expr::emit_function(*k.expr, sig, expr::Target::Cuda) + "\n";
+  s += "__device__ __forceinline__ ACC combine(ACC a, ACC b) { return " + combine + "; }\n";
+  s += "struct ReduceParams { i64 outputs, R, out_offset; View kept[K]; View red[K]; };\n";
+  s += "extern \"C\" __global__ void reduce_kernel(";
+  for (size_t i = 0; i < K; ++i) s += "const " + storage(k.inputs[i].dtype) + "* __restrict__ in" + std::to_string(i) + ", ";
+  s += storage(core) + "* __restrict__ out, const ReduceParams p) {\n";
+  s += "  const int lane = threadIdx.x % W, group = threadIdx.x / W, G = blockDim.x / W;\n";
+  if (W == 256) s += "  __shared__ ACC part[256];\n";
+  s += "  for (i64 ob = (i64)blockIdx.x * G; ob < p.outputs; ob += (i64)gridDim.x * G) {\n";
+  s += "    const i64 o = ob + group;\n    const bool valid = o < p.outputs;\n";
+  s += "    ACC acc = " + ident + ";\n    if (valid) {\n";
+  for (size_t i = 0; i < K; ++i) s += "      const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o);\n";
+  s += "      for (i64 r = lane; r < p.R; r += W) {\n";
+  std::string call = "prologue(";
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i);
+    s += "        const " + std::string(compute_ctype(k.inputs[i].dtype)) + " x" + n + " = " +
+         load_as_compute(k.inputs[i].dtype, "in" + n + "[base" + n + " + at(p.red[" + n + "], r)]") + ";\n";
+    call += (i ? ", x" : "x") + n;
+  }
+  s += "        acc = combine(acc, (ACC)" + call + "));\n      }\n    }\n";
+  if (W == 256) {
+    s += "    part[threadIdx.x] = acc;\n    __syncthreads();\n";
+    s += "    for (int h = 128; h > 0; h >>= 1) {\n      if (threadIdx.x < h) part[threadIdx.x] = combine(part[threadIdx.x], part[threadIdx.x + h]);\n"
+         "      __syncthreads();\n    }\n    acc = part[0];\n    __syncthreads();\n";
+  } else {
+    s += "    for (int h = W / 2; h > 0; h >>= 1) acc = combine(acc, __shfl_xor_sync(0xffffffffu, acc, h, W));\n";
+  }
+  s += "    if (valid && lane == 0) out[p.out_offset + o] = " +
+       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n";
+  s += "  }\n}\n";
+  CUfunction f = ctx.function(s, "reduce_kernel");
+
+  std::vector<char> params;
+  auto put = [&params](const void* data, size_t bytes) {
+    params.insert(params.end(), static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  };
+  put(&outputs, 8);
+  put(&R, 8);
+  put(&out.offset, 8);
+  std::vector<KView> kept, red;
+  for (const KernelArg& a : k.inputs) {
+    Shape ks, kst, rs, rst;
+    for (size_t d = 0; d < in_shape.size(); ++d)
+      if (!reduced[d]) ks.push_back(in_shape[d]), kst.push_back(a.strides[d]);
+    for (int ax : p.axes) rs.push_back(in_shape[static_cast<size_t>(ax)]), rst.push_back(a.strides[static_cast<size_t>(ax)]);
+    kept.push_back(kview(ks, kst, a.offset));
+    red.push_back(kview(rs, rst, 0));
+  }
+  put(kept.data(), kept.size() * sizeof(KView));
+  put(red.data(), red.size() * sizeof(KView));
+  Args args;
+  for (const KernelArg& a : k.inputs) args.add(arg_of(a).ptr);
+  args.add(out.ptr);
+  args.add_bytes(params.data(), params.size());
+  ctx.launch(f, blocks_for(ctx, outputs, 256 / W), 1, 1, kBlock, 0, args);
+}
+
+// ---- axis rows: softmax, argmax/argmin, cumsum ----
+
+struct AxisRowsParams {
+  KView outer, out_outer;
+  int64_t rows, len, stride, out_stride;
+};
+AxisRowsParams axis_rows(const Arg& x, int axis, const Arg& out) {
+  AxisRowsParams p;
+  Shape os, ost, oos, oost;
+  const Shape out_strides = contiguous_strides(out.shape);
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (static_cast<int>(d) != axis) {
+      os.push_back(x.shape[d]), ost.push_back(x.strides[d]);
+      oos.push_back(out.shape[d]), oost.push_back(out_strides[d]);
+    }
+  p.outer = kview(os, ost, x.offset);
+  p.out_outer = kview(oos, oost, out.offset);
+  p.rows = numel(os);
+  p.len = x.shape.empty() ? 1 : x.shape[static_cast<size_t>(axis)];
+  p.stride = x.shape.empty() ? 0 : x.strides[static_cast<size_t>(axis)];
+  p.out_stride = x.shape.empty() ? 0 : out_strides[static_cast<size_t>(axis)];
+  return p;
+}
+
+std::string rows_source(DType t, std::initializer_list<std::pair<const char*, std::string>> extra = {}) {
+  std::string d = defines({{"T", storage(t)}, {"ACC", acc_type(t)}, {"FLOATING", is_floating(t) ? "1" : "0"}});
+  for (auto& [name, value] : extra) d += std::string("#define ") + name + " " + value + "\n";
+  return kernel_source(d, sources::rows);
+}
+
+// ---- the template ops ----
+
+using Launcher = void (*)(Context&, const Kernel&, const Arg& out);
+
+void softmax_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  AxisRowsParams rp = axis_rows(x, p.axis, out);
+  CUfunction f = ctx.function(rows_source(x.dtype), "softmax_rows");
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(rp).add(static_cast<int>(k.node.op == OpId::LogSoftmax));
+  ctx.launch(f, blocks_for(ctx, rp.rows, kBlock / 32), 1, 1, kBlock, 0, args);
+}
+
+void argreduce_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  AxisRowsParams rp = axis_rows(x, p.axis, out);
+  if (rp.rows > 0 && rp.len == 0)
+    alk::fail(p.flag ? "argmax" : "argmin", k.node.loc, "cannot reduce an empty dim " + std::to_string(p.axis));
+  CUfunction f = ctx.function(rows_source(x.dtype, {{"IS_MAX", p.flag ? "1" : "0"}}), "argreduce_rows");
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(rp);
+  ctx.launch(f, blocks_for(ctx, rp.rows), 1, 1, kBlock, 0, args);
+}
+
+void cumsum_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  AxisRowsParams rp = axis_rows(x, p.axis, out);
+  CUfunction f = ctx.function(rows_source(x.dtype), "cumsum_rows");
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(rp).add(static_cast<int>(p.flag));
+  ctx.launch(f, blocks_for(ctx, rp.rows), 1, 1, kBlock, 0, args);
+}
+
+struct NormLaunchParams {
+  KView x, w, b, g;
+  int64_t rows, inner, out_offset;
+  double eps;
+};
+
+void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const bool rms = k.node.op == OpId::RmsNorm;
+  const Arg x = arg_of(k.inputs[0]), w = arg_of(k.inputs[1]);
+  const Arg b = rms ? w : arg_of(k.inputs[2]);
+  NormLaunchParams np{x.view(), w.view(), b.view(), {}, numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
+                      out.offset, p.eps};
+  CUfunction f = ctx.function(rows_source(x.dtype), "layer_norm_rows");
+  Args args;
+  args.add(x.ptr).add(w.ptr).add(b.ptr).add(out.ptr).add(np).add(static_cast<int>(rms));
+  ctx.launch(f, blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock, 0, args);
+}
+
+void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]), w = arg_of(k.inputs[1]), g = arg_of(k.inputs[2]);
+  NormLaunchParams np{x.view(), w.view(), {}, g.view(), numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
+                      out.offset, p.eps};
+  const size_t acc_bytes = x.dtype == DType::F64 ? 8 : 4;
+  const std::string src = rows_source(x.dtype);
+  const CUdeviceptr stats = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, np.rows)) * 2 * acc_bytes);
+  Args a1;
+  a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(stats).add(np);
+  ctx.launch(ctx.function(src, "layer_norm_backward_rows"), blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock, 0, a1);
+  // Column sums in chunks of rows (enough blocks to fill the device), then the chunks in order.
+  const int64_t chunks = std::clamp<int64_t>(np.rows / 64, 1, 256);
+  const int64_t rows_per_chunk = (np.rows + chunks - 1) / chunks;
+  const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * 2 * std::max<int64_t>(1, np.inner)) * acc_bytes);
+  Args a2;
+  a2.add(x.ptr).add(g.ptr).add(stats).add(partial).add(np).add(rows_per_chunk);
+  ctx.launch(ctx.function(src, "layer_norm_backward_columns"), static_cast<unsigned>((np.inner + kBlock - 1) / kBlock),
+             static_cast<unsigned>(chunks), 1, kBlock, 0, a2);
+  Args a3;
+  a3.add(partial).add(out.ptr).add(np).add(chunks);
+  ctx.launch(ctx.function(src, "layer_norm_backward_finish"), blocks_for(ctx, 2 * np.inner), 1, 1, kBlock, 0, a3);
+}
+
+// ---- index kernels ----
+
+struct IndexLaunchParams {
+  KView x, index, src;
+  int64_t n;
+  int32_t dim, rank;
+  int64_t shape[8];
+  int64_t out_strides[8];
+  int64_t size;
+  int64_t out_offset;
+  uint64_t launch, one_bits;
+};
+
+bool has_atomic_add(DType t) { return t != DType::U8 && t != DType::Bool; }
+
+std::string index_source(DType value, DType index_dtype) {
+  return kernel_source(defines({{"E", raw_type(value)},
+                                {"T", storage(value)},
+                                {"ACC", acc_type(value)},
+                                {"IDX", storage(index_dtype)},
+                                {"HAS_ATOMIC_ADD", has_atomic_add(value) ? "1" : "0"},
+                                {"INTEGER_OUT", "0"}}),
+                       sources::index);
+}
+
+const std::string& op_name_of(const Kernel& k, const char* fallback) {
+  static thread_local std::string s;
+  s = k.node.name.empty() ? fallback : k.node.name;
+  return s;
+}
+
+void fill_walk(IndexLaunchParams& ip, const Shape& shape) {
+  ip.rank = static_cast<int32_t>(shape.size());
+  const Shape st = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) ip.shape[d] = shape[d], ip.out_strides[d] = st[d];
+}
+
+void check_index_dtype(const Kernel& k, const char* op, DType t) {
+  if (t != DType::I64 && t != DType::I32)
+    alk::fail(op_name_of(k, op), k.node.loc, std::string("index must be i64 or i32, got ") + std::string(dtype_name(t)));
+}
+
+void gather_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const Arg x = arg_of(k.inputs[0]), index = arg_of(k.inputs[1]);
+  check_index_dtype(k, "gather", index.dtype);
+  IndexLaunchParams ip{};
+  ip.x = x.view(), ip.index = index.view(), ip.n = numel(out.shape), ip.dim = dim, ip.size = x.shape[static_cast<size_t>(dim)];
+  ip.out_offset = out.offset;
+  fill_walk(ip, out.shape);
+  ip.launch = ctx.add_index_launch({op_name_of(k, "gather"), "index", k.node.loc, ip.size, dim});
+  Args args;
+  args.add(x.ptr).add(index.ptr).add(out.ptr).add(ctx.index_flag()).add(ip);
+  ctx.launch(ctx.function(index_source(x.dtype, index.dtype), "gather_kernel"), blocks_for(ctx, ip.n), 1, 1, kBlock, 0, args);
+}
+
+void index_select_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const Arg x = arg_of(k.inputs[0]), index = arg_of(k.inputs[1]);
+  check_index_dtype(k, "index_select", index.dtype);
+  IndexLaunchParams ip{};
+  ip.x = x.view(), ip.index = index.view(), ip.n = numel(out.shape), ip.dim = dim, ip.size = x.shape[static_cast<size_t>(dim)];
+  ip.out_offset = out.offset;
+  fill_walk(ip, out.shape);
+  ip.launch = ctx.add_index_launch({op_name_of(k, "index_select"), "index", k.node.loc, ip.size, dim});
+  Args args;
+  args.add(x.ptr).add(index.ptr).add(out.ptr).add(ctx.index_flag()).add(ip);
+  ctx.launch(ctx.function(index_source(x.dtype, index.dtype), "index_select_kernel"), blocks_for(ctx, ip.n), 1, 1, kBlock,
+             0, args);
+}
+
+// dst view = src view (same shape), moving raw elements.
+void copy_view(Context& ctx, const Arg& src, const Arg& dst) {
+  const int64_t n = numel(src.shape);
+  if (n == 0) return;
+  Args args;
+  args.add(src.ptr).add(dst.ptr).add(src.view()).add(dst.view()).add(n);
+  ctx.launch(ctx.function(index_source(src.dtype, DType::I64), "copy_view_kernel"), blocks_for(ctx, n), 1, 1, kBlock, 0, args);
+}
+Arg contiguous_out(const Arg& out) { return Arg{out.ptr, out.dtype, out.shape, contiguous_strides(out.shape), out.offset}; }
+
+void scatter_add_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const Arg x = arg_of(k.inputs[0]), index = arg_of(k.inputs[1]), src = arg_of(k.inputs[2]);
+  check_index_dtype(k, "scatter_add", index.dtype);
+  copy_view(ctx, x, contiguous_out(out));
+  IndexLaunchParams ip{};
+  ip.index = index.view(), ip.src = src.view(), ip.n = numel(src.shape), ip.dim = dim;
+  ip.size = out.shape[static_cast<size_t>(dim)], ip.out_offset = out.offset;
+  fill_walk(ip, src.shape);
+  const Shape ost = contiguous_strides(out.shape);
+  for (size_t d = 0; d < out.shape.size(); ++d) ip.out_strides[d] = ost[d];
+  ip.launch = ctx.add_index_launch({op_name_of(k, "scatter_add"), "index", k.node.loc, ip.size, dim});
+  Args args;
+  args.add(src.ptr).add(index.ptr).add(out.ptr).add(ctx.index_flag()).add(ip);
+  ctx.launch(ctx.function(index_source(out.dtype, index.dtype), "scatter_add_kernel"), blocks_for(ctx, ip.n), 1, 1, kBlock,
+             0, args);
+}
+
+void one_hot_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg ids = arg_of(k.inputs[0]);
+  if (ids.dtype != DType::I64 && ids.dtype != DType::I32)
+    alk::fail(op_name_of(k, "one_hot"), k.node.loc, "ids must be i64 or i32, got " + std::string(dtype_name(ids.dtype)));
+  IndexLaunchParams ip{};
+  ip.index = ids.view(), ip.n = numel(out.shape), ip.size = std::get<OneHotParams>(k.node.params).num_classes;
+  ip.out_offset = out.offset, ip.one_bits = bits_of(out.dtype, 1.0);
+  ip.launch = ctx.add_index_launch(
+      {op_name_of(k, "one_hot"), "class id", k.node.loc, ip.size, static_cast<int64_t>(ids.shape.size())});
+  if (ip.size <= 0) return;
+  Args args;
+  args.add(ids.ptr).add(out.ptr).add(ctx.index_flag()).add(ip);
+  ctx.launch(ctx.function(index_source(out.dtype, ids.dtype), "one_hot_kernel"), blocks_for(ctx, ip.n), 1, 1, kBlock, 0, args);
+}
+
+void tri_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<TriParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  const size_t r = x.shape.size();
+  const int64_t n = numel(out.shape), rows = r >= 2 ? x.shape[r - 2] : 1, cols = r >= 1 ? x.shape[r - 1] : 1;
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(x.view()).add(n).add(rows).add(cols).add(p.k).add(static_cast<int>(p.upper)).add(out.offset);
+  ctx.launch(ctx.function(index_source(x.dtype, DType::I64), "tri_kernel"), blocks_for(ctx, n), 1, 1, kBlock, 0, args);
+}
+
+struct PadLaunchParams {
+  KView x;
+  int64_t n, out_offset;
+  int32_t rank;
+  int64_t out_shape[8], before[8];
+  uint64_t value_bits;
+};
+void pad_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<PadParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  PadLaunchParams pp{};
+  pp.x = x.view(), pp.n = numel(out.shape), pp.out_offset = out.offset, pp.rank = static_cast<int32_t>(out.shape.size());
+  for (size_t d = 0; d < out.shape.size(); ++d) pp.out_shape[d] = out.shape[d], pp.before[d] = p.pads[2 * d];
+  pp.value_bits = bits_of(out.dtype, p.value);
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(pp);
+  ctx.launch(ctx.function(index_source(x.dtype, DType::I64), "pad_kernel"), blocks_for(ctx, pp.n), 1, 1, kBlock, 0, args);
+}
+
+void concat_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const Shape ost = contiguous_strides(out.shape);
+  int64_t at = 0;
+  for (const KernelArg& ka : k.inputs) {
+    const Arg x = arg_of(ka);
+    copy_view(ctx, x, Arg{out.ptr, out.dtype, x.shape, ost, out.offset + at * ost[static_cast<size_t>(dim)]});
+    at += x.shape[static_cast<size_t>(dim)];
+  }
+}
+
+void slice_scatter_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<SliceScatterParams>(k.node.params);
+  const Arg g = arg_of(k.inputs[0]);
+  const size_t esize = dtype_size(out.dtype);
+  ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
+  Shape st = contiguous_strides(out.shape);
+  const int64_t start_off = p.start * st[static_cast<size_t>(p.dim)];
+  st[static_cast<size_t>(p.dim)] *= p.step;
+  copy_view(ctx, g, Arg{out.ptr, out.dtype, g.shape, st, out.offset + start_off});
+}
+
+struct ConvLaunchParams {
+  KView x;
+  int64_t n, out_offset;
+  int64_t channels, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  uint64_t pad_bits;
+};
+ConvLaunchParams conv_params(const UnfoldParams& p, const Arg& x, const Arg& out, int64_t channels) {
+  ConvLaunchParams c{};
+  c.x = x.view(), c.n = numel(out.shape), c.out_offset = out.offset, c.channels = channels;
+  c.h = p.h, c.w = p.w, c.kh = p.kh, c.kw = p.kw, c.sh = p.sh, c.sw = p.sw, c.ph = p.ph, c.pw = p.pw, c.dh = p.dh, c.dw = p.dw;
+  c.oh = (p.h + 2 * p.ph - p.dh * (p.kh - 1) - 1) / p.sh + 1;
+  c.ow = (p.w + 2 * p.pw - p.dw * (p.kw - 1) - 1) / p.sw + 1;
+  c.pad_bits = bits_of(out.dtype, p.pad_value);
+  return c;
+}
+void unfold_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<UnfoldParams>(k.node.params);
+  const Arg x = arg_of(k.inputs[0]);
+  ConvLaunchParams c = conv_params(p, x, out, x.shape[1]);
+  Args args;
+  args.add(x.ptr).add(out.ptr).add(c);
+  ctx.launch(ctx.function(index_source(x.dtype, DType::I64), "unfold_kernel"), blocks_for(ctx, c.n), 1, 1, kBlock, 0, args);
+}
+void fold_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<UnfoldParams>(k.node.params);
+  const Arg cols = arg_of(k.inputs[0]);
+  ConvLaunchParams c = conv_params(p, cols, out, out.shape[1]);
+  Args args;
+  args.add(cols.ptr).add(out.ptr).add(c);
+  ctx.launch(ctx.function(index_source(cols.dtype, DType::I64), "fold_kernel"), blocks_for(ctx, c.n), 1, 1, kBlock, 0, args);
+}
+
+std::string random_source(DType t) {
+  const bool integer_out = !is_floating(t) && t != DType::Bool;
+  return kernel_source(defines({{"E", raw_type(t)},
+                                {"T", storage(t)},
+                                {"ACC", acc_type(t)},
+                                {"IDX", "long long"},
+                                {"HAS_ATOMIC_ADD", "0"},
+                                {"INTEGER_OUT", integer_out ? "1" : "0"}}),
+                       sources::index);
+}
+
+void random_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<RandomParams>(k.node.params);
+  const int64_t ilow = static_cast<int64_t>(p.low), ihigh = static_cast<int64_t>(p.high);
+  if (p.dist == 2 && ihigh <= ilow)
+    alk::fail("random", k.node.loc, "integer range [" + std::to_string(ilow) + ", " + std::to_string(ihigh) + ") is empty");
+  const int64_t n = numel(out.shape);
+  const std::string src = random_source(out.dtype);
+  Args args;
+  args.add(out.ptr).add(n).add(out.offset).add(p.dist).add(p.seed).add(p.offset).add(p.low).add(p.high).add(ilow).add(ihigh);
+  ctx.launch(ctx.function(src, "random_kernel"), blocks_for(ctx, n), 1, 1, kBlock, 0, args);
+}
+
+// ---- matmul ----
+
+struct MatmulLaunchParams {
+  KView a_batch, b_batch;
+  int64_t a_rs, a_cs, b_rs, b_cs;
+  int64_t M, N, K, batch, out_offset;
+  int32_t batch_rank;
+};
+
+std::string matmul_source(DType a, DType b, DType out) {
+  return kernel_source(
+      defines({{"TA", storage(a)}, {"TB", storage(b)}, {"TO", storage(out)}, {"ACC", acc_type(out)}}), sources::matmul);
+}
+
+// The tensor-core kernel's operand type ("bf16", "f16", "tf32"), or nullptr for the CUDA-core
+// kernel: 16-bit float operands of one dtype, or f32 when TF32 is allowed
+// (float32_matmul_precision() "high", as torch.backends.cuda.matmul.allow_tf32).
+const char* mma_kind(const Arg& a, const Arg& b, DType out) {
+  if (a.dtype != b.dtype || !is_floating(out)) return nullptr;
+  if (a.dtype == DType::BF16) return "bf16";
+  if (a.dtype == DType::F16) return "f16";
+  if (a.dtype == DType::F32 && float32_matmul_precision() == "high") return "tf32";
+  return nullptr;
+}
+
+void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+  const size_t r = a.shape.size();
+  MatmulLaunchParams mp{};
+  Shape batch(out.shape.begin(), out.shape.end() - 2);
+  mp.a_batch = kview(batch, Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
+  mp.b_batch = kview(batch, Shape(b.strides.begin(), b.strides.end() - 2), b.offset);
+  mp.a_rs = a.strides[r - 2], mp.a_cs = a.strides[r - 1], mp.b_rs = b.strides[r - 2], mp.b_cs = b.strides[r - 1];
+  mp.M = a.shape[r - 2], mp.K = a.shape[r - 1], mp.N = b.shape[r - 1], mp.batch = numel(batch);
+  mp.out_offset = out.offset, mp.batch_rank = static_cast<int32_t>(batch.size());
+  if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
+  if (const char* kind = mma_kind(a, b, out.dtype)) {
+    // Tensor cores: how each operand's tiles are read (kernels/matmul_mma.cu).
+    const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
+    auto mode = [&](const Arg& x, int64_t k_stride, int64_t other_stride, const KView& batch) {
+      bool aligned = k_stride == 1 && mp.K % 8 == 0 && other_stride % 8 == 0 && x.offset % 8 == 0 &&
+                     (x.ptr % 16) == 0;
+      for (int d = 0; d < batch.rank; ++d) aligned = aligned && batch.strides[d] % 8 == 0;
+      (void)esize;
+      return aligned ? 0 : k_stride == 1 ? 1 : other_stride == 1 ? 2 : 1;
+    };
+    const int a_mode = mode(a, mp.a_cs, mp.a_rs, mp.a_batch), b_mode = mode(b, mp.b_rs, mp.b_cs, mp.b_batch);
+    const std::string src = kernel_source(
+        defines({{"TA", storage(a.dtype)},
+                 {"TO", storage(out.dtype)},
+                 {"MMA_TF32", a.dtype == DType::F32 ? "1" : "0"},
+                 {"MMA_TYPE", std::string("\"") + kind + "\""},
+                 {"A_MODE", std::to_string(a_mode)},
+                 {"B_MODE", std::to_string(b_mode)}}),
+        sources::matmul_mma);
+    Args args;
+    args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
+    ctx.launch(ctx.function(src, "matmul_mma"), static_cast<unsigned>((mp.N + 127) / 128),
+               static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock,
+               0, args);
+    return;
+  }
+  const std::string src = matmul_source(a.dtype, b.dtype, out.dtype);
+  Args args;
+  args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
+  ctx.launch(ctx.function(src, "matmul_simt"), static_cast<unsigned>((mp.N + 63) / 64), static_cast<unsigned>((mp.M + 63) / 64),
+             static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock, 0, args);
+}
+
+// ---- attention ----
+
+struct AttnLaunchParams {
+  KView q, k, v, o, dout;
+  int64_t q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
+  int64_t B, Tq, S, D, out_offset, rows_out;
+  int32_t batch_rank, causal;
+};
+
+// The batch part of a [..., rows, D] view, with its row and column strides.
+void attn_view(const Arg& a, KView& v, int64_t& rs, int64_t& cs) {
+  const size_t r = a.shape.size();
+  v = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
+  rs = a.strides[r - 2], cs = a.strides[r - 1];
+}
+
+std::string attention_source(DType t, int64_t D) {
+  return kernel_source(defines({{"T", storage(t)}, {"ACC", acc_type(t)}, {"DPL", std::to_string((D + 31) / 32)}}),
+                       sources::attention);
+}
+
+AttnLaunchParams attention_params(const Kernel& k, const Arg& q, const Arg& kk, const Arg& v) {
+  const auto& p = std::get<AttentionParams>(k.node.params);
+  AttnLaunchParams ap{};
+  attn_view(q, ap.q, ap.q_rs, ap.q_cs);
+  attn_view(kk, ap.k, ap.k_rs, ap.k_cs);
+  attn_view(v, ap.v, ap.v_rs, ap.v_cs);
+  const size_t r = q.shape.size();
+  ap.B = numel(Shape(q.shape.begin(), q.shape.end() - 2));
+  ap.Tq = q.shape[r - 2], ap.S = kk.shape[r - 2], ap.D = q.shape[r - 1];
+  ap.rows_out = std::max(ap.Tq, ap.S);
+  ap.batch_rank = static_cast<int32_t>(r - 2), ap.causal = p.causal;
+  return ap;
+}
+
+template <class Scale>
+void add_attention_params(Args& args, const AttnLaunchParams& ap, DType t, double scale) {
+  // The kernel's struct ends with `ACC scale` (float or double): appended in that type.
+  std::vector<char> bytes(sizeof(ap));
+  std::memcpy(bytes.data(), &ap, sizeof(ap));
+  const Scale s = static_cast<Scale>(scale);
+  const size_t align = alignof(Scale);
+  bytes.resize((bytes.size() + align - 1) / align * align);
+  const size_t at = bytes.size();
+  bytes.resize(at + sizeof(Scale));
+  std::memcpy(bytes.data() + at, &s, sizeof(Scale));
+  bytes.resize((bytes.size() + 7) / 8 * 8);  // the struct's alignment (it holds i64)
+  (void)t;
+  args.add_bytes(bytes.data(), bytes.size());
+}
+void add_attention(Args& args, const AttnLaunchParams& ap, DType t, double scale) {
+  if (t == DType::F64) add_attention_params<double>(args, ap, t, scale);
+  else add_attention_params<float>(args, ap, t, scale);
+}
+
+void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg q = arg_of(k.inputs[0]), kk = arg_of(k.inputs[1]), v = arg_of(k.inputs[2]);
+  AttnLaunchParams ap = attention_params(k, q, kk, v);
+  ap.out_offset = out.offset;
+  Args args;
+  args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
+  add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
+  ctx.launch(ctx.function(attention_source(q.dtype, ap.D), "attention_forward"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32),
+             1, 1, kBlock, 0, args);
+}
+
+void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg q = arg_of(k.inputs[0]), kk = arg_of(k.inputs[1]), v = arg_of(k.inputs[2]);
+  const Arg fwd = arg_of(k.inputs[3]), dout = arg_of(k.inputs[4]);
+  AttnLaunchParams ap = attention_params(k, q, kk, v);
+  attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
+  attn_view(dout, ap.dout, ap.d_rs, ap.d_cs);
+  ap.out_offset = out.offset;
+  const double scale = std::get<AttentionParams>(k.node.params).scale;
+  const size_t esize = dtype_size(out.dtype);
+  if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
+    ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
+  const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  const std::string src = attention_source(q.dtype, ap.D);
+  Args a1;
+  a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+  add_attention(a1, ap, q.dtype, scale);
+  ctx.launch(ctx.function(src, "attention_backward_dq"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0, a1);
+  Args a2;
+  a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+  add_attention(a2, ap, q.dtype, scale);
+  ctx.launch(ctx.function(src, "attention_backward_dkdv"), blocks_for(ctx, ap.B * ap.S, kBlock / 32), 1, 1, kBlock, 0, a2);
+}
+
+// ---- which kernels run here ----
+
+const std::map<OpId, Launcher>& launchers() {
+  static const std::map<OpId, Launcher> m = {
+      {OpId::Softmax, softmax_op},       {OpId::LogSoftmax, softmax_op},
+      {OpId::ArgReduce, argreduce_op},   {OpId::Cumsum, cumsum_op},
+      {OpId::LayerNorm, norm_op},        {OpId::RmsNorm, norm_op},
+      {OpId::LayerNormBackward, layer_norm_backward_op},
+      {OpId::Gather, gather_op},         {OpId::IndexSelect, index_select_op},
+      {OpId::ScatterAdd, scatter_add_op}, {OpId::OneHot, one_hot_op},
+      {OpId::Tri, tri_op},               {OpId::Pad, pad_op},
+      {OpId::Concat, concat_op},         {OpId::SliceScatter, slice_scatter_op},
+      {OpId::Unfold, unfold_op},         {OpId::Fold, fold_op},
+      {OpId::Random, random_op},         {OpId::Matmul, matmul_op},
+      {OpId::Attention, attention_op},   {OpId::AttentionBackward, attention_backward_op},
+  };
+  return m;
+}
+
+std::string unsupported_reason(const Kernel& k) {
+  auto rank_ok = [](const KernelArg& a) { return a.shape.size() <= 8; };
+  if (!rank_ok(k.output)) return "rank " + std::to_string(k.output.shape.size()) + " > 8";
+  for (const KernelArg& a : k.inputs)
+    if (!rank_ok(a)) return "an input of rank " + std::to_string(a.shape.size()) + " > 8";
+  if (k.op == OpId::Map) return k.expr ? "" : "a Map kernel without an expression";
+  if (k.op == OpId::Reduce) {
+    if (!k.expr) return "a Reduce kernel without its prologue";
+    if (k.inputs.size() > 8) return "a reduction prologue with more than 8 inputs";
+    return "";
+  }
+  if (!launchers().count(k.op)) return "no CUDA kernel for " + std::string(op_name(k.op)) + " yet";
+  switch (k.op) {
+    case OpId::Attention: case OpId::AttentionBackward:
+      if (k.inputs[0].shape.size() < 2 || k.inputs[0].shape.back() > 256) return "attention with head dim > 256";
+      break;
+    case OpId::Matmul:
+      if (k.inputs[0].shape.size() < 2 || k.inputs[0].shape.size() != k.inputs[1].shape.size())
+        return "matmul operands of different ranks";
+      break;
+    case OpId::ScatterAdd:
+      if (k.output.dtype == DType::Bool || k.output.dtype == DType::U8) return "scatter_add into u8/bool (no atomics)";
+      break;
+    case OpId::Softmax: case OpId::LogSoftmax: case OpId::LayerNorm: case OpId::RmsNorm:
+    case OpId::LayerNormBackward: case OpId::Fold:
+      if (!is_floating(k.output.dtype)) return std::string(op_name(k.op)) + " of a non-float dtype";
+      break;
+    default: break;
+  }
+  return "";
+}
+
+// ---- the Device ----
+
+struct PreparedCuda final : PreparedKernel {};
+
+struct CudaRecording final : alk::Recording {
+  Context* ctx = nullptr;
+  Context::Graph graph;
+  std::vector<std::shared_ptr<const void>> keep;  // buffers the graph names
+  ~CudaRecording() override {
+    if (ctx) ctx->destroy(graph);
+  }
+};
+
+DeviceInfo device_info(const DeviceProps& p) {
+  DeviceInfo info;
+  info.name = "cuda:" + std::to_string(p.index);
+  info.kind = "cuda";
+  info.description = p.name;
+  info.type = "discrete";
+  int version = 0;
+  driver()->cuDriverGetVersion(&version);
+  info.driver = "CUDA driver " + std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10) + ", compute " +
+                std::to_string(p.cc_major) + "." + std::to_string(p.cc_minor) + ", " + std::to_string(p.multiprocessors) +
+                " SMs";
+  info.memory_bytes = static_cast<int64_t>(p.memory_bytes);
+  info.alignment = 256;
+  info.features = {"f64", "i64", "f16", "bf16", "tensor_cores"};
+  return info;
+}
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(const DeviceProps& p) : index_(p.index), info_(device_info(p)) {}
+  const DeviceInfo& info() const override { return info_; }
+
+  std::shared_ptr<Buffer> allocate(size_t bytes) override {
+    return std::make_shared<Buffer>(this, reinterpret_cast<void*>(ctx().allocate(bytes)), bytes);
+  }
+  void release_cached_memory() override {
+    if (opened_) ctx().trim();
+  }
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    ctx().upload(device_ptr(dst) + offset, src, bytes);
+  }
+  void download(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    ctx().download(device_ptr(src) + offset, dst, bytes);
+  }
+  void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) override {
+    if (src.device != this || dst.device != this) return copy_buffer(src, src_offset, dst, dst_offset, bytes);
+    ctx().copy(device_ptr(src) + src_offset, device_ptr(dst) + dst_offset, bytes);
+  }
+  void synchronize() override {
+    if (opened_) ctx().synchronize();
+  }
+
+  bool supports(const Kernel& k) const override { return unsupported_reason(k).empty(); }
+
+  std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
+    if (std::string why = unsupported_reason(k); !why.empty())
+      fail(std::string(op_name(k.node.op)) + " cannot run on " + info_.name + ": " + why);
+    // Compiling is launching with compile_only set: the launchers build the same sources.
+    Context& c = ctx();
+    std::lock_guard lock(mutex_);
+    c.compile_only = true;
+    try {
+      enqueue(c, k);
+    } catch (...) {
+      c.compile_only = false;
+      c.release_scratch();
+      throw;
+    }
+    c.compile_only = false;
+    c.release_scratch();
+    return prepared_;
+  }
+
+  void launch(PreparedKernel&, const Kernel& k) override {
+    Context& c = ctx();
+    std::lock_guard lock(mutex_);
+    try {
+      enqueue(c, k);
+    } catch (...) {
+      c.release_scratch();
+      throw;
+    }
+    c.release_scratch();
+  }
+
+  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
+    for (const Kernel& k : kernels) prepare(k);  // compile everything before capturing
+    Context& c = ctx();
+    auto r = std::make_unique<CudaRecording>();
+    std::lock_guard lock(mutex_);
+    c.synchronize();
+    c.begin_capture();
+    try {
+      for (const Kernel& k : kernels) enqueue(c, k);
+    } catch (...) {
+      Context::Graph g = c.end_capture();
+      c.destroy(g);
+      throw;
+    }
+    r->graph = c.end_capture();
+    r->ctx = &c;
+    for (const Kernel& k : kernels) {
+      for (const KernelArg& a : k.inputs) r->keep.push_back(a.buffer);
+      for (const KernelArg& a : k.epilogue_inputs) r->keep.push_back(a.buffer);
+      r->keep.push_back(k.output.buffer);
+    }
+    return r;
+  }
+  void replay(alk::Recording& recording) override {
+    auto* r = dynamic_cast<CudaRecording*>(&recording);
+    if (!r) fail("replay of a recording made by another device");
+    ctx().replay(r->graph);
+  }
+
+ protected:
+  void free(void* handle, size_t bytes) noexcept override {
+    ctx().release(reinterpret_cast<CUdeviceptr>(handle), bytes);
+  }
+
+ private:
+  Context& ctx() const {
+    std::call_once(open_once_, [this] {
+      ctx_ = &Context::get(index_);
+      opened_ = true;
+    });
+    return *ctx_;
+  }
+
+  // Queues k: the core op into the output (or into scratch of the core's dtype when an
+  // epilogue changes it), then the epilogue as a Map kernel over that value.
+  void enqueue(Context& c, const Kernel& k) {
+    const Arg out = arg_of(k.output);
+    if (k.op == OpId::Map) {
+      std::vector<Arg> in;
+      for (const KernelArg& a : k.inputs) in.push_back(arg_of(a));
+      return launch_map(c, *k.expr, in, out);
+    }
+    Arg value = out;
+    if (k.epilogue) {
+      value.dtype = k.node.dtype;
+      value.shape = k.node.shape;
+      value.strides = contiguous_strides(k.node.shape);
+      if (k.node.dtype != out.dtype) {
+        value.ptr = c.scratch(static_cast<size_t>(numel(k.node.shape)) * dtype_size(k.node.dtype));
+        value.offset = 0;
+      }
+    }
+    if (k.op == OpId::Reduce) launch_reduce(c, k, value);
+    else launchers().at(k.op)(c, k, value);
+    if (!k.epilogue) return;
+    std::vector<Arg> in{Arg{value.ptr, value.dtype, out.shape, contiguous_strides(out.shape), value.offset}};
+    for (const KernelArg& a : k.epilogue_inputs) in.push_back(arg_of(a));
+    launch_map(c, *k.epilogue, in, out);
+  }
+
+  int index_;
+  DeviceInfo info_;
+  mutable std::once_flag open_once_;
+  mutable Context* ctx_ = nullptr;
+  mutable bool opened_ = false;
+  std::mutex mutex_;
+  std::shared_ptr<PreparedCuda> prepared_ = std::make_shared<PreparedCuda>();
+};
+
+const DeviceRegistration registration("cuda", 2, [] {
+  std::vector<std::unique_ptr<Device>> found;
+  for (const DeviceProps& p : devices()) found.push_back(std::make_unique<CudaDevice>(p));
+  return found;
+});
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> template_sources() {
+  std::vector<std::pair<std::string, std::string>> out;
+  const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool};
+  for (DType t : all) {
+    const std::string name(dtype_name(t));
+    out.emplace_back("index " + name, index_source(t, DType::I64));
+    out.emplace_back("random " + name, random_source(t));
+    if (t == DType::I32) out.emplace_back("index i32 indices", index_source(DType::F32, DType::I32));
+    if (is_floating(t)) {
+      out.emplace_back("rows " + name, rows_source(t, {{"IS_MAX", "1"}}));
+      out.emplace_back("matmul " + name, matmul_source(t, t, t));
+      out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
+    }
+  }
+  out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
+  out.emplace_back("matmul i64", matmul_source(DType::I64, DType::I64, DType::I64));
+  out.emplace_back("matmul bf16 x bf16 -> f32", matmul_source(DType::BF16, DType::BF16, DType::F32));
+  for (const char* kind : {"bf16", "f16", "tf32"})
+    for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
+        const DType t = kind[0] == 'b' ? DType::BF16 : kind[0] == 'f' && kind[1] == '1' ? DType::F16 : DType::F32;
+        out.emplace_back(std::string("matmul_mma ") + kind + " modes " + std::to_string(a_mode) + std::to_string(b_mode),
+                         kernel_source(defines({{"TA", storage(t)},
+                                                {"TO", storage(t)},
+                                                {"MMA_TF32", t == DType::F32 ? "1" : "0"},
+                                                {"MMA_TYPE", std::string("\"") + kind + "\""},
+                                                {"A_MODE", std::to_string(a_mode)},
+                                                {"B_MODE", std::to_string(b_mode)}}),
+                                       sources::matmul_mma));
+    }
+  return out;
+}
+
+}  // namespace alk::cuda

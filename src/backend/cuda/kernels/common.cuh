@@ -1,0 +1,101 @@
+// Shared by every hand-written CUDA kernel of alk (compiled at run time by NVRTC, with
+// the defines a launch needs prepended): the View a kernel reads tensors through, and
+// conversions between storage types and the types arithmetic runs in.
+//
+// A View is a strided window over one buffer, as the runtime's KernelArg describes it:
+// element i of the view (row-major over `shape`) lives at element offset
+//   offset + sum_d coord_d(i) * strides[d]      (strides in elements, 0 on broadcast dims)
+// `contiguous` is set by the host when that is offset + i, so hot loops skip the divisions.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+struct View {
+  i64 offset;
+  int rank;
+  int contiguous;
+  i64 shape[8];
+  i64 strides[8];
+};
+
+__device__ __forceinline__ i64 at(const View& v, i64 i) {
+  if (v.contiguous) return v.offset + i;
+  i64 off = v.offset;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    const i64 s = v.shape[d];
+    off += (i % s) * v.strides[d];
+    i /= s;
+  }
+  return off;
+}
+
+// The first element of batch item `r` of a matrix view, given the view of its batch dims
+// (the host passes the leading dims' shape and strides; `offset` is the matrix's first).
+__device__ __forceinline__ i64 lead_offset(const View& v, i64 r) {
+  i64 off = v.offset;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    const i64 s = v.shape[d];
+    off += (r % s) * v.strides[d];
+    r /= s;
+  }
+  return off;
+}
+
+// cvt<To>(from): value conversion with round-to-nearest-even into f16/bf16 (the CPU's
+// conversions in core/half.h do the same), C casts otherwise.
+template <class To, class From>
+__device__ __forceinline__ To cvt(From v) { return (To)v; }
+template <> __device__ __forceinline__ float cvt<float, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ double cvt<double, __half>(__half v) { return (double)__half2float(v); }
+template <> __device__ __forceinline__ i64 cvt<i64, __half>(__half v) { return (i64)__half2float(v); }
+template <> __device__ __forceinline__ float cvt<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ double cvt<double, __nv_bfloat16>(__nv_bfloat16 v) { return (double)__bfloat162float(v); }
+template <> __device__ __forceinline__ i64 cvt<i64, __nv_bfloat16>(__nv_bfloat16 v) { return (i64)__bfloat162float(v); }
+template <> __device__ __forceinline__ __half cvt<__half, float>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __half cvt<__half, double>(double v) { return __double2half(v); }
+template <> __device__ __forceinline__ __half cvt<__half, i64>(i64 v) { return __ll2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16, float>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16, double>(double v) { return __double2bfloat16(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16, i64>(i64 v) { return __float2bfloat16_rn((float)v); }
+
+// Propagating max/min: a NaN operand wins (torch.max semantics; the CPU does the same).
+// (Template parameters are named V: kernels #define T as their storage type.)
+template <class V> __device__ __forceinline__ bool is_nan(V v) { return v != v; }
+template <class V> __device__ __forceinline__ V max_nan(V a, V b) { return (is_nan(a) || a > b) ? a : b; }
+template <class V> __device__ __forceinline__ V min_nan(V a, V b) { return (is_nan(a) || a < b) ? a : b; }
+
+// Out-of-range indices: kernels never touch memory outside their tensors (a bad index is
+// clamped for reads, skipped for writes) and report the first bad one here; the host
+// reads the flag at its next synchronize and raises the CPU's alk::Error.
+//   flag[0] = launch id (0: none), flag[1] = position in the index tensor, flag[2] = value
+__device__ __forceinline__ void report_bad_index(u64* flag, u64 launch, i64 position, i64 value) {
+  if (atomicCAS(flag, 0ull, launch) == 0ull) {
+    flag[1] = (u64)position;
+    flag[2] = (u64)value;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_max(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// +infinity (NVRTC has no math.h, so no INFINITY); converts to every float type.
+#define ALK_INF __longlong_as_double(0x7ff0000000000000ll)
+
+// Grid-stride loop over n items.
+#define ALK_FOR(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -1,0 +1,106 @@
+// The CUDA backend's kernels compile: every template kernel source (for each dtype family
+// it serves) and the Map kernels of every elementwise table entry, through NVRTC for
+// Hopper (sm_90a) -- NVRTC needs no GPU, so CI checks every CUDA kernel the backend can
+// build. Skips only where the CUDA toolkit's NVRTC is absent.
+#ifdef ALK_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include "alk/alk.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/driver.h"
+#include "expr/emit.h"
+#include "graph/schedule.h"
+#include "ops/op_table.h"
+#include "ops/ops.h"
+
+namespace alk::cuda {
+namespace {
+
+#define ALK_NEED_NVRTC() \
+  if (!nvrtc()) GTEST_SKIP() << nvrtc_unavailable_reason()
+
+TEST(CudaCompile, EveryTemplateKernelSourceCompiles) {
+  ALK_NEED_NVRTC();
+  const auto sources = template_sources();
+  EXPECT_GE(sources.size(), 30u);
+  for (const auto& [what, src] : sources) {
+    SCOPED_TRACE(what);
+    std::string cubin;
+    EXPECT_NO_THROW(cubin = compile_cubin(src, "sm_90a"));
+    // A cubin is an ELF file.
+    ASSERT_GE(cubin.size(), 4u);
+    EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
+  }
+}
+
+TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
+  ALK_NEED_NVRTC();
+  int compiled = 0;
+  for (const ElementwiseEntry& e : elementwise_table()) {
+    for (DType t : {DType::F32, DType::BF16, DType::I64}) {
+      SCOPED_TRACE(std::string(e.name) + " " + std::string(dtype_name(t)));
+      std::vector<Operand> operands;
+      for (int k = 0; k < e.arity; ++k)
+        operands.emplace_back(ones({2, 3}, e.rule == DTypeRule::Select && k == 0 ? DType::Bool : t));
+      std::optional<std::pair<expr::Expr, expr::MapSignature>> kernel;
+      try {
+        kernel = fused_map_kernel(apply_elementwise(e.op, operands, Loc::current()).impl());
+      } catch (const Error&) {
+        continue;  // the entry's dtype rule refuses this dtype
+      }
+      ASSERT_TRUE(kernel.has_value());
+      expr::MapSignature sig = kernel->second;
+      sig.name = "map";  // as the backend names it (an op name like "tanh" would clash with the math library)
+      const std::string src = expr::emit_map_kernel(kernel->first, sig, expr::Target::Cuda);
+      EXPECT_NO_THROW(compile_cubin(src, "sm_90a")) << src;
+      ++compiled;
+    }
+  }
+  EXPECT_GT(compiled, 100);
+}
+
+TEST(CudaCompile, ACompileErrorNamesTheLogAndSource) {
+  ALK_NEED_NVRTC();
+  try {
+    compile_cubin("extern \"C\" __global__ void broken() { undefined_name(); }", "sm_90a");
+    FAIL() << "compiled a broken kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("undefined_name"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sm_90a"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaCompile, CubinsAreCachedByFullSource) {
+  ALK_NEED_NVRTC();
+  const std::string src = "extern \"C\" __global__ void cached_kernel(float* x) { x[threadIdx.x] += 1.0f; }";
+  const CompileStats before = compile_stats();
+  const std::string a = compile_cubin(src, "sm_90a");
+  const std::string b = compile_cubin(src, "sm_90a");
+  const CompileStats after = compile_stats();
+  EXPECT_EQ(a, b);
+  EXPECT_GE(after.memory_hits, before.memory_hits + 1);
+  // A different source is a different entry, never the cached one.
+  const std::string c = compile_cubin(src + "\n// another kernel text\n", "sm_90a");
+  EXPECT_GE(compile_stats().memory_hits, after.memory_hits);
+  EXPECT_FALSE(c.empty());
+}
+
+TEST(CudaDevices, ProbingWithoutADriverFindsNothingAndSaysWhy) {
+  // On machines without a GPU the registry lists no cuda device and the reason is given;
+  // with one, every listed device is a "cuda" kind with a name and memory.
+  if (!driver()) {
+    EXPECT_FALSE(driver_unavailable_reason().empty());
+    EXPECT_TRUE(devices().empty());
+    EXPECT_THROW(get_device("cuda:0"), Error);
+    return;
+  }
+  for (const DeviceProps& p : devices()) {
+    EXPECT_FALSE(p.name.empty());
+    EXPECT_GT(p.memory_bytes, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace alk::cuda
+#endif

@@ -1,0 +1,136 @@
+// The CUDA device against the CPU backend, on a machine with an NVIDIA GPU (skipped
+// elsewhere, saying why): transfers, fused Map kernels over broadcast and transposed
+// views, reductions with prologue and epilogue, matmuls, bad indices raised as the CPU
+// raises them, and a compiled step replayed as a CUDA graph. The op-by-op parity over the
+// whole op table is tests/backend/test_device_parity.cpp (ALK_PARITY_DEVICES=cuda:0).
+#ifdef ALK_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "alk/alk.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/driver.h"
+
+namespace alk {
+namespace {
+
+Device* cuda_or_null() {
+  if (cuda::devices().empty()) return nullptr;
+  return &get_device("cuda:0");
+}
+#define ALK_CUDA_OR_SKIP(dev)                                                                          \
+  Device* dev = cuda_or_null();                                                                        \
+  if (!dev) GTEST_SKIP() << "no CUDA device: " << (cuda::driver() ? "none found" : cuda::driver_unavailable_reason())
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol) {
+  ASSERT_EQ(gpu.shape(), cpu.shape());
+  const std::vector<double> g = cast(gpu.to(cpu_device()), DType::F64).to_vector<double>();
+  const std::vector<double> c = cast(cpu, DType::F64).to_vector<double>();
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << "element " << i;
+      continue;
+    }
+    ASSERT_NEAR(g[i], c[i], atol + rtol * std::fabs(c[i])) << "element " << i;
+  }
+}
+
+TEST(CudaDevice, UploadsAndDownloadsRoundTrip) {
+  ALK_CUDA_OR_SKIP(dev);
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 24) + 3}) {  // the last one skips the pinned staging
+    Tensor x = randn({n});
+    Tensor back = x.to(*dev).to(cpu_device());
+    EXPECT_EQ(back.to_vector<float>(), x.to_vector<float>()) << n;
+  }
+  EXPECT_EQ(dev->info().kind, "cuda");
+  EXPECT_GT(dev->info().memory_bytes, 0);
+}
+
+TEST(CudaDevice, FusedMapOverBroadcastAndTransposedViews) {
+  ALK_CUDA_OR_SKIP(dev);
+  Tensor a = randn({33, 17}), b = randn({17, 33}), c = randn({17});
+  auto f = [](const Tensor& a, const Tensor& b, const Tensor& c) { return relu(a * b.transpose(0, 1) + c) - exp(a) / 3.0; };
+  expect_close(f(a.to(*dev), b.to(*dev), c.to(*dev)), f(a, b, c), 1e-5, 1e-6);
+  for (DType t : {DType::F16, DType::BF16, DType::F64, DType::I64}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Tensor x = cast(randn({5, 7}) * 4.0, t), y = cast(randn({7}) * 4.0, t);
+    expect_close((x + y * x).to(cpu_device()), x + y * x, 1e-2, 1e-2);
+    expect_close(x.to(*dev) + y.to(*dev) * x.to(*dev), x + y * x, 1e-2, 1e-2);
+  }
+}
+
+TEST(CudaDevice, ReductionsWithPrologueAndEpilogue) {
+  ALK_CUDA_OR_SKIP(dev);
+  Tensor x = randn({6, 300, 5}), y = randn({6, 300, 5});
+  Tensor xd = x.to(*dev), yd = y.to(*dev);
+  expect_close(sum(xd * yd, {1}), sum(x * y, {1}), 1e-4, 1e-4);
+  expect_close(sqrt(sum(xd * xd, {0, 2}) + 1.0), sqrt(sum(x * x, {0, 2}) + 1.0), 1e-4, 1e-4);
+  expect_close(max(xd, {2}), max(x, {2}), 0, 0);
+  expect_close(sum(xd), sum(x), 1e-4, 1e-3);
+  Tensor big = randn({3, 5000});  // a block per output
+  expect_close(sum(big.to(*dev), {1}), sum(big, {1}), 1e-4, 1e-3);
+}
+
+TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
+  ALK_CUDA_OR_SKIP(dev);
+  Tensor a = randn({3, 70, 40}), b = randn({3, 50, 40});
+  expect_close(matmul(a.to(*dev), b.to(*dev).transpose(1, 2)), matmul(a, b.transpose(1, 2)), 1e-4, 1e-4);
+  Tensor bias = randn({50});
+  expect_close(relu(matmul(a.to(*dev), b.to(*dev).transpose(1, 2)) + bias.to(*dev)),
+               relu(matmul(a, b.transpose(1, 2)) + bias), 1e-4, 1e-4);
+  for (DType t : {DType::F64, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Tensor x = cast(randn({65, 33}), t), y = cast(randn({33, 31}), t);
+    expect_close(matmul(x.to(*dev), y.to(*dev)), matmul(x, y), t == DType::F64 ? 1e-12 : 2e-2, 2e-2);
+  }
+}
+
+TEST(CudaDevice, BadIndicesRaiseTheCpusErrorAtTheNextRead) {
+  ALK_CUDA_OR_SKIP(dev);
+  Tensor x = randn({4, 3}).to(*dev);
+  Tensor idx = tensor(std::vector<int64_t>{0, 7, 1}, {3}).to(*dev);
+  try {
+    Tensor y = index_select(x, 0, idx);
+    y.to(cpu_device()).to_vector<float>();
+    FAIL() << "no error for index 7 of 4 rows";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "index_select") << e.what();
+    EXPECT_NE(std::string(e.what()).find("7 is out of range"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_cuda_device.cpp"), std::string::npos) << e.what();
+  }
+  // The device is usable afterwards.
+  expect_close(index_select(x, 0, tensor(std::vector<int64_t>{3, 0}, {2}).to(*dev)),
+               index_select(x.to(cpu_device()), 0, tensor(std::vector<int64_t>{3, 0}, {2})), 0, 0);
+}
+
+TEST(CudaDevice, ACompiledStepReplaysAsAGraph) {
+  ALK_CUDA_OR_SKIP(dev);
+  auto run = [](Device& d) {
+    manual_seed(3);
+    nn::Linear lin(8, 4);
+    lin.to(d);
+    optim::SGD opt(lin.named_parameters(), 0.1);
+    Tensor x = randn({16, 8}).to(d), target = randn({16, 4}).to(d);
+    Program step = compile([&](const std::vector<Tensor>&) {
+      Tensor loss = mean((lin(x) - target) * (lin(x) - target));
+      capture("loss", loss);
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+    });
+    std::vector<double> losses;
+    for (int i = 0; i < 10; ++i) {
+      step({});
+      losses.push_back(step.captured("loss").item());
+    }
+    return losses;
+  };
+  const std::vector<double> cpu = run(cpu_device()), gpu = run(*dev);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * std::max(1.0, cpu[i])) << "step " << i;
+  EXPECT_LT(cpu.back(), cpu.front());
+}
+
+}  // namespace
+}  // namespace alk
+#endif
