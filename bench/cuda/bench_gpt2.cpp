@@ -53,8 +53,11 @@ int main(int argc, char** argv) {
   int64_t B = 16, T = 1024, layers = 12;
   int steps = 10;
   std::string anchor, dtype = "bf16";
-  for (int i = 1; i < argc; ++i)
+  bool eager = false;  // --eager: every step scheduled and launched kernel by kernel (ALK_DEBUG=timing sees each)
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tf32")) alk::set_float32_matmul_precision("high");
+    if (!std::strcmp(argv[i], "--eager")) eager = true;
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch")) B = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--ctx")) T = std::atoll(argv[++i]);
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
   model.to(dev);
   alk::optim::AdamW opt(model.named_parameters(), 3e-4);
   alk::Tensor x = alk::randint(0, 50257, {B, T}).to(dev), y = alk::randint(0, 50257, {B, T}).to(dev);
-  alk::Program step = alk::compile([&](const std::vector<alk::Tensor>& in) {
+  auto step_fn = [&](const std::vector<alk::Tensor>& in) {
     alk::Tensor loss;
     {
       std::optional<alk::Autocast> mixed;
@@ -80,17 +83,23 @@ int main(int argc, char** argv) {
     loss.backward();
     opt.step();
     opt.zero_grad();
-  });
+  };
+  alk::Program step = alk::compile(step_fn);
   std::vector<double> ms;
   double loss = 0;
   for (int i = 0; i < steps + 3; ++i) {
     dev.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    step({x, y});
+    if (eager) {
+      step_fn({x, y});
+      alk::realize(model.parameters());  // the step's work, scheduled and launched now
+    } else {
+      step({x, y});
+    }
     dev.synchronize();
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= 3) ms.push_back(t);
-    if (i == 0 || i == steps + 2) loss = step.captured("loss").item();
+    if (!eager && (i == 0 || i == steps + 2)) loss = step.captured("loss").item();
     if (i == 0) std::printf("step 0 loss %.4f (%.0f ms, compiling)\n", loss, t);
   }
   const double alk_ms = median(ms);

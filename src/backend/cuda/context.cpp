@@ -314,21 +314,31 @@ void Context::synchronize() {
 
 CUfunction Context::function(const std::string& source, const std::string& entry, int dynamic_shared) {
   const std::string key = entry + "\n" + source;
+  CUfunction f = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+    if (auto it = functions_.find(key); it != functions_.end()) f = it->second;
   }
-  const std::string cubin = compile_cubin(source, arch_);
-  make_current();
-  CUmodule mod = nullptr;
-  check(driver()->cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData");
-  CUfunction f = nullptr;
-  check(driver()->cuModuleGetFunction(&f, mod, entry.c_str()), ("cuModuleGetFunction(" + entry + ")").c_str());
-  if (dynamic_shared > 48 * 1024)
-    check(driver()->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared),
-          "cuFuncSetAttribute(max dynamic shared memory)");
-  std::lock_guard lock(mutex_);
-  functions_.emplace(key, f);
+  if (!f) {
+    const std::string cubin = compile_cubin(source, arch_);
+    make_current();
+    CUmodule mod = nullptr;
+    check(driver()->cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData");
+    check(driver()->cuModuleGetFunction(&f, mod, entry.c_str()), ("cuModuleGetFunction(" + entry + ")").c_str());
+    std::lock_guard lock(mutex_);
+    functions_.emplace(key, f);
+  }
+  // Beyond 48 KiB a function must opt in to its dynamic shared memory; one source may be
+  // launched with several sizes (attention: head dims with the same lanes per row).
+  if (dynamic_shared > 48 * 1024) {
+    std::lock_guard lock(mutex_);
+    int& allowed = shared_opt_in_[f];
+    if (dynamic_shared > allowed) {
+      check(driver()->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_shared),
+            "cuFuncSetAttribute(max dynamic shared memory)");
+      allowed = dynamic_shared;
+    }
+  }
   return f;
 }
 

@@ -144,6 +144,7 @@ class Context {
   int64_t cached_bytes_ = 0;
   MemoryStats stats_;
   std::unordered_map<std::string, CUfunction> functions_;  // entry + "\n" + source
+  std::unordered_map<CUfunction, int> shared_opt_in_;      // dynamic shared bytes allowed so far
   // Pinned staging blocks for uploads, each reusable once its event has passed.
   struct Staging {
     void* host = nullptr;

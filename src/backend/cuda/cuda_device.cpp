@@ -22,7 +22,7 @@
 namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
-extern const std::string_view common, rows, index, matmul, matmul_mma, attention;
+extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention, attention_tiled;
 }  // namespace sources
 
 namespace {
@@ -624,6 +624,20 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
   return nullptr;
 }
 
+std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor) {
+  return kernel_source(defines({{"TA", storage(t)},
+                                {"TO", storage(out)},
+                                {"MMA_TYPE", std::string("\"") + kind + "\""},
+                                {"A_KMAJOR", std::to_string(a_kmajor)},
+                                {"B_KMAJOR", std::to_string(b_kmajor)}}),
+                       sources::matmul_tc);
+}
+// The 3-stage ring's bytes (kernels/matmul_tc.cu: BM = BN = 128, BK = 32, rows padded by 8).
+int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor) {
+  const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? 128 * (32 + 8) : 32 * (128 + 8);
+  return 3 * (a + b) * 2;
+}
+
 void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
   const size_t r = a.shape.size();
@@ -635,6 +649,32 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   mp.M = a.shape[r - 2], mp.K = a.shape[r - 1], mp.N = b.shape[r - 1], mp.batch = numel(batch);
   mp.out_offset = out.offset, mp.batch_rank = static_cast<int32_t>(batch.size());
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
+  if (const char* kind = mma_kind(a, b, out.dtype); kind && a.dtype != DType::F32) {
+    // 16-byte-vector readable 16-bit operands: the pipelined kernel (kernels/matmul_tc.cu).
+    auto aligned = [&](const Arg& x, const KView& batch) {
+      bool ok = x.offset % 8 == 0 && x.ptr % 16 == 0;
+      for (int d = 0; d < batch.rank; ++d) ok = ok && batch.strides[d] % 8 == 0;
+      return ok;
+    };
+    // 1: contiguous along K; 0: along M (N); -1: neither (the general kernel reads it).
+    auto layout = [](int64_t k_stride, int64_t other_stride, int64_t K, int64_t other) {
+      if (k_stride == 1 && other_stride % 8 == 0 && K % 8 == 0) return 1;
+      if (other_stride == 1 && k_stride % 8 == 0 && other % 8 == 0) return 0;
+      return -1;
+    };
+    const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
+    const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
+    if (la >= 0 && lb >= 0) {
+      const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb);
+      const int shared = matmul_tc_shared_bytes(la, lb);
+      Args args;
+      args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
+      ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + 127) / 128),
+                 static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)),
+                 kBlock, static_cast<unsigned>(shared), args);
+      return;
+    }
+  }
   if (const char* kind = mma_kind(a, b, out.dtype)) {
     // Tensor cores: how each operand's tiles are read (kernels/matmul_mma.cu).
     const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
@@ -684,9 +724,20 @@ void attn_view(const Arg& a, KView& v, int64_t& rs, int64_t& cs) {
   rs = a.strides[r - 2], cs = a.strides[r - 1];
 }
 
-std::string attention_source(DType t, int64_t D) {
+std::string attention_source(DType t, int64_t D, bool tiled = false) {
   return kernel_source(defines({{"T", storage(t)}, {"ACC", acc_type(t)}, {"DPL", std::to_string((D + 31) / 32)}}),
-                       sources::attention);
+                       tiled ? sources::attention_tiled : sources::attention);
+}
+
+// The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
+// memory, in bytes, per kernel (the layouts at the top of each).
+bool attention_tiled_ok(const AttnLaunchParams& ap) { return ap.D >= 1 && ap.D <= 128 && ap.B <= 65535; }
+int attention_tiled_shared(DType t, int64_t D, int which) {
+  const int64_t acc = t == DType::F64 ? 8 : 4, p = 4 * 32 * 17;
+  const int64_t n = which == 0   ? D * 64 + 32 * (D + 1) + 32 * D + p
+                    : which == 1 ? 2 * D * 64 + 2 * 32 * (D + 1) + p + 128
+                                 : 2 * D * 32 + 2 * 32 * (D + 1) + p + 64;
+  return static_cast<int>(n * acc);
 }
 
 AttnLaunchParams attention_params(const Kernel& k, const Arg& q, const Arg& kk, const Arg& v) {
@@ -730,6 +781,13 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
+  if (attention_tiled_ok(ap)) {
+    const int shared = attention_tiled_shared(q.dtype, ap.D, 0);
+    ctx.launch(ctx.function(attention_source(q.dtype, ap.D, true), "attention_forward_tiled", shared),
+               static_cast<unsigned>((ap.Tq + 63) / 64), static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared),
+               args);
+    return;
+  }
   ctx.launch(ctx.function(attention_source(q.dtype, ap.D), "attention_forward"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32),
              1, 1, kBlock, 0, args);
 }
@@ -746,6 +804,21 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  if (attention_tiled_ok(ap)) {
+    const std::string src = attention_source(q.dtype, ap.D, true);
+    const int s1 = attention_tiled_shared(q.dtype, ap.D, 1), s2 = attention_tiled_shared(q.dtype, ap.D, 2);
+    Args a1;
+    a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a1, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dq_tiled", s1), static_cast<unsigned>((ap.Tq + 63) / 64),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(s1), a1);
+    Args a2;
+    a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a2, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dkdv_tiled", s2), static_cast<unsigned>((ap.S + 31) / 32),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(s2), a2);
+    return;
+  }
   const std::string src = attention_source(q.dtype, ap.D);
   Args a1;
   a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
@@ -995,11 +1068,17 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("rows " + name, rows_source(t, {{"IS_MAX", "1"}}));
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
+      out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));
     }
   }
   out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
   out.emplace_back("matmul i64", matmul_source(DType::I64, DType::I64, DType::I64));
   out.emplace_back("matmul bf16 x bf16 -> f32", matmul_source(DType::BF16, DType::BF16, DType::F32));
+  for (int la = 0; la < 2; ++la)
+    for (int lb = 0; lb < 2; ++lb)
+      out.emplace_back("matmul_tc bf16 layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb));
+  out.emplace_back("matmul_tc f16 -> f32", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1));
   for (const char* kind : {"bf16", "f16", "tf32"})
     for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
         const DType t = kind[0] == 'b' ? DType::BF16 : kind[0] == 'f' && kind[1] == '1' ? DType::F16 : DType::F32;

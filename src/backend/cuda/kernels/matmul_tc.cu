@@ -1,0 +1,174 @@
+// Matrix products of bf16 or f16 operands on the tensor cores, f32 accumulation, for
+// operands the host found 16-byte-vector readable (else matmul_mma.cu takes them).
+// Defines: TA (operand storage), TO (output storage), MMA_TYPE ("bf16" / "f16"),
+// A_KMAJOR (1: a is contiguous along K, a[m][k]; 0: along M, a^T as stored),
+// B_KMAJOR (1: b contiguous along K, i.e. b^T as stored, a weight W used as W^T; 0: along N).
+//
+// A block computes 128 x 128 outputs with 8 warps (2 x 4, 64 x 32 each: 4 x 4 m16n8k16
+// tiles), K in steps of 32 through a 3-stage ring of shared memory filled by cp.async
+// (16-byte copies, zero-filled past the edges), so loads of step k + 2 overlap the math
+// of step k. Each operand keeps its global layout in shared memory (rows padded by 16
+// bytes, so the 8 rows an ldmatrix phase reads fall in distinct banks) and fragments are
+// read with ldmatrix, transposing (.trans) where the operand is M- or N-contiguous.
+
+struct MatmulParams {
+  View a_batch, b_batch;
+  i64 a_rs, a_cs, b_rs, b_cs;
+  i64 M, N, K, batch, out_offset;
+  int batch_rank;
+};
+
+#define BM 128
+#define BN 128
+#define BK 32
+#define STAGES 3
+#if A_KMAJOR
+#define A_LD (BK + 8)  // As[m][k]
+#define A_STAGE (BM * A_LD)
+#else
+#define A_LD (BM + 8)  // As[k][m]
+#define A_STAGE (BK * A_LD)
+#endif
+#if B_KMAJOR
+#define B_LD (BK + 8)  // Bs[n][k]
+#define B_STAGE (BN * B_LD)
+#else
+#define B_LD (BN + 8)  // Bs[k][n]
+#define B_STAGE (BK * B_LD)
+#endif
+
+typedef unsigned short h16;  // 16-bit elements as raw bits
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(h16* smem, const TA* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const h16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const h16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// One stage: the A tile (128 rows of M x 32 of K) and the B tile (32 x 128 of N), 512
+// 16-byte vectors each, two per thread per operand.
+__device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restrict__ a, const TA* __restrict__ b,
+                                           const MatmulParams& p, i64 abase, i64 bbase, i64 m0, i64 n0, i64 k0) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int v = tid + 256 * i;
+#if A_KMAJOR
+    const int r = v / 4, c = (v % 4) * 8;
+    const i64 gm = m0 + r, gk = k0 + c;
+    const bool ok = gm < p.M && gk < p.K;
+    cp_async16(as + r * A_LD + c, ok ? a + abase + gm * p.a_rs + gk : a, ok);
+#else
+    const int r = v / 16, c = (v % 16) * 8;
+    const i64 gk = k0 + r, gm = m0 + c;
+    const bool ok = gm < p.M && gk < p.K;
+    cp_async16(as + r * A_LD + c, ok ? a + abase + gk * p.a_cs + gm : a, ok);
+#endif
+#if B_KMAJOR
+    const int rb = v / 4, cb = (v % 4) * 8;
+    const i64 gn = n0 + rb, gkb = k0 + cb;
+    const bool okb = gn < p.N && gkb < p.K;
+    cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gn * p.b_cs + gkb : b, okb);
+#else
+    const int rb = v / 16, cb = (v % 16) * 8;
+    const i64 gkb = k0 + rb, gn = n0 + cb;
+    const bool okb = gn < p.N && gkb < p.K;
+    cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gkb * p.b_rs + gn : b, okb);
+#endif
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict__ a, const TA* __restrict__ b,
+                                                            TO* __restrict__ out, const MatmulParams p) {
+  extern __shared__ __align__(16) h16 smem[];
+  h16* as_all = smem;
+  h16* bs_all = smem + STAGES * A_STAGE;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int wm = warp / 4, wn = warp % 4;
+  const i64 m0 = (i64)blockIdx.y * BM, n0 = (i64)blockIdx.x * BN;
+  const i64 ktiles = (p.K + BK - 1) / BK;
+  for (i64 z = blockIdx.z; z < p.batch; z += gridDim.z) {
+    const i64 abase = lead_offset(p.a_batch, z), bbase = lead_offset(p.b_batch, z);
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ktiles) load_stage(as_all + s * A_STAGE, bs_all + s * B_STAGE, a, b, p, abase, bbase, m0, n0, (i64)s * BK);
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (i64 kt = 0; kt < ktiles; ++kt) {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
+      __syncthreads();  // stage kt has landed for every thread; stage kt - 1 is free again
+      const i64 next = kt + STAGES - 1;
+      if (next < ktiles) {
+        const int s = (int)(next % STAGES);
+        load_stage(as_all + s * A_STAGE, bs_all + s * B_STAGE, a, b, p, abase, bbase, m0, n0, next * BK);
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+      const h16* as = as_all + (kt % STAGES) * A_STAGE;
+      const h16* bs = bs_all + (kt % STAGES) * B_STAGE;
+#pragma unroll
+      for (int ks = 0; ks < BK; ks += 16) {
+        unsigned af[4][4], bf[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int mb = wm * 64 + i * 16;
+#if A_KMAJOR
+          ldmatrix_x4(af[i], as + (mb + (lane & 15)) * A_LD + ks + (lane >> 4) * 8);
+#else
+          ldmatrix_x4_trans(af[i], as + (ks + (lane & 7) + (lane >> 4) * 8) * A_LD + mb + ((lane >> 3) & 1) * 8);
+#endif
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          const int nb = wn * 32 + j * 8;
+          unsigned r[4];
+#if B_KMAJOR
+          ldmatrix_x4(r, bs + (nb + (lane & 7) + (lane >> 4) * 8) * B_LD + ks + ((lane >> 3) & 1) * 8);
+#else
+          ldmatrix_x4_trans(r, bs + (ks + (lane & 7) + ((lane >> 3) & 1) * 8) * B_LD + nb + (lane >> 4) * 8);
+#endif
+          bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float* d = acc[i][j];
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]), "r"(bf[j][0]), "r"(bf[j][1]));
+          }
+      }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();  // the next batch item refills the ring
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const i64 gm = m0 + wm * 64 + i * 16 + g + (c >= 2 ? 8 : 0), gn = n0 + wn * 32 + j * 8 + 2 * t + (c & 1);
+          if (gm < p.M && gn < p.N) out[p.out_offset + (z * p.M + gm) * p.N + gn] = cvt<TO>(acc[i][j][c]);
+        }
+  }
+}
