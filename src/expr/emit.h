@@ -12,7 +12,8 @@
 // and stored at element offset[K] + i of the output (K = number of inputs).
 // The params block is, in this order: n, rank, shape[8], strides[max(1, K)][8], and in
 // the GPU languages offset[K + 1] (int64 in C++/CUDA; u32 n/rank/shape/offset and i32
-// strides in GLSL/WGSL). C++ has no offset array: a host pointer starts anywhere, so the
+// strides in GLSL/WGSL); CUDA adds u32 magic[8], shift[8] (division by shape[d] as a
+// multiply: cuda_division_magic). C++ has no offset array: a host pointer starts anywhere, so the
 // caller passes pointers already moved to element 0. GPU buffers bind only at aligned
 // byte offsets (minStorageBufferOffsetAlignment), so a view or arena slice that starts
 // at an arbitrary element is bound at the aligned offset below it and the remainder
@@ -21,10 +22,12 @@
 // push constants when they fit in kPushConstantBudget bytes (glsl_params_in_push_constants),
 // else in a storage buffer at binding K + 1; WGSL always binds them at K + 1.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "alk/dtype.h"
@@ -65,6 +68,10 @@ size_t map_params_bytes(size_t inputs);
 // push constants on every device (one, or two inputs), so the source never depends on it.
 inline constexpr size_t kPushConstantBudget = 128;
 inline bool glsl_params_in_push_constants(size_t inputs) { return map_params_bytes(inputs) <= kPushConstantBudget; }
+
+// The CUDA params' magic[d], shift[d] for dividing by `divisor` (>= 1): for 0 <= i < 2^31,
+// i / divisor == (umulhi(i, magic) + i) >> shift (Granlund and Montgomery's method).
+std::pair<uint32_t, uint32_t> cuda_division_magic(int64_t divisor);
 
 // ---- IR rewrites the emitters use (public so tests can evaluate them) ------------------
 

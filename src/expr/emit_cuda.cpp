@@ -102,7 +102,7 @@ struct Cuda final : Lang {
   }
 
   std::string offset_call(int k) const override {
-    return "p.offset[" + std::to_string(k) + "] + alk_offset(i, p.shape, p.strides[" + std::to_string(k) + "], p.rank)";
+    return "p.offset[" + std::to_string(k) + "] + alk_dot(c, p.strides[" + std::to_string(k) + "], p.rank)";
   }
 
   std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
@@ -113,27 +113,45 @@ struct Cuda final : Lang {
     if (f16) s += "#include <cuda_fp16.h>\n";
     if (bf16) s += "#include <cuda_bf16.h>\n";
     if (f16 || bf16) s += "\n";
-    s += "struct " + sig.name + "_params {\n  long long n, rank;\n  long long shape[8];\n";
+    const std::string params = sig.name + "_params";
+    s += "struct " + params + " {\n  long long n, rank;\n  long long shape[8];\n";
     s += "  long long strides[" + std::to_string(std::max<size_t>(1, sig.inputs.size())) + "][8];  // elements\n";
     s += "  long long offset[" + std::to_string(sig.inputs.size() + 1) + "];  // first element: input k at [k], the output at [" +
-         std::to_string(sig.inputs.size()) + "]\n};\n\n";
-    s += "// Element offset of an input for output element i: unravel i over the output shape.\n"
-         "__device__ __forceinline__ long long alk_offset(long long i, const long long* shape,\n"
-         "                                                const long long* strides, long long rank) {\n"
-         "  long long off = 0;\n"
-         "  for (long long d = rank - 1; d >= 0; --d) {\n"
-         "    off += (i % shape[d]) * strides[d];\n"
-         "    i /= shape[d];\n"
+         std::to_string(sig.inputs.size()) + "]\n";
+    s += "  unsigned int magic[8], shift[8];  // i / shape[d] = (umulhi(i, magic[d]) + i) >> shift[d] for i < 2^31\n};\n\n";
+    s += "// The coordinates of output element i, computed once and shared by every input. Division by\n"
+         "// the shape is a multiply by a precomputed magic number (64-bit divisions are slow on\n"
+         "// GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.\n"
+         "__device__ __forceinline__ void alk_coords(long long i, const " + params + "& p, long long c[8]) {\n"
+         "#pragma unroll\n"
+         "  for (int d = 7; d >= 1; --d) {\n"
+         "    if (d >= p.rank) continue;\n"
+         "    if (i < 0x80000000ll && p.shape[d] < 0x80000000ll) {\n"
+         "      const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];\n"
+         "      c[d] = (long long)(u - q * (unsigned)p.shape[d]);\n"
+         "      i = q;\n"
+         "    } else {\n"
+         "      c[d] = i % p.shape[d];\n"
+         "      i /= p.shape[d];\n"
+         "    }\n"
          "  }\n"
+         "  c[0] = i;\n"
+         "}\n\n"
+         "__device__ __forceinline__ long long alk_dot(const long long c[8], const long long* strides, long long rank) {\n"
+         "  long long off = 0;\n"
+         "#pragma unroll\n"
+         "  for (int d = 0; d < 8; ++d)\n"
+         "    if (d < rank) off += c[d] * strides[d];\n"
          "  return off;\n"
          "}\n\n";
     s += "extern \"C\" __global__ void " + sig.name + "(";
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
-    s += storage(sig.output) + "* __restrict__ out_data, const " + sig.name + "_params p) {\n";
+    s += storage(sig.output) + "* __restrict__ out_data, const " + params + " p) {\n";
     s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
     s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
     s += "    const long long o = p.offset[" + std::to_string(sig.inputs.size()) + "] + i;\n";
+    s += "    long long c[8];\n    alk_coords(i, p, c);\n";
     return s;
   }
 
@@ -159,6 +177,15 @@ std::string cuda_storage_type(DType t) {
     case DType::F64: return "double";
   }
   return "?";
+}
+
+std::pair<uint32_t, uint32_t> cuda_division_magic(int64_t divisor) {
+  if (divisor < 1 || divisor > (int64_t{1} << 31)) return {0, 0};  // unused: such dims take the 64-bit path
+  uint32_t shift = 0;
+  while ((uint64_t{1} << shift) < static_cast<uint64_t>(divisor)) ++shift;
+  const uint64_t d = static_cast<uint64_t>(divisor);
+  const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1;
+  return {static_cast<uint32_t>(magic), shift};
 }
 
 }  // namespace alk::expr

@@ -6,16 +6,33 @@ struct golden_softplus_f64_params {
   long long shape[8];
   long long strides[1][8];  // elements
   long long offset[2];  // first element: input k at [k], the output at [1]
+  unsigned int magic[8], shift[8];  // i / shape[d] = (umulhi(i, magic[d]) + i) >> shift[d] for i < 2^31
 };
 
-// Element offset of an input for output element i: unravel i over the output shape.
-__device__ __forceinline__ long long alk_offset(long long i, const long long* shape,
-                                                const long long* strides, long long rank) {
-  long long off = 0;
-  for (long long d = rank - 1; d >= 0; --d) {
-    off += (i % shape[d]) * strides[d];
-    i /= shape[d];
+// The coordinates of output element i, computed once and shared by every input. Division by
+// the shape is a multiply by a precomputed magic number (64-bit divisions are slow on
+// GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.
+__device__ __forceinline__ void alk_coords(long long i, const golden_softplus_f64_params& p, long long c[8]) {
+#pragma unroll
+  for (int d = 7; d >= 1; --d) {
+    if (d >= p.rank) continue;
+    if (i < 0x80000000ll && p.shape[d] < 0x80000000ll) {
+      const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];
+      c[d] = (long long)(u - q * (unsigned)p.shape[d]);
+      i = q;
+    } else {
+      c[d] = i % p.shape[d];
+      i /= p.shape[d];
+    }
   }
+  c[0] = i;
+}
+
+__device__ __forceinline__ long long alk_dot(const long long c[8], const long long* strides, long long rank) {
+  long long off = 0;
+#pragma unroll
+  for (int d = 0; d < 8; ++d)
+    if (d < rank) off += c[d] * strides[d];
   return off;
 }
 
@@ -23,7 +40,9 @@ extern "C" __global__ void golden_softplus_f64(const double* __restrict__ in0_da
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const long long o = p.offset[1] + i;
-    const double in0 = in0_data[p.offset[0] + alk_offset(i, p.shape, p.strides[0], p.rank)];
+    long long c[8];
+    alk_coords(i, p, c);
+    const double in0 = in0_data[p.offset[0] + alk_dot(c, p.strides[0], p.rank)];
     const double v0 = (((in0 != in0) || (in0 > 0.0)) ? in0 : 0.0);
     const double v1 = fabs(in0);
     const double v2 = (-v1);

@@ -8,11 +8,14 @@
 #include "backend/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 
 #include "backend/cuda/context.h"
 #include "core/half.h"
@@ -127,7 +130,8 @@ std::string kernel_source(const std::string& defs, std::string_view body) {
 constexpr unsigned kBlock = 256;
 unsigned blocks_for(const Context& ctx, int64_t items, int64_t per_block = kBlock) {
   const int64_t want = (items + per_block - 1) / per_block;
-  const int64_t cap = static_cast<int64_t>(std::max(1, ctx.props().multiprocessors)) * 32;
+  // Enough blocks for many loads in flight per SM (grid-stride loops cover the rest).
+  const int64_t cap = static_cast<int64_t>(std::max(1, ctx.props().multiprocessors)) * 256;
   return static_cast<unsigned>(std::clamp<int64_t>(want, 1, cap));
 }
 
@@ -139,19 +143,41 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   const std::string src = expr::emit_map_kernel(e, sig, expr::Target::Cuda);
   CUfunction f = ctx.function(src, "map");
   const int64_t n = numel(out.shape);
+  // Fewer dims, fewer divisions per element: size-1 dims are dropped and a dim merges into
+  // the one outside it wherever every input steps through both as one (the output is
+  // contiguous): a contiguous elementwise kernel runs with rank 1.
+  Shape shape;
+  std::vector<Shape> strides(in.size());
+  for (size_t d = 0; d < out.shape.size(); ++d) {
+    if (out.shape[d] == 1) continue;
+    bool merge = !shape.empty();
+    for (size_t k = 0; k < in.size() && merge; ++k) merge = strides[k].back() == in[k].strides[d] * out.shape[d];
+    if (merge) {
+      shape.back() *= out.shape[d];
+      for (size_t k = 0; k < in.size(); ++k) strides[k].back() = in[k].strides[d];
+    } else {
+      shape.push_back(out.shape[d]);
+      for (size_t k = 0; k < in.size(); ++k) strides[k].push_back(in[k].strides[d]);
+    }
+  }
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
   std::vector<int64_t> p;
   p.push_back(n);
-  p.push_back(static_cast<int64_t>(out.shape.size()));
-  for (size_t d = 0; d < 8; ++d) p.push_back(d < out.shape.size() ? out.shape[d] : 1);
+  p.push_back(static_cast<int64_t>(shape.size()));
+  for (size_t d = 0; d < 8; ++d) p.push_back(d < shape.size() ? shape[d] : 1);
   for (size_t k = 0; k < std::max<size_t>(1, in.size()); ++k)
-    for (size_t d = 0; d < 8; ++d) p.push_back(k < in.size() && d < in[k].strides.size() ? in[k].strides[d] : 0);
+    for (size_t d = 0; d < 8; ++d) p.push_back(k < in.size() && d < strides[k].size() ? strides[k][d] : 0);
   for (const Arg& a : in) p.push_back(a.offset);
   p.push_back(out.offset);
+  std::vector<uint32_t> magic(16, 0);  // magic[8], then shift[8]
+  for (size_t d = 0; d < shape.size(); ++d) std::tie(magic[d], magic[8 + d]) = expr::cuda_division_magic(shape[d]);
+  const size_t bytes = p.size() * sizeof(int64_t);
+  p.resize(p.size() + 8);
+  std::memcpy(reinterpret_cast<char*>(p.data()) + bytes, magic.data(), 64);
   Args args;
   for (const Arg& a : in) args.add(a.ptr);
   args.add(out.ptr);
-  args.add_bytes(p.data(), p.size() * sizeof(int64_t));
+  args.add_bytes(p.data(), bytes + 64);
   ctx.launch(f, blocks_for(ctx, n), 1, 1, kBlock, 0, args);
 }
 
@@ -177,28 +203,15 @@ std::string load_as_compute(DType t, const std::string& raw) {
   return raw;
 }
 
-void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
-  const auto& p = std::get<ReduceParams>(k.node.params);
-  const Shape& in_shape = k.node.in_shape;
-  const size_t K = k.inputs.size();
-  const DType core = out.dtype;
-  expr::MapSignature sig{"prologue", {}, core};
-  for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
-  std::vector<bool> reduced(in_shape.size(), false);
-  for (int a : p.axes) reduced[static_cast<size_t>(a)] = true;
-  int64_t R = 1;
-  for (int a : p.axes) R *= in_shape[static_cast<size_t>(a)];
-  const int64_t outputs = numel(out.shape);
-  // Threads per output: a warp (or fewer lanes) for short rows, the whole block for long.
-  int W = 256;
-  if (R < 1024) {
-    W = 1;
-    while (W < 32 && W < R) W *= 2;
-  }
+// The reduction kernels for one prologue and dtypes: reduce_kernel (W lanes per output),
+// reduce_columns + reduce_finish (a thread per output over chunks of rows).
+std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, DType core, ReduceOp op, int W) {
+  const size_t K = inputs.size();
+  expr::MapSignature sig{"prologue", inputs, core};
   const std::string acc = acc_type(core);
   const bool floating = is_floating(core);
   std::string ident, combine;
-  switch (p.op) {
+  switch (op) {
     case ReduceOp::Sum: ident = "0"; combine = "a + b"; break;
     case ReduceOp::Prod: ident = "1"; combine = "a * b"; break;
     case ReduceOp::Max:
@@ -212,11 +225,11 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   }
   std::string s = defines({{"ACC", acc}, {"W", std::to_string(W)}, {"K", std::to_string(K)}});
   s += std::string(sources::common) + "\n";
-  s += expr::emit_function(*k.expr, sig, expr::Target::Cuda) + "\n";
+  s += expr::emit_function(prologue, sig, expr::Target::Cuda) + "\n";
   s += "__device__ __forceinline__ ACC combine(ACC a, ACC b) { return " + combine + "; }\n";
   s += "struct ReduceParams { i64 outputs, R, out_offset; View kept[K]; View red[K]; };\n";
   s += "extern \"C\" __global__ void reduce_kernel(";
-  for (size_t i = 0; i < K; ++i) s += "const " + storage(k.inputs[i].dtype) + "* __restrict__ in" + std::to_string(i) + ", ";
+  for (size_t i = 0; i < K; ++i) s += "const " + storage(inputs[i]) + "* __restrict__ in" + std::to_string(i) + ", ";
   s += storage(core) + "* __restrict__ out, const ReduceParams p) {\n";
   s += "  const int lane = threadIdx.x % W, group = threadIdx.x / W, G = blockDim.x / W;\n";
   if (W == 256) s += "  __shared__ ACC part[256];\n";
@@ -228,8 +241,8 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   std::string call = "prologue(";
   for (size_t i = 0; i < K; ++i) {
     const std::string n = std::to_string(i);
-    s += "        const " + std::string(compute_ctype(k.inputs[i].dtype)) + " x" + n + " = " +
-         load_as_compute(k.inputs[i].dtype, "in" + n + "[base" + n + " + at(p.red[" + n + "], r)]") + ";\n";
+    s += "        const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
+         load_as_compute(inputs[i], "in" + n + "[base" + n + " + at(p.red[" + n + "], r)]") + ";\n";
     call += (i ? ", x" : "x") + n;
   }
   s += "        acc = combine(acc, (ACC)" + call + "));\n      }\n    }\n";
@@ -243,8 +256,53 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   s += "    if (valid && lane == 0) out[p.out_offset + o] = " +
        std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n";
   s += "  }\n}\n";
-  CUfunction f = ctx.function(s, "reduce_kernel");
+  // Column mode (a sum over rows of a row-major matrix: bias gradients): a thread per output
+  // walks a chunk of R, so a warp reads consecutive addresses; chunks (blockIdx.y) give the
+  // device enough blocks and are combined in order by reduce_finish (deterministic).
+  s += "extern \"C\" __global__ void reduce_columns(";
+  for (size_t i = 0; i < K; ++i) s += "const " + storage(inputs[i]) + "* __restrict__ in" + std::to_string(i) + ", ";
+  s += "ACC* __restrict__ partial, const ReduceParams p, i64 per_chunk) {\n";
+  s += "  const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n  if (o >= p.outputs) return;\n";
+  s += "  const i64 r0 = (i64)blockIdx.y * per_chunk, r1 = min(p.R, r0 + per_chunk);\n";
+  s += "  ACC acc = " + ident + ";\n";
+  for (size_t i = 0; i < K; ++i) s += "  const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o);\n";
+  s += "  for (i64 r = r0; r < r1; ++r) {\n";
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i);
+    s += "    const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
+         load_as_compute(inputs[i], "in" + n + "[base" + n + " + at(p.red[" + n + "], r)]") + ";\n";
+  }
+  s += "    acc = combine(acc, (ACC)" + call + "));\n  }\n";
+  s += "  partial[(i64)blockIdx.y * p.outputs + o] = acc;\n}\n";
+  s += "extern \"C\" __global__ void reduce_finish(const ACC* __restrict__ partial, " + storage(core) +
+       "* __restrict__ out, const ReduceParams p, i64 chunks) {\n";
+  s += "  ALK_FOR(o, p.outputs) {\n    ACC acc = " + ident + ";\n";
+  s += "    for (i64 c = 0; c < chunks; ++c) acc = combine(acc, partial[c * p.outputs + o]);\n";
+  s += "    out[p.out_offset + o] = " +
+       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n  }\n}\n";
 
+  return s;
+}
+
+void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
+  const auto& p = std::get<ReduceParams>(k.node.params);
+  const Shape& in_shape = k.node.in_shape;
+  const DType core = out.dtype;
+  std::vector<DType> in_dtypes;
+  for (const KernelArg& a : k.inputs) in_dtypes.push_back(a.dtype);
+  std::vector<bool> reduced(in_shape.size(), false);
+  for (int a : p.axes) reduced[static_cast<size_t>(a)] = true;
+  int64_t R = 1;
+  for (int a : p.axes) R *= in_shape[static_cast<size_t>(a)];
+  const int64_t outputs = numel(out.shape);
+  // Threads per output: a warp (or fewer lanes) for short rows, the whole block for long.
+  int W = 256;
+  if (R < 1024) {
+    W = 1;
+    while (W < 32 && W < R) W *= 2;
+  }
+  const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W);
+  const std::string acc = acc_type(core);
   std::vector<char> params;
   auto put = [&params](const void* data, size_t bytes) {
     params.insert(params.end(), static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
@@ -263,6 +321,30 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   }
   put(kept.data(), kept.size() * sizeof(KView));
   put(red.data(), red.size() * sizeof(KView));
+  const bool columns = outputs >= 64 && R >= 256 && kept[0].rank >= 1 &&
+                       kept[0].strides[kept[0].rank - 1] == 1 && red[0].rank >= 1 && red[0].strides[red[0].rank - 1] != 1;
+  if (columns) {
+    const int64_t blocks_x = (outputs + kBlock - 1) / kBlock;
+    const int64_t chunks =
+        std::clamp<int64_t>(4 * ctx.props().multiprocessors / std::max<int64_t>(1, blocks_x), 1, std::min<int64_t>(256, R / 32));
+    const int64_t per_chunk = (R + chunks - 1) / chunks;
+    const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
+    const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * outputs) * acc_bytes);
+    Args a1;
+    for (const KernelArg& a : k.inputs) a1.add(arg_of(a).ptr);
+    a1.add(partial);
+    a1.add_bytes(params.data(), params.size());
+    a1.add(per_chunk);
+    ctx.launch(ctx.function(s, "reduce_columns"), static_cast<unsigned>(blocks_x), static_cast<unsigned>(chunks), 1, kBlock, 0,
+               a1);
+    Args a2;
+    a2.add(partial).add(out.ptr);
+    a2.add_bytes(params.data(), params.size());
+    a2.add(chunks);
+    ctx.launch(ctx.function(s, "reduce_finish"), blocks_for(ctx, outputs), 1, 1, kBlock, 0, a2);
+    return;
+  }
+  CUfunction f = ctx.function(s, "reduce_kernel");
   Args args;
   for (const KernelArg& a : k.inputs) args.add(arg_of(a).ptr);
   args.add(out.ptr);
@@ -725,7 +807,10 @@ void attn_view(const Arg& a, KView& v, int64_t& rs, int64_t& cs) {
 }
 
 std::string attention_source(DType t, int64_t D, bool tiled = false) {
-  return kernel_source(defines({{"T", storage(t)}, {"ACC", acc_type(t)}, {"DPL", std::to_string((D + 31) / 32)}}),
+  return kernel_source(defines({{"T", storage(t)},
+                                {"ACC", acc_type(t)},
+                                {"DPL", std::to_string((D + 31) / 32)},
+                                {"VEC4", t == DType::F64 ? "0" : "1"}}),
                        tiled ? sources::attention_tiled : sources::attention);
 }
 
@@ -883,6 +968,49 @@ std::string unsupported_reason(const Kernel& k) {
 
 // ---- the Device ----
 
+// ALK_DEBUG=timing: the GPU time of each kernel, from events around it (the scheduler's own
+// table measures host time to completion, launch and synchronization included), by op
+// and shapes, printed at exit. Eager launches only: a replayed graph is one launch.
+bool gpu_timing_enabled() {
+  static const bool on = [] {
+    const char* d = std::getenv("ALK_DEBUG");
+    const std::string v = d ? d : "";
+    return v.find("timing") != std::string::npos || v.find("all") != std::string::npos;
+  }();
+  return on;
+}
+
+struct GpuTimes {
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, double>> by_kernel;  // name -> (calls, ms)
+  ~GpuTimes() {
+    if (by_kernel.empty()) return;
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (auto& [name, t] : by_kernel) rows.emplace_back(t.second, name), total += t.second;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "[alk cuda timing] %.3f ms of GPU time in kernels\n", total);
+    for (auto& [ms, name] : rows)
+      std::fprintf(stderr, "[alk cuda timing] %9.3f ms %5.1f%% %7lld x %s\n", ms, 100 * ms / std::max(total, 1e-9),
+                   static_cast<long long>(by_kernel[name].first), name.c_str());
+  }
+};
+GpuTimes& gpu_times() {
+  static GpuTimes* t = new GpuTimes;  // printed by an atexit handler, after every device is done
+  static const bool registered = [] { return std::atexit([] { delete t; }) == 0; }();
+  (void)registered;
+  return *t;
+}
+
+std::string timing_name(const Kernel& k) {
+  std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
+  if (k.op == OpId::Reduce) name += " " + to_string(k.node.in_shape) + " -> " + to_string(k.node.shape);
+  else if (k.op != OpId::Map || numel(k.output.shape) > (1 << 20)) name += " " + to_string(k.output.shape);
+  for (size_t i = 0; k.op == OpId::Matmul && i < 2; ++i) name += (i ? " x " : " ") + to_string(k.inputs[i].shape);
+  if (k.epilogue) name += " +epilogue";
+  return name;
+}
+
 struct PreparedCuda final : PreparedKernel {};
 
 struct CudaRecording final : alk::Recording {
@@ -960,6 +1088,12 @@ class CudaDevice final : public Device {
   void launch(PreparedKernel&, const Kernel& k) override {
     Context& c = ctx();
     std::lock_guard lock(mutex_);
+    CUevent start = nullptr, stop = nullptr;
+    if (gpu_timing_enabled()) {
+      check(driver()->cuEventCreate(&start, 0), "cuEventCreate");
+      check(driver()->cuEventCreate(&stop, 0), "cuEventCreate");
+      check(driver()->cuEventRecord(start, c.stream()), "cuEventRecord");
+    }
     try {
       enqueue(c, k);
     } catch (...) {
@@ -967,6 +1101,18 @@ class CudaDevice final : public Device {
       throw;
     }
     c.release_scratch();
+    if (start) {
+      check(driver()->cuEventRecord(stop, c.stream()), "cuEventRecord");
+      check(driver()->cuEventSynchronize(stop), "cuEventSynchronize");
+      float ms = 0;
+      driver()->cuEventElapsedTime(&ms, start, stop);
+      driver()->cuEventDestroy_v2(start);
+      driver()->cuEventDestroy_v2(stop);
+      std::lock_guard tl(gpu_times().mu);
+      auto& t = gpu_times().by_kernel[timing_name(k)];
+      ++t.first;
+      t.second += ms;
+    }
   }
 
   std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
@@ -1072,6 +1218,23 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     }
   }
   out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
+  {
+    // Reductions around prologues: sum(a * b) in f32 (lanes and block), max of bf16, a
+    // count of bools into i64, prod of f64.
+    const std::vector<std::string> names = {"a", "b"}, one = {"a"};
+    const std::vector<expr::Type> f32 = {expr::Type::F32, expr::Type::F32}, f64 = {expr::Type::F64},
+                                  boolean = {expr::Type::Bool}, f32_one = {expr::Type::F32};
+    const expr::Expr mul = expr::parse("a * b", names, f32, expr::Type::F32);
+    out.emplace_back("reduce sum(a*b) f32 W=32", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 32));
+    out.emplace_back("reduce sum(a*b) f32 W=256", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 256));
+    out.emplace_back("reduce max bf16", reduce_source(expr::parse("a", one, f32_one, expr::Type::F32), {DType::BF16},
+                                                      DType::BF16, ReduceOp::Max, 8));
+    out.emplace_back("reduce count bool -> i64",
+                     reduce_source(expr::parse("a", one, boolean, expr::Type::I64), {DType::Bool}, DType::I64,
+                                   ReduceOp::Sum, 32));
+    out.emplace_back("reduce prod f64", reduce_source(expr::parse("a", one, f64, expr::Type::F64), {DType::F64},
+                                                      DType::F64, ReduceOp::Prod, 1));
+  }
   out.emplace_back("matmul i64", matmul_source(DType::I64, DType::I64, DType::I64));
   out.emplace_back("matmul bf16 x bf16 -> f32", matmul_source(DType::BF16, DType::BF16, DType::F32));
   for (int la = 0; la < 2; ++la)

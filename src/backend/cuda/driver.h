@@ -63,6 +63,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
   X(cuEventSynchronize, CUresult, (CUevent))                                                        \
   X(cuEventQuery, CUresult, (CUevent))                                                              \
   X(cuEventDestroy_v2, CUresult, (CUevent))                                                         \
+  X(cuEventElapsedTime, CUresult, (float*, CUevent, CUevent))                                        \
   X(cuModuleLoadData, CUresult, (CUmodule*, const void*))                                           \
   X(cuModuleGetFunction, CUresult, (CUfunction*, CUmodule, const char*))                            \
   X(cuFuncSetAttribute, CUresult, (CUfunction, int, int))                                           \

@@ -60,6 +60,24 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
   EXPECT_GT(compiled, 100);
 }
 
+TEST(CudaCompile, DivisionByMagicNumbersIsExact) {
+  // What the Map kernels compute per dim, emulated on the host (umulhi = high half of the
+  // 64-bit product), against plain division, over divisors and dividends up to 2^31.
+  std::vector<int64_t> divisors = {1, 2, 3, 5, 7, 12, 64, 768, 1000, 3072, 50304, 65535, 65536, 1 << 20,
+                                   (int64_t{1} << 31) - 1, int64_t{1} << 31};
+  for (int64_t d = 1; d < 300; ++d) divisors.push_back(d);
+  std::vector<uint32_t> dividends = {0, 1, 2, 767, 768, 769, 65535, 65536, 1000000, 0x7fffffffu, 0x7ffffffeu, 0x40000000u};
+  for (uint32_t i = 0; i < 4096; ++i) dividends.push_back(i * 524287u % 0x80000000u);
+  for (int64_t d : divisors) {
+    const auto [magic, shift] = expr::cuda_division_magic(d);
+    for (uint32_t i : dividends) {
+      const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(i) * magic) >> 32);
+      const uint32_t q = static_cast<uint32_t>((static_cast<uint64_t>(hi) + i) >> shift);
+      ASSERT_EQ(q, static_cast<uint64_t>(i) / static_cast<uint64_t>(d)) << i << " / " << d;
+    }
+  }
+}
+
 TEST(CudaCompile, ACompileErrorNamesTheLogAndSource) {
   ALK_NEED_NVRTC();
   try {

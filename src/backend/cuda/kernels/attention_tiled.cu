@@ -1,7 +1,8 @@
 // Scaled dot-product attention in tiles (D <= 128): the same math as attention.cu, with
 // the work arranged so each K/V (or Q/dO) tile is read from global memory once per block
 // and no dot product needs a cross-lane reduction. Defines: T (storage), ACC, DPL
-// (= ceil(D / 32), lane l owns head dims l, l + 32, ...). AttnParams and last_key() as in
+// (= ceil(D / 32), lane l owns head dims l, l + 32, ...), VEC4 (1 when ACC is float: shared
+// memory broadcasts read as float4). AttnParams and last_key() as in
 // attention.cu; causal: query t sees keys s <= t + (S - Tq).
 //
 // Forward and dq: a block of 4 warps owns 64 queries (16 per warp) and walks the keys in
@@ -76,8 +77,17 @@ extern "C" __global__ void __launch_bounds__(128) attention_forward_tiled(const 
     for (int d = 0; d < D; ++d) {
       const ACC kv = Ks[lane * (D + 1) + d];
       const ACC* qd = Qs + d * QB + warp * QW;
+      // Every lane reads the same 16 queries: broadcasts, 4 at a time where ACC is float.
+#if VEC4
+#pragma unroll
+      for (int i = 0; i < QW; i += 4) {
+        const float4 q4 = *(const float4*)(qd + i);
+        s[i] += q4.x * kv, s[i + 1] += q4.y * kv, s[i + 2] += q4.z * kv, s[i + 3] += q4.w * kv;
+      }
+#else
 #pragma unroll
       for (int i = 0; i < QW; ++i) s[i] += qd[i] * kv;
+#endif
     }
     const i64 key = s0 + lane;
 #pragma unroll
@@ -174,8 +184,17 @@ extern "C" __global__ void __launch_bounds__(128) attention_backward_dq_tiled(
       const ACC kv = Ks[lane * (D + 1) + d], vv = Vs[lane * (D + 1) + d];
       const ACC* qd = Qs + d * QB + warp * QW;
       const ACC* gd = Gs + d * QB + warp * QW;
+#if VEC4
+#pragma unroll
+      for (int i = 0; i < QW; i += 4) {
+        const float4 q4 = *(const float4*)(qd + i), g4 = *(const float4*)(gd + i);
+        s[i] += q4.x * kv, s[i + 1] += q4.y * kv, s[i + 2] += q4.z * kv, s[i + 3] += q4.w * kv;
+        dp[i] += g4.x * vv, dp[i + 1] += g4.y * vv, dp[i + 2] += g4.z * vv, dp[i + 3] += g4.w * vv;
+      }
+#else
 #pragma unroll
       for (int i = 0; i < QW; ++i) s[i] += qd[i] * kv, dp[i] += gd[i] * vv;
+#endif
     }
     const i64 key = s0 + lane;
 #pragma unroll
@@ -255,8 +274,17 @@ extern "C" __global__ void __launch_bounds__(128) attention_backward_dkdv_tiled(
       const ACC qv = Qs[lane * (D + 1) + d], gv = Gs[lane * (D + 1) + d];
       const ACC* kd = Ks + d * KB + warp * KW;
       const ACC* vd = Vs + d * KB + warp * KW;
+#if VEC4
+#pragma unroll
+      for (int i = 0; i < KW; i += 4) {
+        const float4 k4 = *(const float4*)(kd + i), v4 = *(const float4*)(vd + i);
+        s[i] += qv * k4.x, s[i + 1] += qv * k4.y, s[i + 2] += qv * k4.z, s[i + 3] += qv * k4.w;
+        dp[i] += gv * v4.x, dp[i + 1] += gv * v4.y, dp[i + 2] += gv * v4.z, dp[i + 3] += gv * v4.w;
+      }
+#else
 #pragma unroll
       for (int i = 0; i < KW; ++i) s[i] += qv * kd[i], dp[i] += gv * vd[i];
+#endif
     }
     const i64 t = tq + lane;
     const ACC lse = stats[2 * lane], dl = stats[2 * lane + 1];
