@@ -114,7 +114,7 @@ test-asan:
 # again with coverage, ASan and UBSan into $(FUZZ_DIR)/.
 build-fuzz:
 	$(call phase,"build-fuzz: clang + libFuzzer + ASan/UBSan into $(FUZZ_DIR)/")
-	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DALK_FUZZ=ON -DALK_BUILD_TESTS=OFF -DALK_VULKAN=OFF \
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DALK_FUZZ=ON -DALK_BUILD_TESTS=OFF -DALK_VULKAN=OFF -DALK_CUDA=OFF \
 	  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
 	cmake --build $(FUZZ_DIR) --target $(FUZZERS) -j$(JOBS)
 
