@@ -9,6 +9,7 @@
 
 #include "alk/compile.h"
 #include "alk/data.h"
+#include "alk/dist.h"
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
@@ -35,6 +36,18 @@ nn::GPTConfig model_config(const Config& c, int64_t vocab) {
   return g;
 }
 
+// This rank's rows of a global batch (all of them in a one-process run).
+struct DistRows {
+  int rank = 0, world = 1;
+  int64_t first = 0, count = 0;
+  Tensor take(const Tensor& t) const { return world == 1 ? t : t.slice(0, first, first + count).contiguous(); }
+};
+
+// Discards what ranks other than 0 would log.
+struct NullBuffer : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+
 Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progress) {
   const std::string tok_dir = dir + "/tokenizer";
   // Both files: a run killed between the two writes trains the tokenizer again.
@@ -52,14 +65,17 @@ Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progr
 }
 
 // Mean loss over `batches` validation batches, in eval mode and without autograd.
-double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64_t step) {
+// In a multi-rank run each rank takes its rows of every batch and the means are averaged.
+double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64_t step, const DistRows& rows) {
   NoGradGuard no_grad;
   model.eval();
   double total = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
     auto [x, y] = data.batch(false, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step * c.eval_batches + i));
     Device& dev = model.wte->weight.device();
-    total += nn::cross_entropy(model(x.to(dev)), y.to(dev)).item();
+    Tensor loss = nn::cross_entropy(model(rows.take(x).to(dev)), rows.take(y).to(dev));
+    if (rows.world > 1) dist::all_reduce(loss, dist::ReduceOp::Avg);
+    total += loss.item();
   }
   model.train();
   return total / static_cast<double>(std::max<int64_t>(c.eval_batches, 1));
@@ -67,8 +83,21 @@ double validate(nn::GPT& model, const TokenDataset& data, const Config& c, int64
 
 }  // namespace
 
-Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
+Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const std::atomic<bool>* stop) {
   Config c = cfg_in;
+  // A multi-rank run (mpirun, alk train --nproc): rank 0 writes the run directory and logs;
+  // every rank trains on its rows of the global batch (c.batch) with averaged gradients.
+  DistRows rows;
+  if (dist::launched()) {
+    dist::init();
+    rows.rank = dist::rank();
+    rows.world = dist::world_size();
+    std::tie(rows.first, rows.count) = dist::shard_rows(c.batch, rows.rank, rows.world);
+  }
+  const bool writer = rows.rank == 0;
+  NullBuffer null_buffer;
+  std::ostream null_log(&null_buffer);
+  std::ostream& log = writer ? main_log : null_log;
   if (c.corpus.empty()) c.corpus = default_corpus();
   {
     // Before anything is trained on it: a missing, empty or larger-than-memory corpus is a
@@ -81,14 +110,26 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     check_memory_for(3 * static_cast<uint64_t>(bytes), "train", "tokenizing corpus '" + c.corpus + "' (" +
                      std::to_string(bytes) + " bytes; it is read whole, streaming is not implemented)", loc);
   }
-  fs::create_directories(c.out);
-  remove_stale_files(c.out);
   Progress progress(log, c.steps, 0);
+  // Rank 0 makes the tokenizer and the token cache; the others read them after it.
+  if (writer) {
+    fs::create_directories(c.out);
+    remove_stale_files(c.out);
+    tokenizer_for(c, c.out, progress);
+  }
+  if (rows.world > 1) dist::barrier();
   Tokenizer tok = tokenizer_for(c, c.out, progress);
   const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", "train"));
-  TokenDataset data = TokenDataset::from_file(
-      c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
-      fingerprint);
+  auto load_data = [&] {
+    return TokenDataset::from_file(
+        c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
+        fingerprint);
+  };
+  std::optional<TokenDataset> loaded;
+  if (writer) loaded.emplace(load_data());
+  if (rows.world > 1) dist::barrier();
+  if (!writer) loaded.emplace(load_data());
+  const TokenDataset& data = *loaded;
   check(data.train_size() > c.ctx + 1 && data.val_size() > c.ctx + 1, "train", Loc::current(), "corpus '",
         c.corpus, "' is too small: ", data.train_size(), " training and ", data.val_size(),
         " validation tokens, and each split needs more than ctx + 1 = ", c.ctx + 1, " (with val_fraction ",
@@ -103,7 +144,10 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
   // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
   nn::GPT model(model_config(c, tok.vocab_size()));
-  Device& dev = get_device(c.device);
+  std::string device_spec = c.device;
+  if (rows.world > 1 && (c.device == "auto" || c.device == "cuda") && get_device(c.device).info().kind == "cuda")
+    device_spec = "cuda:" + std::to_string(dist::local_rank());  // one GPU per local rank
+  Device& dev = get_device(device_spec);
   model.to(dev);
   progress.note("device: " + dev.name() + " (" + dev.info().description + ")");
   optim::AdamW opt(model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
@@ -115,15 +159,39 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     msg << "resumed from " << c.out << " at step " << start;
     progress.note(msg.str());
   }
-  truncate_metrics(c.out + "/metrics.jsonl", start + 1);  // keeps steps 1..start
-  write_file_atomic(c.out + "/config.json", config_to_json(c));
+  if (writer) {
+    truncate_metrics(c.out + "/metrics.jsonl", start + 1);  // keeps steps 1..start
+    write_file_atomic(c.out + "/config.json", config_to_json(c));
+  }
   {
     std::ostringstream msg;
     msg << "model: GPT " << model.num_parameters() / 1e6 << "M parameters (vocab " << tok.vocab_size() << ", ctx "
         << c.ctx << ", dim " << c.dim << ", " << c.layers << " layers, " << c.heads << " heads); " << c.steps
         << " steps of " << c.batch << "x" << c.ctx << " tokens; ln(vocab) = " << std::log(tok.vocab_size());
+    if (rows.world > 1) msg << "; data parallel over " << rows.world << " ranks, " << rows.count << " rows each";
     progress.note(msg.str());
   }
+  // Data parallel: the step is the backward, the gradients' all-reduce between ranks (a host
+  // call: NCCL or MPI), then the update; each half is compiled.
+  std::optional<dist::DataParallel> dp;
+  if (rows.world > 1) dp.emplace(model.named_parameters());
+  Program backward = compile([&](const std::vector<Tensor>& in) {
+    Tensor loss;
+    {
+      std::optional<Autocast> mixed;
+      if (c.dtype != "f32") mixed.emplace(c.dtype == "bf16" ? DType::BF16 : DType::F16);
+      loss = nn::cross_entropy(model(in[0]), in[1]);
+    }
+    capture("loss", loss);
+    loss.backward();
+    dp->stage_grads();
+  });
+  Program update = compile([&](const std::vector<Tensor>&) {
+    dp->load_grads();
+    if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);
+    opt.step();
+    opt.zero_grad();
+  });
 
   // The whole step (forward, loss, backward, clipping, AdamW) is traced once and replayed.
   Program train_step = compile([&](const std::vector<Tensor>& in) {
@@ -147,14 +215,28 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     const double lr = schedule(step);
     opt.set_lr(lr);
     auto [x, y] = data.batch(true, c.batch, c.ctx, c.seed, static_cast<uint64_t>(step));
+    double loss_value = 0;
+    bool stop_now = stop && stop->load();
     try {
-      train_step({x.to(dev), y.to(dev)});
+      if (dp) {
+        backward({rows.take(x).to(dev), rows.take(y).to(dev)});
+        dp->all_reduce();
+        update({});
+        // The mean loss and whether any rank was asked to stop, in one all-reduce.
+        Tensor both = cat({backward.captured("loss").reshape({1}), full({1}, stop_now ? 1.0 : 0.0).to(dev)});
+        dist::all_reduce(both);
+        const std::vector<float> v = both.to_vector<float>();
+        loss_value = v[0] / rows.world;
+        stop_now = v[1] > 0;
+      } else {
+        train_step({x.to(dev), y.to(dev)});
+      }
     } catch (const Error& e) {
       if (e.op() == "budget") budget.refused(e, "the training step");
       throw;
     }
-    if (step == start + 1 && budget.active()) bar.note(budget.report(train_step));  // traced now
-    const double loss_value = train_step.captured("loss").item();
+    if (step == start + 1 && budget.active()) bar.note(budget.report(dp ? backward : train_step));  // traced now
+    if (!dp) loss_value = train_step.captured("loss").item();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(c.batch * c.ctx) / secs;
     result.losses.push_back(loss_value);
@@ -163,7 +245,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     const bool last = step + 1 == c.steps;
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || last)) {
       try {
-        point.val_loss = result.val_loss = validate(model, data, c, step + 1);
+        point.val_loss = result.val_loss = validate(model, data, c, step + 1, rows);
       } catch (const Error& e) {
         if (e.op() == "budget") budget.refused(e, "validation");
         throw;
@@ -173,12 +255,12 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
           << " (perplexity " << std::setprecision(1) << std::exp(*point.val_loss) << ")";
       bar.note(msg.str());
     }
-    if ((step + 1) % std::max<int64_t>(c.log_every, 1) == 0 || point.val_loss || last)
+    if (writer && ((step + 1) % std::max<int64_t>(c.log_every, 1) == 0 || point.val_loss || last))
       append_metric(c.out + "/metrics.jsonl", point);
     bar.update(step, loss_value, lr, tok_s, c.log_every);
-    const bool interrupted = stop && stop->load();
+    const bool interrupted = dp ? stop_now : stop && stop->load();
     if ((c.ckpt_every > 0 && (step + 1) % c.ckpt_every == 0) || last || interrupted) {
-      save_checkpoint(c.out, model, opt, step + 1, config_to_json(c));
+      if (writer) save_checkpoint(c.out, model, opt, step + 1, config_to_json(c));
       if (interrupted || !last) bar.note("checkpoint: " + c.out + " at step " + std::to_string(step + 1));
     }
     if (interrupted) {
@@ -187,6 +269,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& log, const std::
     }
   }
   bar.finish();
+  if (!writer) return result;
   write_loss_svg(c.out + "/loss.svg", read_metrics(c.out + "/metrics.jsonl"), "alk GPT: " + c.corpus);
   log << "wrote " << c.out << "/{model.safetensors, optimizer.safetensors, config.json, metrics.jsonl, loss.svg}\n";
   if (c.sample_tokens > 0 && !result.interrupted)

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "alk/dist.h"
 #include "alk/io.h"
 #include "alk/train.h"
 #include "tools/alk/commands.h"
@@ -29,6 +30,7 @@ void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model: a GPT on text (default) or a CNN on MNIST");
   static train::Config flags;
   static std::string config_file, resume_dir;
+  static int nproc = 1;
   static train::Config defaults;
   cmd->add_option("--task", flags.task, "gpt or mnist")->capture_default_str();
   cmd->add_option("--corpus", flags.corpus, "gpt: training text file (default: the KJV Bible, data/kjv.txt)");
@@ -53,7 +55,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--sample-tokens", flags.sample_tokens, "gpt: tokens sampled at the end")->capture_default_str();
   cmd->add_option("--memory-budget", flags.memory_budget,
                   "plan every step within this much device memory (e.g. 64MB); refuse before allocating if not");
+  cmd->add_option("--nproc", nproc,
+                  "data parallel over N local processes (--batch stays the global batch; or launch with mpirun)")
+      ->capture_default_str();
   cmd->callback([cmd] {
+    if (nproc > 1 && !dist::launched()) {
+      const int code = dist::launch_local(nproc);
+      if (code != 0) throw CLI::RuntimeError(code);
+      return;
+    }
     train::Config c;
     if (flags.task == "mnist") {  // MNIST's own defaults
       c.task = "mnist";

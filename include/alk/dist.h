@@ -1,0 +1,84 @@
+// alk::dist: data-parallel training over several processes, on engines users already run:
+// NCCL between GPUs (CUDA tensors) and MPI between hosts (CPU tensors). No protocol of
+// alk's own carries data: a small TCP rendezvous only hands NCCL its unique id.
+//
+// Launch, either
+//   mpirun -np 2 alk train --batch 16 ...            (OpenMPI: OMPI_COMM_WORLD_* set)
+//   alk train --nproc 2 --batch 16 ...               (spawns the local ranks: mpirun when
+//                                                      present, else RANK/WORLD_SIZE/LOCAL_RANK/
+//                                                      MASTER_ADDR/MASTER_PORT, as torchrun)
+// A process started without either is a world of one: every collective is the identity.
+// A peer that dies or hangs ends the job with an error within ALK_DIST_TIMEOUT seconds
+// (default 300): a watchdog thread aborts the collectives and exits with status 3.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "alk/nn.h"
+#include "alk/tensor.h"
+
+namespace alk::dist {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+
+// From the environment: whether this process is one of several ranks.
+bool launched();
+// Initializes the process group (idempotent): MPI under mpirun; NCCL is opened on the first
+// collective over a CUDA tensor. rank()/world_size() initialize on first use too.
+void init(Loc loc = Loc::current());
+int rank();
+int world_size();
+int local_rank();
+// Seconds a collective may wait for its peers before the job is ended (ALK_DIST_TIMEOUT).
+double timeout_seconds();
+// Ends collectives (NCCL's communicators, MPI) in order at exit; called by an atexit hook.
+void finalize();
+
+// Collectives on tensors of any device. CUDA tensors go through NCCL, CPU tensors through
+// MPI (or NCCL over a staging copy when the job has no MPI). Every rank must call them in
+// the same order with tensors of the same shape and dtype.
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, Loc loc = Loc::current());  // in place
+void broadcast(Tensor& t, int root = 0, Loc loc = Loc::current());                 // in place
+Tensor all_gather(const Tensor& t, Loc loc = Loc::current());  // the ranks' tensors stacked on a new dim 0
+Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum, Loc loc = Loc::current());  // dim 0 split
+void barrier();
+
+// `alk train --nproc N`: runs this program's command line (without --nproc) as N local
+// ranks (mpirun when on PATH, else the environment variables above; ALK_LAUNCHER=env|mpirun
+// chooses) and returns the job's exit status: 0, or the first failing rank's.
+int launch_local(int nproc, Loc loc = Loc::current());
+
+// ---- data parallel ----
+
+// The distributed sampler: rank r's rows [first, first + count) of a global batch, so the
+// ranks' rows are disjoint and together the batch. Batches are a function of the step
+// (TokenDataset::batch), so a run resumes at any step and on any world size.
+std::pair<int64_t, int64_t> shard_rows(int64_t global_batch, int rank, int world, Loc loc = Loc::current());
+
+// Gradients of a model averaged over the ranks, in buckets of about bucket_bytes. The
+// training step is two compiled programs around one host call:
+//   backward = compile(... loss.backward(); dp.stage_grads(); ...)  // grads -> buckets
+//   dp.all_reduce();                                                // NCCL/MPI, in place
+//   update = compile(... dp.load_grads(); opt.step(); opt.zero_grad(); ...)
+// The constructor broadcasts the parameters from rank 0, so every rank starts equal.
+class DataParallel {
+ public:
+  explicit DataParallel(const nn::NamedTensors& params, int64_t bucket_bytes = 25 << 20, Loc loc = Loc::current());
+  void stage_grads();  // inside the backward program: each bucket := its parameters' grads
+  void all_reduce();   // the buckets averaged over the ranks (in place, on the buckets' device)
+  void load_grads();   // inside the update program: each parameter's grad := its slice of a bucket
+  size_t buckets() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    std::vector<int64_t> offsets;
+    Tensor flat;  // f32 [elements], realized on the parameters' device
+  };
+  nn::NamedTensors params_;
+  std::vector<Bucket> buckets_;
+};
+
+}  // namespace alk::dist

@@ -1,0 +1,68 @@
+// The engines alk::dist runs collectives on, behind one interface: MPI (OpenMPI, for host
+// memory) and NCCL (for CUDA device memory). Both libraries are opened at run time with
+// dlopen, so alk builds and starts on machines that have neither. Pointers are host
+// pointers for MPI and device pointers (CUdeviceptr) for NCCL; every call is in place or
+// between two buffers of the same kind. Errors are alk::Error("dist", ...).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "alk/dist.h"
+#include "alk/dtype.h"
+
+namespace alk::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In place: data[0..count) becomes the reduction over the ranks.
+  virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  // recv holds size() * count elements: rank r's send at r * count.
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // send holds size() * count elements; recv gets this rank's block of the reduction.
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+  // Ends the job's collectives at once (a peer died or hangs): what the watchdog calls.
+  virtual void abort() noexcept = 0;
+  // An error the engine met in work already queued (NCCL runs asynchronously), or "".
+  virtual std::string async_error() { return ""; }
+};
+
+// MPI_COMM_WORLD of an mpirun launch (OMPI_COMM_WORLD_* set); initializes MPI.
+std::unique_ptr<Communicator> open_mpi();
+// A NCCL communicator over the CUDA device `device_index`, of `size` ranks. The unique id
+// is made by rank 0 and handed to the others through `exchange_id` (over MPI or the TCP
+// rendezvous), which must broadcast its 128 bytes from rank 0.
+struct IdExchange {
+  virtual ~IdExchange() = default;
+  virtual void broadcast_from_rank0(void* bytes, size_t n) = 0;
+};
+std::unique_ptr<Communicator> open_nccl(int rank, int size, int device_index, IdExchange& exchange);
+// Why NCCL cannot be used here ("" when it can be loaded).
+std::string nccl_unavailable_reason();
+
+// The TCP rendezvous of an environment launch (MASTER_ADDR:MASTER_PORT): rank 0 listens and
+// sends the bytes to each peer. Only for the NCCL id; collectives never go over it.
+class TcpExchange : public IdExchange {
+ public:
+  TcpExchange(std::string addr, int port, int rank, int size, double timeout_s);
+  void broadcast_from_rank0(void* bytes, size_t n) override;
+
+ private:
+  std::string addr_;
+  int port_, rank_, size_;
+  double timeout_s_;
+};
+
+// Stream and pointer of the CUDA backend, for NCCL (src/backend/cuda); null without CUDA.
+void* cuda_stream_of(int device_index);
+
+// The engine's name for errors: "a peer died or hangs" hints.
+[[noreturn]] void fail_collective(const std::string& engine, const std::string& call, const std::string& why);
+
+}  // namespace alk::dist

@@ -1,0 +1,248 @@
+// alk::dist on CPU with OpenMPI, loopback only: collectives against computed values, a
+// killed and a stopped rank ending the job with an error within the timeout, and the GPT
+// job's losses on 2 ranks (mpirun, alk train --nproc 2) equal to 1 rank with the same
+// global batch, also across a resume onto another world size.
+//
+// The ranks are this test binary again under mpirun, running one DistWorker.* test
+// (selected by ALK_DIST_WORKER; outside a launch those tests skip).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "alk/dist.h"
+#include "io/temp_dir.h"
+#include "testing.h"
+#include "train/report.h"
+
+namespace alk {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+bool worker(const char* mode) {
+  const char* w = std::getenv("ALK_DIST_WORKER");
+  return w && std::string(w) == mode && dist::launched();
+}
+
+// ---- the ranks ----
+
+TEST(DistWorker, Collectives) {
+  if (!worker("collectives")) GTEST_SKIP() << "a rank of Dist.CollectivesOverMpi";
+  const int r = dist::rank(), w = dist::world_size();
+  ASSERT_EQ(w, 2);
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + 1) * static_cast<int>(i));
+  Tensor t = tensor(v, {10, 100});
+  // Separate tensors: copies of a Tensor handle share it, and the collectives are in place.
+  Tensor sum_t = tensor(v, {10, 100}), avg_t = tensor(v, {10, 100}), max_t = tensor(v, {10, 100});
+  dist::all_reduce(sum_t);
+  dist::all_reduce(avg_t, dist::ReduceOp::Avg);
+  dist::all_reduce(max_t, dist::ReduceOp::Max);
+  const auto s = sum_t.to_vector<float>(), a = avg_t.to_vector<float>(), m = max_t.to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(s[i], 3.0f * static_cast<float>(i));
+    ASSERT_EQ(a[i], 1.5f * static_cast<float>(i));
+    ASSERT_EQ(m[i], 2.0f * static_cast<float>(i));
+  }
+  EXPECT_EQ(t.to_vector<float>(), v);  // other tensors are untouched
+  Tensor b = tensor(std::vector<int64_t>{r * 10 + 1, r * 10 + 2}, {2});
+  dist::broadcast(b, 1);
+  EXPECT_EQ(b.to_vector<int64_t>(), (std::vector<int64_t>{11, 12}));
+  Tensor g = dist::all_gather(tensor(std::vector<double>{double(r), double(r) + 0.5}, {2}));
+  EXPECT_EQ(g.shape(), (Shape{2, 2}));
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{0, 0.5, 1, 1.5}));
+  Tensor rs = dist::reduce_scatter(tensor(std::vector<float>{1.f + r, 2.f + r, 3.f + r, 4.f + r}, {4}));
+  EXPECT_EQ(rs.to_vector<float>(), r == 0 ? (std::vector<float>{3, 5}) : (std::vector<float>{7, 9}));
+  EXPECT_EQ(dist::shard_rows(8, r, w), (std::pair<int64_t, int64_t>{4 * r, 4}));
+  dist::barrier();
+}
+
+// Rank 1 dies (SIGKILL) or stops (SIGSTOP) after the first all-reduce; rank 0 goes on.
+void die_or_stop(int sig) {
+  Tensor t = ones({4});
+  dist::all_reduce(t);
+  if (dist::rank() == 1) raise(sig);
+  for (int i = 0; i < 1000; ++i) {
+    dist::all_reduce(t);
+    usleep(10000);
+  }
+  ADD_FAILURE() << "rank " << dist::rank() << " was not stopped";
+}
+TEST(DistWorker, Killed) {
+  if (!worker("kill")) GTEST_SKIP() << "a rank of Dist.KilledRankEndsTheJob";
+  die_or_stop(SIGKILL);
+}
+TEST(DistWorker, Stopped) {
+  if (!worker("stop")) GTEST_SKIP() << "a rank of Dist.StoppedRankEndsTheJobAfterTheTimeout";
+  die_or_stop(SIGSTOP);
+}
+
+// ---- the launches ----
+
+struct Ran {
+  int status = -1;
+  std::string output;
+};
+
+// Runs a shell command (stderr too) under a hard time limit.
+Ran run(const std::string& cmd, int limit_s = 240) {
+  Ran r;
+  // timeout's status 124 says the limit ended it.
+  FILE* p = popen(("timeout -k 10 " + std::to_string(limit_s) + " " + cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string mpi_env() {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp "
+         "OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 ";
+}
+
+bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+
+#define SKIP_WITHOUT_MPI()                                                                   \
+  if (kSanitized) GTEST_SKIP() << "OpenMPI's own allocations trip the leak checker";         \
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+
+Ran run_workers(const std::string& mode, const std::string& extra_env = "") {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string filter = mode == "collectives" ? "DistWorker.Collectives"
+                             : mode == "kill"      ? "DistWorker.Killed"
+                                                   : "DistWorker.Stopped";
+  return run(mpi_env() + "ALK_DIST_WORKER=" + mode + " " + extra_env + " mpirun -np 2 " + self +
+             " --gtest_color=no --gtest_brief=1 --gtest_filter=" + filter);
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+  return n;
+}
+
+TEST(Dist, WorldOfOneIsTheIdentity) {
+  if (dist::launched()) GTEST_SKIP() << "inside a launch";
+  Tensor t = tensor(std::vector<float>{1, 2, 3}, {3});
+  dist::all_reduce(t);
+  dist::broadcast(t);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(dist::all_gather(t).shape(), (Shape{1, 3}));
+  EXPECT_EQ(dist::world_size(), 1);
+  EXPECT_EQ(dist::rank(), 0);
+  EXPECT_THROW(dist::shard_rows(7, 0, 2), Error);  // 7 rows do not split over 2 ranks
+}
+
+TEST(Dist, CollectivesOverMpi) {
+  SKIP_WITHOUT_MPI();
+  const Ran r = run_workers("collectives");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "[  PASSED  ] 1 test"), 2) << r.output;  // both ranks ran it
+}
+
+TEST(Dist, KilledRankEndsTheJob) {
+  SKIP_WITHOUT_MPI();
+  const Ran r = run_workers("kill", "ALK_DIST_TIMEOUT=20");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the time limit ended it, not alk or mpirun: " << r.output;
+  // mpirun sees the death, or the survivor's MPI call fails, or the watchdog fires.
+  const bool told = r.output.find("signal 9") != std::string::npos || r.output.find("alk: dist error") != std::string::npos ||
+                    r.output.find("dist: mpi: MPI_Allreduce failed") != std::string::npos;
+  EXPECT_TRUE(told) << r.output;
+}
+
+TEST(Dist, StoppedRankEndsTheJobAfterTheTimeout) {
+  SKIP_WITHOUT_MPI();
+  const Ran r = run_workers("stop", "ALK_DIST_TIMEOUT=3");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the time limit ended it, not the watchdog: " << r.output;
+  EXPECT_NE(r.output.find("alk: dist error: rank 0 of 2: all_reduce waited more than 3 s"), std::string::npos)
+      << r.output;
+}
+
+// ---- data-parallel training through the CLI ----
+
+#ifdef ALK_CLI_PATH
+std::string corpus_text() {
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "old", "tree", "by", "river"};
+  std::string s;
+  uint64_t x = 7;
+  while (s.size() < 12000) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    s += words[(x >> 33) % 14];
+    s += (x >> 20) % 9 == 0 ? ".\n" : " ";
+  }
+  return s;
+}
+
+std::string train_cmd(const testing::TempDir& dir, const std::string& out, const std::string& extra) {
+  return mpi_env() + std::string(ALK_CLI_PATH) + " train --device cpu --corpus " + (dir / "corpus.txt") + " --out " +
+         (dir / out) + " --ctx 16 --dim 32 --layers 1 --heads 2 --vocab-size 300 --eval-every 0" +
+         " --sample-tokens 0 --log-every 1 --ckpt-every 0 --lr 1 " + extra;
+}
+
+std::vector<double> losses(const std::string& metrics) {
+  std::vector<double> out;
+  for (const train::MetricPoint& p : train::read_metrics(metrics)) out.push_back(p.loss);
+  return out;
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.0, std::abs(a[i]))) << what << " step " << i + 1;
+}
+
+TEST(Dist, TwoRanksTrainLikeOneWithTheSameGlobalBatch) {
+  SKIP_WITHOUT_MPI();
+  testing::TempDir dir;
+  std::ofstream(dir / "corpus.txt") << corpus_text();
+  const Ran one = run(train_cmd(dir, "one", "--steps 6 --batch 4"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  // The same global batch (4) as 2 x 2 rows, spawned by --nproc (mpirun underneath).
+  const Ran two = run(train_cmd(dir, "two", "--steps 6 --batch 4 --nproc 2"));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("data parallel over 2 ranks, 2 rows each"), std::string::npos) << two.output;
+  EXPECT_EQ(count(two.output, "model: GPT"), 1) << "only rank 0 logs: " << two.output;
+  const std::vector<double> ref = losses(dir / "one/metrics.jsonl");
+  ASSERT_EQ(ref.size(), 6u);
+  expect_close(losses(dir / "two/metrics.jsonl"), ref, "2 ranks vs 1");
+  // Resume onto another world size: 3 steps on 2 ranks, then on to step 6 on 1 rank (the
+  // learning rate is in its warmup, so the shorter run's schedule is the same).
+  ASSERT_EQ(run(train_cmd(dir, "resumed", "--steps 3 --batch 4 --nproc 2")).status, 0);
+  const Ran resumed = run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "resumed") + " --steps 6");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  expect_close(losses(dir / "resumed/metrics.jsonl"), ref, "2 ranks, then resumed on 1");
+  // And the other way: 3 steps on 1 rank, then on to step 6 on 2 ranks.
+  ASSERT_EQ(run(train_cmd(dir, "grown", "--steps 3 --batch 4")).status, 0);
+  const Ran grown =
+      run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "grown") + " --steps 6 --nproc 2");
+  ASSERT_EQ(grown.status, 0) << grown.output;
+  expect_close(losses(dir / "grown/metrics.jsonl"), ref, "1 rank, then resumed on 2");
+}
+
+TEST(Dist, BatchThatDoesNotSplitIsAnError) {
+  SKIP_WITHOUT_MPI();
+  testing::TempDir dir;
+  std::ofstream(dir / "corpus.txt") << corpus_text();
+  const Ran r = run(train_cmd(dir, "odd", "--steps 1 --batch 3 --nproc 2"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("does not split evenly over 2 ranks"), std::string::npos) << r.output;
+}
+#endif
+
+}  // namespace
+}  // namespace alk
