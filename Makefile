@@ -20,6 +20,9 @@ DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-de
 # The Python module (python/): headers and pybind11 to build it, numpy for its arrays, pytest to
 # test it, PyTorch 1.13 as the reference its tests compare against, setuptools for `pip install .`.
 DEB_PACKAGES += python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-setuptools python3-torch
+# Distributed data parallel (src/dist): OpenMPI's mpirun and libmpi.so.40 (opened at run time)
+# for the tests/dist runs with mpirun -np 2 on loopback.
+DEB_PACKAGES += openmpi-bin libopenmpi-dev
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 

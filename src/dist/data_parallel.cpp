@@ -9,7 +9,7 @@
 namespace alk::dist {
 
 namespace detail {
-void all_reduce_in_place(const Tensor& flat, ReduceOp op);  // process_group.cpp
+void all_reduce_in_place(const std::vector<Tensor>& flats, ReduceOp op);  // process_group.cpp
 }
 
 std::pair<int64_t, int64_t> shard_rows(int64_t global_batch, int rank, int world, Loc loc) {
@@ -66,10 +66,12 @@ void DataParallel::stage_grads() {
 }
 
 void DataParallel::all_reduce() {
+  std::vector<Tensor> flats;
   for (Bucket& b : buckets_) {
-    b.flat.realize();
-    detail::all_reduce_in_place(b.flat, ReduceOp::Avg);
+    b.flat.realize();  // a no-op after the backward program's replay
+    flats.push_back(b.flat);
   }
+  detail::all_reduce_in_place(flats, ReduceOp::Avg);
 }
 
 void DataParallel::load_grads() {

@@ -204,7 +204,13 @@ void* data_of(const Tensor& c) {
 // A CPU tensor in a job without MPI (an environment launch) goes through NCCL on the
 // rank's GPU (cuda:LOCAL_RANK) and back.
 bool staged(const Group& g, const Tensor& t) { return g.world > 1 && !g.mpi && cuda_index(t.device()) < 0; }
-Device& rank_gpu(const Group& g) { return get_device("cuda:" + std::to_string(g.local_rank)); }
+Device& rank_gpu(const Group& g) {
+  const std::string name = "cuda:" + std::to_string(g.local_rank);
+  for (Device* d : available_devices())
+    if (d->name() == name) return *d;
+  fail("dist", Loc::current(), "rank ", g.rank, ": a collective over a CPU tensor needs MPI (launch with mpirun, or ",
+       "alk train --nproc with mpirun on PATH) or this rank's GPU ", name, " for NCCL, and neither is here");
+}
 
 }  // namespace
 
@@ -330,16 +336,19 @@ void barrier() {
   all_reduce(one);
 }
 
-// For data_parallel.cpp: in-place collectives on a realized tensor's buffer.
+// For data_parallel.cpp: in-place averages of realized tensors of one device, all queued
+// before one wait (NCCL runs them in order on the device's stream).
 namespace detail {
-void all_reduce_in_place(const Tensor& flat, ReduceOp op) {
+void all_reduce_in_place(const std::vector<Tensor>& flats, ReduceOp op) {
   init();
   Group& g = group();
-  if (g.world == 1) return;
-  Communicator& c = engine_for(g, flat, Loc::current());
+  if (g.world == 1 || flats.empty()) return;
   Busy busy("gradient all_reduce");
-  c.all_reduce(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op);
-  synchronize_device(flat.device());
+  for (const Tensor& flat : flats) {
+    Communicator& c = engine_for(g, flat, Loc::current());
+    c.all_reduce(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op);
+  }
+  synchronize_device(flats.front().device());
 }
 }  // namespace detail
 

@@ -38,15 +38,24 @@ bool worker(const char* mode) {
 
 // ---- the ranks ----
 
+// ALK_DIST_WORKER_DEVICE=cuda puts the worker's tensors on cuda:LOCAL_RANK (NCCL; run by
+// bench/dist/run_device.sh on a GPU machine), else they stay on the CPU (MPI).
+Tensor on_device(const Tensor& t) {
+  const char* d = std::getenv("ALK_DIST_WORKER_DEVICE");
+  if (!d || std::string(d) != "cuda") return t;
+  return t.to("cuda:" + std::to_string(dist::local_rank()));
+}
+
 TEST(DistWorker, Collectives) {
   if (!worker("collectives")) GTEST_SKIP() << "a rank of Dist.CollectivesOverMpi";
   const int r = dist::rank(), w = dist::world_size();
   ASSERT_EQ(w, 2);
   std::vector<float> v(1000);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + 1) * static_cast<int>(i));
-  Tensor t = tensor(v, {10, 100});
+  Tensor t = on_device(tensor(v, {10, 100}));
   // Separate tensors: copies of a Tensor handle share it, and the collectives are in place.
-  Tensor sum_t = tensor(v, {10, 100}), avg_t = tensor(v, {10, 100}), max_t = tensor(v, {10, 100});
+  Tensor sum_t = on_device(tensor(v, {10, 100})), avg_t = on_device(tensor(v, {10, 100})),
+         max_t = on_device(tensor(v, {10, 100}));
   dist::all_reduce(sum_t);
   dist::all_reduce(avg_t, dist::ReduceOp::Avg);
   dist::all_reduce(max_t, dist::ReduceOp::Max);
@@ -57,13 +66,13 @@ TEST(DistWorker, Collectives) {
     ASSERT_EQ(m[i], 2.0f * static_cast<float>(i));
   }
   EXPECT_EQ(t.to_vector<float>(), v);  // other tensors are untouched
-  Tensor b = tensor(std::vector<int64_t>{r * 10 + 1, r * 10 + 2}, {2});
+  Tensor b = on_device(tensor(std::vector<int64_t>{r * 10 + 1, r * 10 + 2}, {2}));
   dist::broadcast(b, 1);
   EXPECT_EQ(b.to_vector<int64_t>(), (std::vector<int64_t>{11, 12}));
-  Tensor g = dist::all_gather(tensor(std::vector<double>{double(r), double(r) + 0.5}, {2}));
+  Tensor g = dist::all_gather(on_device(tensor(std::vector<double>{double(r), double(r) + 0.5}, {2})));
   EXPECT_EQ(g.shape(), (Shape{2, 2}));
   EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{0, 0.5, 1, 1.5}));
-  Tensor rs = dist::reduce_scatter(tensor(std::vector<float>{1.f + r, 2.f + r, 3.f + r, 4.f + r}, {4}));
+  Tensor rs = dist::reduce_scatter(on_device(tensor(std::vector<float>{1.f + r, 2.f + r, 3.f + r, 4.f + r}, {4})));
   EXPECT_EQ(rs.to_vector<float>(), r == 0 ? (std::vector<float>{3, 5}) : (std::vector<float>{7, 9}));
   EXPECT_EQ(dist::shard_rows(8, r, w), (std::pair<int64_t, int64_t>{4 * r, 4}));
   dist::barrier();
