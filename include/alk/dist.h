@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "alk/nn.h"
+#include "alk/optim.h"
 #include "alk/tensor.h"
 
 namespace alk::dist {
@@ -79,6 +80,31 @@ class DataParallel {
   };
   nn::NamedTensors params_;
   std::vector<Bucket> buckets_;
+};
+
+// ZeRO-1 (--zero 1): the optimizer state sharded over the ranks. Each parameter has one
+// owner rank (largest first to the least loaded); a rank's optimizer holds state only for
+// the parameters it owns and updates only those, then every parameter is broadcast from
+// its owner. Gradients are averaged as in DataParallel, so the losses equal plain data
+// parallel; only the optimizer's memory is divided by the world size.
+//   dist::Zero1 zero(model.named_parameters());
+//   optim::AdamW opt(zero.owned(), lr);   // in the update program: dp.load_grads(); clip; opt.step()
+//   ... update({}); zero.sync_params();
+class Zero1 {
+ public:
+  explicit Zero1(const nn::NamedTensors& params, Loc loc = Loc::current());
+  nn::NamedTensors owned() const;  // this rank's parameters, in model order
+  int owner(size_t i) const { return owner_[i]; }
+  void sync_params();  // each parameter from its owner, in place
+  // Checkpoints: the whole optimizer state (every rank calls it; every rank gets it) from
+  // each rank's `opt`, and the part of a whole state that this rank's optimizer loads.
+  nn::NamedTensors gather_state(const optim::Optimizer& opt);
+  nn::NamedTensors own_state(const nn::NamedTensors& full) const;
+
+ private:
+  nn::NamedTensors params_;
+  std::vector<int> owner_;
+  int rank_ = 0;
 };
 
 }  // namespace alk::dist

@@ -37,6 +37,9 @@ struct Config {
   // or a number of bytes. Every realize, the compiled step's schedules together, is planned
   // under it (parameters counted) and refused before allocating when it does not fit.
   std::string memory_budget;
+  // Multi-rank runs (mpirun, alk train --nproc): 1 = ZeRO-1, the optimizer state sharded
+  // over the ranks (the same losses; its memory divided by the world size).
+  int64_t zero = 0;
 };
 
 // "64MB" -> 67108864 (KB/MB/GB and KiB/MiB/GiB are powers of 1024; a bare number is bytes).

@@ -350,6 +350,18 @@ void all_reduce_in_place(const std::vector<Tensor>& flats, ReduceOp op) {
   }
   synchronize_device(flats.front().device());
 }
+void broadcast_in_place(const std::vector<Tensor>& ts, const std::vector<int>& roots) {
+  init();
+  Group& g = group();
+  if (g.world == 1 || ts.empty()) return;
+  Busy busy("parameter broadcast");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ts[i].realize();
+    Communicator& c = engine_for(g, ts[i], Loc::current());
+    c.broadcast(data_of(ts[i]), static_cast<size_t>(ts[i].numel()), ts[i].dtype(), roots[i]);
+  }
+  synchronize_device(ts.front().device());
+}
 }  // namespace detail
 
 }  // namespace alk::dist

@@ -28,6 +28,7 @@ const std::vector<Field>& fields() {
       ALK_INT(vocab_size), ALK_NUM(dropout), ALK_NUM(lr), ALK_NUM(min_lr), ALK_NUM(weight_decay),
       ALK_NUM(grad_clip), ALK_INT(warmup), ALK_NUM(val_fraction), ALK_INT(eval_every), ALK_INT(eval_batches),
       ALK_INT(ckpt_every), ALK_INT(log_every), ALK_INT(sample_tokens), ALK_STR(memory_budget),
+      ALK_INT(zero),
   };
   return f;
 }
@@ -67,6 +68,7 @@ Config config_from_json(const std::string& text, Config base, Loc loc) {
   check(base.dtype == "f32" || base.dtype == "bf16" || base.dtype == "f16", "config", loc,
         "dtype must be f32, bf16 or f16, got '", base.dtype, "'");
   if (!base.memory_budget.empty()) parse_bytes(base.memory_budget, loc);  // validates
+  check(base.zero == 0 || base.zero == 1, "config", loc, "zero must be 0 (off) or 1 (ZeRO-1), got ", base.zero);
   return base;
 }
 

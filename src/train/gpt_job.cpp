@@ -150,11 +150,32 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
   Device& dev = get_device(device_spec);
   model.to(dev);
   progress.note("device: " + dev.name() + " (" + dev.info().description + ")");
-  optim::AdamW opt(model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
+  // ZeRO-1: this rank's optimizer holds only the parameters it owns; checkpoints go through
+  // `whole`, an optimizer over every parameter that holds state only while saving or loading.
+  std::optional<dist::Zero1> zero;
+  if (rows.world > 1 && c.zero == 1) zero.emplace(model.named_parameters());
+  optim::AdamW opt(zero ? zero->owned() : model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
+  optim::AdamW whole(model.named_parameters(), c.lr, {.weight_decay = c.weight_decay});
+  const nn::NamedTensors no_state{{"step", scalar_tensor(0, DType::I64)}};
+  auto save = [&](int64_t done) {
+    if (!zero) {
+      if (writer) save_checkpoint(c.out, model, opt, done, config_to_json(c));
+      return;
+    }
+    whole.load_state_dict(zero->gather_state(opt));
+    if (writer) save_checkpoint(c.out, model, whole, done, config_to_json(c));
+    whole.load_state_dict(no_state);
+  };
   optim::Schedule schedule = optim::warmup(c.warmup, optim::cosine_lr(c.lr, std::max<int64_t>(c.steps - c.warmup, 1), c.min_lr));
   int64_t start = 0;
   if (resume) {
-    start = load_checkpoint(c.out, model, opt);
+    if (zero) {
+      start = load_checkpoint(c.out, model, whole);
+      opt.load_state_dict(zero->own_state(whole.state_dict()));
+      whole.load_state_dict(no_state);
+    } else {
+      start = load_checkpoint(c.out, model, opt);
+    }
     std::ostringstream msg;
     msg << "resumed from " << c.out << " at step " << start;
     progress.note(msg.str());
@@ -169,6 +190,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
         << c.ctx << ", dim " << c.dim << ", " << c.layers << " layers, " << c.heads << " heads); " << c.steps
         << " steps of " << c.batch << "x" << c.ctx << " tokens; ln(vocab) = " << std::log(tok.vocab_size());
     if (rows.world > 1) msg << "; data parallel over " << rows.world << " ranks, " << rows.count << " rows each";
+    if (zero) msg << ", ZeRO-1 (this rank's optimizer: " << zero->owned().size() << " of " << model.parameters().size() << " parameters)";
     progress.note(msg.str());
   }
   // Data parallel: the step is the backward, the gradients' all-reduce between ranks (a host
@@ -190,7 +212,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
     dp->load_grads();
     if (c.grad_clip > 0) optim::clip_grad_norm(model.parameters(), c.grad_clip);
     opt.step();
-    opt.zero_grad();
+    for (const Tensor& p : model.parameters()) p.zero_grad();  // under ZeRO-1 opt has only some
   });
 
   // The whole step (forward, loss, backward, clipping, AdamW) is traced once and replayed.
@@ -222,6 +244,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
         backward({rows.take(x).to(dev), rows.take(y).to(dev)});
         dp->all_reduce();
         update({});
+        if (zero) zero->sync_params();
         // The mean loss and whether any rank was asked to stop, in one all-reduce.
         Tensor both = cat({backward.captured("loss").reshape({1}), full({1}, stop_now ? 1.0 : 0.0).to(dev)});
         dist::all_reduce(both);
@@ -260,7 +283,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
     bar.update(step, loss_value, lr, tok_s, c.log_every);
     const bool interrupted = dp ? stop_now : stop && stop->load();
     if ((c.ckpt_every > 0 && (step + 1) % c.ckpt_every == 0) || last || interrupted) {
-      if (writer) save_checkpoint(c.out, model, opt, step + 1, config_to_json(c));
+      save(step + 1);
       if (interrupted || !last) bar.note("checkpoint: " + c.out + " at step " + std::to_string(step + 1));
     }
     if (interrupted) {

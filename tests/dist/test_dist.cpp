@@ -235,12 +235,30 @@ TEST(Dist, TwoRanksTrainLikeOneWithTheSameGlobalBatch) {
   const Ran resumed = run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "resumed") + " --steps 6");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   expect_close(losses(dir / "resumed/metrics.jsonl"), ref, "2 ranks, then resumed on 1");
-  // And the other way: 3 steps on 1 rank, then on to step 6 on 2 ranks.
+  // And the other way: 3 steps on 1 rank, then on to step 6 on 2 ranks with ZeRO-1 (each
+  // rank loads its share of the optimizer state).
   ASSERT_EQ(run(train_cmd(dir, "grown", "--steps 3 --batch 4")).status, 0);
-  const Ran grown =
-      run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "grown") + " --steps 6 --nproc 2");
+  const Ran grown = run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "grown") +
+                        " --steps 6 --nproc 2 --zero 1");
   ASSERT_EQ(grown.status, 0) << grown.output;
-  expect_close(losses(dir / "grown/metrics.jsonl"), ref, "1 rank, then resumed on 2");
+  EXPECT_NE(grown.output.find("ZeRO-1"), std::string::npos) << grown.output;
+  expect_close(losses(dir / "grown/metrics.jsonl"), ref, "1 rank, then resumed on 2 with ZeRO-1");
+}
+
+// ZeRO-1: the same losses as plain data parallel, and its checkpoint (the optimizer state
+// gathered from the ranks that own it) resumes on one rank to the same losses.
+TEST(Dist, ZeroOneTrainsLikePlainDataParallelAndItsCheckpointResumes) {
+  SKIP_WITHOUT_MPI();
+  testing::TempDir dir;
+  std::ofstream(dir / "corpus.txt") << corpus_text();
+  const Ran one = run(train_cmd(dir, "one", "--steps 6 --batch 4"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Ran zero = run(train_cmd(dir, "zero", "--steps 3 --batch 4 --nproc 2 --zero 1"));
+  ASSERT_EQ(zero.status, 0) << zero.output;
+  EXPECT_NE(zero.output.find("ZeRO-1 (this rank's optimizer: "), std::string::npos) << zero.output;
+  const Ran resumed = run(mpi_env() + std::string(ALK_CLI_PATH) + " train --resume " + (dir / "zero") + " --steps 6 --zero 0");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  expect_close(losses(dir / "zero/metrics.jsonl"), losses(dir / "one/metrics.jsonl"), "ZeRO-1 on 2 ranks, then 1 rank");
 }
 
 TEST(Dist, BatchThatDoesNotSplitIsAnError) {

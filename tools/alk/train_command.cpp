@@ -58,6 +58,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--nproc", nproc,
                   "data parallel over N local processes (--batch stays the global batch; or launch with mpirun)")
       ->capture_default_str();
+  cmd->add_option("--zero", flags.zero, "1: ZeRO-1, the optimizer state sharded over the ranks")->capture_default_str();
   cmd->callback([cmd] {
     if (nproc > 1 && !dist::launched()) {
       const int code = dist::launch_local(nproc);
@@ -104,6 +105,7 @@ void add_train_command(CLI::App& app) {
     if (given("--log-every")) c.log_every = flags.log_every;
     if (given("--sample-tokens")) c.sample_tokens = flags.sample_tokens;
     if (given("--memory-budget")) c.memory_budget = flags.memory_budget;
+    if (given("--zero")) c.zero = flags.zero;
     c = train::config_from_json(train::config_to_json(c), train::Config{});  // validates
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
