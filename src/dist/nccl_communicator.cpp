@@ -143,16 +143,16 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override {
-    call("ncclAllReduce", nccl().AllReduce(data, data, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
+    call("ncclAllReduce", nccl().AllReduce(data, data, count, nccl_type(dtype), nccl_op(op), comm_, current()));
   }
   void broadcast(void* data, size_t count, DType dtype, int root) override {
-    call("ncclBroadcast", nccl().Broadcast(data, data, count, nccl_type(dtype), root, comm_, stream_));
+    call("ncclBroadcast", nccl().Broadcast(data, data, count, nccl_type(dtype), root, comm_, current()));
   }
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override {
-    call("ncclAllGather", nccl().AllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
+    call("ncclAllGather", nccl().AllGather(send, recv, count, nccl_type(dtype), comm_, current()));
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    call("ncclReduceScatter", nccl().ReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
+    call("ncclReduceScatter", nccl().ReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, current()));
   }
   void barrier() override { fail_collective("nccl", "barrier", "a NCCL barrier is an all-reduce of a device tensor"); }
   void abort() noexcept override {
@@ -171,6 +171,8 @@ class NcclCommunicator final : public Communicator {
   void* stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
 
+  // The stream, with the device's context made current on the calling thread.
+  void* current() const { return cuda_stream_of(device_); }
   static void call(const char* what, ncclResult_t r) {
     if (r == kNcclSuccess || r == kNcclInProgress) return;
     fail_collective("nccl", what, nccl().GetErrorString ? nccl().GetErrorString(r) : std::to_string(r));
