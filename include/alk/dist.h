@@ -36,6 +36,9 @@ int local_rank();
 double timeout_seconds();
 // Ends collectives (NCCL's communicators, MPI) in order at exit; called by an atexit hook.
 void finalize();
+// Ends the whole job now (a rank failed: the others would wait for it): aborts the engines
+// (MPI_Abort takes the other ranks down; NCCL's communicators are aborted) and exits.
+[[noreturn]] void abort_job(int status);
 
 // Collectives on tensors of any device. CUDA tensors go through NCCL, CPU tensors through
 // MPI (or NCCL over a staging copy when the job has no MPI). Every rank must call them in

@@ -240,6 +240,14 @@ void finalize() {
   g.mpi.reset();
 }
 
+void abort_job(int status) {
+  Group& g = group();
+  for (auto& [dev, c] : g.nccl_snapshot()) c->abort();
+  std::cerr.flush();
+  if (g.mpi) g.mpi->abort();  // MPI_Abort: mpirun ends every rank
+  std::_Exit(status);
+}
+
 void all_reduce(Tensor& t, ReduceOp op, Loc loc) {
   check(t.defined(), "dist", loc, "all_reduce of an undefined tensor");
   init();

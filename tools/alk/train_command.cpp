@@ -109,7 +109,18 @@ void add_train_command(CLI::App& app) {
     c = train::config_from_json(train::config_to_json(c), train::Config{});  // validates
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    train::Result r = train::run(c, !resume_dir.empty(), std::cerr, &g_stop);
+    train::Result r;
+    try {
+      r = train::run(c, !resume_dir.empty(), std::cerr, &g_stop);
+    } catch (const Error& e) {
+      // One rank failing alone would leave the others waiting in a collective: end the job.
+      if (dist::launched()) {
+        // One write: the ranks share the terminal.
+        std::cerr << ("alk " + e.op() + ": " + e.detail() + " (rank " + std::to_string(dist::rank()) + "; ending the job)\n");
+        dist::abort_job(1);
+      }
+      throw;
+    }
     if (r.interrupted) {
       std::cerr << "interrupted: checkpoint saved in " << c.out << "; continue with: alk train --resume " << c.out
                 << "\n";
