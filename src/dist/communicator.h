@@ -45,6 +45,8 @@ struct IdExchange {
 std::unique_ptr<Communicator> open_nccl(int rank, int size, int device_index, IdExchange& exchange);
 // Why NCCL cannot be used here ("" when it can be loaded).
 std::string nccl_unavailable_reason();
+// Why the NCCL at `path` cannot be used ("" when it loads and has every function alk calls).
+std::string nccl_load_error(const std::string& path);
 
 // The TCP rendezvous of an environment launch (MASTER_ADDR:MASTER_PORT): rank 0 listens and
 // sends the bytes to each peer. Only for the NCCL id; collectives never go over it.

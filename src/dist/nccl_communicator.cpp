@@ -58,9 +58,42 @@ std::vector<std::string> pip_candidates() {
   return out;
 }
 
+// The library from the first of `tries` that loads, with every function bound.
+Nccl load(const std::vector<std::string>& tries) {
+  Nccl n;
+  std::string errors;
+  for (const std::string& p : tries) {
+    n.lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (n.lib) {
+      n.path = p;
+      break;
+    }
+    const char* e = dlerror();
+    errors += std::string(errors.empty() ? "" : "; ") + (e ? e : p);
+  }
+  if (!n.lib) {
+    n.error = "cannot load NCCL (" + errors + "): install it (pip's nvidia-nccl-cu12 or the nccl package) or set ALK_NCCL_PATH";
+    return n;
+  }
+  auto bind = [&n](auto& f, const char* name) {
+    f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(n.lib, name));
+    if (!f && n.error.empty()) n.error = std::string(n.path) + " has no " + name;
+  };
+  bind(n.GetUniqueId, "ncclGetUniqueId");
+  bind(n.CommInitRank, "ncclCommInitRank");
+  bind(n.AllReduce, "ncclAllReduce");
+  bind(n.Broadcast, "ncclBroadcast");
+  bind(n.AllGather, "ncclAllGather");
+  bind(n.ReduceScatter, "ncclReduceScatter");
+  bind(n.CommDestroy, "ncclCommDestroy");
+  bind(n.CommAbort, "ncclCommAbort");
+  bind(n.CommGetAsyncError, "ncclCommGetAsyncError");
+  bind(n.GetErrorString, "ncclGetErrorString");
+  return n;
+}
+
 Nccl& nccl() {
   static Nccl n = [] {
-    Nccl n;
     std::vector<std::string> tries;
     if (const char* env = std::getenv("ALK_NCCL_PATH"); env && *env) {
       tries.push_back(env);
@@ -68,35 +101,7 @@ Nccl& nccl() {
       tries.push_back("libnccl.so.2");
       for (const std::string& p : pip_candidates()) tries.push_back(p);
     }
-    std::string errors;
-    for (const std::string& p : tries) {
-      n.lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (n.lib) {
-        n.path = p;
-        break;
-      }
-      const char* e = dlerror();
-      errors += std::string(errors.empty() ? "" : "; ") + (e ? e : p);
-    }
-    if (!n.lib) {
-      n.error = "cannot load NCCL (" + errors + "): install it (pip's nvidia-nccl-cu12 or the nccl package) or set ALK_NCCL_PATH";
-      return n;
-    }
-    auto bind = [&n](auto& f, const char* name) {
-      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(n.lib, name));
-      if (!f && n.error.empty()) n.error = std::string(n.path) + " has no " + name;
-    };
-    bind(n.GetUniqueId, "ncclGetUniqueId");
-    bind(n.CommInitRank, "ncclCommInitRank");
-    bind(n.AllReduce, "ncclAllReduce");
-    bind(n.Broadcast, "ncclBroadcast");
-    bind(n.AllGather, "ncclAllGather");
-    bind(n.ReduceScatter, "ncclReduceScatter");
-    bind(n.CommDestroy, "ncclCommDestroy");
-    bind(n.CommAbort, "ncclCommAbort");
-    bind(n.CommGetAsyncError, "ncclCommGetAsyncError");
-    bind(n.GetErrorString, "ncclGetErrorString");
-    return n;
+    return load(tries);
   }();
   return n;
 }
@@ -182,6 +187,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::string nccl_unavailable_reason() { return nccl().error; }
+std::string nccl_load_error(const std::string& path) { return load({path}).error; }
 
 std::unique_ptr<Communicator> open_nccl(int rank, int size, int device_index, IdExchange& exchange) {
   return std::make_unique<NcclCommunicator>(rank, size, device_index, exchange);

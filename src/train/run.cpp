@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "alk/dist.h"
 #include "alk/io.h"
 #include "train/job.h"
 
@@ -9,6 +10,8 @@ namespace alk::train {
 
 Result run(const Config& c, bool resume, std::ostream& log, const std::atomic<bool>* stop) {
   get_device(c.device);  // an unknown device fails here, before any work, listing the devices found
+  check(c.task == "gpt" || !dist::launched(), "train", Loc::current(), "data parallel (mpirun, --nproc) is implemented for ",
+        "the GPT job only, not --task ", c.task);
   return c.task == "mnist" ? run_mnist(c, resume, log, stop) : run_gpt(c, resume, log, stop);
 }
 

@@ -17,7 +17,13 @@
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <thread>
+
 #include "alk/dist.h"
+#include "dist/communicator.h"
 #include "io/temp_dir.h"
 #include "testing.h"
 #include "train/report.h"
@@ -154,6 +160,64 @@ TEST(Dist, WorldOfOneIsTheIdentity) {
   EXPECT_EQ(dist::world_size(), 1);
   EXPECT_EQ(dist::rank(), 0);
   EXPECT_THROW(dist::shard_rows(7, 0, 2), Error);  // 7 rows do not split over 2 ranks
+}
+
+int free_loopback_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(s);
+  return ntohs(sa.sin_port);
+}
+
+// NCCL's unique id goes from rank 0 to every peer over MASTER_ADDR:MASTER_PORT (loopback).
+TEST(Dist, TcpRendezvousHandsRankZerosBytesToEveryPeer) {
+  const int port = free_loopback_port(), world = 3;
+  std::vector<std::vector<unsigned char>> got(world, std::vector<unsigned char>(128, 0));
+  for (size_t i = 0; i < 128; ++i) got[0][i] = static_cast<unsigned char>(i * 7 + 1);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> ranks;
+  for (int r = world - 1; r >= 0; --r)  // peers first: they retry until rank 0 listens
+    ranks.emplace_back([&, r] {
+      try {
+        dist::TcpExchange ex("127.0.0.1", port, r, world, 30);
+        ex.broadcast_from_rank0(got[r].data(), got[r].size());
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(got[r], got[0]) << "rank " << r;
+  }
+}
+
+TEST(Dist, TcpRendezvousWithoutRankZeroIsAnErrorAfterTheTimeout) {
+  dist::TcpExchange ex("127.0.0.1", free_loopback_port(), 1, 2, 0.3);
+  unsigned char id[128] = {};
+  try {
+    ex.broadcast_from_rank0(id, sizeof id);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("could not reach rank 0 at 127.0.0.1:"), std::string::npos) << e.what();
+  }
+}
+
+// A missing NCCL is refused with the reason, not a crash; an installed one has every
+// function alk declares (the names and the library are checked, not the calls: no GPU).
+TEST(Dist, NcclIsLoadedOrRefusedWithTheReason) {
+  const std::string why = dist::nccl_load_error("/nonexistent/libnccl.so.2");
+  EXPECT_NE(why.find("cannot load NCCL"), std::string::npos) << why;
+  EXPECT_NE(why.find("ALK_NCCL_PATH"), std::string::npos) << why;
+  if (kSanitized) return;  // NCCL's own start-up allocations are no business of the leak checker
+  const std::string installed = dist::nccl_load_error("libnccl.so.2");
+  if (installed.find("cannot load") != std::string::npos) GTEST_SKIP() << "no libnccl.so.2 here: " << installed;
+  EXPECT_EQ(installed, "");
 }
 
 TEST(Dist, CollectivesOverMpi) {
