@@ -145,8 +145,8 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
   manual_seed(c.seed);
   nn::GPT model(model_config(c, tok.vocab_size()));
   std::string device_spec = c.device;
-  if (rows.world > 1 && (c.device == "auto" || c.device == "cuda") && get_device(c.device).info().kind == "cuda")
-    device_spec = "cuda:" + std::to_string(dist::local_rank());  // one GPU per local rank
+  if (rows.world > 1 && get_device(c.device).info().kind == "cuda")
+    device_spec = "cuda:" + std::to_string(dist::local_rank());  // one GPU per local rank, as torchrun
   Device& dev = get_device(device_spec);
   model.to(dev);
   progress.note("device: " + dev.name() + " (" + dev.info().description + ")");
