@@ -23,6 +23,11 @@ if [[ -z ${ALK_NCCL_PATH:-} ]]; then
   dir=$($PY -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
   [[ -n $dir && -f $dir/lib/libnccl.so.2 ]] && export ALK_NCCL_PATH=$dir/lib/libnccl.so.2
 fi
+if [[ -z ${ALK_NCCL_PATH:-} ]]; then
+  site=$($PY -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+  lib=$(find $site -name libnccl.so.2 2>/dev/null | head -1)
+  [[ -n $lib ]] && export ALK_NCCL_PATH=$lib
+fi
 echo "ALK_NCCL_PATH=${ALK_NCCL_PATH:-unset, so the dynamic loader searches for libnccl.so.2}"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -61,7 +66,7 @@ words = "the cat sat on a mat and dog ran to old tree by river in light of day".
 print(" ".join(random.choice(words) + ("." if random.random() < 0.1 else "") for _ in range(60000)))
 PY
   common=(train --device cuda --corpus /tmp/dist-corpus.txt --ctx 64 --dim 128 --layers 2 --heads 4 --vocab-size 512
-          --batch 16 --steps 30 --lr 1 --eval-every 0 --sample-tokens 0 --log-every 1 --ckpt-every 0)
+          --batch 16 --steps 20 --lr 0.1 --eval-every 10 --sample-tokens 0 --log-every 1 --ckpt-every 0)
   rm -rf /tmp/dist-one /tmp/dist-two
   timeout 200 "$BIN/alk" "${common[@]}" --out /tmp/dist-one > "$OUT/train_1gpu.log" 2>&1 || tail -20 "$OUT/train_1gpu.log"
   ALK_DIST_TIMEOUT=120 timeout 200 "$BIN/alk" "${common[@]}" --nproc 2 --out /tmp/dist-two > "$OUT/train_2gpu.log" 2>&1 \

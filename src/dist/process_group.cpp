@@ -154,6 +154,7 @@ Communicator& nccl_for(Group& g, int device) {
   std::lock_guard lock(g.mutex);
   auto& c = g.nccl[device];
   if (!c) {
+    Busy busy("NCCL initialization");  // a peer that never comes ends the job too
     if (g.mpi) {
       MpiExchange ex(*g.mpi);
       c = open_nccl(g.rank, g.world, device, ex);

@@ -22,6 +22,7 @@
 
 #include <thread>
 
+#include "alk/compile.h"
 #include "alk/dist.h"
 #include "dist/communicator.h"
 #include "io/temp_dir.h"
@@ -148,6 +149,67 @@ int count(const std::string& s, const std::string& what) {
   int n = 0;
   for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
   return n;
+}
+
+// The data-parallel step (backward program, bucket all-reduce, update program) against the
+// one-program step, on one rank: the staging of gradients into buckets and back must not
+// change a bit of training, on the CPU and on every GPU device (recorded replays).
+std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel) {
+  manual_seed(5);
+  nn::GPT model({.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2});
+  model.to(dev);
+  optim::AdamW opt(model.named_parameters(), 0.02, {.weight_decay = 0.1});
+  // Small buckets: several of them, and a parameter alone in one.
+  dist::DataParallel dp(model.named_parameters(), 4096);
+  EXPECT_GT(dp.buckets(), 2u);
+  auto forward = [&](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+    capture("loss", loss);
+    loss.backward();
+  };
+  Program plain = compile([&](const std::vector<Tensor>& in) {
+    forward(in);
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+  });
+  Program backward = compile([&](const std::vector<Tensor>& in) {
+    forward(in);
+    dp.stage_grads();
+  });
+  Program update = compile([&](const std::vector<Tensor>&) {
+    dp.load_grads();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+  });
+  std::vector<double> out;
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = randint(0, 64, {4, 8}).to(dev), y = randint(0, 64, {4, 8}).to(dev);
+    if (data_parallel) {
+      backward({x, y});
+      dp.all_reduce();
+      update({});
+      out.push_back(backward.captured("loss").item());
+    } else {
+      plain({x, y});
+      out.push_back(plain.captured("loss").item());
+    }
+  }
+  return out;
+}
+
+TEST(Dist, DataParallelStepOnOneRankTrainsLikeThePlainStep) {
+  if (dist::launched()) GTEST_SKIP() << "inside a launch";
+  std::vector<Device*> devices{&cpu_device()};
+  for (Device* d : available_devices())
+    if (d->info().type != "cpu") devices.push_back(d);
+  for (Device* d : devices) {
+    const std::vector<double> plain = tiny_gpt_losses(*d, false), dp = tiny_gpt_losses(*d, true);
+    ASSERT_EQ(plain.size(), dp.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], dp[i], 1e-5) << d->name() << " step " << i + 1;
+    EXPECT_LT(dp.back(), dp.front()) << d->name() << ": it learns";
+  }
 }
 
 TEST(Dist, WorldOfOneIsTheIdentity) {
