@@ -119,25 +119,38 @@ int launch_local(int nproc, Loc loc) {
     ranks.push_back(spawn(args, {{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
                                  {"WORLD_SIZE", std::to_string(nproc)}, {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}}));
+  // Polls the ranks; the first to fail has the others asked to stop (SIGTERM: they save and
+  // exit), and those still there 10 s later are killed (one blocked in a collective with
+  // the failed rank cannot stop by itself).
   int result = 0;
+  std::vector<bool> done(ranks.size(), false);
+  bool kill_pending = false;
+  auto kill_at = std::chrono::steady_clock::now();
   for (size_t left = ranks.size(); left > 0;) {
-    int status = 0;
-    const pid_t pid = wait(&status);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      const pid_t pid = waitpid(ranks[r], &status, WNOHANG);
+      if (pid == 0 || (pid < 0 && errno == EINTR)) continue;
+      done[r] = true;
+      --left;
+      const int code = pid < 0 ? 1 : exit_code(status);
+      if (code != 0 && result == 0) {
+        result = code;
+        std::cerr << ("alk: dist: rank " + std::to_string(r) + " of " + std::to_string(nproc) + " failed (exit status " +
+                      std::to_string(code) + "); ending the other ranks\n");
+        for (size_t o = 0; o < ranks.size(); ++o)
+          if (!done[o]) kill(ranks[o], SIGTERM);
+        kill_pending = true;
+        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      }
     }
-    --left;
-    const int code = exit_code(status);
-    if (code != 0 && result == 0) {
-      result = code;
-      size_t r = 0;
-      while (r < ranks.size() && ranks[r] != pid) ++r;
-      std::cerr << "alk: dist: rank " << r << " of " << nproc << " failed (exit status " << code
-                << "); ending the other ranks\n";
-      for (pid_t other : ranks)
-        if (other != pid) kill(other, SIGTERM);
+    if (kill_pending && std::chrono::steady_clock::now() > kill_at) {
+      for (size_t o = 0; o < ranks.size(); ++o)
+        if (!done[o]) kill(ranks[o], SIGKILL);
+      kill_pending = false;
     }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return result;
 }

@@ -40,6 +40,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -83,7 +87,7 @@ struct Group {
         for (auto& [dev, c] : nccl_snapshot())
           if (std::string e = c->async_error(); !e.empty()) why = "NCCL reported: " + e;
         if (why.empty() && since != 0) {
-          const double waited = static_cast<double>(Clock::now().time_since_epoch().count() - since) * 1e-9;
+          const double waited = static_cast<double>(now_ns() - since) * 1e-9;
           if (waited > timeout_s)
             why = std::string(busy_what.load()) + " waited more than " + std::to_string(static_cast<int>(timeout_s)) +
                   " s for its peers (ALK_DIST_TIMEOUT)";
@@ -130,17 +134,15 @@ void init_locked(Group& g) {
     check(g.world >= 1 && g.rank < g.world, "dist", Loc::current(), "RANK=", g.rank, " is not below WORLD_SIZE=", g.world);
   }
   g.ready = true;
-  if (g.world > 1) {
-    g.start_watchdog();
-    std::atexit(finalize);
-  }
+  if (g.world > 1) g.start_watchdog();
+  if (g.world > 1 || g.mpi) std::atexit(finalize);  // MPI_Finalize, or mpirun reports a failure
 }
 
 // Marks a collective as running for the watchdog.
 struct Busy {
   explicit Busy(const char* what) {
     group().busy_what = what;
-    group().busy_since = Clock::now().time_since_epoch().count();
+    group().busy_since = now_ns();
   }
   ~Busy() { group().busy_since = 0; }
 };
