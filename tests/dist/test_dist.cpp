@@ -390,6 +390,18 @@ TEST(Dist, ZeroOneTrainsLikePlainDataParallelAndItsCheckpointResumes) {
   expect_close(losses(dir / "zero/metrics.jsonl"), losses(dir / "one/metrics.jsonl"), "ZeRO-1 on 2 ranks, then 1 rank");
 }
 
+// torchrun-style ranks (no mpirun) have NCCL only: CPU training there is a clear error.
+TEST(Dist, EnvironmentLaunchOnTheCpuNeedsMpi) {
+  if (kSanitized) GTEST_SKIP() << "runs the CLI";
+  testing::TempDir dir;
+  std::ofstream(dir / "corpus.txt") << corpus_text();
+  const Ran r = run("env ALK_LAUNCHER=env " + train_cmd(dir, "env", "--steps 1 --batch 4 --nproc 2"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.status, 124) << r.output;
+  EXPECT_NE(r.output.find("needs MPI (launch with mpirun"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed (exit status"), std::string::npos) << r.output;
+}
+
 TEST(Dist, BatchThatDoesNotSplitIsAnError) {
   SKIP_WITHOUT_MPI();
   testing::TempDir dir;
