@@ -25,7 +25,8 @@
 namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
-extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention, attention_tiled;
+extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention_shared, attention, attention_tiled,
+    attention_mma;
 }  // namespace sources
 
 namespace {
@@ -811,7 +812,24 @@ std::string attention_source(DType t, int64_t D, bool tiled = false) {
                                 {"ACC", acc_type(t)},
                                 {"DPL", std::to_string((D + 31) / 32)},
                                 {"VEC4", t == DType::F64 ? "0" : "1"}}),
-                       tiled ? sources::attention_tiled : sources::attention);
+                       std::string(sources::attention_shared) + std::string(tiled ? sources::attention_tiled : sources::attention));
+}
+
+// The tensor-core kernels (kernels/attention_mma.cu): bf16 products, for ops that allow
+// them (AttentionParams::reduced_precision), head dims a multiple of 16 up to 128.
+std::string attention_mma_source(DType t, int64_t D) {
+  return kernel_source(defines({{"T", storage(t)}, {"ACC", "float"}, {"HD", std::to_string(D)}}),
+                       std::string(sources::attention_shared) + std::string(sources::attention_mma));
+}
+bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
+  return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
+         D <= 128 && B <= 65535;
+}
+// Shared memory in bytes: 3 (forward) or 4 (backward) bf16 tiles of 64 x (D + 8), then the
+// backward's per-row f32 statistics.
+int attention_mma_shared(int64_t D, int which) {
+  const int64_t tile = 64 * (D + 8) * 2;
+  return static_cast<int>(which == 0 ? 3 * tile : 4 * tile + 2 * 64 * 4);
 }
 
 // The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
@@ -866,6 +884,13 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
+    const int shared = attention_mma_shared(ap.D, 0);
+    ctx.launch(ctx.function(attention_mma_source(q.dtype, ap.D), "attention_forward_mma", shared),
+               static_cast<unsigned>((ap.Tq + 63) / 64), static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared),
+               args);
+    return;
+  }
   if (attention_tiled_ok(ap)) {
     const int shared = attention_tiled_shared(q.dtype, ap.D, 0);
     ctx.launch(ctx.function(attention_source(q.dtype, ap.D, true), "attention_forward_tiled", shared),
@@ -889,6 +914,21 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
+    const std::string src = attention_mma_source(q.dtype, ap.D);
+    const int shared = attention_mma_shared(ap.D, 1);
+    Args a1;
+    a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a1, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dq_mma", shared), static_cast<unsigned>((ap.Tq + 63) / 64),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a1);
+    Args a2;
+    a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a2, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dkdv_mma", shared), static_cast<unsigned>((ap.S + 63) / 64),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a2);
+    return;
+  }
   if (attention_tiled_ok(ap)) {
     const std::string src = attention_source(q.dtype, ap.D, true);
     const int s1 = attention_tiled_shared(q.dtype, ap.D, 1), s2 = attention_tiled_shared(q.dtype, ap.D, 2);
@@ -1215,6 +1255,10 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));
+      if (t != DType::F64) {
+        out.emplace_back("attention (tensor cores) " + name + " D=64", attention_mma_source(t, 64));
+        out.emplace_back("attention (tensor cores) " + name + " D=128", attention_mma_source(t, 128));
+      }
     }
   }
   out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
