@@ -707,18 +707,68 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
   return nullptr;
 }
 
-std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor) {
+// The block shape of kernels/matmul_tc.cu: WN m16n8 tiles per warp along N (block width
+// 32 WN) and the ring's depth. Wide blocks halve the shared-memory reads per mma; narrow
+// ones keep more blocks for small N. ALK_CUDA_GEMM=narrow|wide forces one (benchmarks).
+struct TcShape {
+  int wn, stages;
+};
+TcShape tc_shape(int64_t N) {
+  const char* force = std::getenv("ALK_CUDA_GEMM");
+  const bool wide = force ? std::string_view(force) == "wide" : N > 128;
+  return wide ? TcShape{8, 4} : TcShape{4, 3};
+}
+std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape) {
   return kernel_source(defines({{"TA", storage(t)},
                                 {"TO", storage(out)},
                                 {"MMA_TYPE", std::string("\"") + kind + "\""},
                                 {"A_KMAJOR", std::to_string(a_kmajor)},
-                                {"B_KMAJOR", std::to_string(b_kmajor)}}),
+                                {"B_KMAJOR", std::to_string(b_kmajor)},
+                                {"WN", std::to_string(shape.wn)},
+                                {"STAGES", std::to_string(shape.stages)}}),
                        sources::matmul_tc);
 }
-// The 3-stage ring's bytes (kernels/matmul_tc.cu: BM = BN = 128, BK = 32, rows padded by 8).
-int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor) {
-  const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? 128 * (32 + 8) : 32 * (128 + 8);
-  return 3 * (a + b) * 2;
+// The ring's bytes (BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements).
+int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
+  const int bn = 32 * shape.wn;
+  const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
+  return shape.stages * (a + b) * 2;
+}
+
+// Split-K for products with few output tiles and a long K (the weight gradients dY^T x of a
+// training step: [768, 16384] x [16384, 768] fills 18 blocks of 132 SMs): K is cut into
+// `splits` equal slices run as a batch of products into an f32 workspace, then summed.
+int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
+  if (mp.batch != 1) return 1;
+  const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + 32 * shape.wn - 1) / (32 * shape.wn));
+  const int64_t sms = std::max(1, ctx.props().multiprocessors);
+  int splits = 1;
+  // Double while the grid is short of one block per SM and each slice keeps >= 1024 of K in
+  // whole 16-byte vectors.
+  while (tiles * splits < sms && mp.K % (splits * 2 * 8) == 0 && mp.K / (splits * 2) >= 1024) splits *= 2;
+  return splits;
+}
+
+void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
+                    const char* kind, int la, int lb, TcShape shape, int splits) {
+  const int64_t slice = whole.K / splits, mn = whole.M * whole.N;
+  MatmulLaunchParams mp = whole;
+  mp.K = slice, mp.batch = splits, mp.batch_rank = 1, mp.out_offset = 0;
+  mp.a_batch = kview({splits}, {slice * whole.a_cs}, a.offset);  // slice s starts at column s * slice of a
+  mp.b_batch = kview({splits}, {slice * whole.b_rs}, b.offset);  // and at row s * slice of b
+  const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
+  const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
+  const int shared = matmul_tc_shared_bytes(la, lb, shape);
+  const int64_t bn = 32 * shape.wn;
+  Args args;
+  args.add(a.ptr).add(b.ptr).add(partial).add(mp);
+  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
+             static_cast<unsigned>((whole.M + 127) / 128), static_cast<unsigned>(splits), kBlock,
+             static_cast<unsigned>(shared), args);
+  Args sum;
+  sum.add(partial).add(out.ptr).add(mn).add(static_cast<int64_t>(splits)).add(whole.out_offset);
+  ctx.launch(ctx.function(matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape), "matmul_split_sum"),
+             blocks_for(ctx, mn), 1, 1, kBlock, 0, sum);
 }
 
 void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
@@ -748,11 +798,17 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
     const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
     const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
     if (la >= 0 && lb >= 0) {
-      const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb);
-      const int shared = matmul_tc_shared_bytes(la, lb);
+      const TcShape shape = tc_shape(mp.N);
+      if (const int splits = split_k(ctx, mp, shape); splits > 1) {
+        split_k_matmul(ctx, a, b, out, mp, kind, la, lb, shape, splits);
+        return;
+      }
+      const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape);
+      const int shared = matmul_tc_shared_bytes(la, lb, shape);
+      const int64_t bn = 32 * shape.wn;
       Args args;
       args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
-      ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + 127) / 128),
+      ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
                  static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)),
                  kBlock, static_cast<unsigned>(shared), args);
       return;
@@ -825,11 +881,11 @@ bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
          D <= 128 && B <= 65535;
 }
-// Shared memory in bytes: 3 (forward) or 4 (backward) bf16 tiles of 64 x (D + 8), then the
-// backward's per-row f32 statistics.
+// Shared memory in bytes: bf16 rows of D + 8 elements, 128 queries + 2 x 64 keys (forward)
+// or 4 tiles of 64 rows (backward), then the backward's per-row f32 statistics.
 int attention_mma_shared(int64_t D, int which) {
-  const int64_t tile = 64 * (D + 8) * 2;
-  return static_cast<int>(which == 0 ? 3 * tile : 4 * tile + 2 * 64 * 4);
+  const int64_t row = (D + 8) * 2;
+  return static_cast<int>(which == 0 ? 256 * row : 256 * row + 2 * 64 * 4);
 }
 
 // The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
@@ -887,7 +943,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const int shared = attention_mma_shared(ap.D, 0);
     ctx.launch(ctx.function(attention_mma_source(q.dtype, ap.D), "attention_forward_mma", shared),
-               static_cast<unsigned>((ap.Tq + 63) / 64), static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared),
+               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
                args);
     return;
   }
@@ -1132,16 +1188,18 @@ class CudaDevice final : public Device {
     if (gpu_timing_enabled()) {
       check(driver()->cuEventCreate(&start, 0), "cuEventCreate");
       check(driver()->cuEventCreate(&stop, 0), "cuEventCreate");
-      check(driver()->cuEventRecord(start, c.stream()), "cuEventRecord");
+      c.time_next_launch(start);
     }
     try {
       enqueue(c, k);
     } catch (...) {
       c.release_scratch();
+      c.time_next_launch(nullptr);
       throw;
     }
     c.release_scratch();
     if (start) {
+      c.finish_timing();
       check(driver()->cuEventRecord(stop, c.stream()), "cuEventRecord");
       check(driver()->cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;
@@ -1284,8 +1342,8 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   for (int la = 0; la < 2; ++la)
     for (int lb = 0; lb < 2; ++lb)
       out.emplace_back("matmul_tc bf16 layouts " + std::to_string(la) + std::to_string(lb),
-                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb));
-  out.emplace_back("matmul_tc f16 -> f32", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1));
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4}));
+  out.emplace_back("matmul_tc f16 -> f32 narrow", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1, TcShape{4, 3}));
   for (const char* kind : {"bf16", "f16", "tf32"})
     for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
         const DType t = kind[0] == 'b' ? DType::BF16 : kind[0] == 'f' && kind[1] == '1' ? DType::F16 : DType::F32;

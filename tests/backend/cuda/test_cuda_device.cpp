@@ -85,6 +85,12 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
     Tensor x = cast(randn({65, 33}), t), y = cast(randn({33, 31}), t);
     expect_close(matmul(x.to(*dev), y.to(*dev)), matmul(x, y), t == DType::F64 ? 1e-12 : 2e-2, 2e-2);
   }
+  // Few output tiles over a long K run split-K (slices into an f32 workspace, then summed):
+  // a weight gradient's layout (g^T x, the first operand M-contiguous) and the plain one.
+  Tensor g = cast(randn({8192, 96}), DType::BF16), x = cast(randn({8192, 200}), DType::BF16);
+  Tensor gd = g.to(*dev), xd = x.to(*dev);
+  expect_close(matmul(gd.transpose(0, 1), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
+  expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
 }
 
 // Under autocast attention multiplies on the tensor cores in bf16 (kernels/attention_mma.cu):
