@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
@@ -718,15 +719,67 @@ TcShape tc_shape(int64_t N) {
   const bool wide = force ? std::string_view(force) == "wide" : N > 128;
   return wide ? TcShape{8, 4} : TcShape{4, 3};
 }
-std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape) {
+// `epilogue`: empty, or the text epilogue_code() writes (EpiParams and epilogue_at()).
+std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape,
+                             const std::string& epilogue = {}) {
   return kernel_source(defines({{"TA", storage(t)},
                                 {"TO", storage(out)},
                                 {"MMA_TYPE", std::string("\"") + kind + "\""},
                                 {"A_KMAJOR", std::to_string(a_kmajor)},
                                 {"B_KMAJOR", std::to_string(b_kmajor)},
                                 {"WN", std::to_string(shape.wn)},
-                                {"STAGES", std::to_string(shape.stages)}}),
-                       sources::matmul_tc);
+                                {"STAGES", std::to_string(shape.stages)},
+                                {"EPILOGUE", epilogue.empty() ? "0" : "1"}}),
+                       epilogue + std::string(sources::matmul_tc));
+}
+
+// A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
+// product (rounded to the node's dtype first, as the separate pass would read it back) and
+// up to four more tensors, each read through its batch view and its row/column strides.
+constexpr size_t kMaxEpilogueInputs = 4;
+struct EpiLaunch {
+  uint64_t ptr[kMaxEpilogueInputs] = {};
+  KView batch[kMaxEpilogueInputs];
+  int64_t rs[kMaxEpilogueInputs] = {}, cs[kMaxEpilogueInputs] = {};
+};
+
+// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes.
+std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out) {
+  expr::MapSignature sig{"epilogue", {}, out};
+  sig.inputs.push_back(node);
+  for (DType t : inputs) sig.inputs.push_back(t);
+  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; };\n";
+  s += expr::emit_function(epilogue, sig, expr::Target::Cuda) + "\n";
+  // Each input's first element of batch item z, computed once per item (divisions).
+  s += "__device__ __forceinline__ void epilogue_bases(i64 z, const EpiParams& e, i64 base[4]) {\n";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s += "  base[" + std::to_string(i) + "] = lead_offset(e.batch[" + std::to_string(i) + "], z);\n";
+  s += "}\n";
+  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
+  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+  std::string call = "epilogue(x0";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DType t = inputs[i];
+    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1);
+    s += "  const " + std::string(compute_ctype(t)) + " " + x + " = " +
+         load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" +
+                                n + "] + gn * e.cs[" + n + "]]") +
+         ";\n";
+    call += ", " + x;
+  }
+  return s + "  return (float)" + call + ");\n}\n";
+}
+
+EpiLaunch epilogue_params(const Kernel& k) {
+  EpiLaunch e;
+  for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
+    const Arg a = arg_of(k.epilogue_inputs[i]);
+    const size_t r = a.shape.size();
+    e.ptr[i] = a.ptr;
+    e.batch[i] = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
+    e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
+  }
+  return e;
 }
 // The ring's bytes (BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements).
 int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
@@ -771,8 +824,7 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
              blocks_for(ctx, mn), 1, 1, kBlock, 0, sum);
 }
 
-void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
-  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+MatmulLaunchParams matmul_params(const Arg& a, const Arg& b, const Arg& out) {
   const size_t r = a.shape.size();
   MatmulLaunchParams mp{};
   Shape batch(out.shape.begin(), out.shape.end() - 2);
@@ -781,38 +833,85 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   mp.a_rs = a.strides[r - 2], mp.a_cs = a.strides[r - 1], mp.b_rs = b.strides[r - 2], mp.b_cs = b.strides[r - 1];
   mp.M = a.shape[r - 2], mp.K = a.shape[r - 1], mp.N = b.shape[r - 1], mp.batch = numel(batch);
   mp.out_offset = out.offset, mp.batch_rank = static_cast<int32_t>(batch.size());
+  return mp;
+}
+
+// How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
+// 16-bit operands are 16-byte-vector readable.
+struct TcPlan {
+  const char* kind;
+  int la, lb;  // each operand: 1 contiguous along K, 0 along M (N)
+  TcShape shape;
+  int splits;
+};
+std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, DType out) {
+  const char* kind = mma_kind(a, b, out);
+  if (!kind || a.dtype == DType::F32) return std::nullopt;
+  auto aligned = [&](const Arg& x, const KView& batch) {
+    bool ok = x.offset % 8 == 0 && x.ptr % 16 == 0;
+    for (int d = 0; d < batch.rank; ++d) ok = ok && batch.strides[d] % 8 == 0;
+    return ok;
+  };
+  // 1: contiguous along K; 0: along M (N); -1: neither (the general kernel reads it).
+  auto layout = [](int64_t k_stride, int64_t other_stride, int64_t K, int64_t other) {
+    if (k_stride == 1 && other_stride % 8 == 0 && K % 8 == 0) return 1;
+    if (other_stride == 1 && k_stride % 8 == 0 && other % 8 == 0) return 0;
+    return -1;
+  };
+  const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
+  const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
+  if (la < 0 || lb < 0) return std::nullopt;
+  const TcShape shape = tc_shape(mp.N);
+  return TcPlan{kind, la, lb, shape, split_k(ctx, mp, shape)};
+}
+
+// One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
+void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, const TcPlan& plan,
+               const Kernel* epilogue) {
+  std::string epi;
+  if (epilogue) {
+    std::vector<DType> types;
+    for (const KernelArg& x : epilogue->epilogue_inputs) types.push_back(x.dtype);
+    epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
+  }
+  const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
+  const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
+  const int64_t bn = 32 * plan.shape.wn;
+  Args args;
+  args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
+  if (epilogue) args.add(epilogue_params(*epilogue));
+  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock,
+             static_cast<unsigned>(shared), args);
+}
+
+// A Matmul with an epilogue, both in one tensor-core kernel where that kernel takes the
+// product (floating result and output, no split-K, at most four more epilogue inputs).
+// False: the caller runs the product and then the epilogue as a Map kernel.
+bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+  auto half_or_f32 = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  if (!half_or_f32(k.node.dtype) || !half_or_f32(out.dtype) || k.epilogue_inputs.size() > kMaxEpilogueInputs) return false;
+  // The kernel stores row-major at out.offset and reads each input by its last two strides.
+  if (out.shape != k.node.shape || out.strides != contiguous_strides(out.shape)) return false;
+  for (const KernelArg& x : k.epilogue_inputs)
+    if (arg_of(x).shape != out.shape) return false;
+  const MatmulLaunchParams mp = matmul_params(a, b, out);
+  if (mp.M == 0 || mp.N == 0 || mp.batch == 0 || mp.K == 0) return false;
+  const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
+  if (!plan || plan->splits > 1) return false;
+  launch_tc(ctx, a, b, out, mp, *plan, &k);
+  return true;
+}
+
+void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+  MatmulLaunchParams mp = matmul_params(a, b, out);
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
-  if (const char* kind = mma_kind(a, b, out.dtype); kind && a.dtype != DType::F32) {
-    // 16-byte-vector readable 16-bit operands: the pipelined kernel (kernels/matmul_tc.cu).
-    auto aligned = [&](const Arg& x, const KView& batch) {
-      bool ok = x.offset % 8 == 0 && x.ptr % 16 == 0;
-      for (int d = 0; d < batch.rank; ++d) ok = ok && batch.strides[d] % 8 == 0;
-      return ok;
-    };
-    // 1: contiguous along K; 0: along M (N); -1: neither (the general kernel reads it).
-    auto layout = [](int64_t k_stride, int64_t other_stride, int64_t K, int64_t other) {
-      if (k_stride == 1 && other_stride % 8 == 0 && K % 8 == 0) return 1;
-      if (other_stride == 1 && k_stride % 8 == 0 && other % 8 == 0) return 0;
-      return -1;
-    };
-    const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
-    const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
-    if (la >= 0 && lb >= 0) {
-      const TcShape shape = tc_shape(mp.N);
-      if (const int splits = split_k(ctx, mp, shape); splits > 1) {
-        split_k_matmul(ctx, a, b, out, mp, kind, la, lb, shape, splits);
-        return;
-      }
-      const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape);
-      const int shared = matmul_tc_shared_bytes(la, lb, shape);
-      const int64_t bn = 32 * shape.wn;
-      Args args;
-      args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
-      ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
-                 static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)),
-                 kBlock, static_cast<unsigned>(shared), args);
-      return;
-    }
+  if (const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, out.dtype)) {
+    if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits);
+    else launch_tc(ctx, a, b, out, mp, *plan, nullptr);
+    return;
   }
   if (const char* kind = mma_kind(a, b, out.dtype)) {
     // Tensor cores: how each operand's tiles are read (kernels/matmul_mma.cu).
@@ -1265,6 +1364,7 @@ class CudaDevice final : public Device {
       for (const KernelArg& a : k.inputs) in.push_back(arg_of(a));
       return launch_map(c, *k.expr, in, out);
     }
+    if (k.op == OpId::Matmul && k.epilogue && matmul_with_epilogue(c, k, out)) return;
     Arg value = out;
     if (k.epilogue) {
       value.dtype = k.node.dtype;
@@ -1344,6 +1444,16 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul_tc bf16 layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4}));
   out.emplace_back("matmul_tc f16 -> f32 narrow", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1, TcShape{4, 3}));
+  {
+    // A fused epilogue: a bf16 product plus an f32 bias, then tanh-GELU, stored as bf16.
+    const std::vector<std::string> names = {"a", "b"};
+    const std::vector<expr::Type> types = {expr::Type::F32, expr::Type::F32};
+    const expr::Expr gelu_bias = expr::parse("0.5 * (a + b) * (1 + tanh(0.79788456 * (a + b)))", names, types,
+                                             expr::Type::F32);
+    out.emplace_back("matmul_tc bf16 + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, TcShape{8, 4},
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+  }
   for (const char* kind : {"bf16", "f16", "tf32"})
     for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
         const DType t = kind[0] == 'b' ? DType::BF16 : kind[0] == 'f' && kind[1] == '1' ? DType::F16 : DType::F32;

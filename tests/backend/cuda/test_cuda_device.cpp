@@ -85,6 +85,15 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
     Tensor x = cast(randn({65, 33}), t), y = cast(randn({33, 31}), t);
     expect_close(matmul(x.to(*dev), y.to(*dev)), matmul(x, y), t == DType::F64 ? 1e-12 : 2e-2, 2e-2);
   }
+  // Epilogues fused into the tensor-core kernel's store: a bias and tanh-GELU over a bf16
+  // product into f32 (the result's dtype differs from the product's), and a residual add over
+  // a batched product with a transposed weight.
+  Tensor xb = cast(randn({130, 64}), DType::BF16), wb = cast(randn({96, 64}), DType::BF16), bias96 = randn({96});
+  auto mlp = [](const Tensor& x, const Tensor& w, const Tensor& b) { return gelu_tanh(matmul(x, w.transpose(0, 1)) + b) * 2.0; };
+  expect_close(mlp(xb.to(*dev), wb.to(*dev), bias96.to(*dev)), mlp(xb, wb, bias96), 2e-2, 2e-2);
+  Tensor hb = cast(randn({2, 64, 64}), DType::BF16), res = cast(randn({2, 64, 96}), DType::BF16);
+  auto block = [](const Tensor& h, const Tensor& w, const Tensor& r) { return r + matmul(h, w.transpose(0, 1)); };
+  expect_close(block(hb.to(*dev), wb.to(*dev), res.to(*dev)), block(hb, wb, res), 2e-2, 5e-2);
   // Few output tiles over a long K run split-K (slices into an f32 workspace, then summed):
   // a weight gradient's layout (g^T x, the first operand M-contiguous) and the plain one.
   Tensor g = cast(randn({8192, 96}), DType::BF16), x = cast(randn({8192, 200}), DType::BF16);

@@ -3,7 +3,8 @@
 // Defines: TA (operand storage), TO (output storage), MMA_TYPE ("bf16" / "f16"),
 // A_KMAJOR (1: a is contiguous along K, a[m][k]; 0: along M, a^T as stored),
 // B_KMAJOR (1: b contiguous along K, i.e. b^T as stored, a weight W used as W^T; 0: along N),
-// WN (m16n8 tiles per warp along N: 4 or 8), STAGES (the ring's depth, >= 2).
+// WN (m16n8 tiles per warp along N: 4 or 8), STAGES (the ring's depth, >= 2), EPILOGUE (1:
+// the host prepended EpiParams and epilogue_at(), applied to each value as it is stored).
 //
 // A block computes 128 x (32 WN) outputs with 8 warps (2 x 4, 64 x 8 WN each: 4 x WN
 // m16n8k16 tiles; WN = 8 reads 8 ldmatrix per 32 mma instead of 6 per 16), K in steps of 32
@@ -84,8 +85,14 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* o, float x0, float x1)
 }
 __device__ __forceinline__ void store_pair(__half* o, float x0, float x1) { *(__half2*)o = __floats2half2_rn(x0, x1); }
 
+#if EPILOGUE
+#define EPI_PARAM , const EpiParams e
+#else
+#define EPI_PARAM
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict__ a, const TA* __restrict__ b,
-                                                            TO* __restrict__ out, const MatmulParams p) {
+                                                            TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
   extern __shared__ __align__(16) h16 smem[];
   h16* as_all = smem;
   h16* bs_all = smem + STAGES * A_STAGE;
@@ -156,6 +163,10 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();  // the next batch item refills the ring
+#if EPILOGUE
+    i64 eb[4];
+    epilogue_bases(z, e, eb);
+#endif
     // Each thread holds column pairs (2t, 2t + 1): one paired store where both are in range
     // and the pair's first element is at an even index (aligned for the pair's width).
 #pragma unroll
@@ -167,7 +178,12 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
           const i64 gm = m0 + wm * 64 + i * 16 + g + h * 8, gn = n0 + wn * WN * 8 + j * 8 + 2 * t;
           if (gm >= p.M || gn >= p.N) continue;
           const i64 at = p.out_offset + (z * p.M + gm) * p.N + gn;
+#if EPILOGUE
+          const float x0 = epilogue_at(acc[i][j][2 * h], eb, gm, gn, e);
+          const float x1 = gn + 1 < p.N ? epilogue_at(acc[i][j][2 * h + 1], eb, gm, gn + 1, e) : 0.0f;
+#else
           const float x0 = acc[i][j][2 * h], x1 = acc[i][j][2 * h + 1];
+#endif
           if (gn + 1 < p.N && (at & 1) == 0) {
             store_pair(out + at, x0, x1);
           } else {
