@@ -1,8 +1,11 @@
 // GEMM on a CUDA device against cuBLAS (through PyTorch, in the same command): 4096^3 in
 // bf16 and in f32 with TF32 (alk's tensor-core kernel), and f32 on the CUDA cores. Median
-// of 20 products after 3 warm-ups, timed with device synchronization; random inputs.
+// of 10 products after 3 warm-ups, timed with device synchronization; random inputs.
 // Prints TFLOP/s and `RATIO gemm-4096-<kind> alk=<ms>ms anchor=<ms>ms ratio=<alk/cublas>`.
-//   bench_gemm [--n 4096] [--no-anchor]
+// With --gpt2: the bf16 products of a GPT-2 124M training step at B16 x T1024 (M = 16384 rows),
+// each linear layer's forward x W^T and its two backward products dY W and dY^T x, beside
+// the same products in PyTorch, so the slow layouts show.
+//   bench_gemm [--n 4096] [--no-anchor] [--gpt2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,12 +23,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
-  alk::Tensor a = alk::cast(alk::randn({n, n}), t).to(dev), b = alk::cast(alk::randn({n, n}), t).to(dev);
-  a.realize();
-  b.realize();
+double time_product(alk::Device& dev, const alk::Tensor& a, const alk::Tensor& b) {
   std::vector<double> ms;
-  for (int i = 0; i < 23; ++i) {
+  for (int i = 0; i < 13; ++i) {
     dev.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     alk::Tensor c = alk::matmul(a, b);
@@ -34,6 +34,27 @@ double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
     if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return median(ms);
+}
+
+double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
+  alk::Tensor a = alk::cast(alk::randn({n, n}), t).to(dev), b = alk::cast(alk::randn({n, n}), t).to(dev);
+  a.realize();
+  b.realize();
+  return time_product(dev, a, b);
+}
+
+std::string run_python(const std::string& script) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("python3 -c \"" + script + "\" 2>&1").c_str(), "r"), pclose);
+  std::string out;
+  if (!pipe) return out;
+  char buf[4096];
+  for (size_t k; (k = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, k);
+  return out;
+}
+
+double field(const std::string& out, const std::string& key) {
+  const size_t at = out.find(key + " ");
+  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size() + 1);
 }
 
 // cuBLAS through PyTorch: "bf16 <ms>\ntf32 <ms>\nf32 <ms>\n".
@@ -51,29 +72,77 @@ std::string torch_times(int64_t n) {
       "    e0.record(); a@b; e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))\n"
       "  ts.sort(); return ts[len(ts)//2]\n"
       "print('bf16', t(torch.bfloat16, False)); print('tf32', t(torch.float32, True)); print('f32', t(torch.float32, False))\n";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("python3 -c \"" + script + "\" 2>&1").c_str(), "r"), pclose);
-  std::string out;
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, k);
-  return out;
+  return run_python(script);
 }
 
-double field(const std::string& out, const std::string& key) {
-  const size_t at = out.find(key + " ");
-  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size() + 1);
+// One GPT-2 layer shape: y [M, N] = x [M, K] W^T with W [N, K].
+struct LinearShape {
+  const char* name;
+  int64_t K, N;
+};
+constexpr LinearShape kGpt2Shapes[] = {{"qkv", 768, 2304}, {"proj", 768, 768}, {"fc", 768, 3072}, {"fc2", 3072, 768},
+                                       {"head", 768, 50304}};
+constexpr int64_t kGpt2Rows = 16384;
+
+
+
+// Forward (x W^T), dX (dY W) and dW (dY^T x) for every shape, alk then PyTorch.
+void gpt2_products(alk::Device& dev, bool anchor) {
+  std::string script =
+      "import torch\n"
+      "def t(f):\n"
+      "  for _ in range(3): f()\n"
+      "  ts=[]\n"
+      "  for _ in range(10):\n"
+      "    e0=torch.cuda.Event(enable_timing=True); e1=torch.cuda.Event(enable_timing=True)\n"
+      "    e0.record(); f(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))\n"
+      "  ts.sort(); return ts[len(ts)//2]\n"
+      "M=" + std::to_string(kGpt2Rows) + "\n";
+  for (const LinearShape& s : kGpt2Shapes) {
+    const std::string K = std::to_string(s.K), N = std::to_string(s.N), n = s.name;
+    script += "x=torch.randn(M," + K + ",device='cuda',dtype=torch.bfloat16); w=torch.randn(" + N + "," + K +
+              ",device='cuda',dtype=torch.bfloat16); g=torch.randn(M," + N + ",device='cuda',dtype=torch.bfloat16)\n"
+              "print('" + n + "-fwd', t(lambda: x@w.t())); print('" + n + "-dx', t(lambda: g@w)); print('" + n +
+              "-dw', t(lambda: g.t()@x))\n";
+  }
+  const std::string out = anchor ? run_python(script) : std::string();
+  for (const LinearShape& s : kGpt2Shapes) {
+    alk::Tensor x = alk::cast(alk::randn({kGpt2Rows, s.K}), alk::DType::BF16).to(dev);
+    alk::Tensor w = alk::cast(alk::randn({s.N, s.K}), alk::DType::BF16).to(dev);
+    alk::Tensor g = alk::cast(alk::randn({kGpt2Rows, s.N}), alk::DType::BF16).to(dev);
+    x.realize(), w.realize(), g.realize();
+    const double flop = 2.0 * static_cast<double>(kGpt2Rows) * static_cast<double>(s.K) * static_cast<double>(s.N);
+    const std::pair<const char*, double> runs[] = {{"fwd", time_product(dev, x, w.transpose(0, 1))},
+                                                   {"dx", time_product(dev, g, w)},
+                                                   {"dw", time_product(dev, g.transpose(0, 1), x)}};
+    for (const auto& [kind, ms] : runs) {
+      const std::string key = std::string(s.name) + "-" + kind;
+      const double torch_ms = field(out, key);
+      std::printf("gpt2 %-10s M=%lld K=%lld N=%lld  alk %.3f ms (%.0f TFLOP/s)", key.c_str(),
+                  static_cast<long long>(kGpt2Rows), static_cast<long long>(s.K), static_cast<long long>(s.N), ms,
+                  flop / ms / 1e9);
+      if (torch_ms > 0) std::printf("  cublas %.3f ms (%.0f)  ratio %.2f", torch_ms, flop / torch_ms / 1e9, ms / torch_ms);
+      std::printf("\n");
+    }
+  }
 }
+
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t n = 4096;
-  bool anchor = true;
+  bool anchor = true, gpt2 = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
+    if (!std::strcmp(argv[i], "--gpt2")) gpt2 = true;
   }
   alk::Device& dev = alk::get_device("cuda:0");
+  if (gpt2) {
+    gpt2_products(dev, anchor);
+    return 0;
+  }
   const double flop = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   const double bf16 = time_alk(dev, n, alk::DType::BF16);
   alk::set_float32_matmul_precision("high");

@@ -47,6 +47,13 @@ double anchor_ms(const std::string& out, const std::string& mode, const std::str
   return 0;
 }
 
+// GB of the wrapper's `peak_mem <mode> <dtype> <GB>` line for mode and dtype (0 if absent).
+double anchor_peak_gb(const std::string& out, const std::string& mode, const std::string& dtype) {
+  const std::string key = "peak_mem " + mode + " " + dtype + " ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,7 +121,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(T), static_cast<long long>(layers), n_params / 1e6, alk_ms, tokens,
               flop_per_token * tokens / peak * 100, peak / 1e12, static_cast<double>(mem.peak_bytes) / 1e9, loss);
   if (!anchor.empty()) {
-    const std::string out = run("python3 " + anchor + " 2>&1");
+    // The anchor through bench/cuda/torch_gpt2_memory.py, which adds PyTorch's peak allocated memory per mode.
+    const std::string out = run("python3 bench/cuda/torch_gpt2_memory.py " + anchor + " 2>&1");
     std::printf("%s", out.c_str());
     const double compiled = anchor_ms(out, "compile", "bfloat16"), fp32 = anchor_ms(out, "eager", "float32");
     if (dtype == "f32" && fp32 > 0)
@@ -123,5 +131,10 @@ int main(int argc, char** argv) {
     if (compiled > 0)
       std::printf("RATIO gpt2-124m-step alk=%.1fms anchor=%.1fms ratio=%.3f (alk %s vs torch.compile bf16)\n", alk_ms,
                   compiled, alk_ms / compiled, dtype.c_str());
+    const double torch_gb = anchor_peak_gb(out, "compile", "torch.bfloat16");
+    if (torch_gb > 0)
+      std::printf("RATIO gpt2-124m-peak-memory alk=%.2fGB anchor=%.2fGB ratio=%.3f (alk's allocated high-water mark vs "
+                  "torch.cuda.max_memory_allocated, torch.compile bf16)\n",
+                  static_cast<double>(mem.peak_bytes) / 1e9, torch_gb, static_cast<double>(mem.peak_bytes) / 1e9 / torch_gb);
   }
 }

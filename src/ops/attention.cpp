@@ -45,8 +45,10 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   if (scale < 0) scale = D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
 
   DType t = to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype()));
-  // Under autocast, f32: the packed output carries each row's logsumexp, which the backward
-  // needs to more than bf16's 8 bits.
+  // Under autocast the node is f32: the packed output carries each row's logsumexp, which
+  // the backward needs to more than bf16's 8 bits. The products themselves may run in bf16
+  // (reduced_precision), as PyTorch's autocast runs attention on half inputs.
+  const bool reduced_precision = autocast_dtype() && t != DType::F64;
   if (autocast_dtype() && (t == DType::BF16 || t == DType::F16)) t = DType::F32;
   int64_t B = 1;
   for (int64_t s : lead) B *= s;
@@ -56,7 +58,7 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   auto operand = [&](const Tensor& x) { return r == 2 ? cast(x, t, loc).unsqueeze(0, loc) : cast(x, t, loc); };
   Tensor q = operand(q0), k = operand(k0), v = operand(v0);
 
-  const AttentionParams params{causal, scale};
+  const AttentionParams params{causal, scale, reduced_precision};
   Tensor packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
   Tensor out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
   if (needs_grad({&q, &k, &v})) {

@@ -34,7 +34,14 @@ struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in 
 struct SliceScatterParams { int dim; int64_t start, step; };
 struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
 struct ConstParams { double value; };
-struct AttentionParams { bool causal; double scale; };
+// reduced_precision: the products may be computed in bf16 with f32 accumulation (set under
+// autocast, where PyTorch runs attention on half inputs); the softmax statistics, the output
+// and the logsumexp stay in the node's dtype. Backends without such a kernel ignore it.
+struct AttentionParams {
+  bool causal;
+  double scale;
+  bool reduced_precision = false;
+};
 // unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
 struct UnfoldParams {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;

@@ -13,6 +13,10 @@ struct golden_sign_i32_params {
 // the shape is a multiply by a precomputed magic number (64-bit divisions are slow on
 // GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.
 __device__ __forceinline__ void alk_coords(long long i, const golden_sign_i32_params& p, long long c[8]) {
+  if (p.rank == 1) {  // contiguous: the common case, no divisions at all
+    c[0] = i;
+    return;
+  }
 #pragma unroll
   for (int d = 7; d >= 1; --d) {
     if (d >= p.rank) continue;
@@ -29,10 +33,12 @@ __device__ __forceinline__ void alk_coords(long long i, const golden_sign_i32_pa
 }
 
 __device__ __forceinline__ long long alk_dot(const long long c[8], const long long* strides, long long rank) {
-  long long off = 0;
+  long long off = c[0] * strides[0];
 #pragma unroll
-  for (int d = 0; d < 8; ++d)
-    if (d < rank) off += c[d] * strides[d];
+  for (int d = 1; d < 8; ++d) {  // stops at the rank: no multiply for the dims past it
+    if (d >= rank) break;
+    off += c[d] * strides[d];
+  }
   return off;
 }
 

@@ -346,8 +346,15 @@ void Context::launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned gr
                      Args& args) {
   if (compile_only || grid_x == 0 || grid_y == 0 || grid_z == 0) return;
   make_current();
+  finish_timing();
   check(driver()->cuLaunchKernel(f, grid_x, grid_y, grid_z, block, 1, 1, shared, stream_, args.pointers(), nullptr),
         "cuLaunchKernel");
+}
+
+void Context::finish_timing() {
+  if (!timing_start_) return;
+  check(driver()->cuEventRecord(timing_start_, stream_), "cuEventRecord");
+  timing_start_ = nullptr;
 }
 
 CUdeviceptr Context::index_flag() { return flag_; }

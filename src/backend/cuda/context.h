@@ -104,6 +104,11 @@ class Context {
   // ---- kernels ----
   // The function `entry` of `source`, compiled (compile_cubin) and loaded once.
   CUfunction function(const std::string& source, const std::string& entry, int dynamic_shared = 0);
+  // ALK_DEBUG=timing: `start` is recorded on the stream just before the next kernel launch,
+  // so a template op's GPU time excludes the host's own work before it (compile-cache
+  // lookups, argument packing). finish_timing() records it now if no launch took it.
+  void time_next_launch(CUevent start) { timing_start_ = start; }
+  void finish_timing();
   void launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned shared,
               Args& args);
   // When set, launch() only compiles (record() prepares a kernel list this way before capture).
@@ -138,6 +143,7 @@ class Context {
   DeviceProps props_;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
+  CUevent timing_start_ = nullptr;  // time_next_launch
   std::string arch_;
   mutable std::mutex mutex_;
   std::multimap<size_t, CUdeviceptr> free_blocks_;  // by rounded size

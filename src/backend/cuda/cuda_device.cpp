@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
@@ -25,7 +26,8 @@
 namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
-extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention, attention_tiled;
+extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention_shared, attention, attention_tiled,
+    attention_mma;
 }  // namespace sources
 
 namespace {
@@ -706,22 +708,123 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
   return nullptr;
 }
 
-std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor) {
+// The block shape of kernels/matmul_tc.cu: WN m16n8 tiles per warp along N (block width
+// 32 WN) and the ring's depth. Wide blocks halve the shared-memory reads per mma; narrow
+// ones keep more blocks for small N. ALK_CUDA_GEMM=narrow|wide forces one (benchmarks).
+struct TcShape {
+  int wn, stages;
+};
+TcShape tc_shape(int64_t N) {
+  const char* force = std::getenv("ALK_CUDA_GEMM");
+  const bool wide = force ? std::string_view(force) == "wide" : N > 128;
+  return wide ? TcShape{8, 4} : TcShape{4, 3};
+}
+// `epilogue`: empty, or the text epilogue_code() writes (EpiParams and epilogue_at()).
+std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape,
+                             const std::string& epilogue = {}) {
   return kernel_source(defines({{"TA", storage(t)},
                                 {"TO", storage(out)},
                                 {"MMA_TYPE", std::string("\"") + kind + "\""},
                                 {"A_KMAJOR", std::to_string(a_kmajor)},
-                                {"B_KMAJOR", std::to_string(b_kmajor)}}),
-                       sources::matmul_tc);
-}
-// The 3-stage ring's bytes (kernels/matmul_tc.cu: BM = BN = 128, BK = 32, rows padded by 8).
-int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor) {
-  const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? 128 * (32 + 8) : 32 * (128 + 8);
-  return 3 * (a + b) * 2;
+                                {"B_KMAJOR", std::to_string(b_kmajor)},
+                                {"WN", std::to_string(shape.wn)},
+                                {"STAGES", std::to_string(shape.stages)},
+                                {"EPILOGUE", epilogue.empty() ? "0" : "1"}}),
+                       epilogue + std::string(sources::matmul_tc));
 }
 
-void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
-  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+// A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
+// product (rounded to the node's dtype first, as the separate pass would read it back) and
+// up to four more tensors, each read through its batch view and its row/column strides.
+constexpr size_t kMaxEpilogueInputs = 4;
+struct EpiLaunch {
+  uint64_t ptr[kMaxEpilogueInputs] = {};
+  KView batch[kMaxEpilogueInputs];
+  int64_t rs[kMaxEpilogueInputs] = {}, cs[kMaxEpilogueInputs] = {};
+};
+
+// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes.
+std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out) {
+  expr::MapSignature sig{"epilogue", {}, out};
+  sig.inputs.push_back(node);
+  for (DType t : inputs) sig.inputs.push_back(t);
+  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; };\n";
+  s += expr::emit_function(epilogue, sig, expr::Target::Cuda) + "\n";
+  // Each input's first element of batch item z, computed once per item (divisions).
+  s += "__device__ __forceinline__ void epilogue_bases(i64 z, const EpiParams& e, i64 base[4]) {\n";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s += "  base[" + std::to_string(i) + "] = lead_offset(e.batch[" + std::to_string(i) + "], z);\n";
+  s += "}\n";
+  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
+  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+  std::string call = "epilogue(x0";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DType t = inputs[i];
+    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1);
+    s += "  const " + std::string(compute_ctype(t)) + " " + x + " = " +
+         load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" +
+                                n + "] + gn * e.cs[" + n + "]]") +
+         ";\n";
+    call += ", " + x;
+  }
+  return s + "  return (float)" + call + ");\n}\n";
+}
+
+EpiLaunch epilogue_params(const Kernel& k) {
+  EpiLaunch e;
+  for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
+    const Arg a = arg_of(k.epilogue_inputs[i]);
+    const size_t r = a.shape.size();
+    e.ptr[i] = a.ptr;
+    e.batch[i] = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
+    e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
+  }
+  return e;
+}
+// The ring's bytes (BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements).
+int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
+  const int bn = 32 * shape.wn;
+  const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
+  return shape.stages * (a + b) * 2;
+}
+
+// Split-K for products with few output tiles and a long K (the weight gradients dY^T x of a
+// training step: [768, 16384] x [16384, 768] fills 18 blocks of 132 SMs): K is cut into
+// `splits` equal slices run as a batch of products into an f32 workspace, then summed.
+int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
+  if (mp.batch != 1) return 1;
+  const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + 32 * shape.wn - 1) / (32 * shape.wn));
+  const int64_t sms = std::max(1, ctx.props().multiprocessors);
+  int splits = 1;
+  // Double while the grid is short of one block per SM and each slice keeps >= 1024 of K in
+  // whole 16-byte vectors.
+  while (tiles * splits < sms && mp.K % (splits * 2 * 8) == 0 && mp.K / (splits * 2) >= 1024) splits *= 2;
+  return splits;
+}
+
+void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
+                    const char* kind, int la, int lb, TcShape shape, int splits) {
+  const int64_t slice = whole.K / splits, mn = whole.M * whole.N;
+  MatmulLaunchParams mp = whole;
+  mp.K = slice, mp.batch = splits, mp.batch_rank = 1, mp.out_offset = 0;
+  mp.a_batch = kview({splits}, {slice * whole.a_cs}, a.offset);  // slice s starts at column s * slice of a
+  mp.b_batch = kview({splits}, {slice * whole.b_rs}, b.offset);  // and at row s * slice of b
+  const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
+  const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
+  const int shared = matmul_tc_shared_bytes(la, lb, shape);
+  const int64_t bn = 32 * shape.wn;
+  Args args;
+  args.add(a.ptr).add(b.ptr).add(partial).add(mp);
+  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
+             static_cast<unsigned>((whole.M + 127) / 128), static_cast<unsigned>(splits), kBlock,
+             static_cast<unsigned>(shared), args);
+  Args sum;
+  sum.add(partial).add(out.ptr).add(mn).add(static_cast<int64_t>(splits)).add(whole.out_offset);
+  ctx.launch(ctx.function(matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape), "matmul_split_sum"),
+             blocks_for(ctx, mn), 1, 1, kBlock, 0, sum);
+}
+
+MatmulLaunchParams matmul_params(const Arg& a, const Arg& b, const Arg& out) {
   const size_t r = a.shape.size();
   MatmulLaunchParams mp{};
   Shape batch(out.shape.begin(), out.shape.end() - 2);
@@ -730,32 +833,85 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   mp.a_rs = a.strides[r - 2], mp.a_cs = a.strides[r - 1], mp.b_rs = b.strides[r - 2], mp.b_cs = b.strides[r - 1];
   mp.M = a.shape[r - 2], mp.K = a.shape[r - 1], mp.N = b.shape[r - 1], mp.batch = numel(batch);
   mp.out_offset = out.offset, mp.batch_rank = static_cast<int32_t>(batch.size());
+  return mp;
+}
+
+// How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
+// 16-bit operands are 16-byte-vector readable.
+struct TcPlan {
+  const char* kind;
+  int la, lb;  // each operand: 1 contiguous along K, 0 along M (N)
+  TcShape shape;
+  int splits;
+};
+std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, DType out) {
+  const char* kind = mma_kind(a, b, out);
+  if (!kind || a.dtype == DType::F32) return std::nullopt;
+  auto aligned = [&](const Arg& x, const KView& batch) {
+    bool ok = x.offset % 8 == 0 && x.ptr % 16 == 0;
+    for (int d = 0; d < batch.rank; ++d) ok = ok && batch.strides[d] % 8 == 0;
+    return ok;
+  };
+  // 1: contiguous along K; 0: along M (N); -1: neither (the general kernel reads it).
+  auto layout = [](int64_t k_stride, int64_t other_stride, int64_t K, int64_t other) {
+    if (k_stride == 1 && other_stride % 8 == 0 && K % 8 == 0) return 1;
+    if (other_stride == 1 && k_stride % 8 == 0 && other % 8 == 0) return 0;
+    return -1;
+  };
+  const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
+  const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
+  if (la < 0 || lb < 0) return std::nullopt;
+  const TcShape shape = tc_shape(mp.N);
+  return TcPlan{kind, la, lb, shape, split_k(ctx, mp, shape)};
+}
+
+// One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
+void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, const TcPlan& plan,
+               const Kernel* epilogue) {
+  std::string epi;
+  if (epilogue) {
+    std::vector<DType> types;
+    for (const KernelArg& x : epilogue->epilogue_inputs) types.push_back(x.dtype);
+    epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
+  }
+  const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
+  const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
+  const int64_t bn = 32 * plan.shape.wn;
+  Args args;
+  args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
+  if (epilogue) args.add(epilogue_params(*epilogue));
+  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock,
+             static_cast<unsigned>(shared), args);
+}
+
+// A Matmul with an epilogue, both in one tensor-core kernel where that kernel takes the
+// product (floating result and output, no split-K, at most four more epilogue inputs).
+// False: the caller runs the product and then the epilogue as a Map kernel.
+bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+  auto half_or_f32 = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  if (!half_or_f32(k.node.dtype) || !half_or_f32(out.dtype) || k.epilogue_inputs.size() > kMaxEpilogueInputs) return false;
+  // The kernel stores row-major at out.offset and reads each input by its last two strides.
+  if (out.shape != k.node.shape || out.strides != contiguous_strides(out.shape)) return false;
+  for (const KernelArg& x : k.epilogue_inputs)
+    if (arg_of(x).shape != out.shape) return false;
+  const MatmulLaunchParams mp = matmul_params(a, b, out);
+  if (mp.M == 0 || mp.N == 0 || mp.batch == 0 || mp.K == 0) return false;
+  const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
+  if (!plan || plan->splits > 1) return false;
+  launch_tc(ctx, a, b, out, mp, *plan, &k);
+  return true;
+}
+
+void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
+  MatmulLaunchParams mp = matmul_params(a, b, out);
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
-  if (const char* kind = mma_kind(a, b, out.dtype); kind && a.dtype != DType::F32) {
-    // 16-byte-vector readable 16-bit operands: the pipelined kernel (kernels/matmul_tc.cu).
-    auto aligned = [&](const Arg& x, const KView& batch) {
-      bool ok = x.offset % 8 == 0 && x.ptr % 16 == 0;
-      for (int d = 0; d < batch.rank; ++d) ok = ok && batch.strides[d] % 8 == 0;
-      return ok;
-    };
-    // 1: contiguous along K; 0: along M (N); -1: neither (the general kernel reads it).
-    auto layout = [](int64_t k_stride, int64_t other_stride, int64_t K, int64_t other) {
-      if (k_stride == 1 && other_stride % 8 == 0 && K % 8 == 0) return 1;
-      if (other_stride == 1 && k_stride % 8 == 0 && other % 8 == 0) return 0;
-      return -1;
-    };
-    const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
-    const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
-    if (la >= 0 && lb >= 0) {
-      const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb);
-      const int shared = matmul_tc_shared_bytes(la, lb);
-      Args args;
-      args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
-      ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + 127) / 128),
-                 static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)),
-                 kBlock, static_cast<unsigned>(shared), args);
-      return;
-    }
+  if (const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, out.dtype)) {
+    if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits);
+    else launch_tc(ctx, a, b, out, mp, *plan, nullptr);
+    return;
   }
   if (const char* kind = mma_kind(a, b, out.dtype)) {
     // Tensor cores: how each operand's tiles are read (kernels/matmul_mma.cu).
@@ -811,7 +967,24 @@ std::string attention_source(DType t, int64_t D, bool tiled = false) {
                                 {"ACC", acc_type(t)},
                                 {"DPL", std::to_string((D + 31) / 32)},
                                 {"VEC4", t == DType::F64 ? "0" : "1"}}),
-                       tiled ? sources::attention_tiled : sources::attention);
+                       std::string(sources::attention_shared) + std::string(tiled ? sources::attention_tiled : sources::attention));
+}
+
+// The tensor-core kernels (kernels/attention_mma.cu): bf16 products, for ops that allow
+// them (AttentionParams::reduced_precision), head dims a multiple of 16 up to 128.
+std::string attention_mma_source(DType t, int64_t D) {
+  return kernel_source(defines({{"T", storage(t)}, {"ACC", "float"}, {"HD", std::to_string(D)}}),
+                       std::string(sources::attention_shared) + std::string(sources::attention_mma));
+}
+bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
+  return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
+         D <= 128 && B <= 65535;
+}
+// Shared memory in bytes: bf16 rows of D + 8 elements, 128 queries + 2 x 64 keys (forward)
+// or 4 tiles of 64 rows (backward), then the backward's per-row f32 statistics.
+int attention_mma_shared(int64_t D, int which) {
+  const int64_t row = (D + 8) * 2;
+  return static_cast<int>(which == 0 ? 256 * row : 256 * row + 2 * 64 * 4);
 }
 
 // The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
@@ -866,6 +1039,13 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
+    const int shared = attention_mma_shared(ap.D, 0);
+    ctx.launch(ctx.function(attention_mma_source(q.dtype, ap.D), "attention_forward_mma", shared),
+               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
+               args);
+    return;
+  }
   if (attention_tiled_ok(ap)) {
     const int shared = attention_tiled_shared(q.dtype, ap.D, 0);
     ctx.launch(ctx.function(attention_source(q.dtype, ap.D, true), "attention_forward_tiled", shared),
@@ -889,6 +1069,21 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
+    const std::string src = attention_mma_source(q.dtype, ap.D);
+    const int shared = attention_mma_shared(ap.D, 1);
+    Args a1;
+    a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a1, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dq_mma", shared), static_cast<unsigned>((ap.Tq + 63) / 64),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a1);
+    Args a2;
+    a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(a2, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dkdv_mma", shared), static_cast<unsigned>((ap.S + 63) / 64),
+               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a2);
+    return;
+  }
   if (attention_tiled_ok(ap)) {
     const std::string src = attention_source(q.dtype, ap.D, true);
     const int s1 = attention_tiled_shared(q.dtype, ap.D, 1), s2 = attention_tiled_shared(q.dtype, ap.D, 2);
@@ -1092,16 +1287,18 @@ class CudaDevice final : public Device {
     if (gpu_timing_enabled()) {
       check(driver()->cuEventCreate(&start, 0), "cuEventCreate");
       check(driver()->cuEventCreate(&stop, 0), "cuEventCreate");
-      check(driver()->cuEventRecord(start, c.stream()), "cuEventRecord");
+      c.time_next_launch(start);
     }
     try {
       enqueue(c, k);
     } catch (...) {
       c.release_scratch();
+      c.time_next_launch(nullptr);
       throw;
     }
     c.release_scratch();
     if (start) {
+      c.finish_timing();
       check(driver()->cuEventRecord(stop, c.stream()), "cuEventRecord");
       check(driver()->cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;
@@ -1167,6 +1364,7 @@ class CudaDevice final : public Device {
       for (const KernelArg& a : k.inputs) in.push_back(arg_of(a));
       return launch_map(c, *k.expr, in, out);
     }
+    if (k.op == OpId::Matmul && k.epilogue && matmul_with_epilogue(c, k, out)) return;
     Arg value = out;
     if (k.epilogue) {
       value.dtype = k.node.dtype;
@@ -1215,6 +1413,10 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));
+      if (t != DType::F64) {
+        out.emplace_back("attention (tensor cores) " + name + " D=64", attention_mma_source(t, 64));
+        out.emplace_back("attention (tensor cores) " + name + " D=128", attention_mma_source(t, 128));
+      }
     }
   }
   out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
@@ -1240,8 +1442,18 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   for (int la = 0; la < 2; ++la)
     for (int lb = 0; lb < 2; ++lb)
       out.emplace_back("matmul_tc bf16 layouts " + std::to_string(la) + std::to_string(lb),
-                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb));
-  out.emplace_back("matmul_tc f16 -> f32", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1));
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4}));
+  out.emplace_back("matmul_tc f16 -> f32 narrow", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1, TcShape{4, 3}));
+  {
+    // A fused epilogue: a bf16 product plus an f32 bias, then tanh-GELU, stored as bf16.
+    const std::vector<std::string> names = {"a", "b"};
+    const std::vector<expr::Type> types = {expr::Type::F32, expr::Type::F32};
+    const expr::Expr gelu_bias = expr::parse("0.5 * (a + b) * (1 + tanh(0.79788456 * (a + b)))", names, types,
+                                             expr::Type::F32);
+    out.emplace_back("matmul_tc bf16 + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, TcShape{8, 4},
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+  }
   for (const char* kind : {"bf16", "f16", "tf32"})
     for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {
         const DType t = kind[0] == 'b' ? DType::BF16 : kind[0] == 'f' && kind[1] == '1' ? DType::F16 : DType::F32;

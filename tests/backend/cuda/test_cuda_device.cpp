@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
@@ -83,6 +84,60 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     Tensor x = cast(randn({65, 33}), t), y = cast(randn({33, 31}), t);
     expect_close(matmul(x.to(*dev), y.to(*dev)), matmul(x, y), t == DType::F64 ? 1e-12 : 2e-2, 2e-2);
+  }
+  // Epilogues fused into the tensor-core kernel's store: a bias and tanh-GELU over a bf16
+  // product into f32 (the result's dtype differs from the product's), and a residual add over
+  // a batched product with a transposed weight.
+  Tensor xb = cast(randn({130, 64}), DType::BF16), wb = cast(randn({96, 64}), DType::BF16), bias96 = randn({96});
+  auto mlp = [](const Tensor& x, const Tensor& w, const Tensor& b) { return gelu_tanh(matmul(x, w.transpose(0, 1)) + b) * 2.0; };
+  expect_close(mlp(xb.to(*dev), wb.to(*dev), bias96.to(*dev)), mlp(xb, wb, bias96), 2e-2, 2e-2);
+  Tensor hb = cast(randn({2, 64, 64}), DType::BF16), res = cast(randn({2, 64, 96}), DType::BF16);
+  auto block = [](const Tensor& h, const Tensor& w, const Tensor& r) { return r + matmul(h, w.transpose(0, 1)); };
+  expect_close(block(hb.to(*dev), wb.to(*dev), res.to(*dev)), block(hb, wb, res), 2e-2, 5e-2);
+  // Few output tiles over a long K run split-K (slices into an f32 workspace, then summed):
+  // a weight gradient's layout (g^T x, the first operand M-contiguous) and the plain one.
+  Tensor g = cast(randn({8192, 96}), DType::BF16), x = cast(randn({8192, 200}), DType::BF16);
+  Tensor gd = g.to(*dev), xd = x.to(*dev);
+  expect_close(matmul(gd.transpose(0, 1), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
+  expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
+}
+
+// Under autocast attention multiplies on the tensor cores in bf16 (kernels/attention_mma.cu):
+// output and q/k/v gradients against the CPU in f32 within bf16's rounding, for causal and
+// full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.
+TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
+  ALK_CUDA_OR_SKIP(dev);
+  struct Case { int64_t B, H, T, S, D; bool causal; };
+  for (const Case& c : {Case{2, 3, 100, 100, 64, true}, Case{1, 2, 70, 130, 64, true}, Case{2, 1, 129, 129, 32, false},
+                        Case{1, 1, 150, 80, 64, true}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " D " +
+                 std::to_string(c.D) + (c.causal ? " causal" : ""));
+    Tensor q = randn({c.B, c.H, c.T, c.D}), k = randn({c.B, c.H, c.S, c.D}), v = randn({c.B, c.H, c.S, c.D});
+    Tensor w = randn({c.B, c.H, c.T, c.D});
+    auto run = [&](Device& d, bool autocast, std::vector<Tensor>& grads) {
+      Tensor qd = q.to(d).detach().requires_grad_(), kd = k.to(d).detach().requires_grad_(),
+             vd = v.to(d).detach().requires_grad_();
+      Tensor out;
+      {
+        std::optional<Autocast> scope;
+        if (autocast) scope.emplace(DType::BF16);
+        out = scaled_dot_product_attention(qd, kd, vd, c.causal);
+      }
+      out = cast(out, DType::F32);
+      sum(out * w.to(d)).backward();
+      grads = {qd.grad(), kd.grad(), vd.grad()};
+      return out;
+    };
+    std::vector<Tensor> ref_grads, tc_grads, f32_grads;
+    Tensor ref = run(cpu_device(), false, ref_grads);
+    Tensor tc = run(*dev, true, tc_grads);
+    expect_close(tc, ref, 3e-2, 3e-2);
+    for (int i = 0; i < 3; ++i) expect_close(tc_grads[i], ref_grads[i], 5e-2, 5e-2);
+    Tensor f32 = run(*dev, false, f32_grads);
+    expect_close(f32, ref, 1e-4, 1e-4);
+    // The autocast run really took the bf16 path: it differs from f32 by bf16 rounding.
+    const double diff = max(abs(tc.to(cpu_device()) - ref)).item();
+    EXPECT_GT(diff, 1e-5);
   }
 }
 

@@ -392,7 +392,7 @@ TEST(VulkanAttention, RecordAndReplay) {
   };
   Kernel k;
   k.op = k.node.op = OpId::Attention;
-  k.node.params = AttentionParams{true, 0.3};
+  k.node.params = AttentionParams{true, 0.3, false};
   k.node.dtype = DType::F32;
   k.inputs = {arg(in, lq), arg(in, lk), arg(in, lv)};
   k.output = arg(out, lo);
@@ -415,7 +415,7 @@ TEST(VulkanAttention, SupportsSaysWhy) {
   // The scheduler refuses what supports() rejects; unsupported_reason() says why.
   Kernel k;
   k.op = k.node.op = OpId::Attention;
-  k.node.params = AttentionParams{true, 0.05};
+  k.node.params = AttentionParams{true, 0.05, false};
   const KernelArg q{nullptr, 0, DType::F32, {1, 4, 300}, {1200, 300, 1}, 0};
   k.inputs = {q, q, q};
   k.output = KernelArg{nullptr, 0, DType::F32, {1, 4, 301}, {1204, 301, 1}, 0};

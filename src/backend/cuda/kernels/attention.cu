@@ -1,21 +1,7 @@
 // Scaled dot-product attention, forward and backward, never materializing the T x S
 // scores (online softmax, as in FlashAttention). One warp per row; lane l holds the
 // head-dim elements l, l + 32, ... (D <= 32 * DPL). Defines: T (storage), ACC, DPL.
-// q [B, T, D], k and v [B, S, D] as views (any batch dims, any strides); causal: query t
-// sees keys s <= t + (S - T).
-
-struct AttnParams {
-  View q, k, v;      // batch part through lead_offset; rows and columns by rs/cs below
-  View o, dout;      // backward: the forward's output [B, T, D + 1] and dL/dout [B, T, D]
-  i64 q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
-  i64 B, Tq, S, D, out_offset, rows_out;  // Tq: queries (T is the storage type); rows_out: max(Tq, S)
-  int batch_rank, causal;
-  ACC scale;
-};
-
-__device__ __forceinline__ i64 last_key(const AttnParams& p, i64 t) {
-  return p.causal ? min(p.S - 1, t + (p.S - p.Tq)) : p.S - 1;
-}
+// AttnParams and the causal rule: attention_shared.cuh.
 
 // out [B, T, D + 1]: the attention output, then the row's logsumexp of scaled scores.
 extern "C" __global__ void attention_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -34,7 +20,7 @@ extern "C" __global__ void attention_forward(const T* __restrict__ q, const T* _
       acc[j] = 0;
     }
     ACC m = -(ACC)ALK_INF, l = 0;
-    const i64 last = last_key(p, t);
+    const i64 last = limit_of(p, t);
     for (i64 s = 0; s <= last; ++s) {
       ACC dot = 0;
 #pragma unroll
@@ -92,7 +78,7 @@ extern "C" __global__ void attention_backward_dq(const T* __restrict__ q, const 
     }
     delta = warp_sum(delta);
     const ACC lse = cvt<ACC>(fwd[ob + p.D * p.o_cs]);
-    const i64 last = last_key(p, t);
+    const i64 last = limit_of(p, t);
     for (i64 s = 0; s <= last; ++s) {
       ACC dot = 0, dp = 0;
 #pragma unroll

@@ -2,8 +2,8 @@
 // the work arranged so each K/V (or Q/dO) tile is read from global memory once per block
 // and no dot product needs a cross-lane reduction. Defines: T (storage), ACC, DPL
 // (= ceil(D / 32), lane l owns head dims l, l + 32, ...), VEC4 (1 when ACC is float: shared
-// memory broadcasts read as float4). AttnParams and last_key() as in
-// attention.cu; causal: query t sees keys s <= t + (S - Tq).
+// memory broadcasts read as float4). AttnParams and limit_of() in
+// attention_shared.cuh; causal: query t sees keys s <= t + (S - Tq).
 //
 // Forward and dq: a block of 4 warps owns 64 queries (16 per warp) and walks the keys in
 // tiles of 32: lane j scores key j against the warp's 16 queries (Q is in shared memory
@@ -11,24 +11,11 @@
 // reductions per tile, and P goes through shared memory for P V. dk/dv: a block owns 32
 // keys (8 per warp) and walks the queries in tiles of 32 (lane = query), the mirror image.
 
-struct AttnParams {
-  View q, k, v;
-  View o, dout;
-  i64 q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
-  i64 B, Tq, S, D, out_offset, rows_out;
-  int batch_rank, causal;
-  ACC scale;
-};
-
 #define QB 64  // queries per block (forward, dq)
 #define QW 16  // queries per warp
 #define KT 32  // keys per tile
 #define KB 32  // keys per block (dk/dv)
 #define KW 8   // keys per warp (dk/dv)
-
-__device__ __forceinline__ i64 limit_of(const AttnParams& p, i64 t) {  // the last key query t sees
-  return p.causal ? min(p.S - 1, t + (p.S - p.Tq)) : p.S - 1;
-}
 
 // Loads rows [r0, r0 + n) of a [rows, D] matrix view (row stride rs, column stride cs,
 // first element base) into shared memory, either transposed (dst[d * ld + r]) or not

@@ -108,3 +108,19 @@ __device__ __forceinline__ double warp_max(double v) {
 
 // Grid-stride loop over n items.
 #define ALK_FOR(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// Tensor-core fragments (sm_75+; only kernels that use them emit them): 16-bit elements as
+// raw bits, shared-memory addresses for PTX, ldmatrix of four 8 x 8 matrices.
+typedef unsigned short h16;  // 16-bit elements as raw bits
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const h16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const h16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}

@@ -2,12 +2,14 @@
 // operands the host found 16-byte-vector readable (else matmul_mma.cu takes them).
 // Defines: TA (operand storage), TO (output storage), MMA_TYPE ("bf16" / "f16"),
 // A_KMAJOR (1: a is contiguous along K, a[m][k]; 0: along M, a^T as stored),
-// B_KMAJOR (1: b contiguous along K, i.e. b^T as stored, a weight W used as W^T; 0: along N).
+// B_KMAJOR (1: b contiguous along K, i.e. b^T as stored, a weight W used as W^T; 0: along N),
+// WN (m16n8 tiles per warp along N: 4 or 8), STAGES (the ring's depth, >= 2), EPILOGUE (1:
+// the host prepended EpiParams and epilogue_at(), applied to each value as it is stored).
 //
-// A block computes 128 x 128 outputs with 8 warps (2 x 4, 64 x 32 each: 4 x 4 m16n8k16
-// tiles), K in steps of 32 through a 3-stage ring of shared memory filled by cp.async
-// (16-byte copies, zero-filled past the edges), so loads of step k + 2 overlap the math
-// of step k. Each operand keeps its global layout in shared memory (rows padded by 16
+// A block computes 128 x (32 WN) outputs with 8 warps (2 x 4, 64 x 8 WN each: 4 x WN
+// m16n8k16 tiles; WN = 8 reads 8 ldmatrix per 32 mma instead of 6 per 16), K in steps of 32
+// through a STAGES-deep ring of shared memory filled by cp.async (16-byte copies,
+// zero-filled past the edges), so loads of step k + STAGES - 1 overlap the math of step k. Each operand keeps its global layout in shared memory (rows padded by 16
 // bytes, so the 8 rows an ldmatrix phase reads fall in distinct banks) and fragments are
 // read with ldmatrix, transposing (.trans) where the operand is M- or N-contiguous.
 
@@ -19,9 +21,8 @@ struct MatmulParams {
 };
 
 #define BM 128
-#define BN 128
+#define BN (32 * WN)
 #define BK 32
-#define STAGES 3
 #if A_KMAJOR
 #define A_LD (BK + 8)  // As[m][k]
 #define A_STAGE (BM * A_LD)
@@ -37,27 +38,12 @@ struct MatmulParams {
 #define B_STAGE (BK * B_LD)
 #endif
 
-typedef unsigned short h16;  // 16-bit elements as raw bits
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void cp_async16(h16* smem, const TA* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const h16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const h16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// One stage: the A tile (128 rows of M x 32 of K) and the B tile (32 x 128 of N), 512
-// 16-byte vectors each, two per thread per operand.
+// One stage: the A tile (128 rows of M x 32 of K: 512 16-byte vectors, two per thread) and
+// the B tile (32 x BN of N: 4 BN vectors, BN / 64 per thread).
 __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restrict__ a, const TA* __restrict__ b,
                                            const MatmulParams& p, i64 abase, i64 bbase, i64 m0, i64 n0, i64 k0) {
   const int tid = threadIdx.x;
@@ -75,13 +61,17 @@ __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restric
     const bool ok = gm < p.M && gk < p.K;
     cp_async16(as + r * A_LD + c, ok ? a + abase + gk * p.a_cs + gm : a, ok);
 #endif
+  }
+#pragma unroll
+  for (int i = 0; i < BN / 64; ++i) {
+    const int v = tid + 256 * i;
 #if B_KMAJOR
     const int rb = v / 4, cb = (v % 4) * 8;
     const i64 gn = n0 + rb, gkb = k0 + cb;
     const bool okb = gn < p.N && gkb < p.K;
     cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gn * p.b_cs + gkb : b, okb);
 #else
-    const int rb = v / 16, cb = (v % 16) * 8;
+    const int rb = v / (BN / 8), cb = (v % (BN / 8)) * 8;
     const i64 gkb = k0 + rb, gn = n0 + cb;
     const bool okb = gn < p.N && gkb < p.K;
     cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gkb * p.b_rs + gn : b, okb);
@@ -89,8 +79,20 @@ __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restric
   }
 }
 
+__device__ __forceinline__ void store_pair(float* o, float x0, float x1) { *(float2*)o = make_float2(x0, x1); }
+__device__ __forceinline__ void store_pair(__nv_bfloat16* o, float x0, float x1) {
+  *(__nv_bfloat162*)o = __floats2bfloat162_rn(x0, x1);
+}
+__device__ __forceinline__ void store_pair(__half* o, float x0, float x1) { *(__half2*)o = __floats2half2_rn(x0, x1); }
+
+#if EPILOGUE
+#define EPI_PARAM , const EpiParams e
+#else
+#define EPI_PARAM
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict__ a, const TA* __restrict__ b,
-                                                            TO* __restrict__ out, const MatmulParams p) {
+                                                            TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
   extern __shared__ __align__(16) h16 smem[];
   h16* as_all = smem;
   h16* bs_all = smem + STAGES * A_STAGE;
@@ -100,11 +102,11 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
   const i64 ktiles = (p.K + BK - 1) / BK;
   for (i64 z = blockIdx.z; z < p.batch; z += gridDim.z) {
     const i64 abase = lead_offset(p.a_batch, z), bbase = lead_offset(p.b_batch, z);
-    float acc[4][4][4];
+    float acc[4][WN][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < WN; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 #pragma unroll
@@ -125,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
       const h16* bs = bs_all + (kt % STAGES) * B_STAGE;
 #pragma unroll
       for (int ks = 0; ks < BK; ks += 16) {
-        unsigned af[4][4], bf[4][2];
+        unsigned af[4][4], bf[WN][2];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int mb = wm * 64 + i * 16;
@@ -136,8 +138,8 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
 #endif
         }
 #pragma unroll
-        for (int j = 0; j < 4; j += 2) {
-          const int nb = wn * 32 + j * 8;
+        for (int j = 0; j < WN; j += 2) {
+          const int nb = wn * WN * 8 + j * 8;
           unsigned r[4];
 #if B_KMAJOR
           ldmatrix_x4(r, bs + (nb + (lane & 7) + (lane >> 4) * 8) * B_LD + ks + ((lane >> 3) & 1) * 8);
@@ -149,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < WN; ++j) {
             float* d = acc[i][j];
             asm volatile(
                 "mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -161,14 +163,44 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();  // the next batch item refills the ring
+#if EPILOGUE
+    i64 eb[4];
+    epilogue_bases(z, e, eb);
+#endif
+    // Each thread holds column pairs (2t, 2t + 1): one paired store where both are in range
+    // and the pair's first element is at an even index (aligned for the pair's width).
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < WN; ++j)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const i64 gm = m0 + wm * 64 + i * 16 + g + (c >= 2 ? 8 : 0), gn = n0 + wn * 32 + j * 8 + 2 * t + (c & 1);
-          if (gm < p.M && gn < p.N) out[p.out_offset + (z * p.M + gm) * p.N + gn] = cvt<TO>(acc[i][j][c]);
+        for (int h = 0; h < 2; ++h) {
+          const i64 gm = m0 + wm * 64 + i * 16 + g + h * 8, gn = n0 + wn * WN * 8 + j * 8 + 2 * t;
+          if (gm >= p.M || gn >= p.N) continue;
+          const i64 at = p.out_offset + (z * p.M + gm) * p.N + gn;
+#if EPILOGUE
+          const float x0 = epilogue_at(acc[i][j][2 * h], eb, gm, gn, e);
+          const float x1 = gn + 1 < p.N ? epilogue_at(acc[i][j][2 * h + 1], eb, gm, gn + 1, e) : 0.0f;
+#else
+          const float x0 = acc[i][j][2 * h], x1 = acc[i][j][2 * h + 1];
+#endif
+          if (gn + 1 < p.N && (at & 1) == 0) {
+            store_pair(out + at, x0, x1);
+          } else {
+            out[at] = cvt<TO>(x0);
+            if (gn + 1 < p.N) out[at + 1] = cvt<TO>(x1);
+          }
         }
+  }
+}
+
+// Split-K's second half (the host cut K into `splits` slices, each a batch item whose f32
+// product went to partial[s]): out = the sum of the slices, in slice order.
+extern "C" __global__ void matmul_split_sum(const float* __restrict__ partial, TO* __restrict__ out, i64 mn, i64 splits,
+                                            i64 out_offset) {
+  ALK_FOR(i, mn) {
+    float acc = 0.0f;
+    for (i64 s = 0; s < splits; ++s) acc += partial[s * mn + i];
+    out[out_offset + i] = cvt<TO>(acc);
   }
 }
