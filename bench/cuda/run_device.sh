@@ -2,34 +2,39 @@
 # The CUDA backend's checks and benchmark, in one run on the GPU machine (the `device`
 # tool's H200): no compiler toolchain for alk's dependencies is there (gtest, CLI11), so
 # the binaries are built on the development machine and carried:
-#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2 bench_cuda_gemm
+#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2 bench_cuda_gemm bench_cuda_attention bench_cuda_map
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/   (a folder .git/info/exclude ignores)
-#   device run, carry [build/alk_tests, build/alk, build/bench_cuda_gpt2, build/bench_cuda_gemm, data, .devcarry]:
+#   (strip the binaries: a run carries at most 64 MiB)
+#   device run, carry [build/alk_tests, build/alk, build/bench_cuda_*, data, .devcarry]:
 #     bash bench/cuda/run_device.sh [tests|bench|all]
 # Prints the CUDA tests, the op-table parity suite on cuda:0, a short `alk train --device
 # cuda`, and the GPT-2 124M benchmark with its RATIO lines against PyTorch's anchor.
 set -uo pipefail
 what=${1:-all}
+BIN=${BIN:-build}  # where the carried binaries are
 OUT=${OUT:-/tmp/alk-out}
 mkdir -p "$OUT"
 export ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
-./build/alk devices
+./$BIN/alk devices
 if [[ $what == tests || $what == all ]]; then
   echo "==== CUDA tests + parity on cuda:0"
-  ALK_PARITY_DEVICES=cuda:0 timeout 240 ./build/alk_tests --gtest_brief=1 \
+  ALK_PARITY_DEVICES=cuda:0 timeout 240 ./$BIN/alk_tests --gtest_brief=1 \
     --gtest_filter='Cuda*:DeviceParity*:Devices*' 2>&1 | tee "$OUT/tests.log" | tail -60
   echo "==== alk train --device cuda (short)"
-  timeout 100 ./build/alk train --device cuda --steps 50 --log-every 10 --eval-every 25 --sample-tokens 64 \
+  timeout 100 ./$BIN/alk train --device cuda --steps 50 --log-every 10 --eval-every 25 --sample-tokens 64 \
     --out /tmp/run-cuda 2>&1 | tail -15
   echo "==== alk train --device cuda --dtype bf16 (short)"
-  timeout 100 ./build/alk train --device cuda --dtype bf16 --steps 30 --log-every 10 --eval-every 30 --sample-tokens 0 \
+  timeout 100 ./$BIN/alk train --device cuda --dtype bf16 --steps 30 --log-every 10 --eval-every 30 --sample-tokens 0 \
     --out /tmp/run-cuda-bf16 2>&1 | tail -6
 fi
 if [[ $what == bench || $what == all ]]; then
   echo "==== GEMM 4096^3 vs cuBLAS"
-  timeout 120 ./build/bench_cuda_gemm 2>&1 | tee "$OUT/gemm.log" | tail -6
+  timeout 120 ./$BIN/bench_cuda_gemm 2>&1 | tee "$OUT/gemm.log" | tail -6
+  echo "==== attention and elementwise vs PyTorch"
+  timeout 120 ./$BIN/bench_cuda_attention 2>&1 | tee "$OUT/attention.log" | tail -4
+  timeout 120 ./$BIN/bench_cuda_map 2>&1 | tee "$OUT/map.log" | tail -6
   echo "==== GPT-2 124M step"
-  timeout ${BENCH_TIMEOUT:-200} ./build/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
+  timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
     --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | tee "$OUT/bench.log" | tail -20
 fi
