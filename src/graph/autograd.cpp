@@ -96,7 +96,35 @@ struct BackwardResult {
   std::vector<std::pair<TensorImpl*, const void*>> leaves;       // leaves reached
 };
 
-BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, Loc loc) {
+// The GradFns that ran and that only this graph reaches let go of what their rules
+// captured (forward values, attention's packed output, layer norm's statistics), as PyTorch
+// frees its graph after backward: the gradients about to be realized reference what they
+// need directly, and whatever nobody else holds can then live in the scheduler's arena
+// instead of being stored. A GradFn that a tensor in the caller's hands still leads to (a
+// view kept for another forward, say) keeps its rule, so backward through it again works.
+// The edges stay; a second backward through a released rule is an error that says so.
+void release_saved_values(const std::vector<Tensor>& roots, const std::vector<GradFn*>& ran, Loc loc) {
+  // References to each GradFn from inside the graph (its consumers' edges, the roots), and
+  // a shared_ptr to read its total reference count from.
+  std::unordered_map<GradFn*, long> inside;
+  std::unordered_map<GradFn*, const std::shared_ptr<GradFn>*> handle;
+  for (const Tensor& r : roots)
+    if (const auto& fn = r.impl()->grad_fn) ++inside[fn.get()], handle[fn.get()] = &fn;
+  for (GradFn* fn : ran)
+    for (const GradEdge& e : fn->next)
+      if (e.fn) ++inside[e.fn.get()], handle[e.fn.get()] = &e.fn;
+  for (GradFn* fn : ran) {
+    auto h = handle.find(fn);
+    if (h == handle.end() || h->second->use_count() != inside[fn]) continue;  // held from outside
+    fn->backward = [name = fn->name, loc](const Tensor&) -> std::vector<Tensor> {
+      fail("backward", loc, "trying to run backward through ", name,
+           " a second time: its saved values were freed by the first backward (run the forward again)");
+    };
+  }
+}
+
+BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds, Loc loc,
+                            std::vector<GradFn*>* ran = nullptr) {
   BackwardResult r;
   auto accumulate = [&r](const void* key, const Tensor& g) {
     auto [it, fresh] = r.grads.emplace(key, g);
@@ -124,6 +152,7 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
     auto it = r.grads.find(fn);
     if (it == r.grads.end()) continue;
     std::vector<Tensor> in_grads = fn->backward(it->second);
+    if (ran) ran->push_back(fn);
     for (size_t k = 0; k < fn->next.size() && k < in_grads.size(); ++k) {
       const GradEdge& e = fn->next[k];
       if (!e.active() || !in_grads[k].defined()) continue;
@@ -145,12 +174,17 @@ void Tensor::backward(const Tensor& seed, Loc loc) const {
   std::vector<Tensor> leaf_grads;
   {
     NoGradGuard no_grad;
-    BackwardResult r = run_backward({*this}, {seed}, loc);
+    std::vector<GradFn*> ran;
+    BackwardResult r = run_backward({*this}, {seed}, loc, &ran);
+    release_saved_values({*this}, ran, loc);
     for (auto [impl, key] : r.leaves) {
       const Tensor& g = r.grads.at(key);
       // A fresh tensor per leaf: one gradient tensor can reach several leaves (a + b hands
       // its g to both), and an assign_ to one leaf's grad must not change another's.
-      Tensor acc = impl->grad ? Tensor(impl->grad) + g : alias(g);
+      // A gradient that is part of a larger result (layer norm's backward packs dx, dgamma
+      // and dbeta in one node) is copied out, so holding .grad does not keep the whole
+      // result stored: the rest can live in the scheduler's arena.
+      Tensor acc = impl->grad ? Tensor(impl->grad) + g : g.numel() == g.impl()->node->numel() ? alias(g) : g.contiguous();
       impl->grad = acc.impl_ptr();
       leaf_grads.push_back(acc);
     }

@@ -370,14 +370,19 @@ class Scheduler {
     size_t align = 64;
     std::shared_ptr<Buffer> buffer;
 
+    // Best fit: the smallest free block that holds `size` (first fit left the GPT step's
+    // arena 5% above its live peak; best fit keeps large holes for large tensors).
     size_t take(size_t size) {
+      size_t best = free_blocks.size();
       for (size_t i = 0; i < free_blocks.size(); ++i)
-        if (free_blocks[i].size >= size) {
-          Block b = free_blocks[i];
-          free_blocks.erase(free_blocks.begin() + static_cast<long>(i));
-          if (b.size > size) free_blocks.push_back({b.offset + size, b.size - size});
-          return b.offset;
-        }
+        if (free_blocks[i].size >= size && (best == free_blocks.size() || free_blocks[i].size < free_blocks[best].size))
+          best = i;
+      if (best < free_blocks.size()) {
+        Block b = free_blocks[best];
+        free_blocks.erase(free_blocks.begin() + static_cast<long>(best));
+        if (b.size > size) free_blocks.push_back({b.offset + size, b.size - size});
+        return b.offset;
+      }
       size_t at = end;
       end += size;
       return at;
@@ -444,34 +449,56 @@ class Scheduler {
           }
         Arena& arena = arena_of(out);
         arena_offset_[out] = slot ? *slot : arena.take(arena.padded(bytes));
+        if (!slot) live_arena_bytes_ += arena.padded(bytes), live_arena_peak_ = std::max(live_arena_peak_, live_arena_bytes_);
       }
       for (const Node* dead : dies_at[i]) {
         if (!arena_offset_.count(dead) || in_place_taken_.count(dead)) continue;
         Arena& arena = arena_of(dead);
         arena.give_back(arena_offset_[dead], arena.padded(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype)));
+        live_arena_bytes_ -= arena.padded(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype));
       }
     }
     g_stats.arena_bytes = 0;
     for (auto& [dev, arena] : arenas_) g_stats.arena_bytes += static_cast<int64_t>(arena.end);
     g_stats.planned_bytes += g_stats.arena_bytes;
-    check_budget();
-    if (TraceRecorder* trace = active_trace()) {
-      trace->held_bytes += g_stats.planned_bytes;
+    // In a traced step, an arena that fits in the trace's arena of its device reuses it
+    // (TraceRecorder::arenas): only the stored outputs and arena growth add to what it holds.
+    TraceRecorder* trace = active_trace();
+    auto reusable = [&](const Device* dev, const Arena& arena) -> std::shared_ptr<Buffer> {
+      if (!trace) return nullptr;
+      auto it = trace->arenas.find(dev);
+      return it != trace->arenas.end() && it->second && it->second->bytes >= arena.end ? it->second : nullptr;
+    };
+    int64_t added = g_stats.planned_bytes;
+    for (auto& [dev, arena] : arenas_)
+      if (reusable(dev, arena)) added -= static_cast<int64_t>(arena.end);
+    check_budget(added);
+    if (trace) {
+      trace->held_bytes += added;
       trace->naive_bytes += g_stats.naive_bytes;
     }
     // Only now, with the plan accepted, is anything allocated.
     for (auto& [node, bytes] : stored_bytes_) stored_[node] = node->device->allocate(bytes);
     // Even an all-empty arena is allocated, so zero-size intermediates have an address.
-    for (auto& [dev, arena] : arenas_) arena.buffer = dev->allocate(arena.end);
+    for (auto& [dev, arena] : arenas_) {
+      if (auto shared = reusable(dev, arena)) {
+        arena.buffer = shared;
+        continue;
+      }
+      arena.buffer = dev->allocate(arena.end);
+      if (trace) trace->arenas[dev] = arena.buffer;
+    }
   }
 
   // Refuses a plan whose peak exceeds the budget, naming the largest tensors it holds.
-  void check_budget() {
-    // A traced step (alk::compile) keeps every schedule's memory: the budget covers them all.
+  // `added`: the bytes this plan allocates (in a traced step, an arena that reuses the
+  // trace's is not counted again).
+  void check_budget(int64_t added) {
+    // A traced step (alk::compile) keeps every schedule's stored memory: the budget covers them all.
     const TraceRecorder* trace = active_trace();
     const int64_t held = trace ? trace->held_bytes : 0;
     const int64_t budget = memory_budget();
-    if (budget < 0 || held + g_stats.planned_bytes <= budget) return;
+    if (budget < 0 || held + added <= budget) return;
     std::vector<std::pair<int64_t, const Node*>> sizes;
     for (auto& k : kernels_)
       sizes.emplace_back(k->root->numel() * static_cast<int64_t>(dtype_size(k->root->dtype)), k->root);
@@ -481,9 +508,10 @@ class Scheduler {
       largest << (i ? "; " : "") << op_name(sizes[i].second->op) << " " << dtype_name(sizes[i].second->dtype) << " "
               << to_string(sizes[i].second->shape) << " = " << sizes[i].first << " bytes";
     const Node* first = targets_.empty() ? nullptr : targets_[0]->node.get();
-    fail("budget", first ? first->loc : Loc::current(), "the plan needs a peak of ", held + g_stats.planned_bytes,
-         " bytes but the memory budget is ", budget, " bytes (one buffer per tensor would need ", g_stats.naive_bytes,
-         "); largest tensors: ", largest.str());
+    fail("budget", first ? first->loc : Loc::current(), "the plan needs a peak of ", held + added,
+         " bytes but the memory budget is ", budget, " bytes (", held,
+         " of them held by the step's earlier schedules; one buffer per tensor of this schedule would need ",
+         g_stats.naive_bytes, "); largest tensors: ", largest.str());
   }
 
   KernelArg arg_for(const TensorImpl* impl) {
@@ -546,10 +574,13 @@ class Scheduler {
       n->op = OpId::Buffer;
     }
     if (debug_level("schedule"))
-      std::fprintf(stderr, "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld planned=%lld B naive=%lld B\n",
+      std::fprintf(stderr,
+                   "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld planned=%lld B naive=%lld B "
+                   "(arena %lld B, most live at once %lld B)\n",
                    static_cast<long long>(g_stats.nodes), static_cast<long long>(g_stats.kernels),
                    static_cast<long long>(g_stats.fused_nodes), static_cast<long long>(g_stats.in_place),
-                   static_cast<long long>(g_stats.planned_bytes), static_cast<long long>(g_stats.naive_bytes));
+                   static_cast<long long>(g_stats.planned_bytes), static_cast<long long>(g_stats.naive_bytes),
+                   static_cast<long long>(g_stats.arena_bytes), static_cast<long long>(live_arena_peak_));
   }
 
   std::vector<TensorImpl*> targets_;
@@ -560,6 +591,7 @@ class Scheduler {
   std::vector<std::pair<const Node*, size_t>> stored_bytes_;
   std::unordered_map<const Node*, size_t> arena_offset_;
   std::unordered_set<const Node*> in_place_taken_;
+  size_t live_arena_bytes_ = 0, live_arena_peak_ = 0;  // the arena's live bytes (ALK_DEBUG=schedule)
   std::map<Device*, Arena> arenas_;
   const Shape* broadcast_shape_ = nullptr;
   std::vector<std::unique_ptr<TensorImpl>> synthetic_;

@@ -2,6 +2,7 @@
 // kernel it runs, and Tensor::assign_ notes the tensors a step carries forward.
 #pragma once
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct TraceRecorder {
   std::vector<Assigned> assigned;  // the first assign_ of each tensor realized before it
   std::unordered_set<const TensorImpl*> seen;
   int64_t held_bytes = 0, naive_bytes = 0;  // summed over the step's schedules
+  // The largest arena buffer per device so far. A replay runs the schedules one after the
+  // other and an arena holds only what dies inside its schedule, so a later schedule's
+  // arena reuses this buffer when it fits: the step holds the largest arena, not their sum.
+  std::unordered_map<const Device*, std::shared_ptr<Buffer>> arenas;
 };
 
 // The active recorder of this thread (null when not tracing).
