@@ -3,6 +3,7 @@
 #   make deps        install the Debian packages below that are missing (nothing else)
 #   make build       Release build into build/
 #   make build-asan  Debug -O1 build with ASan+UBSan into build-asan/
+#   make test-tsan   the multi-threaded suites under ThreadSanitizer (build-tsan/); part of `make test`
 #   make test        deps, build, ctest, then the sanitizer build and its test binary
 #   make python      deps, then the Python module into build/python (PYTHONPATH=build/python)
 #   make test-python pytest over python/tests on that build (make test runs it through ctest)
@@ -39,6 +40,7 @@ BUILD_DIR ?= build
 PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 
 ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
@@ -59,7 +61,7 @@ SOURCE_DIRS := src include tools tests bench examples
 phase = @printf '\n==== %s ====\n' $(1)
 
 .PHONY: deps bench-deps build build-asan test test-normal test-asan test-python python demo mnist bench-cpu bench-python stats format clean \
-        build-fuzz fuzz fuzz-smoke
+        build-fuzz fuzz fuzz-smoke build-tsan test-tsan
 
 # $(call install,PACKAGES): apt-get install the ones that are missing, nothing else.
 define install
@@ -113,6 +115,18 @@ test-asan:
 	$(call phase,"test-asan: $(ASAN_DIR)/alk_tests under ASan+UBSan")
 	$(ASAN_ENV) ./$(ASAN_DIR)/alk_tests --gtest_brief=1
 
+# ThreadSanitizer over the suites that run alk from several threads (tests/graph/
+# test_concurrency.cpp, tests/train/test_determinism.cpp), CPU backend only.
+build-tsan:
+	$(call phase,"build-tsan: Debug -O1 + TSan into $(TSAN_DIR)/")
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DALK_TSAN=ON -DALK_BUILD_TESTS=OFF -DALK_PYTHON=OFF -DALK_VULKAN=OFF -DALK_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+	cmake --build $(TSAN_DIR) --target alk_tsan_tests -j$(JOBS)
+
+test-tsan: build-tsan
+	$(call phase,"test-tsan: $(TSAN_DIR)/alk_tsan_tests under ThreadSanitizer")
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ./$(TSAN_DIR)/alk_tsan_tests --gtest_brief=1
+
 # libFuzzer needs clang (Debian's clang 14 and libclang-rt-14-dev); the library is built
 # again with coverage, ASan and UBSan into $(FUZZ_DIR)/.
 build-fuzz:
@@ -144,7 +158,7 @@ fuzz-smoke: build-fuzz
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build test-normal build-asan test-asan fuzz-smoke
+test: deps build test-normal build-asan test-asan test-tsan fuzz-smoke
 	$(call phase,"test: all passed")
 
 # The main job: a small GPT on the KJV Bible (2000 steps, about 4 minutes of training on 2
@@ -199,4 +213,4 @@ format:
 	find $(wildcard $(SOURCE_DIRS)) -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0r clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR) build-pip
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-pip

@@ -3,8 +3,10 @@
 // random tensors (lazy Random nodes keyed by the generator's (seed, offset)).
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "backend/cpu/kernels.h"
+#include "core/generator.h"
 #include "graph/autograd.h"
 #include "ops/ops.h"
 
@@ -39,6 +41,11 @@ struct Generator {
   uint64_t seed = 0x5eed;
   uint64_t offset = 0;
 };
+// The state and its lock (core/generator.h).
+std::mutex& generator_mutex() {
+  static std::mutex m;
+  return m;
+}
 Generator& generator() {
   static Generator g;
   return g;
@@ -47,9 +54,13 @@ Generator& generator() {
 Tensor random_tensor(cpu::Distribution dist, double low, double high, Shape shape, DType dtype, const char* op,
                      Loc loc) {
   check_shape(shape, op, loc);
-  Generator& g = generator();
-  RandomParams p{static_cast<int>(dist), g.seed, g.offset, low, high};
-  g.offset += static_cast<uint64_t>(numel_of(shape));
+  RandomParams p;
+  {
+    std::lock_guard lock(generator_mutex());
+    Generator& g = generator();
+    p = RandomParams{static_cast<int>(dist), g.seed, g.offset, low, high};
+    g.offset += static_cast<uint64_t>(numel_of(shape));
+  }
   return make_node(OpId::Random, std::move(shape), dtype, {}, p, loc);
 }
 
@@ -121,10 +132,25 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Loc loc) {
   return tensor_from_host(host.data(), {n, m}, dtype, default_device());
 }
 
-void manual_seed(uint64_t seed) { generator() = {seed, 0}; }
-uint64_t random_seed() { return generator().seed; }
-uint64_t random_offset() { return generator().offset; }
-void set_random_state(uint64_t seed, uint64_t offset) { generator() = {seed, offset}; }
+void manual_seed(uint64_t seed) { set_random_state(seed, 0); }
+uint64_t random_seed() {
+  std::lock_guard lock(generator_mutex());
+  return generator().seed;
+}
+uint64_t random_offset() {
+  std::lock_guard lock(generator_mutex());
+  return generator().offset;
+}
+void set_random_state(uint64_t seed, uint64_t offset) {
+  std::lock_guard lock(generator_mutex());
+  generator() = {seed, offset};
+}
+uint64_t advance_random_offset(uint64_t n) {
+  std::lock_guard lock(generator_mutex());
+  const uint64_t at = generator().offset;
+  generator().offset += n;
+  return at;
+}
 
 Tensor rand(Shape shape, DType dtype, Loc loc) {
   check(is_floating(dtype), "rand", loc, "needs a floating dtype, got ", dtype_name(dtype));

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "alk/compile.h"
+#include "core/generator.h"
 #include "graph/graph.h"
 #include "graph/trace.h"
 
@@ -140,7 +141,7 @@ struct Program::State {
     }
     // Random kernels draw what an eager call would now: offsets from the generator's current
     // position (the recorded ones start at rng_base), which then moves on by one step's use.
-    const uint64_t start = random_offset();
+    const uint64_t start = advance_random_offset(rng_used);  // taken at once: another thread may draw too
     const bool timing = kernel_timing_enabled();
     for (Segment& seg : segments) {
       if (seg.recording && !timing) {
@@ -158,7 +159,6 @@ struct Program::State {
       }
     }
     rng_base = start;
-    set_random_state(random_seed(), start + rng_used);
     for (const Carry& c : carries) copy_buffer(*c.from, 0, *c.to, 0, c.bytes);
   }
 
