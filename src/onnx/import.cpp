@@ -183,12 +183,12 @@ Outs op_where(Ctx& c) { return {where(c.x(0).to(DType::Bool), c.x(1), c.x(2), c.
 
 Outs op_isinf(Ctx& c) {
   const Tensor& x = c.x(0);
-  const double big = std::numeric_limits<double>::max();
-  Tensor pos = x > big, neg = x < -big;
+  // inf - inf is NaN; finite values give 0 and NaN stays out through x == x.
+  Tensor inf = logical_and(eq(x, x), ne(x - x, 0.0));
   const bool p = c.i("detect_positive", 1) != 0, n = c.i("detect_negative", 1) != 0;
-  if (p && n) return {logical_or(pos, neg)};
-  if (p) return {pos};
-  if (n) return {neg};
+  if (p && n) return {inf};
+  if (p) return {logical_and(inf, x > 0)};
+  if (n) return {logical_and(inf, x < 0)};
   return {zeros(x.shape(), DType::Bool).contiguous()};
 }
 
@@ -890,13 +890,14 @@ Outs op_conv_transpose(Ctx& c) {
     c.require(out_shape.size() == s, "output_shape of the wrong length");
     for (size_t k = 0; k < s; ++k) {
       const int64_t total = full[k] - out_shape[k];
-      c.require(total >= 0, "output_shape larger than the full output");
+      c.require(total > -kMaxShapeValues, "output_shape too large");
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor, as the spec's Python
       if (auto_pad == "SAME_UPPER") {
-        w.pad_begin[k] = total / 2;
-        w.pad_end[k] = total - total / 2;
+        w.pad_begin[k] = half;
+        w.pad_end[k] = total - half;
       } else {
-        w.pad_begin[k] = total - total / 2;
-        w.pad_end[k] = total / 2;
+        w.pad_begin[k] = total - half;
+        w.pad_end[k] = half;
       }
     }
   }
@@ -908,10 +909,22 @@ Outs op_conv_transpose(Ctx& c) {
   Tensor w3 = wt.reshape({groups, C / groups, K}).transpose(1, 2);                 // [g, K, C/g]
   Tensor cols = matmul(w3, x.reshape({N, groups, C / groups, H * W}), c.loc);     // [N, g, K, L]
   Tensor y = fold2d(cols.reshape({N, M * g.kh * g.kw, H * W}), fh, fw, g, c.loc);  // [N, M, fh, fw]
+  // Positive pads crop the full output, negative ones extend it with zeros.
+  auto crop = [&](Tensor t, int64_t dim, int64_t b, int64_t e) {
+    const int64_t n = t.shape()[static_cast<size_t>(dim)];
+    t = t.slice(dim, std::max<int64_t>(b, 0), n - std::max<int64_t>(e, 0));
+    if (b < 0 || e < 0) {
+      std::vector<int64_t> p(2 * static_cast<size_t>(4 - dim), 0);
+      p[p.size() - 2] = std::max<int64_t>(-b, 0);
+      p[p.size() - 1] = std::max<int64_t>(-e, 0);
+      t = pad(t, p);
+    }
+    return t;
+  };
   if (w.spatial == 1) {
-    y = y.slice(3, w.pad_begin[0], fw - w.pad_end[0]);
+    y = crop(y, 3, w.pad_begin[0], w.pad_end[0]);
   } else {
-    y = y.slice(2, w.pad_begin[0], fh - w.pad_end[0]).slice(3, w.pad_begin[1], fw - w.pad_end[1]);
+    y = crop(crop(y, 2, w.pad_begin[0], w.pad_end[0]), 3, w.pad_begin[1], w.pad_end[1]);
   }
   if (c.has(2)) y = y + c.x(2).reshape({1, M, 1, 1});
   return {restore_rank(y, w)};
@@ -921,7 +934,7 @@ Handler pool(bool is_max) {
   return [is_max](Ctx& c) {
     const Tensor& x = c.x(0);
     if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) c.unsupported("the Indices output");
-    c.require(is_float(x), "pooling needs a floating-point input");
+    c.require(is_float(x) || is_max, "average pooling needs a floating-point input");
     Window w = window_of(c, x, c.ints("kernel_shape"));
     const size_t s = static_cast<size_t>(w.spatial);
     const bool ceil_mode = c.i("ceil_mode", 0) != 0;
@@ -938,7 +951,10 @@ Handler pool(bool is_max) {
       out[k] = o;
       extra[k] = std::max<int64_t>(0, (o - 1) * w.strides[k] + eff - in);
     }
-    const double lowest = -std::numeric_limits<double>::infinity();
+    double lowest = -std::numeric_limits<double>::infinity();
+    if (x.dtype() == DType::U8 || x.dtype() == DType::Bool) lowest = 0;
+    else if (x.dtype() == DType::I32) lowest = std::numeric_limits<int32_t>::min();
+    else if (x.dtype() == DType::I64) lowest = static_cast<double>(std::numeric_limits<int64_t>::min());
     Tensor xp = padded_2d(x, w, extra, is_max ? lowest : 0.0);
     Conv2dGeometry g = geometry_2d(w);
     const int64_t N = x.shape()[0], C = x.shape()[1];
@@ -978,6 +994,8 @@ Handler global_pool(bool is_max) {
 }
 
 Outs op_dropout(Ctx& c) {
+  const bool training = c.opset >= 12 ? (c.has(2) && c.scalar(2) != 0) : c.i("is_test", 1) == 0 && c.opset < 7;
+  if (training) c.unsupported("training mode (random masks)");
   Outs out{c.x(0)};
   if (c.node.outputs.size() > 1) out.push_back(ones(c.x(0).shape(), DType::Bool).contiguous());
   return out;
@@ -1003,8 +1021,17 @@ Outs op_einsum(Ctx& c) {
   // Two-operand (or one-operand) contractions through permute/reshape/matmul.
   std::string eq_s = c.s("equation", "");
   eq_s.erase(std::remove(eq_s.begin(), eq_s.end(), ' '), eq_s.end());
+  if (eq_s.find("...") != std::string::npos) c.unsupported("equation '", eq_s, "' (ellipsis)");
+  if (eq_s.find("->") == std::string::npos) {
+    // Implicit output: the letters that appear once, in alphabetical order.
+    std::map<char, int> count;
+    for (char ch : eq_s)
+      if (ch != ',') count[ch]++;
+    eq_s += "->";
+    for (auto& [ch, n] : count)
+      if (n == 1) eq_s += ch;
+  }
   const size_t arrow = eq_s.find("->");
-  if (arrow == std::string::npos || eq_s.find("...") != std::string::npos) c.unsupported("equation '", eq_s, "'");
   std::vector<std::string> terms;
   {
     std::string lhs = eq_s.substr(0, arrow), cur;
@@ -1090,6 +1117,198 @@ Outs op_topk(Ctx& c) {
     return {zeros(s, x.dtype()).contiguous(), zeros(s, DType::I64).contiguous()};
   }
   return {cat(values, axis), cat(indices, axis)};
+}
+
+// ---- losses ------------------------------------------------------------------------------
+
+// NegativeLogLikelihoodLoss over log-probabilities [N, C, d...] and targets [N, d...].
+Tensor nll(Ctx& c, const Tensor& logp, const Tensor& target, const Tensor& weight) {
+  c.require(logp.dim() >= 2 && target.dim() == logp.dim() - 1, "input ", to_string(logp.shape()), " and target ",
+            to_string(target.shape()), " do not fit");
+  Tensor t = target.to(DType::I64);
+  Tensor valid = ones(t.shape(), DType::Bool);
+  if (c.attr("ignore_index")) valid = ne(t, c.i("ignore_index", 0));
+  Tensor safe = where(valid, t, 0);
+  Tensor picked = gather(logp, 1, safe.unsqueeze(1), c.loc).squeeze(1);
+  Tensor w = weight.defined() ? index_select(weight, 0, safe.reshape({safe.numel()})).reshape(t.shape())
+                              : ones(t.shape(), logp.dtype());
+  w = where(valid, w, 0.0);
+  Tensor loss = -(picked * w);
+  const std::string reduction = c.s("reduction", "mean");
+  if (reduction == "none") return loss;
+  if (reduction == "sum") return sum(loss);
+  c.require(reduction == "mean", "unknown reduction ", reduction);
+  return sum(loss) / sum(w);
+}
+
+Outs op_nll(Ctx& c) { return {nll(c, c.x(0), c.x(1), c.has(2) ? c.x(2) : Tensor())}; }
+
+Outs op_softmax_ce(Ctx& c) {
+  Tensor logp = log_softmax(c.x(0), 1, c.loc);
+  Tensor loss = nll(c, logp, c.x(1), c.has(2) ? c.x(2) : Tensor());
+  return {loss, logp};
+}
+
+// ---- Resize ------------------------------------------------------------------------------
+
+// One axis of a separable resize: output position o reads taps (index, weight) of the input.
+Tensor resample_axis(const Tensor& x, int64_t axis, const std::vector<std::vector<std::pair<int64_t, double>>>& taps,
+                     const std::vector<bool>& outside, double extrapolation) {
+  const int64_t out = static_cast<int64_t>(taps.size());
+  size_t ntaps = 0;
+  for (const auto& t : taps) ntaps = std::max(ntaps, t.size());
+  Shape wshape(static_cast<size_t>(x.dim()), 1);
+  wshape[static_cast<size_t>(axis)] = out;
+  Tensor y;
+  const DType compute = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  for (size_t k = 0; k < ntaps; ++k) {
+    std::vector<int64_t> idx(static_cast<size_t>(out));
+    std::vector<double> w(static_cast<size_t>(out));
+    bool all_one = true;
+    for (int64_t o = 0; o < out; ++o) {
+      const auto& t = taps[static_cast<size_t>(o)];
+      idx[static_cast<size_t>(o)] = k < t.size() ? t[k].first : 0;
+      w[static_cast<size_t>(o)] = k < t.size() ? t[k].second : 0.0;
+      all_one = all_one && w[static_cast<size_t>(o)] == 1.0;
+    }
+    Tensor picked = index_select(x, axis, tensor(idx, {out}));
+    Tensor term = all_one && ntaps == 1 ? picked : picked.to(compute) * tensor(w, wshape).to(compute);
+    y = k == 0 ? term : y + term;
+  }
+  bool any_outside = false;
+  for (bool b : outside) any_outside = any_outside || b;
+  if (any_outside) {
+    std::vector<uint8_t> mask(outside.begin(), outside.end());
+    y = where(tensor(mask, wshape, DType::Bool), extrapolation, y);
+  }
+  return y.dtype() == x.dtype() ? y : cast(is_integral(x.dtype()) ? round(y) : y, x.dtype());
+}
+
+Outs op_resize(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const int64_t r = x.dim();
+  if (c.i("antialias", 0)) c.unsupported("antialias");
+  if (c.s("keep_aspect_ratio_policy", "stretch") != "stretch") c.unsupported("keep_aspect_ratio_policy");
+  const std::string mode = c.s("mode", "nearest");
+  const std::string ctm = c.opset < 11 ? "asymmetric" : c.s("coordinate_transformation_mode", "half_pixel");
+  const std::string nearest_mode = c.s("nearest_mode", "round_prefer_floor");
+  const double a = c.f("cubic_coeff_a", -0.75), extrapolation = c.f("extrapolation_value", 0.0);
+  const bool exclude_outside = c.i("exclude_outside", 0) != 0;
+  std::vector<int64_t> axes = c.ints("axes");
+  if (axes.empty())
+    for (int64_t d = 0; d < r; ++d) axes.push_back(d);
+  for (auto& ax : axes) ax = c.axis(ax, r);
+  std::vector<double> scales, roi;
+  std::vector<int64_t> sizes;
+  auto floats = [&](size_t k) {
+    const Tensor& t = c.x(k);
+    c.require(t.numel() <= kMaxShapeValues, "input ", k, " too large");
+    return t.to_vector<double>(c.loc);
+  };
+  if (c.opset < 11) {
+    scales = floats(1);
+  } else {
+    if (c.has(1)) roi = floats(1);
+    if (c.has(2) && c.x(2).numel() > 0) scales = floats(2);
+    if (c.has(3) && c.x(3).numel() > 0) sizes = c.values(3);
+  }
+  c.require(!scales.empty() || !sizes.empty(), "needs scales or sizes");
+  const size_t n = axes.size();
+  c.require(scales.empty() || scales.size() == n, "scales ", scales.size(), " for ", n, " axes");
+  c.require(sizes.empty() || sizes.size() == n, "sizes ", sizes.size(), " for ", n, " axes");
+  c.require(roi.empty() || roi.size() == 2 * n, "roi of the wrong length");
+  Tensor y = x;
+  Shape out_shape = x.shape();
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t ax = axes[k];
+    const int64_t in = x.shape()[static_cast<size_t>(ax)];
+    double scale;
+    int64_t out;
+    if (!sizes.empty()) {
+      out = sizes[k];
+      c.require(in > 0, "cannot resize an empty dim");
+      scale = static_cast<double>(out) / static_cast<double>(in);
+    } else {
+      scale = scales[k];
+      c.require(scale > 0 && std::isfinite(scale), "bad scale ", scale);
+      out = static_cast<int64_t>(std::floor(static_cast<double>(in) * scale));
+    }
+    c.require(out >= 0 && out <= kMaxShapeValues, "output size ", out, " out of range");
+    out_shape[static_cast<size_t>(ax)] = out;
+    c.checked(out_shape);
+    if (out == in && scale == 1.0 && ctm != "tf_crop_and_resize") continue;
+    std::vector<std::vector<std::pair<int64_t, double>>> taps(static_cast<size_t>(out));
+    std::vector<bool> outside(static_cast<size_t>(out), false);
+    for (int64_t o = 0; o < out; ++o) {
+      double xo;
+      // The spec's transforms use the unrounded output length in * scale when scales are given.
+      const double od = static_cast<double>(o), ind = static_cast<double>(in);
+      const double outd = sizes.empty() ? ind * scale : static_cast<double>(out);
+      if (ctm == "half_pixel") xo = (od + 0.5) / scale - 0.5;
+      else if (ctm == "pytorch_half_pixel") xo = outd > 1 ? (od + 0.5) / scale - 0.5 : 0.0;
+      else if (ctm == "align_corners") xo = outd == 1 ? 0.0 : od * (ind - 1) / (outd - 1);
+      else if (ctm == "asymmetric") xo = od / scale;
+      else if (ctm == "tf_half_pixel_for_nn") xo = (od + 0.5) / scale;
+      else if (ctm == "half_pixel_symmetric") {
+        const double adj = outd / (scale * ind), center = ind / 2;
+        xo = center * (1 - adj) + (od + 0.5) / scale - 0.5;
+      } else if (ctm == "tf_crop_and_resize") {
+        c.require(!roi.empty(), "tf_crop_and_resize needs roi");
+        const double start = roi[k], end = roi[k + n];
+        xo = out > 1 ? start * (ind - 1) + od * (end - start) * (ind - 1) / (outd - 1) : 0.5 * (start + end) * (ind - 1);
+        if (xo < 0 || xo > ind - 1) outside[static_cast<size_t>(o)] = true;
+      } else {
+        c.unsupported("coordinate_transformation_mode ", ctm);
+      }
+      auto& t = taps[static_cast<size_t>(o)];
+      auto clampi = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+      if (mode == "nearest") {
+        double v;
+        const double fl = std::floor(xo);
+        if (nearest_mode == "round_prefer_floor") v = xo == fl + 0.5 ? fl : std::round(xo);
+        else if (nearest_mode == "round_prefer_ceil") v = xo == fl + 0.5 ? fl + 1 : std::round(xo);
+        else if (nearest_mode == "floor") v = fl;
+        else if (nearest_mode == "ceil") v = std::ceil(xo);
+        else c.unsupported("nearest_mode ", nearest_mode);
+        t.push_back({clampi(static_cast<int64_t>(v)), 1.0});
+      } else if (mode == "linear") {
+        const double x0 = std::floor(xo), ratio = xo - x0;
+        const int64_t i0 = static_cast<int64_t>(x0);
+        t.push_back({clampi(i0), 1 - ratio});
+        t.push_back({clampi(i0 + 1), ratio});
+        if (exclude_outside) {
+          double total = 0;
+          for (size_t q = 0; q < 2; ++q) {
+            const int64_t raw = i0 + static_cast<int64_t>(q);
+            if (raw < 0 || raw >= in) t[q].second = 0;
+            total += t[q].second;
+          }
+          if (total != 0) for (auto& p : t) p.second /= total;
+        }
+      } else if (mode == "cubic") {
+        const double x0 = std::floor(xo), rr = xo - x0;
+        const int64_t i0 = static_cast<int64_t>(x0);
+        const double cf[4] = {((a * (rr + 1) - 5 * a) * (rr + 1) + 8 * a) * (rr + 1) - 4 * a,
+                              ((a + 2) * rr - (a + 3)) * rr * rr + 1,
+                              ((a + 2) * (1 - rr) - (a + 3)) * (1 - rr) * (1 - rr) + 1,
+                              ((a * (2 - rr) - 5 * a) * (2 - rr) + 8 * a) * (2 - rr) - 4 * a};
+        double total = 0;
+        for (int q = 0; q < 4; ++q) {
+          const int64_t raw = i0 - 1 + q;
+          double w = cf[q];
+          if (exclude_outside && (raw < 0 || raw >= in)) w = 0;
+          t.push_back({clampi(raw), w});
+          total += w;
+        }
+        if (exclude_outside && total != 0) for (auto& p : t) p.second /= total;
+      } else {
+        c.unsupported("mode ", mode);
+      }
+    }
+    c.require(in > 0 || out == 0, "cannot resize an empty dim");
+    y = resample_axis(y, ax, taps, outside, extrapolation);
+  }
+  return {y};
 }
 
 const std::unordered_map<std::string, Handler>& handlers() {
@@ -1222,6 +1441,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
     h["Identity"] = op_identity;
     h["Einsum"] = op_einsum;
     h["TopK"] = op_topk;
+    h["NegativeLogLikelihoodLoss"] = op_nll;
+    h["SoftmaxCrossEntropyLoss"] = op_softmax_ce;
+    h["Resize"] = op_resize;
     return h;
   }();
   return table;

@@ -205,7 +205,8 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
   m->info.producer = mp.producer_name() + (mp.producer_version().empty() ? "" : " " + mp.producer_version());
   for (const auto& o : mp.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") m->info.opset = o.version();
-  if (m->info.opset == 0 && mp.opset_import().empty()) m->info.opset = 1;  // IR version 2 files have none
+  // IR version 2 files import no opset; files with only other domains' ops import none for ours.
+  if (m->info.opset == 0) m->info.opset = 1;
   check(m->info.opset >= 1 && m->info.opset <= 1000, kOp, loc, "implausible opset ", m->info.opset);
 
   std::set<std::string> defined;
@@ -224,6 +225,7 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
     if (m->initializers.count(in.name())) continue;  // an initializer with a default: not a required input
     check(!defined.count(in.name()), kOp, loc, "graph input '", in.name(), "' is declared twice");
     m->info.inputs.push_back(value_info(in));
+    if (m->info.inputs.back().elem_type == "non-tensor") m->info.unsupported.push_back("non-tensor input '" + in.name() + "'");
     m->input_names.push_back(in.name());
     defined.insert(in.name());
   }
@@ -259,6 +261,7 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
   for (const auto& out : g.output()) {
     check(defined.count(out.name()), kOp, loc, "graph output '", out.name(), "' is never computed");
     m->info.outputs.push_back(value_info(out));
+    if (m->info.outputs.back().elem_type == "non-tensor") m->info.unsupported.push_back("non-tensor output '" + out.name() + "'");
     m->output_names.push_back(out.name());
   }
   return m;
