@@ -183,12 +183,14 @@ Outs op_where(Ctx& c) { return {where(c.x(0).to(DType::Bool), c.x(1), c.x(2), c.
 
 Outs op_isinf(Ctx& c) {
   const Tensor& x = c.x(0);
-  // inf - inf is NaN; finite values give 0 and NaN stays out through x == x.
-  Tensor inf = logical_and(eq(x, x), ne(x - x, 0.0));
+  // Beyond the largest finite value of the type: an expression every backend keeps (x - x
+  // would be folded to 0 by some shader compilers).
+  const double big = x.dtype() == DType::F64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max();
+  Tensor pos = x > big, neg = x < -big;
   const bool p = c.i("detect_positive", 1) != 0, n = c.i("detect_negative", 1) != 0;
-  if (p && n) return {inf};
-  if (p) return {logical_and(inf, x > 0)};
-  if (n) return {logical_and(inf, x < 0)};
+  if (p && n) return {logical_or(pos, neg)};
+  if (p) return {pos};
+  if (n) return {neg};
   return {zeros(x.shape(), DType::Bool).contiguous()};
 }
 
@@ -964,19 +966,31 @@ Handler pool(bool is_max) {
     if (is_max) {
       y = max(cols, {2});
     } else {
+      // Each tap's weight 1/count (0 for taps outside what counts), made on the host, so the
+      // average is one weighted sum (a reduction with a prologue, which every backend runs).
       const bool include_pad = c.i("count_include_pad", 0) != 0;
-      Tensor ones4 = ones({1, 1, s == 1 ? 1 : x.shape()[2], x.shape()[x.dim() - 1]}, x.dtype());
-      Window wz = w;
-      Tensor mask = s == 1 ? ones4.squeeze(2) : ones4;
-      if (include_pad) {
-        mask = padded_2d(mask, w, std::vector<int64_t>(s, 0), 1.0);
-        std::fill(wz.pad_begin.begin(), wz.pad_begin.end(), 0);
-        std::fill(wz.pad_end.begin(), wz.pad_end.end(), 0);
-        if (s == 1) mask = mask.squeeze(2);
+      const int64_t H = s == 1 ? 1 : x.shape()[2], W = x.shape()[x.dim() - 1];
+      const int64_t ph = s == 1 ? 0 : w.pad_begin[0], pw = w.pad_begin[s - 1];
+      const int64_t ph_end = s == 1 ? 0 : w.pad_end[0], pw_end = w.pad_end[s - 1];
+      const int64_t taps = g.kh * g.kw, L = oh * ow;
+      std::vector<double> weights(static_cast<size_t>(taps * L), 0.0);
+      for (int64_t o = 0; o < L; ++o) {
+        const int64_t oy = o / ow, ox = o % ow;
+        int64_t count = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+          for (int64_t ky = 0; ky < g.kh; ++ky)
+            for (int64_t kx = 0; kx < g.kw; ++kx) {
+              const int64_t iy = oy * g.stride_h + ky * g.dilation_h - ph, ix = ox * g.stride_w + kx * g.dilation_w - pw;
+              const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
+              const bool in_pads = iy >= -ph && iy < H + ph_end && ix >= -pw && ix < W + pw_end;
+              if (!(include_pad ? in_pads : inside)) continue;
+              if (pass == 0) ++count;
+              else weights[static_cast<size_t>((ky * g.kw + kx) * L + o)] = 1.0 / static_cast<double>(count);
+            }
+        }
       }
-      Tensor mp = padded_2d(mask, wz, extra, 0.0);
-      Tensor counts = sum(unfold2d(mp, g, 0.0, c.loc).reshape({1, 1, g.kh * g.kw, oh * ow}), {2});
-      y = sum(cols, {2}) / counts;
+      Tensor wt = tensor(weights, {1, 1, taps, L}).to(x.dtype());
+      y = sum(cols * wt, {2});
     }
     y = y.reshape({N, C, oh, ow});
     return Outs{restore_rank(y, w)};

@@ -178,7 +178,7 @@ void run_suite(Device& device, const std::string& kind) {
   }
   std::set<std::string> expected;
   std::ifstream f(list);
-  ASSERT_TRUE(f.good()) << "cannot read " << list;
+  if (!f.good()) GTEST_SKIP() << "no list of expected passes for " << kind << " (" << list << "); ALK_ONNX_WRITE_EXPECTED=1 writes it";
   for (std::string line; std::getline(f, line);)
     if (!line.empty() && line[0] != '#') expected.insert(line);
   int newly = 0;
