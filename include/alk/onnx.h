@@ -14,6 +14,11 @@
 
 #include "alk/tensor.h"
 
+namespace alk::nn {
+class GPT;
+class Sequential;
+}  // namespace alk::nn
+
 namespace alk::onnx {
 
 // A graph input or output as the file declares it.
@@ -61,5 +66,15 @@ bool is_supported_op(std::string_view op_type);
 std::vector<std::string> supported_ops();
 // An ONNX TensorProto (the test data's input_0.pb) as a tensor.
 Tensor load_tensor_pb(const std::string& path, Loc loc = Loc::current());
+
+// ---- export (opset 17, written with the protobuf classes; src/onnx/export.cpp) ----
+// The GPT's forward: input "ids" int64 [B, T] (B and T symbolic, T <= ctx), output "logits"
+// float [B, T, vocab]. Attention is written out (MatMul, a causal mask, Softmax, MatMul).
+void export_gpt(const nn::GPT& model, const std::string& path, Loc loc = Loc::current());
+// A Sequential of Conv2d, Linear, Act, MaxPool2d, AvgPool2d, Flatten, BatchNorm2d (eval),
+// LayerNorm and Dropout layers: input "input" float of `input_shape` with dim 0 symbolic ("N"),
+// output "output". Other layer types are an alk::Error naming them.
+void export_sequential(const nn::Sequential& model, const Shape& input_shape, const std::string& path,
+                       Loc loc = Loc::current());
 
 }  // namespace alk::onnx
