@@ -79,7 +79,7 @@ struct Ctx {
     return t.to_vector<double>(loc)[0];
   }
   int64_t axis(int64_t a, int64_t rank) const {
-    require(a >= -rank && a < std::max<int64_t>(rank, 1), "axis ", a, " is out of range for rank ", rank);
+    require(rank > 0 && a >= -rank && a < rank, "axis ", a, " is out of range for rank ", rank);
     return a < 0 ? a + rank : a;
   }
   Shape checked(Shape s) const {
@@ -694,16 +694,17 @@ Outs op_cumsum(Ctx& c) {
 
 // ---- normalization -----------------------------------------------------------------------
 
+// [1, C, 1, ...] for x [N, C, ...] (callers check the rank is at least 2).
 Shape channel_shape(const Tensor& x) {
   Shape s(static_cast<size_t>(x.dim()), 1);
-  if (x.dim() > 1) s[1] = -1;
-  else s[0] = -1;
+  s[1] = -1;
   return s;
 }
 
 Outs op_batchnorm(Ctx& c) {
   const Tensor& x = c.x(0);
   if (c.i("training_mode", 0) || c.node.outputs.size() > 1) c.unsupported("training mode");
+  c.require(x.dim() >= 2, "input must be at least 2-D");
   const double eps = c.f("epsilon", 1e-5);
   Shape cs = channel_shape(x);
   Tensor scale = c.x(1).reshape(cs), bias = c.x(2).reshape(cs), m = c.x(3).reshape(cs), v = c.x(4).reshape(cs);
