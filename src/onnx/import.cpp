@@ -1326,6 +1326,103 @@ Outs op_resize(Ctx& c) {
   return {y};
 }
 
+// ---- recurrent layers -----------------------------------------------------------------------
+
+enum class Cell { Rnn, Gru, Lstm };
+
+// RNN, GRU and LSTM with the spec's default activations: the input projection of all steps is
+// one matmul per direction, then one small matmul per step for the recurrence.
+Handler recurrent(Cell cell) {
+  return [cell](Ctx& c) {
+    const int64_t G = cell == Cell::Rnn ? 1 : cell == Cell::Gru ? 3 : 4;
+    const std::vector<std::string> defaults = cell == Cell::Rnn   ? std::vector<std::string>{"Tanh", "Tanh"}
+                                              : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh", "Sigmoid", "Tanh"}
+                                                                  : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh", "Sigmoid", "Tanh", "Tanh"};
+    if (const Attr* a = c.attr("activations")) {
+      for (size_t k = 0; k < a->strings.size(); ++k)
+        if (k >= defaults.size() || a->strings[k] != defaults[k]) c.unsupported("activations other than the defaults");
+    }
+    if (c.attr("clip")) c.unsupported("clip");
+    if (c.i("input_forget", 0)) c.unsupported("input_forget");
+    const std::string direction = c.s("direction", "forward");
+    const int64_t dirs = direction == "bidirectional" ? 2 : 1;
+    c.require(direction == "forward" || direction == "reverse" || direction == "bidirectional", "bad direction ", direction);
+    const bool batch_first = c.i("layout", 0) != 0;
+    Tensor X = c.x(0);
+    c.require(X.dim() == 3, "X must be 3-D");
+    if (batch_first) X = X.transpose(0, 1);
+    const int64_t T = X.shape()[0], B = X.shape()[1];
+    const Tensor &W = c.x(1), &R = c.x(2);
+    c.require(W.dim() == 3 && R.dim() == 3 && W.shape()[0] == dirs && R.shape()[0] == dirs, "W/R do not match the directions");
+    const int64_t H = c.i("hidden_size", R.shape()[2]);
+    c.require(H > 0 && W.shape()[1] == G * H && R.shape()[1] == G * H && R.shape()[2] == H && W.shape()[2] == X.shape()[2],
+              "W ", to_string(W.shape()), " / R ", to_string(R.shape()), " do not fit hidden_size ", H);
+    if (c.has(4)) {
+      for (int64_t len : c.values(4)) if (len != T) c.unsupported("sequence_lens shorter than the sequence");
+    }
+    const bool lbr = c.i("linear_before_reset", 0) != 0;
+    std::vector<Tensor> ys, hs, cs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      Tensor w = W.select(0, d), r = R.select(0, d);
+      Tensor wb, rb;
+      if (c.has(3)) {
+        c.require(c.x(3).dim() == 2 && c.x(3).shape()[1] == 2 * G * H, "B of the wrong shape");
+        wb = c.x(3).select(0, d).slice(0, 0, G * H);
+        rb = c.x(3).select(0, d).slice(0, G * H, 2 * G * H);
+      } else {
+        wb = zeros({G * H}, X.dtype());
+        rb = zeros({G * H}, X.dtype());
+      }
+      Tensor xw = matmul(X, w.t()) + wb;  // [T, B, G*H]
+      Tensor h = c.has(5) ? (batch_first ? c.x(5).select(1, d) : c.x(5).select(0, d)) : zeros({B, H}, X.dtype());
+      Tensor cst = cell == Cell::Lstm && c.has(6) ? (batch_first ? c.x(6).select(1, d) : c.x(6).select(0, d))
+                                                  : zeros({B, H}, X.dtype());
+      Tensor peep = cell == Cell::Lstm && c.has(7) ? c.x(7).select(0, d) : Tensor();
+      const bool reverse = direction == "reverse" || d == 1;
+      std::vector<Tensor> steps(static_cast<size_t>(T));
+      for (int64_t k = 0; k < T; ++k) {
+        const int64_t t = reverse ? T - 1 - k : k;
+        Tensor xt = xw.select(0, t);
+        auto gate = [&](const Tensor& all, int64_t g) { return all.slice(-1, g * H, (g + 1) * H); };
+        if (cell == Cell::Rnn) {
+          h = tanh(xt + matmul(h, r.t()) + rb);
+        } else if (cell == Cell::Gru) {
+          Tensor hr = matmul(h, r.slice(0, 0, 2 * H).t()) + rb.slice(0, 0, 2 * H);
+          Tensor z = sigmoid(gate(xt, 0) + gate(hr, 0)), rr = sigmoid(gate(xt, 1) + gate(hr, 1));
+          Tensor rh = r.slice(0, 2 * H, 3 * H), rbh = rb.slice(0, 2 * H, 3 * H);
+          Tensor n = lbr ? tanh(gate(xt, 2) + rr * (matmul(h, rh.t()) + rbh)) : tanh(gate(xt, 2) + matmul(rr * h, rh.t()) + rbh);
+          h = (1.0 - z) * n + z * h;
+        } else {
+          Tensor all = xt + matmul(h, r.t()) + rb;
+          Tensor gi = gate(all, 0), go = gate(all, 1), gf = gate(all, 2), gc = gate(all, 3);
+          if (peep.defined()) {
+            gi = gi + peep.slice(0, 0, H) * cst;
+            gf = gf + peep.slice(0, 2 * H, 3 * H) * cst;
+          }
+          cst = sigmoid(gf) * cst + sigmoid(gi) * tanh(gc);
+          if (peep.defined()) go = go + peep.slice(0, H, 2 * H) * cst;
+          h = sigmoid(go) * tanh(cst);
+        }
+        h.realize();  // one step at a time: the graph stays shallow for long sequences
+        if (cell == Cell::Lstm) cst.realize();
+        steps[static_cast<size_t>(t)] = h;
+      }
+      ys.push_back(T > 0 ? stack(steps, 0) : zeros({0, B, H}, X.dtype()));  // [T, B, H]
+      hs.push_back(h);
+      cs.push_back(cst);
+    }
+    Tensor y = stack(ys, 1), yh = stack(hs, 0), yc = stack(cs, 0);  // [T, D, B, H], [D, B, H]
+    if (batch_first) {
+      y = y.permute({2, 0, 1, 3});
+      yh = yh.transpose(0, 1);
+      yc = yc.transpose(0, 1);
+    }
+    Outs out{y, yh};
+    if (cell == Cell::Lstm) out.push_back(yc);
+    return out;
+  };
+}
+
 const std::unordered_map<std::string, Handler>& handlers() {
   static const std::unordered_map<std::string, Handler> table = [] {
     std::unordered_map<std::string, Handler> h;
@@ -1459,6 +1556,9 @@ const std::unordered_map<std::string, Handler>& handlers() {
     h["NegativeLogLikelihoodLoss"] = op_nll;
     h["SoftmaxCrossEntropyLoss"] = op_softmax_ce;
     h["Resize"] = op_resize;
+    h["RNN"] = recurrent(Cell::Rnn);
+    h["GRU"] = recurrent(Cell::Gru);
+    h["LSTM"] = recurrent(Cell::Lstm);
     return h;
   }();
   return table;
