@@ -1423,6 +1423,213 @@ Handler recurrent(Cell cell) {
   };
 }
 
+// ---- more ops: inverse trigonometry, windows, scatter/gather variants, data-dependent shapes --
+
+// atan from the primitives: |x| > 1 through atan(x) = sign(x) pi/2 - atan(1/x), then two
+// half-angle steps (atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))) to |t| <= tan(pi/16), where the
+// odd Taylor series to t^11 is within 1e-10.
+Tensor atan_(const Tensor& x) {
+  Tensor big = abs(x) > 1.0;
+  Tensor t = where(big, 1.0 / x, x);
+  for (int k = 0; k < 2; ++k) t = t / (sqrt(t * t + 1.0) + 1.0);
+  Tensor t2 = t * t;
+  Tensor poly = t * (1.0 - t2 * (1.0 / 3 - t2 * (1.0 / 5 - t2 * (1.0 / 7 - t2 * (1.0 / 9 - t2 / 11.0)))));
+  Tensor small = poly * 4.0;
+  return where(big, sign(x) * 1.5707963267948966 - small, small);
+}
+Tensor asin_(const Tensor& x) { return atan_(x / (sqrt(1.0 - x * x) + 1.0)) * 2.0; }
+
+Handler window(int which) {  // 0 Hann, 1 Hamming, 2 Blackman
+  return [which](Ctx& c) {
+    const int64_t n = static_cast<int64_t>(c.scalar(0));
+    c.require(n >= 0 && n <= kMaxShapeValues, "bad window size ", n);
+    DType dt = DType::F32;
+    if (c.attr("output_datatype") && !dtype_from_onnx(static_cast<int>(c.i("output_datatype", 1)), &dt))
+      c.unsupported("output_datatype");
+    const double den = c.i("periodic", 1) ? static_cast<double>(n) : static_cast<double>(n - 1);
+    std::vector<double> v(static_cast<size_t>(n));
+    const double pi = 3.141592653589793;
+    for (int64_t k = 0; k < n; ++k) {
+      const double a = 2 * pi * static_cast<double>(k) / den;
+      v[static_cast<size_t>(k)] = which == 0 ? 0.5 - 0.5 * std::cos(a)
+                                  : which == 1 ? 25.0 / 46 - (1 - 25.0 / 46) * std::cos(a)
+                                               : 0.42 - 0.5 * std::cos(a) + 0.08 * std::cos(2 * a);
+    }
+    return Outs{cast(tensor(v, {n}), dt)};
+  };
+}
+
+// Linear positions into data's first k dims (after batch_dims leading dims) for GatherND/ScatterND.
+Tensor nd_positions(Ctx& c, const Tensor& data, const Tensor& indices, int64_t batch_dims, int64_t* k_out) {
+  c.require(indices.dim() >= 1 && is_integral(indices.dtype()), "indices must be integers of rank >= 1");
+  const int64_t k = indices.shape().back();
+  c.require(batch_dims >= 0 && batch_dims < indices.dim() && batch_dims + k <= data.dim(), "indices do not fit data");
+  Tensor idx = indices.to(DType::I64);
+  Tensor lin = zeros(Shape(indices.shape().begin(), indices.shape().end() - 1), DType::I64);
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    const int64_t n = data.shape()[static_cast<size_t>(batch_dims + j)];
+    Tensor ij = idx.select(-1, j);
+    lin = lin + where(ij < 0, ij + n, ij) * stride;
+    stride *= n;
+  }
+  int64_t batch = 1;
+  for (int64_t b = 0; b < batch_dims; ++b) batch *= data.shape()[static_cast<size_t>(b)];
+  if (batch_dims > 0) {  // the leading dims of indices and data agree: offset each batch's block
+    Shape s{batch};
+    s.insert(s.end(), indices.shape().begin() + batch_dims, indices.shape().end() - 1);
+    lin = lin.reshape(s);
+    Shape bshape(s.size(), 1);
+    bshape[0] = batch;
+    lin = lin + arange(batch).reshape(bshape) * stride;
+  }
+  *k_out = k;
+  return lin;
+}
+
+Outs op_gather_nd(Ctx& c) {
+  const Tensor& data = c.x(0);
+  const Tensor& indices = c.x(1);
+  const int64_t b = c.i("batch_dims", 0);
+  int64_t k = 0;
+  Tensor lin = nd_positions(c, data, indices, b, &k);
+  Shape rest(data.shape().begin() + b + k, data.shape().end());
+  Shape flat{-1};
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  Tensor picked = index_select(data.reshape(flat), 0, lin.reshape({lin.numel()}));
+  Shape out(indices.shape().begin(), indices.shape().end() - 1);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return {picked.reshape(out)};
+}
+
+// out = data with positions `index` along `axis` replaced (or added to) by updates.
+Tensor scatter_into(Ctx& c, const Tensor& data, int64_t axis, const Tensor& index, const Tensor& updates) {
+  const std::string reduction = c.s("reduction", "none");
+  Tensor added = scatter_add(zeros(data.shape(), updates.dtype()).contiguous(), axis, index, updates, c.loc);
+  if (reduction == "add") return data + added;
+  if (reduction != "none") c.unsupported("reduction ", reduction);
+  Tensor hit = scatter_add(zeros(data.shape(), DType::F32).contiguous(), axis, index, ones(updates.shape(), DType::F32), c.loc);
+  return where(hit > 0, added, data);
+}
+
+Outs op_scatter_elements(Ctx& c) {
+  const Tensor& data = c.x(0);
+  const int64_t axis = c.axis(c.i("axis", 0), data.dim());
+  Tensor idx = fix_negative_indices(c.x(1), data.shape()[static_cast<size_t>(axis)]);
+  return {scatter_into(c, data, axis, idx, c.x(2))};
+}
+
+Outs op_scatter_nd(Ctx& c) {
+  const Tensor& data = c.x(0);
+  int64_t k = 0;
+  Tensor lin = nd_positions(c, data, c.x(1), 0, &k);
+  Shape rest(data.shape().begin() + k, data.shape().end());
+  Shape flat{-1}, upd_shape{lin.numel()};
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  upd_shape.insert(upd_shape.end(), rest.begin(), rest.end());
+  Tensor d2 = data.reshape(flat);
+  Shape idx_shape(upd_shape.size(), 1);
+  idx_shape[0] = lin.numel();
+  Tensor idx = lin.reshape(idx_shape).expand(upd_shape).contiguous();
+  return {scatter_into(c, d2, 0, idx, c.x(2).reshape(upd_shape)).reshape(data.shape())};
+}
+
+Outs op_lrn(Ctx& c) {
+  const Tensor& x = c.x(0);
+  c.require(x.dim() >= 3, "input must be at least 3-D");
+  const int64_t size = c.i("size", 1);
+  c.require(size >= 1 && size <= 1024, "bad size");
+  const double alpha = c.f("alpha", 1e-4), beta = c.f("beta", 0.75), bias = c.f("bias", 1.0);
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  std::vector<int64_t> pads(2 * static_cast<size_t>(x.dim() - 1), 0);  // torch order: last dim first; dim 1 is the last pair
+  pads[pads.size() - 2] = before;
+  pads[pads.size() - 1] = after;
+  Tensor sq = pad(x * x, pads);
+  const int64_t C = x.shape()[1];
+  Tensor acc;
+  for (int64_t k = 0; k < size; ++k) {
+    Tensor part = sq.slice(1, k, k + C);
+    acc = acc.defined() ? acc + part : part;
+  }
+  return {x / pow(acc * (alpha / static_cast<double>(size)) + bias, beta)};
+}
+
+Outs op_nonzero(Ctx& c) {
+  const Tensor& x = c.x(0);
+  c.require(x.numel() <= kMaxShapeValues, "input too large for NonZero");
+  const std::vector<double> v = x.to_vector<double>();
+  std::vector<int64_t> hits;
+  for (size_t k = 0; k < v.size(); ++k)
+    if (v[k] != 0) hits.push_back(static_cast<int64_t>(k));
+  const int64_t r = std::max<int64_t>(x.dim(), 1), n = static_cast<int64_t>(hits.size());
+  std::vector<int64_t> out(static_cast<size_t>(r * n));
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t rem = hits[static_cast<size_t>(j)];
+    for (int64_t d = r - 1; d >= 0; --d) {
+      const int64_t size = x.dim() == 0 ? 1 : x.shape()[static_cast<size_t>(d)];
+      out[static_cast<size_t>(d * n + j)] = rem % size;
+      rem /= size;
+    }
+  }
+  if (n == 0) return {zeros({r, 0}, DType::I64).contiguous()};
+  return {tensor(out, {r, n})};
+}
+
+Outs op_compress(Ctx& c) {
+  Tensor x = c.x(0);
+  const Tensor& cond = c.x(1);
+  c.require(cond.dim() == 1 && cond.numel() <= kMaxShapeValues, "condition must be 1-D");
+  const std::vector<double> v = cond.to_vector<double>();
+  int64_t axis = 0;
+  if (c.attr("axis")) axis = c.axis(c.i("axis", 0), x.dim());
+  else x = x.reshape({x.numel()});
+  std::vector<int64_t> keep;
+  for (size_t k = 0; k < v.size() && static_cast<int64_t>(k) < x.shape()[static_cast<size_t>(axis)]; ++k)
+    if (v[k] != 0) keep.push_back(static_cast<int64_t>(k));
+  if (keep.empty()) {
+    Shape s = x.shape();
+    s[static_cast<size_t>(axis)] = 0;
+    return {zeros(s, x.dtype()).contiguous()};
+  }
+  return {index_select(x, axis, tensor(keep, {static_cast<int64_t>(keep.size())}))};
+}
+
+Outs op_reverse_sequence(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const int64_t ta = c.axis(c.i("time_axis", 0), x.dim()), ba = c.axis(c.i("batch_axis", 1), x.dim());
+  c.require(ta != ba, "time and batch axes coincide");
+  const std::vector<int64_t> lens = c.values(1);
+  const int64_t T = x.shape()[static_cast<size_t>(ta)], B = x.shape()[static_cast<size_t>(ba)];
+  c.require(static_cast<int64_t>(lens.size()) == B, "sequence_lens has ", lens.size(), " values for batch ", B);
+  c.require(T * B <= kMaxShapeValues, "too large");
+  std::vector<int64_t> idx(static_cast<size_t>(T * B));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t len = std::clamp<int64_t>(lens[static_cast<size_t>(b)], 0, T);
+      idx[static_cast<size_t>(ta < ba ? t * B + b : b * T + t)] = t < len ? len - 1 - t : t;
+    }
+  Shape s(static_cast<size_t>(x.dim()), 1);
+  s[static_cast<size_t>(ta)] = T;
+  s[static_cast<size_t>(ba)] = B;
+  return {gather(x, ta, tensor(idx, {static_cast<int64_t>(idx.size())}).reshape(s).expand(x.shape()).contiguous())};
+}
+
+Outs op_upsample(Ctx& c) {
+  // Upsample (opsets 7-9) is Resize-10 with floor rounding for nearest.
+  Node n = c.node;
+  n.attrs["nearest_mode"] = Attr{Attr::String, 0, 0, "floor", {}, {}, {}, {}};
+  Ctx rc{n, 10, {c.x(0)}, c.loc};
+  if (c.opset < 9) {
+    const Attr* a = c.attr("scales");
+    c.require(a && a->kind == Attr::Floats, "needs scales");
+    std::vector<float> v(a->floats.begin(), a->floats.end());
+    rc.in.push_back(tensor(v, {static_cast<int64_t>(v.size())}));
+  } else {
+    rc.in.push_back(c.x(1));
+  }
+  return op_resize(rc);
+}
+
 const std::unordered_map<std::string, Handler>& handlers() {
   static const std::unordered_map<std::string, Handler> table = [] {
     std::unordered_map<std::string, Handler> h;
@@ -1559,6 +1766,21 @@ const std::unordered_map<std::string, Handler>& handlers() {
     h["RNN"] = recurrent(Cell::Rnn);
     h["GRU"] = recurrent(Cell::Gru);
     h["LSTM"] = recurrent(Cell::Lstm);
+    h["Atan"] = unary_fn([](const Ctx&, const Tensor& x) { return atan_(x); });
+    h["Asin"] = unary_fn([](const Ctx&, const Tensor& x) { return asin_(x); });
+    h["Acos"] = unary_fn([](const Ctx&, const Tensor& x) { return 1.5707963267948966 - asin_(x); });
+    h["HannWindow"] = window(0);
+    h["HammingWindow"] = window(1);
+    h["BlackmanWindow"] = window(2);
+    h["GatherND"] = op_gather_nd;
+    h["ScatterElements"] = op_scatter_elements;
+    h["Scatter"] = op_scatter_elements;
+    h["ScatterND"] = op_scatter_nd;
+    h["LRN"] = op_lrn;
+    h["NonZero"] = op_nonzero;
+    h["Compress"] = op_compress;
+    h["ReverseSequence"] = op_reverse_sequence;
+    h["Upsample"] = op_upsample;
     return h;
   }();
   return table;
