@@ -936,7 +936,8 @@ Outs op_conv_transpose(Ctx& c) {
 Handler pool(bool is_max) {
   return [is_max](Ctx& c) {
     const Tensor& x = c.x(0);
-    if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) c.unsupported("the Indices output");
+    const bool want_indices = c.node.outputs.size() > 1 && !c.node.outputs[1].empty();
+    const bool column_major = c.i("storage_order", 0) != 0;
     c.require(is_float(x) || is_max, "average pooling needs a floating-point input");
     Window w = window_of(c, x, c.ints("kernel_shape"));
     const size_t s = static_cast<size_t>(w.spatial);
@@ -994,7 +995,25 @@ Handler pool(bool is_max) {
       y = sum(cols * wt, {2});
     }
     y = y.reshape({N, C, oh, ow});
-    return Outs{restore_rank(y, w)};
+    if (!want_indices) return Outs{restore_rank(y, w)};
+    // Indices: the winning tap of each window, mapped through a host table (tap, position) ->
+    // offset in the unpadded image, plus the (n, c) plane's offset.
+    const int64_t H = s == 1 ? 1 : x.shape()[2], W = x.shape()[x.dim() - 1];
+    const int64_t ph = s == 1 ? 0 : w.pad_begin[0], pw = w.pad_begin[s - 1];
+    const int64_t taps = g.kh * g.kw, L = oh * ow;
+    std::vector<int64_t> table(static_cast<size_t>(taps * L));
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx)
+        for (int64_t o = 0; o < L; ++o) {
+          const int64_t iy = (o / ow) * g.stride_h + ky * g.dilation_h - ph, ix = (o % ow) * g.stride_w + kx * g.dilation_w - pw;
+          const int64_t cy = std::clamp<int64_t>(iy, 0, H - 1), cx = std::clamp<int64_t>(ix, 0, W - 1);
+          table[static_cast<size_t>((ky * g.kw + kx) * L + o)] = column_major ? cx * H + cy : cy * W + cx;
+        }
+    Tensor winner = argmax(cols, 2, true);  // [N, C, 1, L]
+    Tensor at = gather(tensor(table, {1, 1, taps, L}).expand({N, C, taps, L}).contiguous(), 2, winner).reshape({N, C, oh, ow});
+    Tensor plane = (arange(N * C) * (H * W)).reshape({N, C, 1, 1});
+    Tensor idx = at + plane;
+    return Outs{restore_rank(y, w), restore_rank(idx, w)};
   };
 }
 
@@ -1630,6 +1649,60 @@ Outs op_upsample(Ctx& c) {
   return op_resize(rc);
 }
 
+// Greedy non-maximum suppression per (batch, class), on the host: its output size depends on the data.
+Outs op_nms(Ctx& c) {
+  const Tensor &boxes = c.x(0), &scores = c.x(1);
+  c.require(boxes.dim() == 3 && boxes.shape()[2] == 4 && scores.dim() == 3 && scores.shape()[0] == boxes.shape()[0] &&
+                scores.shape()[2] == boxes.shape()[1],
+            "boxes ", to_string(boxes.shape()), " and scores ", to_string(scores.shape()), " do not fit");
+  c.require(boxes.numel() <= kMaxShapeValues && scores.numel() <= kMaxShapeValues, "too many boxes");
+  const int64_t max_out = c.has(2) ? static_cast<int64_t>(c.scalar(2)) : 0;
+  const double iou_max = c.has(3) ? c.scalar(3) : 0.0;
+  const bool has_thr = c.has(4);
+  const double thr = has_thr ? c.scalar(4) : 0.0;
+  const bool center = c.i("center_point_box", 0) != 0;
+  const std::vector<double> bx = boxes.to_vector<double>(), sc = scores.to_vector<double>();
+  const int64_t B = boxes.shape()[0], N = boxes.shape()[1], C = scores.shape()[1];
+  auto corners = [&](int64_t b, int64_t i, double out[4]) {
+    const double* p = &bx[static_cast<size_t>((b * N + i) * 4)];
+    if (center) {
+      out[0] = p[1] - p[3] / 2, out[1] = p[0] - p[2] / 2, out[2] = p[1] + p[3] / 2, out[3] = p[0] + p[2] / 2;
+    } else {
+      out[0] = std::min(p[0], p[2]), out[1] = std::min(p[1], p[3]), out[2] = std::max(p[0], p[2]), out[3] = std::max(p[1], p[3]);
+    }
+  };
+  auto iou = [&](int64_t b, int64_t i, int64_t j) {
+    double a[4], d[4];
+    corners(b, i, a);
+    corners(b, j, d);
+    const double ih = std::max(0.0, std::min(a[2], d[2]) - std::max(a[0], d[0]));
+    const double iw = std::max(0.0, std::min(a[3], d[3]) - std::max(a[1], d[1]));
+    const double inter = ih * iw, uni = (a[2] - a[0]) * (a[3] - a[1]) + (d[2] - d[0]) * (d[3] - d[1]) - inter;
+    return uni > 0 ? inter / uni : 0.0;
+  };
+  std::vector<int64_t> out;
+  for (int64_t b = 0; b < B && max_out > 0; ++b)
+    for (int64_t k = 0; k < C; ++k) {
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < N; ++i)
+        if (!has_thr || sc[static_cast<size_t>((b * C + k) * N + i)] > thr) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+        return sc[static_cast<size_t>((b * C + k) * N + i)] > sc[static_cast<size_t>((b * C + k) * N + j)];
+      });
+      std::vector<int64_t> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        bool keep = true;
+        for (int64_t j : kept) keep = keep && iou(b, i, j) <= iou_max;
+        if (keep) kept.push_back(i);
+      }
+      for (int64_t i : kept) out.insert(out.end(), {b, k, i});
+    }
+  const int64_t n = static_cast<int64_t>(out.size() / 3);
+  if (n == 0) return {zeros({0, 3}, DType::I64).contiguous()};
+  return {tensor(out, {n, 3})};
+}
+
 const std::unordered_map<std::string, Handler>& handlers() {
   static const std::unordered_map<std::string, Handler> table = [] {
     std::unordered_map<std::string, Handler> h;
@@ -1781,6 +1854,7 @@ const std::unordered_map<std::string, Handler>& handlers() {
     h["Compress"] = op_compress;
     h["ReverseSequence"] = op_reverse_sequence;
     h["Upsample"] = op_upsample;
+    h["NonMaxSuppression"] = op_nms;
     return h;
   }();
   return table;
