@@ -140,17 +140,31 @@ CaseResult run_case(const fs::path& dir, Device& device) {
 
 void run_suite(Device& device, const std::string& kind) {
   if (!fs::is_directory(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (apt-get install libonnx-testdata)";
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(kNodeTests))
-    if (e.is_directory()) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+  // The node tests, then the other suites beside them (models converted from PyTorch, small
+  // multi-node graphs), whose case names carry the suite as a prefix.
   std::vector<CaseResult> results;
-  for (const auto& d : dirs) results.push_back(run_case(d, device));
+  std::map<std::string, std::pair<int, int>> per_suite;  // suite -> (passed, cases)
+  for (const std::string suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
+    const fs::path root = suite == "node" ? fs::path(kNodeTests) : fs::path(kNodeTests).parent_path() / suite;
+    if (!fs::is_directory(root)) continue;
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory()) dirs.push_back(e.path());
+    std::sort(dirs.begin(), dirs.end());
+    for (const auto& d : dirs) {
+      CaseResult r = run_case(d, device);
+      if (suite != "node") r.name = suite + "/" + r.name;
+      per_suite[suite].first += r.status == Status::Pass;
+      per_suite[suite].second += 1;
+      results.push_back(r);
+    }
+  }
 
   struct Row { int pass = 0, fail = 0, unsupported = 0; };
   std::map<std::string, Row> table;
   Row total, claimed;
   for (const auto& r : results) {
+    if (r.name.find('/') != std::string::npos) continue;  // the table and the claim are over the node tests
     Row& row = table[r.op];
     int Row::*field = r.status == Status::Pass ? &Row::pass : r.status == Status::Fail ? &Row::fail : &Row::unsupported;
     row.*field += 1;
@@ -169,6 +183,8 @@ void run_suite(Device& device, const std::string& kind) {
   std::cout << "cases of the " << onnx::supported_ops().size() << " ops alk claims: " << claimed.pass << "/" << claimed_n
             << " pass (" << std::fixed << std::setprecision(1) << (claimed_n ? 100.0 * claimed.pass / claimed_n : 0.0)
             << "%)\n" << std::defaultfloat;
+  for (const auto& [suite, counts] : per_suite)
+    std::cout << "suite " << suite << ": " << counts.first << "/" << counts.second << " pass\n";
   for (const auto& r : results)
     if (r.status == Status::Fail || (r.status == Status::Unsupported && onnx::is_supported_op(r.op)))
       std::cout << (r.status == Status::Fail ? "  FAILED      " : "  unsupported ") << r.name << ": " << r.reason << "\n";
