@@ -809,6 +809,26 @@ Tensor padded_2d(const Tensor& x, const Window& w, const std::vector<int64_t>& e
   return any ? pad(y, pads, value) : y;
 }
 
+Conv2dGeometry geometry_2d(const Window& w);
+
+// x as [N, C, H, W] with the geometry unfold2d takes: symmetric pads stay in the geometry (the
+// unfold reads pad_value there, no padded copy is made); other pads are applied first.
+std::pair<Tensor, Conv2dGeometry> unfold_input(const Tensor& x, const Window& w, const std::vector<int64_t>& extra_end,
+                                               double value) {
+  Conv2dGeometry g = geometry_2d(w);
+  bool symmetric = true;
+  for (size_t k = 0; k < w.pad_begin.size(); ++k)
+    symmetric = symmetric && w.pad_begin[k] == w.pad_end[k] && extra_end[k] == 0;
+  if (!symmetric) return {padded_2d(x, w, extra_end, value), g};
+  if (w.spatial == 1) {
+    g.pad_w = w.pad_begin[0];
+  } else {
+    g.pad_h = w.pad_begin[0];
+    g.pad_w = w.pad_begin[1];
+  }
+  return {w.spatial == 1 ? x.unsqueeze(2) : x, g};
+}
+
 Conv2dGeometry geometry_2d(const Window& w) {
   Conv2dGeometry g;
   if (w.spatial == 1) {
@@ -845,10 +865,9 @@ Outs op_conv(Ctx& c) {
   const bool uniform = w.spatial == 2 && w.strides[0] == w.strides[1] && w.dilations[0] == w.dilations[1] &&
                        w.pad_begin[0] == w.pad_end[0] && w.pad_begin[1] == w.pad_end[1] && w.pad_begin[0] == w.pad_begin[1];
   if (uniform) return {conv2d(x, wt, bias, w.strides[0], w.pad_begin[0], w.dilations[0], groups, c.loc)};
-  Tensor xp = padded_2d(x, w, std::vector<int64_t>(static_cast<size_t>(w.spatial), 0), 0.0);
+  auto [xp, g] = unfold_input(x, w, std::vector<int64_t>(static_cast<size_t>(w.spatial), 0), 0.0);
   Tensor w4 = w.spatial == 1 ? wt.unsqueeze(2) : wt;
-  Conv2dGeometry g = geometry_2d(w);
-  const int64_t H = xp.shape()[2], W = xp.shape()[3];
+  const int64_t H = xp.shape()[2] + 2 * g.pad_h, W = xp.shape()[3] + 2 * g.pad_w;
   const int64_t oh = out_size(H, g.kh, g.stride_h, g.dilation_h), ow = out_size(W, g.kw, g.stride_w, g.dilation_w);
   c.require(oh > 0 && ow > 0, "the kernel does not fit the padded input");
   Tensor cols = unfold2d(xp, g, 0.0, c.loc);  // [N, C*kh*kw, L]
@@ -959,11 +978,10 @@ Handler pool(bool is_max) {
     if (x.dtype() == DType::U8 || x.dtype() == DType::Bool) lowest = 0;
     else if (x.dtype() == DType::I32) lowest = std::numeric_limits<int32_t>::min();
     else if (x.dtype() == DType::I64) lowest = static_cast<double>(std::numeric_limits<int64_t>::min());
-    Tensor xp = padded_2d(x, w, extra, is_max ? lowest : 0.0);
-    Conv2dGeometry g = geometry_2d(w);
+    auto [xp, g] = unfold_input(x, w, extra, is_max ? lowest : 0.0);
     const int64_t N = x.shape()[0], C = x.shape()[1];
     const int64_t oh = s == 1 ? 1 : out[0], ow = out[s - 1];
-    Tensor cols = unfold2d(xp, g, 0.0, c.loc).reshape({N, C, g.kh * g.kw, oh * ow});
+    Tensor cols = unfold2d(xp, g, is_max ? lowest : 0.0, c.loc).reshape({N, C, g.kh * g.kw, oh * ow});
     Tensor y;
     if (is_max) {
       y = max(cols, {2});
