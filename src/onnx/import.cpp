@@ -862,6 +862,18 @@ Outs op_conv(Ctx& c) {
   c.require(groups > 0 && C % groups == 0 && M % groups == 0 && wt.shape()[1] == C / groups,
             "channels ", C, " and W ", to_string(wt.shape()), " do not fit group ", groups);
   Tensor bias = c.has(2) ? c.x(2) : Tensor();
+  bool pointwise = true;  // 1x1, stride 1, no pads: a matmul over the channels, no unfold
+  for (size_t k = 0; k < static_cast<size_t>(w.spatial); ++k)
+    pointwise = pointwise && w.kernel[k] == 1 && w.strides[k] == 1 && w.pad_begin[k] == 0 && w.pad_end[k] == 0;
+  if (pointwise) {
+    const int64_t L = x.numel() / std::max<int64_t>(N * C, 1);
+    Tensor y = matmul(wt.reshape({groups, M / groups, C / groups}), x.reshape({N, groups, C / groups, L}), c.loc);
+    Shape out = x.shape();
+    out[1] = M;
+    y = y.reshape(out);
+    if (bias.defined()) y = y + bias.reshape(channel_shape(y));
+    return {y};
+  }
   const bool uniform = w.spatial == 2 && w.strides[0] == w.strides[1] && w.dilations[0] == w.dilations[1] &&
                        w.pad_begin[0] == w.pad_end[0] && w.pad_begin[1] == w.pad_end[1] && w.pad_begin[0] == w.pad_begin[1];
   if (uniform) return {conv2d(x, wt, bias, w.strides[0], w.pad_begin[0], w.dilations[0], groups, c.loc)};
