@@ -31,7 +31,53 @@ std::string shape_text(const onnx::ValueInfo& v) {
   return s + "]";
 }
 
-int run_info(const std::string& path) {
+bool dtype_named(const std::string& name, DType* out) {
+  static const std::map<std::string, DType> kTypes = {
+      {"float", DType::F32}, {"double", DType::F64}, {"int64", DType::I64}, {"int32", DType::I32},
+      {"bool", DType::Bool}, {"uint8", DType::U8},   {"float16", DType::F16}, {"bfloat16", DType::BF16}};
+  auto it = kTypes.find(name);
+  if (it == kTypes.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+// Output shapes for inputs whose symbolic dims take the values given (default 1): the graph is
+// built over lazy zeros, so nothing is computed except the small shape tensors.
+void print_inferred_shapes(const onnx::Model& m, const std::vector<std::string>& dim_args) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& a : dim_args) {
+    const size_t eq = a.find('=');
+    check(eq != std::string::npos && eq > 0, "onnx info", Loc::current(), "--dim wants NAME=VALUE, got '", a, "'");
+    symbols[a.substr(0, eq)] = std::stoll(a.substr(eq + 1));
+  }
+  std::map<std::string, Tensor> inputs;
+  std::string used;
+  for (const auto& v : m.info().inputs) {
+    DType dt;
+    if (!v.has_shape || !dtype_named(v.elem_type, &dt)) {
+      std::cout << "shapes: not inferred (input '" << v.name << "' has no tensor type and shape)\n";
+      return;
+    }
+    Shape shape;
+    for (const auto& d : v.dims) {
+      if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos) {
+        shape.push_back(std::stoll(d));
+      } else {
+        const int64_t n = symbols.count(d) ? symbols[d] : 1;
+        if (used.find(" " + d + "=") == std::string::npos) used += " " + d + "=" + std::to_string(n);
+        shape.push_back(n);
+      }
+    }
+    inputs[v.name] = zeros(shape, dt);
+  }
+  NoGradGuard no_grad;
+  std::map<std::string, Tensor> out = m.run(inputs);
+  std::cout << "inferred output shapes" << (used.empty() ? "" : " (" + used.substr(1) + ")") << ":\n";
+  for (const auto& name : m.output_names())
+    std::cout << "  " << name << "  " << dtype_name(out.at(name).dtype()) << "  " << to_string(out.at(name).shape()) << "\n";
+}
+
+int run_info(const std::string& path, const std::vector<std::string>& dim_args) {
   onnx::Model m = onnx::load(path);
   const onnx::ModelInfo& info = m.info();
   std::cout << path << ": ir_version " << info.ir_version << ", opset " << info.opset << ", producer '"
@@ -54,6 +100,7 @@ int run_info(const std::string& path) {
     for (const auto& u : info.unsupported) std::cout << " " << u;
     std::cout << "\n";
   }
+  if (info.unsupported.empty()) print_inferred_shapes(m, dim_args);
   return info.unsupported.empty() ? 0 : 2;
 }
 
@@ -133,10 +180,14 @@ void add_onnx_command(CLI::App& app) {
   cmd->require_subcommand(1);
 #ifdef ALK_HAVE_ONNX
   static std::string info_path;
-  auto* info = cmd->add_subcommand("info", "opset, inputs/outputs with shapes, op histogram, unsupported ops");
+  static std::vector<std::string> dim_args;
+  auto* info = cmd->add_subcommand("info",
+                                   "opset, inputs/outputs with shapes, op histogram, unsupported ops (exit code 2 "
+                                   "when there are some), output shapes inferred for the symbolic dims");
   info->add_option("model", info_path, "a .onnx file")->required();
+  info->add_option("--dim", dim_args, "NAME=VALUE for a symbolic input dim (default 1)");
   info->callback([] {
-    int rc = run_info(info_path);
+    int rc = run_info(info_path, dim_args);
     if (rc) throw CLI::RuntimeError(rc);
   });
   static std::string run_path, device_name = "cpu", out_dir;
