@@ -23,6 +23,8 @@ if(ALK_ONNX)
   if(ALK_PYTHON AND NOT ALK_SANITIZE)
     set_target_properties(alk_onnx PROPERTIES POSITION_INDEPENDENT_CODE ON)
   endif()
+  # Installed with the other layers: a user project links alk::alk_onnx for include/alk/onnx.h.
+  install(TARGETS alk_onnx EXPORT alkTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   target_link_libraries(alk_cli PRIVATE alk_onnx)
   if(TARGET alk_tests)
     target_link_libraries(alk_tests PRIVATE alk_onnx)
