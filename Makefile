@@ -218,3 +218,4 @@ onnx-npm:
 bench-onnx: build onnx-npm
 	$(call phase,"bench-onnx: alk onnx run vs onnxruntime-node")
 	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 10
+	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]

@@ -42,4 +42,8 @@ if(ALK_ONNX AND ALK_BUILD_TESTS)
   add_test(NAME OnnxRealModels.VsOnnxruntime
            COMMAND bash ${CMAKE_SOURCE_DIR}/bench/onnx/run.sh $<TARGET_FILE:alk_cli> ${CMAKE_BINARY_DIR}/onnx-npm 2)
   set_tests_properties(OnnxRealModels.VsOnnxruntime PROPERTIES SKIP_RETURN_CODE 77)
+  # On Vulkan the classifier only: lavapipe (a CPU) takes a minute for the recognizer.
+  add_test(NAME OnnxRealModels.VsOnnxruntimeVulkan
+           COMMAND bash ${CMAKE_SOURCE_DIR}/bench/onnx/run.sh $<TARGET_FILE:alk_cli> ${CMAKE_BINARY_DIR}/onnx-npm 2 vulkan cls)
+  set_tests_properties(OnnxRealModels.VsOnnxruntimeVulkan PROPERTIES SKIP_RETURN_CODE 77)
 endif()

