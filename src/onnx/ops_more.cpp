@@ -533,6 +533,64 @@ Outs op_nms(Ctx& c) {
   return {tensor(out, {n, 3})};
 }
 
+// GridSample (bilinear and nearest; zeros, border and reflection padding): each output pixel
+// gathers its taps from the flattened image, weighted, with out-of-image taps weighted 0.
+Tensor reflect(const Tensor& v, double lo, double hi) {
+  const double span = hi - lo;
+  if (span <= 0) return zeros_like(v);
+  Tensor d = abs(v - lo);
+  Tensor flips = floor(d / span);
+  Tensor extra = d - flips * span;
+  Tensor odd = (flips - floor(flips / 2.0) * 2.0) > 0.5;
+  return where(odd, span - extra + lo, extra + lo);
+}
+
+Outs op_grid_sample(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const Tensor& grid = c.x(1);
+  c.require(x.dim() == 4 && grid.dim() == 4 && grid.shape()[3] == 2 && grid.shape()[0] == x.shape()[0],
+            "X ", to_string(x.shape()), " and grid ", to_string(grid.shape()), " do not fit (only 2-D sampling)");
+  const std::string mode = c.s("mode", "bilinear"), padding = c.s("padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "linear") c.unsupported("mode ", mode);
+  c.require(padding == "zeros" || padding == "border" || padding == "reflection", "bad padding_mode ", padding);
+  const bool align = c.i("align_corners", 0) != 0;
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t Ho = grid.shape()[1], Wo = grid.shape()[2];
+  const DType ft = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor g = grid.to(ft);
+  auto unnormalize = [&](const Tensor& v, int64_t n) {
+    return align ? (v + 1.0) * 0.5 * static_cast<double>(n - 1) : ((v + 1.0) * static_cast<double>(n) - 1.0) * 0.5;
+  };
+  auto pad_coord = [&](Tensor v, int64_t n) {
+    if (padding == "border") return clamp(v, 0.0, static_cast<double>(n - 1));
+    if (padding == "reflection") {
+      v = align ? reflect(v, 0.0, static_cast<double>(n - 1)) : reflect(v, -0.5, static_cast<double>(n) - 0.5);
+      return clamp(v, 0.0, static_cast<double>(n - 1));
+    }
+    return v;
+  };
+  Tensor ix = pad_coord(unnormalize(g.select(3, 0), W), W), iy = pad_coord(unnormalize(g.select(3, 1), H), H);
+  Tensor flat = x.reshape({N, C, H * W});
+  auto tap = [&](const Tensor& yy, const Tensor& xx, const Tensor& weight) {
+    Tensor valid = logical_and(logical_and(xx >= 0, xx <= static_cast<double>(W - 1)),
+                               logical_and(yy >= 0, yy <= static_cast<double>(H - 1)));
+    Tensor idx = cast(clamp(yy, 0.0, static_cast<double>(H - 1)) * static_cast<double>(W) +
+                          clamp(xx, 0.0, static_cast<double>(W - 1)), DType::I64);
+    Tensor picked = gather(flat, 2, idx.reshape({N, 1, Ho * Wo}).expand({N, C, Ho * Wo}).contiguous());
+    return picked.to(ft) * where(valid, weight, 0.0).reshape({N, 1, Ho * Wo});
+  };
+  Tensor y;
+  if (mode == "nearest") {
+    y = tap(round(iy), round(ix), ones_like(ix));
+  } else {
+    Tensor x0 = floor(ix), y0 = floor(iy);
+    Tensor wx = ix - x0, wy = iy - y0;
+    y = tap(y0, x0, (1.0 - wx) * (1.0 - wy)) + tap(y0, x0 + 1.0, wx * (1.0 - wy)) + tap(y0 + 1.0, x0, (1.0 - wx) * wy) +
+        tap(y0 + 1.0, x0 + 1.0, wx * wy);
+  }
+  return {cast(y.reshape({N, C, Ho, Wo}), x.dtype())};
+}
+
 }  // namespace
 
 void add_more_ops(HandlerTable& h) {
@@ -556,6 +614,7 @@ void add_more_ops(HandlerTable& h) {
   h["ReverseSequence"] = op_reverse_sequence;
   h["Upsample"] = op_upsample;
   h["NonMaxSuppression"] = op_nms;
+  h["GridSample"] = op_grid_sample;
 }
 
 }  // namespace alk::onnx
