@@ -591,6 +591,61 @@ Outs op_grid_sample(Ctx& c) {
   return {cast(y.reshape({N, C, Ho, Wo}), x.dtype())};
 }
 
+// Unique, on the host (its output size depends on the data): over the flattened tensor, or over
+// slices along `axis`, sorted (lexicographically for slices) or in order of first occurrence.
+Outs op_unique(Ctx& c) {
+  const Tensor& x = c.x(0);
+  c.require(x.numel() <= kMaxShapeValues, "input too large for Unique");
+  const bool sorted = c.i("sorted", 1) != 0;
+  const bool has_axis = c.attr("axis") != nullptr;
+  const int64_t axis = has_axis ? c.axis(c.i("axis", 0), x.dim()) : 0;
+  Tensor moved = has_axis ? x.transpose(0, axis).contiguous() : x.reshape({x.numel()});
+  const int64_t n = moved.dim() == 0 ? 1 : moved.shape()[0];
+  const int64_t width = n == 0 ? 0 : moved.numel() / n;
+  const std::vector<double> v = moved.to_vector<double>();
+  auto slice_less = [&](int64_t a, int64_t b) {
+    for (int64_t k = 0; k < width; ++k) {
+      const double p = v[static_cast<size_t>(a * width + k)], q = v[static_cast<size_t>(b * width + k)];
+      const bool pn = std::isnan(p), qn = std::isnan(q);  // NaNs equal each other, after all numbers
+      if (pn || qn) {
+        if (pn != qn) return qn;
+        continue;
+      }
+      if (p != q) return p < q;
+    }
+    return false;
+  };
+  auto slice_eq = [&](int64_t a, int64_t b) { return !slice_less(a, b) && !slice_less(b, a); };
+  // Group equal slices by sorting positions (O(n log n)); each group's smallest position is
+  // its first occurrence.
+  std::vector<int64_t> by_value(static_cast<size_t>(n));
+  std::iota(by_value.begin(), by_value.end(), 0);
+  std::stable_sort(by_value.begin(), by_value.end(), slice_less);
+  std::vector<int64_t> group_of(static_cast<size_t>(n)), group_first;
+  for (size_t k = 0; k < by_value.size(); ++k) {
+    if (k == 0 || !slice_eq(by_value[k - 1], by_value[k])) group_first.push_back(by_value[k]);  // stable: smallest first
+    group_of[static_cast<size_t>(by_value[k])] = static_cast<int64_t>(group_first.size()) - 1;
+  }
+  // Groups in order of first occurrence, as the unsorted output lists them.
+  std::vector<int64_t> firsts = group_first, inverse(static_cast<size_t>(n));
+  std::sort(firsts.begin(), firsts.end());
+  std::vector<int64_t> appearance(group_first.size());
+  for (size_t u = 0; u < firsts.size(); ++u) appearance[static_cast<size_t>(group_of[static_cast<size_t>(firsts[u])])] = static_cast<int64_t>(u);
+  for (int64_t i = 0; i < n; ++i) inverse[static_cast<size_t>(i)] = appearance[static_cast<size_t>(group_of[static_cast<size_t>(i)])];
+  std::vector<int64_t> order(firsts.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (sorted) std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return slice_less(firsts[a], firsts[b]); });
+  std::vector<int64_t> rank(order.size()), picked, counts(order.size(), 0);
+  for (size_t r = 0; r < order.size(); ++r) rank[static_cast<size_t>(order[r])] = static_cast<int64_t>(r);
+  for (int64_t o : order) picked.push_back(firsts[static_cast<size_t>(o)]);
+  for (auto& i : inverse) i = rank[static_cast<size_t>(i)], counts[static_cast<size_t>(i)]++;
+  const int64_t m = static_cast<int64_t>(picked.size());
+  Tensor y = m == 0 ? moved.slice(0, 0, 0) : index_select(moved, 0, tensor(picked, {m}));
+  if (has_axis) y = y.transpose(0, axis);
+  auto vec = [](const std::vector<int64_t>& a) { return tensor(a, {static_cast<int64_t>(a.size())}); };
+  return {y.contiguous(), vec(picked), vec(inverse), vec(counts)};
+}
+
 }  // namespace
 
 void add_more_ops(HandlerTable& h) {
@@ -615,6 +670,7 @@ void add_more_ops(HandlerTable& h) {
   h["Upsample"] = op_upsample;
   h["NonMaxSuppression"] = op_nms;
   h["GridSample"] = op_grid_sample;
+  h["Unique"] = op_unique;
 }
 
 }  // namespace alk::onnx
