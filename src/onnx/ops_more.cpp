@@ -646,6 +646,70 @@ Outs op_unique(Ctx& c) {
   return {y.contiguous(), vec(picked), vec(inverse), vec(counts)};
 }
 
+// BitShift through multiplication by powers of two (stores wrap to the type's width).
+Outs op_bitshift(Ctx& c) {
+  const Tensor &x = c.x(0), &y = c.x(1);
+  c.require(is_integral(x.dtype()), "BitShift needs integer inputs");
+  const std::string dir = c.s("direction", "");
+  c.require(dir == "LEFT" || dir == "RIGHT", "direction must be LEFT or RIGHT");
+  Tensor scale = pow(full({}, 2.0, DType::F64), y.to(DType::F64));
+  if (dir == "LEFT") return {cast(x.to(DType::I64) * cast(round(scale), DType::I64), x.dtype())};
+  return {cast(floor(x.to(DType::F64) / scale), x.dtype())};
+}
+
+// MaxUnpool: the values written at MaxPool's flat indices into zeros of the unpooled shape.
+Outs op_max_unpool(Ctx& c) {
+  const Tensor &x = c.x(0), &idx = c.x(1);
+  c.require(x.dim() == 4 && idx.shape() == x.shape(), "X and I must be 4-D of one shape");
+  const std::vector<int64_t> kernel = c.ints("kernel_shape");
+  c.require(kernel.size() == 2, "kernel_shape must have 2 values");
+  std::vector<int64_t> strides = c.ints("strides", {1, 1}), pads = c.ints("pads", {0, 0, 0, 0});
+  c.require(strides.size() == 2 && pads.size() == 4, "strides/pads of the wrong length");
+  // An explicit output_shape places the values by the reference's own rule (not the flat
+  // indices as given), which alk does not reproduce.
+  if (c.has(2)) c.unsupported("output_shape");
+  Shape out = x.shape();
+  for (size_t k = 0; k < 2; ++k) out[2 + k] = (x.shape()[2 + k] - 1) * strides[k] - pads[k] - pads[k + 2] + kernel[k];
+  const int64_t total = checked_numel(out, c.label(), c.loc);
+  Tensor flat_idx = idx.to(DType::I64).reshape({idx.numel()});
+  c.require(total > 0 || x.numel() == 0, "empty output");
+  Tensor y = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, clamp(flat_idx, 0, total - 1), x.reshape({x.numel()}));
+  return {y.reshape(out)};
+}
+
+// Det by Gaussian elimination with partial pivoting, on the host (small matrices).
+Outs op_det(Ctx& c) {
+  const Tensor& x = c.x(0);
+  c.require(x.dim() >= 2 && x.shape()[x.dim() - 1] == x.shape()[x.dim() - 2], "input must be [..., n, n]");
+  c.require(x.numel() <= kMaxShapeValues && is_float(x), "Det needs a small floating-point input");
+  const int64_t n = x.shape().back(), batch = n == 0 ? 0 : x.numel() / (n * n);
+  std::vector<double> a = x.to_vector<double>(), dets(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    double* m = &a[static_cast<size_t>(b * n * n)];
+    double det = 1;
+    for (int64_t col = 0; col < n; ++col) {
+      int64_t piv = col;
+      for (int64_t r = col + 1; r < n; ++r)
+        if (std::fabs(m[r * n + col]) > std::fabs(m[piv * n + col])) piv = r;
+      if (m[piv * n + col] == 0) {
+        det = 0;
+        break;
+      }
+      if (piv != col) {
+        for (int64_t k = 0; k < n; ++k) std::swap(m[col * n + k], m[piv * n + k]);
+        det = -det;
+      }
+      det *= m[col * n + col];
+      for (int64_t r = col + 1; r < n; ++r) {
+        const double f = m[r * n + col] / m[col * n + col];
+        for (int64_t k = col; k < n; ++k) m[r * n + k] -= f * m[col * n + k];
+      }
+    }
+    dets[static_cast<size_t>(b)] = det;
+  }
+  return {cast(tensor(dets, Shape(x.shape().begin(), x.shape().end() - 2)), x.dtype())};
+}
+
 }  // namespace
 
 void add_more_ops(HandlerTable& h) {
@@ -671,6 +735,9 @@ void add_more_ops(HandlerTable& h) {
   h["NonMaxSuppression"] = op_nms;
   h["GridSample"] = op_grid_sample;
   h["Unique"] = op_unique;
+  h["BitShift"] = op_bitshift;
+  h["MaxUnpool"] = op_max_unpool;
+  h["Det"] = op_det;
 }
 
 }  // namespace alk::onnx
