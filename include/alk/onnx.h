@@ -1,0 +1,80 @@
+// ONNX models in alk: alk::onnx::load reads a .onnx file (untrusted input: every size, type,
+// reference and allocation the file asks for is checked; violations are alk::Error("onnx", ...))
+// and gives a callable Model. Calling it builds alk's lazy graph from the model's nodes for the
+// shapes of the inputs given (so symbolic dims such as a batch size are whatever the inputs
+// say), on the device the inputs live on; fusion, memory planning and every backend apply.
+// Available when alk is built with ALK_ONNX (libonnx-dev + libprotobuf-dev found by CMake).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alk/tensor.h"
+
+namespace alk::nn {
+class GPT;
+class Sequential;
+}  // namespace alk::nn
+
+namespace alk::onnx {
+
+// A graph input or output as the file declares it.
+struct ValueInfo {
+  std::string name;
+  std::string elem_type;           // "float", "int64", ... ("?" when not declared)
+  std::vector<std::string> dims;   // "3", or the symbolic name ("N"), or "?"
+  bool has_shape = false;
+};
+
+struct ModelInfo {
+  int64_t ir_version = 0;
+  int64_t opset = 0;  // of the default ("" / "ai.onnx") domain
+  std::string producer;
+  std::vector<ValueInfo> inputs, outputs;  // inputs exclude initializers
+  std::map<std::string, int64_t> op_histogram;  // op type -> node count ("domain:op" off the default domain)
+  std::vector<std::string> unsupported;  // op types (and why) alk cannot import
+  int64_t initializers = 0, initializer_bytes = 0;
+};
+
+struct ModelImpl;  // src/onnx/model.h
+
+class Model {
+ public:
+  Model() = default;
+  explicit Model(std::shared_ptr<const ModelImpl> impl) : impl_(std::move(impl)) {}
+  const ModelInfo& info() const;
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  // Lazy outputs by name; inputs by name (every graph input without an initializer is required).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, Loc loc = Loc::current()) const;
+  // Positional: inputs in input_names() order, outputs in output_names() order.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
+
+ private:
+  std::shared_ptr<const ModelImpl> impl_;
+};
+
+// External data files are looked up next to the model file (never outside its directory).
+Model load(const std::string& path, Loc loc = Loc::current());
+// From bytes in memory; external data is looked up under base_dir ("" = none allowed).
+Model load_bytes(std::string_view bytes, const std::string& base_dir, Loc loc = Loc::current());
+// Whether the importer implements this op type of the default domain.
+bool is_supported_op(std::string_view op_type);
+std::vector<std::string> supported_ops();
+// An ONNX TensorProto (the test data's input_0.pb) as a tensor.
+Tensor load_tensor_pb(const std::string& path, Loc loc = Loc::current());
+
+// ---- export (opset 17, written with the protobuf classes; src/onnx/export.cpp) ----
+// The GPT's forward: input "ids" int64 [B, T] (B and T symbolic, T <= ctx), output "logits"
+// float [B, T, vocab]. Attention is written out (MatMul, a causal mask, Softmax, MatMul).
+void export_gpt(const nn::GPT& model, const std::string& path, Loc loc = Loc::current());
+// A Sequential of Conv2d, Linear, Act, MaxPool2d, AvgPool2d, Flatten, BatchNorm2d (eval),
+// LayerNorm and Dropout layers: input "input" float of `input_shape` with dim 0 symbolic ("N"),
+// output "output". Other layer types are an alk::Error naming them.
+void export_sequential(const nn::Sequential& model, const Shape& input_shape, const std::string& path,
+                       Loc loc = Loc::current());
+
+}  // namespace alk::onnx

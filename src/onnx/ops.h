@@ -1,0 +1,142 @@
+// What every ONNX op handler shares (src/onnx/ops_*.cpp): the node being imported with its
+// inputs and attributes (Ctx), the handler type, and the helpers several op files use. import.cpp
+// assembles the handlers into one table and runs the graph.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "onnx/model.h"
+
+namespace alk::onnx {
+
+inline constexpr const char* kOp = "onnx";
+
+// One node being imported: its inputs (undefined tensors for omitted optional ones), typed
+// attribute access with the spec's defaults, and errors that name the node.
+struct Ctx {
+  const Node& node;
+  int64_t opset;
+  std::vector<Tensor> in;
+  Loc loc;
+
+  std::string label() const { return "node '" + node.name + "' (" + node.op_type + ")"; }
+  template <class... P>
+  [[noreturn]] void unsupported(const P&... p) const {
+    fail(kUnsupported, loc, label(), ": ", p...);
+  }
+  template <class... P>
+  void require(bool ok, const P&... p) const {
+    if (!ok) fail(kOp, loc, label(), ": ", p...);
+  }
+  bool has(size_t k) const { return k < in.size() && in[k].defined(); }
+  const Tensor& x(size_t k) const {
+    require(has(k), "input ", k, " is required");
+    return in[k];
+  }
+  const Attr* attr(const std::string& name) const {
+    auto it = node.attrs.find(name);
+    return it == node.attrs.end() ? nullptr : &it->second;
+  }
+  int64_t i(const std::string& name, int64_t def) const {
+    const Attr* a = attr(name);
+    if (!a) return def;
+    require(a->kind == Attr::Int, "attribute ", name, " is not an int");
+    return a->i;
+  }
+  double f(const std::string& name, double def) const {
+    const Attr* a = attr(name);
+    if (!a) return def;
+    require(a->kind == Attr::Float || a->kind == Attr::Int, "attribute ", name, " is not a float");
+    return a->kind == Attr::Float ? a->f : static_cast<double>(a->i);
+  }
+  std::string s(const std::string& name, const std::string& def) const {
+    const Attr* a = attr(name);
+    if (!a) return def;
+    require(a->kind == Attr::String, "attribute ", name, " is not a string");
+    return a->s;
+  }
+  std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> def = {}) const {
+    const Attr* a = attr(name);
+    if (!a) return def;
+    require(a->kind == Attr::Ints, "attribute ", name, " is not a list of ints");
+    return a->ints;
+  }
+  // An integer tensor's values (shapes, axes, repeats), read back to the host.
+  std::vector<int64_t> values(size_t k) const {
+    const Tensor& t = x(k);
+    require(is_integral(t.dtype()), "input ", k, " must be an integer tensor, got ", dtype_name(t.dtype()));
+    require(t.numel() <= kMaxShapeValues, "input ", k, " holds ", t.numel(), " values, too many for a shape");
+    return t.to_vector<int64_t>(loc);
+  }
+  double scalar(size_t k) const {
+    const Tensor& t = x(k);
+    require(t.numel() == 1, "input ", k, " must hold one value, has shape ", to_string(t.shape()));
+    return t.to_vector<double>(loc)[0];
+  }
+  int64_t axis(int64_t a, int64_t rank) const {
+    require(rank > 0 && a >= -rank && a < rank, "axis ", a, " is out of range for rank ", rank);
+    return a < 0 ? a + rank : a;
+  }
+  Shape checked(Shape s) const {
+    checked_numel(s, label(), loc);
+    return s;
+  }
+};
+
+using Outs = std::vector<Tensor>;
+using Handler = std::function<Outs(Ctx&)>;
+
+inline bool is_float(const Tensor& t) { return is_floating(t.dtype()); }
+
+inline Tensor reverse(const Tensor& x, int64_t dim) {
+  const int64_t n = x.shape()[static_cast<size_t>(dim)];
+  if (n <= 1) return x;
+  return index_select(x, dim, arange(static_cast<double>(n - 1), -1.0, -1.0, DType::I64));
+}
+
+// Integer division truncating toward zero (C, ONNX) of values computed in f64.
+inline Tensor trunc_(const Tensor& v) { return where(v < 0, ceil(v), floor(v)); }
+
+inline Tensor fix_negative_indices(const Tensor& idx, int64_t n) {
+  Tensor i = idx.dtype() == DType::I64 ? idx : idx.to(DType::I64);
+  return where(i < 0, i + n, i);
+}
+
+using HandlerTable = std::unordered_map<std::string, Handler>;
+
+// Elementwise handlers from a table op.
+inline Handler unary(Tensor (*f)(const Operand&, Loc)) {
+  return [f](Ctx& c) { return Outs{f(c.x(0), c.loc)}; };
+}
+inline Handler binary(Tensor (*f)(const Operand&, const Operand&, Loc)) {
+  return [f](Ctx& c) { return Outs{f(c.x(0), c.x(1), c.loc)}; };
+}
+inline Handler unary_fn(std::function<Tensor(const Ctx&, const Tensor&)> f) {
+  return [f](Ctx& c) {
+    c.require(is_float(c.x(0)), "needs a floating-point input, got ", dtype_name(c.x(0).dtype()));
+    return Outs{f(c, c.x(0))};
+  };
+}
+inline Handler variadic(Tensor (*f)(const Operand&, const Operand&, Loc), bool mean) {
+  return [f, mean](Ctx& c) {
+    c.require(!c.in.empty(), "needs at least one input");
+    Tensor acc = c.x(0);
+    for (size_t k = 1; k < c.in.size(); ++k) acc = f(acc, c.x(k), c.loc);
+    if (mean) acc = acc / static_cast<double>(c.in.size());
+    if (c.in.size() == 1) acc = acc.contiguous();
+    return Outs{acc};
+  };
+}
+
+// Each ops_*.cpp adds its op types.
+void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic, matmul, reductions
+void add_shape_ops(HandlerTable& h);        // ops_shape.cpp: reshaping, slicing, gathering, creating
+void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convolution, pooling, losses
+void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
+
+}  // namespace alk::onnx

@@ -1,0 +1,189 @@
+// Untrusted .onnx files: models built here with the protobuf classes, each broken in one way
+// (external data outside the model's directory or past its file's end, a cycle, a missing
+// input, absurd dims, a wrong attribute type), must give an alk::Error; external data that
+// is right must load and give the same outputs as inline data.
+#ifdef ALK_HAVE_ONNX
+#ifndef ONNX_ML
+#define ONNX_ML 1
+#endif
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "alk/alk.h"
+#include "alk/onnx.h"
+
+namespace fs = std::filesystem;
+
+namespace alk {
+namespace {
+
+// y = x + w (w an initializer [4]), optionally with w's data in an external file.
+::onnx::ModelProto add_model() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  for (float v : {1.f, 2.f, 3.f, 4.f}) w->add_float_data(v);
+  auto* n = g->add_node();
+  n->set_op_type("Add");
+  n->add_input("x");
+  n->add_input("w");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  return m;
+}
+
+std::string bytes_of(const ::onnx::ModelProto& m) {
+  std::string s;
+  m.SerializeToString(&s);
+  return s;
+}
+
+class OnnxUntrusted : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("alk_onnx_untrusted_" + std::to_string(::getpid()));
+    fs::create_directories(dir / "model");
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+  // Moves w's data into model/weights.bin at `offset`, with these external_data entries.
+  std::string with_external(const std::string& location, int64_t offset, int64_t length) {
+    ::onnx::ModelProto m = add_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_float_data();
+    w->set_data_location(::onnx::TensorProto::EXTERNAL);
+    auto add = [&](const std::string& k, const std::string& v) {
+      auto* e = w->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    add("location", location);
+    add("offset", std::to_string(offset));
+    if (length >= 0) add("length", std::to_string(length));
+    return bytes_of(m);
+  }
+  fs::path dir;
+};
+
+TEST_F(OnnxUntrusted, ExternalDataLoadsLikeInlineData) {
+  const float w[4] = {1, 2, 3, 4};
+  std::string blob(8, 'x');
+  blob.append(reinterpret_cast<const char*>(w), sizeof(w));
+  write(dir / "model" / "weights.bin", blob);
+  write(dir / "model" / "m.onnx", with_external("weights.bin", 8, 16));
+  onnx::Model m = onnx::load((dir / "model" / "m.onnx").string());
+  Tensor y = m({tensor(std::vector<float>{10, 20, 30, 40}, {4})})[0];
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{11, 22, 33, 44}));
+}
+
+TEST_F(OnnxUntrusted, BadExternalDataIsAnError) {
+  write(dir / "model" / "weights.bin", std::string(16, '\0'));
+  write(dir / "secret.bin", std::string(16, '\0'));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"escape", with_external("../secret.bin", 0, 16)},
+      {"absolute", with_external((dir / "secret.bin").string(), 0, 16)},
+      {"past_end", with_external("weights.bin", 8, 16)},
+      {"wrong_length", with_external("weights.bin", 0, 12)},
+      {"missing_file", with_external("nope.bin", 0, 16)},
+  };
+  for (const auto& [name, bytes] : cases) {
+    write(dir / "model" / (name + ".onnx"), bytes);
+    EXPECT_THROW(onnx::load((dir / "model" / (name + ".onnx")).string()), Error) << name;
+  }
+  EXPECT_THROW(onnx::load_bytes(with_external("weights.bin", 0, 16), ""), Error);  // no directory: no external data
+}
+
+TEST_F(OnnxUntrusted, BrokenGraphsAreErrors) {
+  {  // a cycle: the node reads its own output
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_node(0)->set_input(0, "y");
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+  {  // an input nobody defines
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_node(0)->set_input(1, "ghost");
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+  {  // an output never computed
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_output(0)->set_name("z");
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+  {  // absurd dims, whose data is not there
+    ::onnx::ModelProto m = add_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->set_dims(0, int64_t{1} << 40);
+    w->add_dims(int64_t{1} << 40);
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+    w->set_dims(0, -3);
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+  {  // a type alk lacks
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_initializer(0)->set_data_type(::onnx::TensorProto::STRING);
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+  {  // a shape the data does not fill
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_initializer(0)->set_dims(0, 5);
+    EXPECT_THROW(onnx::load_bytes(bytes_of(m), ""), Error);
+  }
+}
+
+TEST_F(OnnxUntrusted, BadNodesFailWhenRun) {
+  {  // a wrong attribute type
+    ::onnx::ModelProto m = add_model();
+    auto* n = m.mutable_graph()->mutable_node(0);
+    n->set_op_type("Softmax");
+    n->mutable_input()->RemoveLast();
+    auto* a = n->add_attribute();
+    a->set_name("axis");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s("zero");
+    onnx::Model model = onnx::load_bytes(bytes_of(m), "");
+    EXPECT_THROW(model({zeros({4})}), Error);
+  }
+  {  // a huge allocation asked for at run time (ConstantOfShape of [2^40, 2^40])
+    ::onnx::ModelProto m = add_model();
+    auto* shape = m.mutable_graph()->mutable_initializer(0);
+    shape->set_data_type(::onnx::TensorProto::INT64);
+    shape->clear_float_data();
+    shape->set_dims(0, 2);
+    shape->add_int64_data(int64_t{1} << 40);
+    shape->add_int64_data(int64_t{1} << 40);
+    auto* n = m.mutable_graph()->mutable_node(0);
+    n->set_op_type("ConstantOfShape");
+    n->clear_input();
+    n->add_input("w");
+    onnx::Model model = onnx::load_bytes(bytes_of(m), "");
+    EXPECT_THROW(model({zeros({4})}), Error);
+  }
+  {  // an op alk does not implement: named in info() and an error when run
+    ::onnx::ModelProto m = add_model();
+    m.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+    onnx::Model model = onnx::load_bytes(bytes_of(m), "");
+    ASSERT_EQ(model.info().unsupported.size(), 1u);
+    EXPECT_EQ(model.info().unsupported[0], "NoSuchOp");
+    EXPECT_THROW(model({zeros({4})}), Error);
+  }
+}
+
+}  // namespace
+}  // namespace alk
+#endif
