@@ -45,6 +45,7 @@ class Program {
  private:
   struct State;
   std::shared_ptr<State> s_;
+  friend struct ProgramAccess;  // src/graph/program_contents.h: read-only, for exporters
 };
 
 Program compile(StepFn fn);

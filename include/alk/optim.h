@@ -30,6 +30,8 @@ class Optimizer {
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state, Loc loc = Loc::current());
   const NamedTensors& params() const { return params_; }
+  // The 0-d f32 buffer set_lr writes (a compiled step reads it; exporters name it).
+  Tensor lr_tensor() const { return lr_t_; }
 
  protected:
   // Returns the new value of parameter i given its gradient and its (already incremented)
@@ -37,7 +39,6 @@ class Optimizer {
   virtual Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& t) = 0;
   // Creates (zeros) or returns state slot `slot` of parameter i.
   Tensor state(size_t i, const std::string& slot);  // a handle: assign_ on it updates the slot
-  Tensor lr_tensor() const { return lr_t_; }
   Tensor scalar(double v) const;  // a realized 0-d f32 tensor: a kernel input, not a literal
 
  private:

@@ -58,10 +58,12 @@ struct Wgsl final : Lang {
     return "?";
   }
 
-  // Note: a constant-evaluated inf/NaN is a WGSL shader-creation error; the op table
-  // never writes one, and folding would only produce one from an inf/NaN literal.
+  // A constant-evaluated inf/NaN is a WGSL shader-creation error ("value inf cannot be
+  // represented as 'f32'), so they are read from module-scope private variables, which
+  // are not constant expressions (declared by the prologue; a caller of emit_function
+  // declares them when the text mentions them: src/webgpu/wgsl_templates.cpp).
   std::string special(double v, Type) const override {
-    std::string s = std::isnan(v) ? "bitcast<f32>(0x7fc00000u)" : "bitcast<f32>(0x7f800000u)";
+    std::string s = std::isnan(v) ? "bitcast<f32>(alk_nan_bits)" : "bitcast<f32>(alk_inf_bits)";
     return v < 0 ? "(-" + s + ")" : s;
   }
 
@@ -126,7 +128,7 @@ struct Wgsl final : Lang {
 
   std::string offset_call(int k) const override { return "alk_offset(i, " + std::to_string(k) + "u)"; }
 
-  std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
+  std::string prologue(const Expr& original, const Expr& lowered, const MapSignature& sig,
                        const std::vector<bool>&) const override {
     bool wide = sig.output == DType::F64 || sig.output == DType::I64;
     for (DType d : sig.inputs) wide = wide || d == DType::F64 || d == DType::I64;
@@ -135,6 +137,10 @@ struct Wgsl final : Lang {
     std::string s = header_comment(original, sig, "//");
     if (wide)
       s += "// note: WGSL has no 64-bit types: f64 is narrowed to f32 and i64 to i32 here, in buffers too\n";
+    bool special = false;
+    for (const Node& x : lowered.nodes) special = special || (x.fn == Fn::Const && !std::isfinite(x.value));
+    if (special)
+      s += "\nvar<private> alk_inf_bits: u32 = 0x7f800000u;\nvar<private> alk_nan_bits: u32 = 0x7fc00000u;\n";
     s += "\nstruct Params {\n  n: u32,\n  rank: u32,\n  shape: array<u32, 8>,\n";
     s += "  strides: array<i32, " + std::to_string(8 * std::max<size_t>(1, sig.inputs.size())) +
          ">,  // input k, dim d at [8 * k + d], in elements\n";

@@ -5,6 +5,7 @@
 #include "alk/compile.h"
 #include "core/generator.h"
 #include "graph/graph.h"
+#include "graph/program_contents.h"
 #include "graph/trace.h"
 
 namespace alk {
@@ -195,6 +196,17 @@ bool Program::traced() const { return s_->calls >= 2; }
 int64_t Program::kernels() const { return static_cast<int64_t>(s_->kernels.size()); }
 MemoryPlan Program::plan() const {
   return {s_->held_bytes, s_->naive_bytes, 0, static_cast<int64_t>(s_->kernels.size())};
+}
+
+ProgramContents ProgramAccess::contents(const Program& p, Loc loc) {
+  const Program::State& s = *p.s_;
+  check(s.calls >= 2, "export", loc, "the program is not traced yet: call it twice first (a warm-up call, then the traced one)");
+  ProgramContents c;
+  c.kernels = &s.kernels;
+  c.inputs = &s.inputs;
+  for (const auto& carry : s.carries) c.carries.push_back({carry.from, carry.to, carry.bytes});
+  c.captures = &s.captures;
+  return c;
 }
 
 }  // namespace alk

@@ -1,0 +1,104 @@
+// The exported GPT (gpt_bundle.h).
+#include "webgpu/gpt_bundle.h"
+
+#include <random>
+#include <sstream>
+
+#include "io/json.h"
+
+namespace alk::webgpu {
+
+GptBundleConfig GptBundleConfig::micro() {
+  GptBundleConfig c;
+  c.model = nn::GPTConfig{.vocab = 256, .ctx = 16, .dim = 32, .heads = 2, .layers = 1};
+  c.batch = 4;
+  c.lr = 1e-2;
+  return c;
+}
+
+GptBundleConfig GptBundleConfig::tiny() {
+  GptBundleConfig c;
+  c.model = nn::GPTConfig{.vocab = 256, .ctx = 64, .dim = 128, .heads = 4, .layers = 4};
+  c.batch = 8;
+  c.lr = 3e-3;
+  return c;
+}
+
+namespace {
+// batch windows of ctx + 1 bytes at seeded positions: inputs and next-byte targets.
+std::pair<Tensor, Tensor> windows(const std::string& text, int64_t batch, int64_t ctx, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> xs, ys;
+  const uint64_t span = text.size() - static_cast<uint64_t>(ctx) - 1;
+  for (int64_t b = 0; b < batch; ++b) {
+    const size_t at = static_cast<size_t>(rng() % span);
+    for (int64_t t = 0; t < ctx; ++t) {
+      xs.push_back(static_cast<unsigned char>(text[at + static_cast<size_t>(t)]));
+      ys.push_back(static_cast<unsigned char>(text[at + static_cast<size_t>(t) + 1]));
+    }
+  }
+  return {tensor(xs, {batch, ctx}), tensor(ys, {batch, ctx})};
+}
+}  // namespace
+
+GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
+  const nn::GPTConfig& m = config.model;
+  check(m.vocab == 256, "export", loc, "webgpu: the exported GPT reads bytes: vocab must be 256, got ", m.vocab);
+  check(m.dropout == 0, "export", loc, "webgpu: dropout is not exportable (random ops have no WGSL kernel yet)");
+  check(static_cast<int64_t>(config.text.size()) > 2 * (m.ctx + 1), "export", loc, "webgpu: the text has ",
+        config.text.size(), " bytes; it needs more than ", 2 * (m.ctx + 1), " (two windows of ctx + 1)");
+  manual_seed(config.seed);
+  model = std::make_unique<nn::GPT>(m);
+  opt = std::make_unique<optim::AdamW>(model->named_parameters(), config.lr, optim::AdamOptions{.weight_decay = 0.01});
+  step = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy((*model)(in[0]), in[1]);
+    capture("loss", loss);
+    loss.backward();
+    opt->step();
+    opt->zero_grad();
+  }));
+  std::tie(x, y) = windows(config.text, config.batch, m.ctx, config.seed);
+  (*step)({x, y});  // eager: creates the optimizer state
+  (*step)({x, y});  // traced
+  forward = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
+    NoGradGuard no_grad;
+    capture("logits", (*model)(in[0]));
+  }));
+  ids = x.slice(0, 0, 1).contiguous();
+  ids.realize();
+  (*forward)({ids});
+  (*forward)({ids});
+}
+
+double GptBundle::cpu_step() {
+  (*step)({x, y});
+  return step->captured("loss").item();
+}
+
+ExportSummary GptBundle::write(const std::string& dir, Loc loc) {
+  ExportOptions o;
+  o.programs = {{"step", step.get()}, {"forward", forward.get()}};
+  o.names = model->named_parameters();
+  for (auto& [name, t] : opt->state_dict()) o.names.emplace_back("optim." + name, t);
+  o.lr = opt->lr_tensor();
+  const nn::GPTConfig& m = config.model;
+  json::Object meta{{"model", "gpt"},
+                    {"vocab", m.vocab},
+                    {"ctx", m.ctx},
+                    {"dim", m.dim},
+                    {"heads", m.heads},
+                    {"layers", m.layers},
+                    {"batch", config.batch},
+                    {"lr", config.lr},
+                    {"parameters", model->num_parameters()},
+                    {"text", "text.txt"},
+                    {"tokenizer", "tokenizer.json"}};
+  o.meta_json = json::dump(meta, -1, loc);
+  o.files = {{"text.txt", config.text},
+             {"tokenizer.json",
+              "{\"type\": \"bytes\", \"vocab\": 256, \"note\": \"token id = the byte (UTF-8 text encodes to ids "
+              "0..255 and decodes back)\"}\n"}};
+  return export_bundle(dir, o, loc);
+}
+
+}  // namespace alk::webgpu

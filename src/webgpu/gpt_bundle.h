@@ -1,0 +1,42 @@
+// A byte-level GPT, its AdamW training step and a forward pass, compiled, traced on the CPU
+// and written as a WebGPU bundle whose page (index.html) trains it on the exported text and
+// samples. Used by `alk export --target webgpu` and by the tests, which continue the CPU
+// program after the export to get the losses the bundle must reproduce.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "alk/compile.h"
+#include "alk/nn.h"
+#include "alk/optim.h"
+#include "alk/webgpu.h"
+
+namespace alk::webgpu {
+
+struct GptBundleConfig {
+  nn::GPTConfig model;  // vocab is 256 (bytes)
+  int64_t batch = 4;
+  double lr = 3e-3;
+  uint64_t seed = 1;
+  std::string text;  // the training text (bytes are the tokens)
+  static GptBundleConfig micro();  // a model the software adapters train in seconds
+  static GptBundleConfig tiny();   // the tiny GPT, for real GPUs
+};
+
+class GptBundle {
+ public:
+  explicit GptBundle(GptBundleConfig c, Loc loc = Loc::current());
+  // Writes the bundle (plan, kernels, weights, runtime, page, text.txt, tokenizer.json).
+  ExportSummary write(const std::string& dir, Loc loc = Loc::current());
+  // One more CPU step on the traced batch: the loss (what the bundle's next step gives).
+  double cpu_step();
+
+  GptBundleConfig config;
+  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<Program> step, forward;
+  Tensor x, y, ids;  // the traced batch and the forward's traced input
+};
+
+}  // namespace alk::webgpu

@@ -1,0 +1,622 @@
+// WGSL for the template ops, one invocation per output element (or per row where a row is
+// the unit of work: softmax, norms, attention). Every number a kernel needs is baked into
+// its text (wgsl_templates.h says why). Results follow the CPU kernels' definitions
+// (src/backend/cpu/kernels.h); sums run in f32 where the CPU uses f64, hence the parity
+// suite's tolerances.
+#include "webgpu/wgsl_templates.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "expr/emit.h"
+
+namespace alk::webgpu {
+
+namespace {
+
+constexpr uint32_t kGroup = 64;
+
+[[noreturn]] void bad(const std::string& message) { fail("webgpu export", Loc::current(), message); }
+
+bool is_packed(DType t) { return dtype_size(t) < 4; }
+bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+
+std::string storage_type(DType t) {
+  if (is_packed(t)) return "u32";
+  return is_float(t) ? "f32" : "i32";
+}
+std::string wgsl_compute_type(DType t) {
+  if (t == DType::Bool) return "bool";
+  return is_float(t) ? "f32" : "i32";
+}
+
+std::string n(int64_t v) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    bad("a size, stride or offset beyond 32 bits (" + std::to_string(v) + ")");
+  return std::to_string(v) + "i";
+}
+std::string u(int64_t v) {
+  if (v < 0 || v > std::numeric_limits<uint32_t>::max())
+    bad("a size beyond 32 bits (" + std::to_string(v) + ")");
+  return std::to_string(v) + "u";
+}
+int64_t numel(const Shape& s) {
+  int64_t r = 1;
+  for (int64_t d : s) r *= d;
+  return r;
+}
+Shape contiguous(const Shape& s) { return contiguous_strides(s); }
+
+// A binding declaration.
+std::string decl(int b, const std::string& name, DType t, bool write) {
+  return "@group(0) @binding(" + std::to_string(b) + ") var<storage, " + (write ? "read_write" : "read") + "> " +
+         name + ": array<" + storage_type(t) + ">;\n";
+}
+
+// Element `idx` (an i32 expression) of buffer `name`, in its compute type.
+std::string ld(const std::string& name, DType t, const std::string& idx) {
+  const std::string at = "u32(" + idx + ")";
+  switch (t) {
+    case DType::F32: case DType::F64: case DType::I32: case DType::I64: return name + "[" + at + "]";
+    case DType::Bool: return "(((" + name + "[" + at + " >> 2u] >> ((" + at + " & 3u) * 8u)) & 0xffu) != 0u)";
+    case DType::U8: return "i32((" + name + "[" + at + " >> 2u] >> ((" + at + " & 3u) * 8u)) & 0xffu)";
+    case DType::F16: return "unpack2x16float((" + name + "[" + at + " >> 1u] >> ((" + at + " & 1u) * 16u)) & 0xffffu).x";
+    case DType::BF16: return "bitcast<f32>(((" + name + "[" + at + " >> 1u] >> ((" + at + " & 1u) * 16u)) & 0xffffu) << 16u)";
+  }
+  return "";
+}
+
+void check_output(const Kernel& k, DType t) {
+  if (is_packed(t))
+    fail(std::string(op_name(k.node.op)), k.node.loc,
+         "webgpu export: the WGSL kernel writes 32-bit elements only, not " + std::string(dtype_name(t)));
+}
+std::string st(const std::string& name, const std::string& idx, const std::string& v) {
+  return name + "[u32(" + idx + ")] = " + v + ";";
+}
+
+// i32 offset of a view at coordinates `c` (one expression per dim).
+std::string off(const TView& v, const std::vector<std::string>& c) {
+  std::string s = "(" + n(v.offset);
+  for (size_t d = 0; d < c.size() && d < v.shape.size(); ++d)
+    if (v.strides[d] != 0 && v.shape[d] != 1) s += " + i32(" + c[d] + ") * " + n(v.strides[d]);
+  return s + ")";
+}
+
+// Statements unravelling the u32 `i` over `shape` into lets c0..c{R-1} (prefix p).
+std::string unravel(const Shape& shape, const std::string& i, const std::string& p) {
+  std::string s = "    var " + p + "r = " + i + ";\n";
+  for (size_t k = shape.size(); k-- > 0;) {
+    s += "    let " + p + std::to_string(k) + " = " + p + "r % " + u(std::max<int64_t>(shape[k], 1)) + "; " + p + "r = " + p +
+         "r / " + u(std::max<int64_t>(shape[k], 1)) + ";\n";
+  }
+  s += "    _ = " + p + "r;\n";
+  return s;
+}
+std::vector<std::string> coords(size_t rank, const std::string& p) {
+  std::vector<std::string> c;
+  for (size_t k = 0; k < rank; ++k) c.push_back(p + std::to_string(k));
+  return c;
+}
+
+std::string grid(int64_t count, const std::string& body) {
+  return "@compute @workgroup_size(" + std::to_string(kGroup) +
+         ")\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+         "  for (var i = gid.x; i < " + u(count) + "; i += nwg.x * " + std::to_string(kGroup) + "u) {\n" + body +
+         "  }\n}\n";
+}
+std::array<uint32_t, 3> groups(int64_t count) {
+  const int64_t g = std::clamp<int64_t>((count + kGroup - 1) / kGroup, 1, 65535);
+  return {static_cast<uint32_t>(g), 1, 1};
+}
+
+// Constant inf/NaN is a WGSL shader-creation error: kernels read them from private
+// variables (as the WGSL emitter does), declared in the header of every template kernel.
+std::string header(const Kernel& k) {
+  return "// alk webgpu: " + std::string(op_name(k.node.op)) + (k.node.name.empty() ? "" : " (" + k.node.name + ")") +
+         "\nvar<private> alk_inf_bits: u32 = 0x7f800000u;\nvar<private> alk_nan_bits: u32 = 0x7fc00000u;\n";
+}
+
+TemplatePlan one(const Kernel& k, std::string decls, int64_t count, const std::string& body, size_t inputs) {
+  TemplatePlan p;
+  Pass pass;
+  pass.source = header(k) + decls + "\n" + grid(count, body);
+  pass.groups = groups(count);
+  for (size_t i = 0; i < inputs; ++i) pass.slots.push_back({Slot::Input, static_cast<int>(i)});
+  pass.slots.push_back({Slot::Output, 0});
+  p.passes.push_back(std::move(pass));
+  return p;
+}
+
+std::string in_decls(const std::vector<TView>& in) {
+  std::string s;
+  for (size_t i = 0; i < in.size(); ++i) s += decl(static_cast<int>(i), "in" + std::to_string(i), in[i].dtype, false);
+  return s;
+}
+
+// ---- the op families ----
+
+TemplatePlan matmul(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const TView &a = in[0], &b = in[1];
+  const size_t r = out.shape.size();
+  if (r < 2 || a.shape.size() != r || b.shape.size() != r) fail("matmul", k.node.loc, "webgpu export: operand ranks differ");
+  const int64_t kk = a.shape[r - 1];
+  std::vector<std::string> c = coords(r, "c");
+  std::vector<std::string> ca = c, cb = c;
+  ca[r - 1] = "0u";
+  cb[r - 2] = "0u";
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    let ao = " + off(a, ca) + ";\n    let bo = " + off(b, cb) + ";\n";
+  body += "    var acc = 0.0f;\n    for (var j = 0i; j < " + n(kk) + "; j++) {\n";
+  body += "      acc += " + ld("in0", a.dtype, "ao + j * " + n(a.strides[r - 1])) + " * " +
+          ld("in1", b.dtype, "bo + j * " + n(b.strides[r - 2])) + ";\n    }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "acc") + "\n";
+  return one(k, in_decls(in) + decl(2, "out", out.dtype, true), numel(out.shape), body, 2);
+}
+
+TemplatePlan reduce(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<ReduceParams>(k.node.params);
+  const Shape& shape = k.node.in_shape;
+  const size_t r = shape.size();
+  std::vector<bool> reduced(r, false);
+  for (int a : p.axes) reduced[static_cast<size_t>(a)] = true;
+  Shape kept = shape, red;
+  for (size_t d = 0; d < r; ++d)
+    if (reduced[d]) {
+      kept[d] = 1;
+      red.push_back(shape[d]);
+    }
+  expr::MapSignature sig{"alk_prologue", {}, k.node.dtype};
+  for (const TView& v : in) sig.inputs.push_back(v.dtype);
+  if (!k.expr) fail("reduce", k.node.loc, "webgpu export: a reduction without its prologue expression");
+  const std::string fn = expr::emit_function(*k.expr, sig, expr::Target::Wgsl);
+  const std::string ct = wgsl_compute_type(k.node.dtype);
+  std::string init, combine;
+  const bool fl = ct == "f32";
+  switch (p.op) {
+    case ReduceOp::Sum: init = fl ? "0.0f" : "0i"; combine = "acc + v"; break;
+    case ReduceOp::Prod: init = fl ? "1.0f" : "1i"; combine = "acc * v"; break;
+    case ReduceOp::Max: init = fl ? "-bitcast<f32>(alk_inf_bits)" : "-2147483647i - 1i"; combine = "max(acc, v)"; break;
+    case ReduceOp::Min: init = fl ? "bitcast<f32>(alk_inf_bits)" : "2147483647i"; combine = "min(acc, v)"; break;
+  }
+  if (ct == "bool") fail("reduce", k.node.loc, "webgpu export: a bool reduction");
+  // NaN propagates through max/min on the CPU; WGSL's max/min may drop it.
+  if (fl && (p.op == ReduceOp::Max || p.op == ReduceOp::Min)) combine = "select(" + combine + ", v, v != v)";
+  std::string body = unravel(kept, "i", "c");
+  body += "    var acc: " + ct + " = " + init + ";\n";
+  body += "    for (var j = 0u; j < " + u(numel(red)) + "; j++) {\n";
+  body += unravel(red, "j", "q").substr(0);  // q0.. over the reduced dims
+  std::vector<std::string> c;
+  size_t q = 0;
+  for (size_t d = 0; d < r; ++d) c.push_back(reduced[d] ? "q" + std::to_string(q++) : "c" + std::to_string(d));
+  std::string args;
+  for (size_t i = 0; i < in.size(); ++i) {
+    body += "      let a" + std::to_string(i) + " = " + ld("in" + std::to_string(i), in[i].dtype, off(in[i], c)) + ";\n";
+    args += (i ? ", a" : "a") + std::to_string(i);
+  }
+  body += "      let v = alk_prologue(" + args + ");\n      acc = " + combine + ";\n    }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "acc") + "\n";
+  const int ib = static_cast<int>(in.size());
+  return one(k, in_decls(in) + decl(ib, "out", out.dtype, true) + "\n" + fn + "\n", numel(kept), body, in.size());
+}
+
+// Rows along `axis` of x: the invocation unravels its row over the other dims (prefix c)
+// and gets `xo` (x's offset of element 0 of the row) and `oo` (the contiguous output's).
+std::string row_start(const TView& x, const TView& out, int axis) {
+  Shape rows = x.shape;
+  rows[static_cast<size_t>(axis)] = 1;
+  std::string s = unravel(rows, "i", "c");
+  std::vector<std::string> c = coords(rows.size(), "c");
+  c[static_cast<size_t>(axis)] = "0u";
+  TView o = out;
+  o.strides = contiguous(out.shape);
+  s += "    let xo = " + off(x, c) + ";\n    let oo = " + off(o, c) + ";\n";
+  return s;
+}
+
+TemplatePlan softmax(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const int axis = std::get<AxisParams>(k.node.params).axis;
+  const TView& x = in[0];
+  const int64_t len = x.shape[static_cast<size_t>(axis)], xs = x.strides[static_cast<size_t>(axis)];
+  const int64_t os = contiguous(out.shape)[static_cast<size_t>(axis)];
+  const bool log = k.node.op == OpId::LogSoftmax;
+  std::string body = row_start(x, out, axis);
+  auto X = [&](const std::string& j) { return ld("in0", x.dtype, "xo + " + j + " * " + n(xs)); };
+  body += "    var m = -bitcast<f32>(alk_inf_bits);\n";
+  body += "    for (var j = 0i; j < " + n(len) + "; j++) { m = max(m, " + X("j") + "); }\n";
+  body += "    var s = 0.0f;\n";
+  body += "    for (var j = 0i; j < " + n(len) + "; j++) { s += exp(" + X("j") + " - m); }\n";
+  body += "    let ls = log(s);\n";
+  body += "    for (var j = 0i; j < " + n(len) + "; j++) { " +
+          st("out", "oo + j * " + n(os), log ? X("j") + " - m - ls" : "exp(" + X("j") + " - m) / s") + " }\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(x.shape) / std::max<int64_t>(len, 1), body, 1);
+}
+
+// An unravel function mapping a flat row-major index of v's shape to v's element offset.
+std::string flat_fn(const std::string& name, const TView& v) {
+  std::string s = "fn " + name + "(f: u32) -> i32 {\n" + unravel(v.shape, "f", "c");
+  s += "    return " + off(v, coords(v.shape.size(), "c")) + ";\n}\n";
+  return s;
+}
+
+TemplatePlan norm(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const bool rms = k.node.op == OpId::RmsNorm;
+  const int64_t inner = p.inner, rows = inner > 0 ? numel(in[0].shape) / inner : 0;
+  std::string fns = flat_fn("xo", in[0]);
+  const bool has_w = in.size() > 1, has_b = !rms && in.size() > 2;
+  if (has_w) fns += flat_fn("wo", in[1]);
+  if (has_b) fns += flat_fn("bo", in[2]);
+  auto X = [&](const std::string& e) { return ld("in0", in[0].dtype, "xo(r0 + " + e + ")"); };
+  std::string body = "    let r0 = i * " + u(inner) + ";\n";
+  body += "    var s = 0.0f;\n";
+  if (!rms) {
+    body += "    for (var e = 0u; e < " + u(inner) + "; e++) { s += " + X("e") + "; }\n";
+    body += "    let mean = s / f32(" + u(inner) + ");\n    var v = 0.0f;\n";
+    body += "    for (var e = 0u; e < " + u(inner) + "; e++) { let d = " + X("e") + " - mean; v += d * d; }\n";
+  } else {
+    body += "    let mean = 0.0f;\n    var v = 0.0f;\n";
+    body += "    for (var e = 0u; e < " + u(inner) + "; e++) { let d = " + X("e") + "; v += d * d; }\n";
+  }
+  body += "    let rstd = 1.0f / sqrt(v / f32(" + u(inner) + ") + " + expr::emit_detail::float_text(p.eps, expr::Type::F32) +
+          "f);\n";
+  body += "    for (var e = 0u; e < " + u(inner) + "; e++) {\n      var y = (" + X("e") + " - mean) * rstd;\n";
+  if (has_w) body += "      y = y * " + ld("in1", in[1].dtype, "wo(e)") + ";\n";
+  if (has_b) body += "      y = y + " + ld("in2", in[2].dtype, "bo(e)") + ";\n";
+  body += "      " + st("out", n(out.offset) + " + i32(r0 + e)", "y") + "\n    }\n";
+  return one(k, in_decls(in) + decl(static_cast<int>(in.size()), "out", out.dtype, true) + "\n" + fns, rows, body,
+             in.size());
+}
+
+TemplatePlan layer_norm_backward(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<NormParams>(k.node.params);
+  const int64_t inner = p.inner, rows = inner > 0 ? numel(in[0].shape) / inner : 0;
+  const std::string fns = flat_fn("xo", in[0]) + flat_fn("wo", in[1]) + flat_fn("go", in[2]);
+  const std::string I = u(inner);
+  auto X = [&](const std::string& e) { return ld("in0", in[0].dtype, "xo(r0 + " + e + ")"); };
+  auto W = [&](const std::string& e) { return ld("in1", in[1].dtype, "wo(" + e + ")"); };
+  auto G = [&](const std::string& e) { return ld("in2", in[2].dtype, "go(r0 + " + e + ")"); };
+  TemplatePlan plan;
+  plan.temps.push_back({DType::F32, std::max<int64_t>(2 * rows, 1)});
+  // Pass 1, per row: the statistics (kept for pass 2) and dx.
+  std::string b1 = "    let r0 = i * " + I + ";\n    var s = 0.0f;\n";
+  b1 += "    for (var e = 0u; e < " + I + "; e++) { s += " + X("e") + "; }\n";
+  b1 += "    let mean = s / f32(" + I + ");\n    var v = 0.0f;\n";
+  b1 += "    for (var e = 0u; e < " + I + "; e++) { let d = " + X("e") + " - mean; v += d * d; }\n";
+  b1 += "    let rstd = 1.0f / sqrt(v / f32(" + I + ") + " + expr::emit_detail::float_text(p.eps, expr::Type::F32) + "f);\n";
+  b1 += "    stats[2u * i] = mean;\n    stats[2u * i + 1u] = rstd;\n";
+  b1 += "    var mg = 0.0f;\n    var mgx = 0.0f;\n";
+  b1 += "    for (var e = 0u; e < " + I + "; e++) { let gx = " + G("e") + " * " + W("e") + "; mg += gx; mgx += gx * (" + X("e") +
+        " - mean) * rstd; }\n";
+  b1 += "    mg = mg / f32(" + I + ");\n    mgx = mgx / f32(" + I + ");\n";
+  b1 += "    for (var e = 0u; e < " + I + "; e++) {\n      let xh = (" + X("e") + " - mean) * rstd;\n";
+  b1 += "      " + st("out", n(out.offset) + " + i32(r0 + e)", "rstd * (" + G("e") + " * " + W("e") + " - mg - xh * mgx)") +
+        "\n    }\n";
+  Pass p1;
+  p1.source = header(k) + in_decls(in) + decl(3, "stats", DType::F32, true) + decl(4, "out", out.dtype, true) + "\n" + fns +
+              "\n" + grid(rows, b1);
+  p1.groups = groups(rows);
+  p1.slots = {{Slot::Input, 0}, {Slot::Input, 1}, {Slot::Input, 2}, {Slot::Temp, 0}, {Slot::Output, 0}};
+  // Pass 2, per column: dweight and dbias summed over rows in order.
+  std::string b2 = "    var dw = 0.0f;\n    var db = 0.0f;\n";
+  b2 += "    for (var r = 0u; r < " + u(rows) + "; r++) {\n      let r0 = r * " + I + ";\n";
+  b2 += "      let g = " + G("i") + ";\n      dw += g * (" + X("i") + " - stats[2u * r]) * stats[2u * r + 1u];\n      db += g;\n    }\n";
+  b2 += "    " + st("out", n(out.offset) + " + i32(" + u(rows) + " * " + I + " + i)", "dw") + "\n";
+  b2 += "    " + st("out", n(out.offset) + " + i32(" + u(rows + 1) + " * " + I + " + i)", "db") + "\n";
+  Pass p2;
+  std::string d2 = decl(0, "in0", in[0].dtype, false) + decl(2, "in2", in[2].dtype, false) +
+                   "@group(0) @binding(3) var<storage, read> stats: array<f32>;\n" + decl(4, "out", out.dtype, true);
+  // Binding 1 (the weight) is unused by pass 2: its slot list skips it.
+  d2.replace(d2.find("@binding(2)"), 11, "@binding(1)");
+  d2.replace(d2.find("@binding(3)"), 11, "@binding(2)");
+  d2.replace(d2.find("@binding(4)"), 11, "@binding(3)");
+  p2.source = header(k) + d2 + "\n" + flat_fn("xo", in[0]) + flat_fn("go", in[2]) + "\n" + grid(inner, b2);
+  p2.groups = groups(inner);
+  p2.slots = {{Slot::Input, 0}, {Slot::Input, 2}, {Slot::Temp, 0}, {Slot::Output, 0}};
+  plan.passes = {std::move(p1), std::move(p2)};
+  return plan;
+}
+
+TemplatePlan index_select(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const TView &x = in[0], &idx = in[1];
+  const size_t r = out.shape.size(), d = static_cast<size_t>(dim);
+  std::vector<std::string> c = coords(r, "c");
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    let id = clamp(" + ld("in1", idx.dtype, off(idx, {c[d]})) + ", 0i, " + n(x.shape[d] - 1) + ");\n";
+  c[d] = "u32(id)";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", ld("in0", x.dtype, off(x, c))) + "\n";
+  return one(k, in_decls(in) + decl(2, "out", out.dtype, true), numel(out.shape), body, 2);
+}
+
+TemplatePlan gather(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const TView &x = in[0], &idx = in[1];
+  const size_t r = out.shape.size(), d = static_cast<size_t>(dim);
+  std::vector<std::string> c = coords(r, "c");
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    let id = clamp(" + ld("in1", idx.dtype, off(idx, c)) + ", 0i, " + n(x.shape[d] - 1) + ");\n";
+  c[d] = "u32(id)";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", ld("in0", x.dtype, off(x, c))) + "\n";
+  return one(k, in_decls(in) + decl(2, "out", out.dtype, true), numel(out.shape), body, 2);
+}
+
+TemplatePlan scatter_add(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const int dim = std::get<IndexParams>(k.node.params).dim;
+  const TView &x = in[0], &idx = in[1], &src = in[2];
+  const size_t r = out.shape.size(), d = static_cast<size_t>(dim);
+  std::vector<std::string> c = coords(r, "c");
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    var v = " + ld("in0", x.dtype, off(x, c)) + ";\n";
+  std::string inside = "true";
+  for (size_t e = 0; e < r; ++e)
+    if (e != d) inside += " && c" + std::to_string(e) + " < " + u(idx.shape[e]);
+  body += "    if (" + inside + ") {\n      for (var j = 0u; j < " + u(idx.shape[d]) + "; j++) {\n";
+  std::vector<std::string> cj = c;
+  cj[d] = "j";
+  body += "        if (" + ld("in1", idx.dtype, off(idx, cj)) + " == i32(c" + std::to_string(d) + ")) { v += " +
+          ld("in2", src.dtype, off(src, cj)) + "; }\n      }\n    }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(3, "out", out.dtype, true), numel(out.shape), body, 3);
+}
+
+TemplatePlan one_hot(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const size_t r = out.shape.size();
+  std::string body = unravel(out.shape, "i", "c");
+  std::vector<std::string> c = coords(r - 1, "c");
+  const std::string ct = wgsl_compute_type(out.dtype);
+  body += "    let hit = " + ld("in0", in[0].dtype, off(in[0], c)) + " == i32(c" + std::to_string(r - 1) + ");\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "select(" + ct + "(0), " + ct + "(1), hit)") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
+TemplatePlan tri(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<TriParams>(k.node.params);
+  const size_t r = out.shape.size();
+  std::string body = unravel(out.shape, "i", "c");
+  const std::string diff = "(i32(c" + std::to_string(r - 1) + ") - i32(c" + std::to_string(r - 2) + "))";
+  const std::string keep = p.upper ? diff + " >= " + n(p.k) : diff + " <= " + n(p.k);
+  const std::string ct = wgsl_compute_type(out.dtype);
+  body += "    " + st("out", n(out.offset) + " + i32(i)",
+                      "select(" + ct + "(0), " + ld("in0", in[0].dtype, off(in[0], coords(r, "c"))) + ", " + keep + ")") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
+TemplatePlan cumsum(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const TView& x = in[0];
+  const size_t a = static_cast<size_t>(p.axis);
+  const int64_t len = x.shape[a];
+  std::string body = row_start(x, out, p.axis);
+  const std::string j = p.flag ? "(" + n(len - 1) + " - t)" : "t";
+  body += "    var s: " + wgsl_compute_type(out.dtype) + " = " + wgsl_compute_type(out.dtype) + "(0);\n";
+  body += "    for (var t = 0i; t < " + n(len) + "; t++) {\n      s += " + ld("in0", x.dtype, "xo + " + j + " * " + n(x.strides[a])) +
+          ";\n      " + st("out", "oo + " + j + " * " + n(contiguous(out.shape)[a]), "s") + "\n    }\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(x.shape) / std::max<int64_t>(len, 1), body, 1);
+}
+
+TemplatePlan argreduce(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<AxisParams>(k.node.params);
+  const TView& x = in[0];
+  const size_t a = static_cast<size_t>(p.axis);
+  const int64_t len = x.shape[a];
+  std::string body = row_start(x, out, p.axis);
+  auto X = [&](const std::string& j) { return ld("in0", x.dtype, "xo + " + j + " * " + n(x.strides[a])); };
+  body += "    var best = " + X("0i") + ";\n    var at = 0i;\n";
+  body += "    for (var t = 1i; t < " + n(len) + "; t++) {\n      let v = " + X("t") + ";\n";
+  body += "      if (best == best && (v != v || v " + std::string(p.flag ? ">" : "<") + " best)) { best = v; at = t; }\n    }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "at") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(x.shape) / std::max<int64_t>(len, 1), body, 1);
+}
+
+TemplatePlan pad(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<PadParams>(k.node.params);
+  const size_t r = out.shape.size();
+  std::string body = unravel(out.shape, "i", "c");
+  std::string inside = "true";
+  std::vector<std::string> c;
+  for (size_t d = 0; d < r; ++d) {
+    const std::string s = "(i32(c" + std::to_string(d) + ") - " + n(p.pads[2 * d]) + ")";
+    body += "    let s" + std::to_string(d) + " = " + s + ";\n";
+    inside += " && s" + std::to_string(d) + " >= 0i && s" + std::to_string(d) + " < " + n(in[0].shape[d]);
+    c.push_back("max(s" + std::to_string(d) + ", 0i)");
+  }
+  const std::string ct = wgsl_compute_type(out.dtype);
+  const std::string value = ct == "f32" ? expr::emit_detail::float_text(p.value, expr::Type::F32) + "f"
+                                        : std::to_string(static_cast<int64_t>(p.value)) + "i";
+  body += "    var v: " + ct + " = " + value + ";\n    if (" + inside + ") { v = " + ld("in0", in[0].dtype, off(in[0], c)) + "; }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
+TemplatePlan concat(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const size_t d = static_cast<size_t>(std::get<IndexParams>(k.node.params).dim), r = out.shape.size();
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    var v: " + wgsl_compute_type(out.dtype) + ";\n";
+  int64_t start = 0;
+  for (size_t j = 0; j < in.size(); ++j) {
+    std::vector<std::string> c = coords(r, "c");
+    c[d] = "(c" + std::to_string(d) + " - " + u(start) + ")";
+    const int64_t end = start + in[j].shape[d];
+    body += std::string(j ? "    else " : "    ") + "if (c" + std::to_string(d) + " < " + u(end) + ") { v = " +
+            ld("in" + std::to_string(j), in[j].dtype, off(in[j], c)) + "; }\n";
+    start = end;
+  }
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(static_cast<int>(in.size()), "out", out.dtype, true), numel(out.shape), body, in.size());
+}
+
+TemplatePlan slice_scatter(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<SliceScatterParams>(k.node.params);
+  const size_t d = static_cast<size_t>(p.dim), r = out.shape.size();
+  std::string body = unravel(out.shape, "i", "c");
+  body += "    let t = i32(c" + std::to_string(d) + ") - " + n(p.start) + ";\n";
+  body += "    let hit = t >= 0i && t % " + n(p.step) + " == 0i && t / " + n(p.step) + " < " + n(in[0].shape[d]) + ";\n";
+  std::vector<std::string> c = coords(r, "c");
+  c[d] = "u32(max(t, 0i) / " + n(p.step) + ")";
+  const std::string ct = wgsl_compute_type(out.dtype);
+  body += "    var v: " + ct + " = " + ct + "(0);\n    if (hit) { v = " + ld("in0", in[0].dtype, off(in[0], c)) + "; }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
+// Attention over flattened batch dims: q [B.., T, D], k/v [B.., S, D].
+struct AttnShape {
+  Shape batch;
+  int64_t T, S, D;
+};
+AttnShape attn_shape(const std::vector<TView>& in) {
+  const Shape& q = in[0].shape;
+  const Shape& kk = in[1].shape;
+  AttnShape s;
+  s.batch.assign(q.begin(), q.end() - 2);
+  s.T = q[q.size() - 2];
+  s.D = q.back();
+  s.S = kk[kk.size() - 2];
+  return s;
+}
+// Offset of row `row` (an i32 expression) of view v in batch coordinates b0.. (q, k, v keep
+// their batch dims; the packed forward output and the output gradient are [B, rows, D] with
+// the batch flattened: batch index bi).
+std::string attn_row(const TView& v, size_t nb, const std::string& row) {
+  if (v.shape.size() != nb + 2) {
+    TView w = v;
+    return "(" + off(w, {"bi", "0u", "0u"}) + " + (" + row + ") * " + n(v.strides[1]) + ")";
+  }
+  std::vector<std::string> c = coords(nb, "b");
+  c.push_back("0u");
+  c.push_back("0u");
+  return "(" + off(v, c) + " + (" + row + ") * " + n(v.strides[nb]) + ")";
+}
+
+TemplatePlan attention_forward(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<AttentionParams>(k.node.params);
+  const AttnShape a = attn_shape(in);
+  const size_t nb = a.batch.size();
+  const std::string D = n(a.D);
+  auto el = [&](int t, const std::string& base, const std::string& d) {
+    return ld("in" + std::to_string(t), in[static_cast<size_t>(t)].dtype,
+              base + " + " + d + " * " + n(in[static_cast<size_t>(t)].strides.back()));
+  };
+  std::string body = "    let bi = i / " + u(a.T) + ";\n    let t = i32(i % " + u(a.T) + ");\n" + unravel(a.batch, "bi", "b");
+  body += "    let qo = " + attn_row(in[0], nb, "t") + ";\n";
+  body += "    var q: array<f32, " + std::to_string(a.D) + ">;\n    var acc: array<f32, " + std::to_string(a.D) + ">;\n";
+  body += "    for (var d = 0i; d < " + D + "; d++) { q[d] = " + el(0, "qo", "d") + "; acc[d] = 0.0f; }\n";
+  body += "    var m = -3.0e38f;\n    var l = 0.0f;\n";
+  const std::string last = p.causal ? "min(" + n(a.S) + ", t + " + n(a.S - a.T) + " + 1i)" : n(a.S);
+  body += "    for (var s = 0i; s < " + last + "; s++) {\n";
+  body += "      let ko = " + attn_row(in[1], nb, "s") + ";\n      let vo = " + attn_row(in[2], nb, "s") + ";\n";
+  body += "      var dot = 0.0f;\n      for (var d = 0i; d < " + D + "; d++) { dot += q[d] * " + el(1, "ko", "d") + "; }\n";
+  body += "      let sc = dot * " + expr::emit_detail::float_text(p.scale, expr::Type::F32) + "f;\n";
+  body += "      let mn = max(m, sc);\n      let corr = exp(m - mn);\n      let w = exp(sc - mn);\n      l = l * corr + w;\n";
+  body += "      for (var d = 0i; d < " + D + "; d++) { acc[d] = acc[d] * corr + w * " + el(2, "vo", "d") + "; }\n      m = mn;\n    }\n";
+  body += "    let oo = " + n(out.offset) + " + i32(i) * " + n(a.D + 1) + ";\n";
+  body += "    let inv = select(0.0f, 1.0f / l, l > 0.0f);\n";
+  body += "    for (var d = 0i; d < " + D + "; d++) { out[u32(oo + d)] = acc[d] * inv; }\n";
+  body += "    out[u32(oo + " + D + ")] = m + log(l);\n";
+  return one(k, in_decls(in) + decl(3, "out", out.dtype, true), numel(a.batch) * a.T, body, 3);
+}
+
+TemplatePlan attention_backward(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<AttentionParams>(k.node.params);
+  const AttnShape a = attn_shape(in);
+  const size_t nb = a.batch.size();
+  const int64_t R = std::max(a.T, a.S), B = numel(a.batch);
+  const std::string D = n(a.D), scale = expr::emit_detail::float_text(p.scale, expr::Type::F32) + "f";
+  auto el = [&](int t, const std::string& base, const std::string& d) {
+    return ld("in" + std::to_string(t), in[static_cast<size_t>(t)].dtype,
+              base + " + " + d + " * " + n(in[static_cast<size_t>(t)].strides.back()));
+  };
+  const std::string decls = in_decls(in) + decl(5, "out", out.dtype, true);
+  // Row t of q, o (the forward's output) and do, and its lse and Di = do . o.
+  auto row_t = [&](const std::string& t) {
+    std::string s = "      let qo = " + attn_row(in[0], nb, t) + ";\n      let fo = " + attn_row(in[3], nb, t) + ";\n";
+    s += "      let go = " + attn_row(in[4], nb, t) + ";\n";
+    s += "      let lse = " + el(3, "fo", D) + ";\n";
+    s += "      var di = 0.0f;\n      for (var d = 0i; d < " + D + "; d++) { di += " + el(4, "go", "d") + " * " + el(3, "fo", "d") + "; }\n";
+    return s;
+  };
+  std::string head = "    let bi = i / " + u(R) + ";\n    let r = i32(i % " + u(R) + ");\n" + unravel(a.batch, "bi", "b");
+  auto out_row = [&](int which) {
+    return n(out.offset) + " + ((" + n(which) + " * " + n(B) + " + i32(bi)) * " + n(R) + " + r) * " + D;
+  };
+  // Pass 1: dq, one invocation per query row.
+  std::string b1 = head + "    let oq = " + out_row(0) + ";\n    var dq: array<f32, " + std::to_string(a.D) + ">;\n";
+  b1 += "    for (var d = 0i; d < " + D + "; d++) { dq[d] = 0.0f; }\n";
+  b1 += "    if (r < " + n(a.T) + ") {\n      let t = r;\n" + row_t("t");
+  const std::string last = p.causal ? "min(" + n(a.S) + ", t + " + n(a.S - a.T) + " + 1i)" : n(a.S);
+  b1 += "      for (var s = 0i; s < " + last + "; s++) {\n";
+  b1 += "        let ko = " + attn_row(in[1], nb, "s") + ";\n        let vo = " + attn_row(in[2], nb, "s") + ";\n";
+  b1 += "        var sc = 0.0f;\n        var dp = 0.0f;\n";
+  b1 += "        for (var d = 0i; d < " + D + "; d++) { sc += " + el(0, "qo", "d") + " * " + el(1, "ko", "d") + "; dp += " +
+        el(4, "go", "d") + " * " + el(2, "vo", "d") + "; }\n";
+  b1 += "        let pr = exp(sc * " + scale + " - lse);\n        let ds = pr * (dp - di);\n";
+  b1 += "        for (var d = 0i; d < " + D + "; d++) { dq[d] += ds * " + el(1, "ko", "d") + "; }\n      }\n    }\n";
+  b1 += "    for (var d = 0i; d < " + D + "; d++) { out[u32(oq + d)] = dq[d] * " + scale + "; }\n";
+  // Pass 2: dk and dv, one invocation per key row.
+  std::string b2 = head + "    let ok = " + out_row(1) + ";\n    let ov = " + out_row(2) + ";\n";
+  b2 += "    var dk: array<f32, " + std::to_string(a.D) + ">;\n    var dv: array<f32, " + std::to_string(a.D) + ">;\n";
+  b2 += "    for (var d = 0i; d < " + D + "; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }\n";
+  b2 += "    if (r < " + n(a.S) + ") {\n      let s = r;\n";
+  b2 += "      let ko = " + attn_row(in[1], nb, "s") + ";\n      let vo = " + attn_row(in[2], nb, "s") + ";\n";
+  const std::string first = p.causal ? "max(0i, s - " + n(a.S - a.T) + ")" : "0i";
+  b2 += "      for (var t = " + first + "; t < " + n(a.T) + "; t++) {\n" + row_t("t");
+  b2 += "        var sc = 0.0f;\n        var dp = 0.0f;\n";
+  b2 += "        for (var d = 0i; d < " + D + "; d++) { sc += " + el(0, "qo", "d") + " * " + el(1, "ko", "d") + "; dp += " +
+        el(4, "go", "d") + " * " + el(2, "vo", "d") + "; }\n";
+  b2 += "        let pr = exp(sc * " + scale + " - lse);\n        let ds = pr * (dp - di);\n";
+  b2 += "        for (var d = 0i; d < " + D + "; d++) { dv[d] += pr * " + el(4, "go", "d") + "; dk[d] += ds * " + el(0, "qo", "d") +
+        "; }\n      }\n    }\n";
+  b2 += "    for (var d = 0i; d < " + D + "; d++) { out[u32(ok + d)] = dk[d] * " + scale + "; out[u32(ov + d)] = dv[d]; }\n";
+  TemplatePlan plan;
+  for (const std::string* b : {&b1, &b2}) {
+    Pass ps;
+    ps.source = header(k) + decls + "\n" + grid(B * R, *b);
+    ps.groups = groups(B * R);
+    for (int i = 0; i < 5; ++i) ps.slots.push_back({Slot::Input, i});
+    ps.slots.push_back({Slot::Output, 0});
+    plan.passes.push_back(std::move(ps));
+  }
+  return plan;
+}
+
+}  // namespace
+
+size_t gpu_elem_size(DType t) { return is_packed(t) ? 0 : 4; }
+
+size_t gpu_bytes(DType t, int64_t count) {
+  const size_t c = static_cast<size_t>(std::max<int64_t>(count, 0));
+  const size_t bytes = is_packed(t) ? c * dtype_size(t) : c * 4;
+  return std::max<size_t>((bytes + 3) / 4 * 4, 4);
+}
+
+TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  check_output(k, out.dtype);
+  for (const TView& v : in)
+    if (v.shape.size() != v.strides.size()) fail(std::string(op_name(k.node.op)), k.node.loc, "webgpu export: a view without strides");
+  switch (k.node.op) {
+    case OpId::Matmul: return matmul(k, in, out);
+    case OpId::Reduce: return reduce(k, in, out);
+    case OpId::Softmax: case OpId::LogSoftmax: return softmax(k, in, out);
+    case OpId::LayerNorm: case OpId::RmsNorm: return norm(k, in, out);
+    case OpId::LayerNormBackward: return layer_norm_backward(k, in, out);
+    case OpId::IndexSelect: return index_select(k, in, out);
+    case OpId::Gather: return gather(k, in, out);
+    case OpId::ScatterAdd: return scatter_add(k, in, out);
+    case OpId::OneHot: return one_hot(k, in, out);
+    case OpId::Tri: return tri(k, in, out);
+    case OpId::Cumsum: return cumsum(k, in, out);
+    case OpId::ArgReduce: return argreduce(k, in, out);
+    case OpId::Pad: return pad(k, in, out);
+    case OpId::Concat: return concat(k, in, out);
+    case OpId::SliceScatter: return slice_scatter(k, in, out);
+    case OpId::Attention: return attention_forward(k, in, out);
+    case OpId::AttentionBackward: return attention_backward(k, in, out);
+    default: break;
+  }
+  fail(std::string(op_name(k.node.op)), k.node.loc,
+       "webgpu export: no WGSL kernel for this op (random, unfold and fold are not exportable yet)");
+}
+
+}  // namespace alk::webgpu
