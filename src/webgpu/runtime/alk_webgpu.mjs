@@ -99,6 +99,7 @@ export class Model {
     this.adapter = adapterInfo;
     this.meta = plan.meta || {};
     this.errors = [];
+    this.keep = [];  // objects that must live as long as the model (load() says why)
     device.addEventListener?.('uncapturederror', (e) => this.errors.push(e.error.message));
   }
 
@@ -128,6 +129,7 @@ export class Model {
         label, layout: device.createPipelineLayout({ label, bindGroupLayouts: [layout] }),
         compute: { module, entryPoint: 'main' } });
       this.pipelines.push({ pipeline, layout });
+      this.keep.push(module, layout);
       checks.push(device.popErrorScope().then(async (err) => {
         if (!err) return;
         const info = module.getCompilationInfo ? await module.getCompilationInfo() : { messages: [] };
@@ -146,6 +148,7 @@ export class Model {
         if (d.params) {
           const params = device.createBuffer({ label: `${d.label} params`, size: align4(d.params.length * 4), usage: STORAGE | COPY_DST });
           device.queue.writeBuffer(params, 0, new Uint32Array(d.params));
+          this.keep.push(params);
           entries.push({ binding: d.buffers.length, resource: { buffer: params } });
         }
         const declared = new Set(layoutEntries(sources[d.shader]).map((e) => e.binding));
@@ -313,6 +316,9 @@ export async function load(base, options = {}) {
   const device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: features });
   const info = adapter.info || {};
   const model = new Model(plan, device, `${info.vendor || ''} ${info.architecture || ''} ${info.description || ''}`.trim());
+  // The GPU object and the adapter stay referenced: Node's Dawn binding frees its instance
+  // when they are collected, under a device that still uses it (crashes in ProcessEvents).
+  model.keep.push(gpu, adapter);
   await model._init(fetchBytes);
   return model;
 }
