@@ -400,5 +400,44 @@ TEST(WebgpuExport, UntracedProgramIsAnError) {
   EXPECT_THROW(webgpu::export_bundle(fresh_dir("untraced"), o), Error);
 }
 
+// ---- the page ----
+
+TEST(WebgpuPage, TrainsInHeadlessChromium) {
+  WEBGPU_OR_SKIP();
+  if (!fs::exists(kSource + "/node_modules/playwright-core/package.json"))
+    GTEST_SKIP() << "npm package `playwright-core` is not installed: run `make webgpu-deps`";
+  if (!fs::exists("/usr/bin/chromium")) GTEST_SKIP() << "/usr/bin/chromium is missing: apt-get install chromium (make deps)";
+  webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += kText;
+  c.text = text;
+  webgpu::GptBundle bundle(c);
+  const std::string dir = fresh_dir("page");
+  bundle.write(dir);
+  const std::string out = dir + "/page.json", log = dir + "/page.log";
+  const std::string shot = (fs::current_path() / "webgpu_page.png").string();
+  const int steps = 12;
+  const std::string cmd = "node " + kSource + "/tests/webgpu/page_test.mjs '" + dir + "' '" + out + "' '" + shot + "' " +
+                          std::to_string(steps) + " > '" + log + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
+  const json::Value r = json::parse(read_text(out));
+  ASSERT_EQ(r.at("error").as_string(), "") << json::dump(r.at("console"));
+  const json::Array& losses = r.at("losses").as_array();
+  ASSERT_EQ(losses.size(), static_cast<size_t>(steps));
+  std::vector<double> l;
+  for (const json::Value& v : losses) l.push_back(number(v));
+  for (double v : l) EXPECT_TRUE(std::isfinite(v));
+  const double first = (l[0] + l[1] + l[2]) / 3, last = (l[steps - 1] + l[steps - 2] + l[steps - 3]) / 3;
+  EXPECT_LT(last, first - 0.3) << "the loss did not fall";
+  // The export is made after the CPU's warm-up and traced steps: a little below ln(256).
+  EXPECT_LT(l[0], std::log(256.0) + 0.1);
+  EXPECT_GT(r.at("sample").as_string().size(), 12u);
+  EXPECT_TRUE(fs::exists(shot) && fs::file_size(shot) > 1000);
+  std::cout << "[webgpu] page: losses " << l.front() << " -> " << l.back() << " over " << steps << " steps; screenshot " << shot
+            << "\n[webgpu] page: " << r.at("about").as_string() << "\n[webgpu] page sample: " << r.at("sample").as_string()
+            << "\n";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace alk
