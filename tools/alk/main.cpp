@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   alk::cli::add_inspect_command(app);
   alk::cli::add_devices_command(app);
   alk::cli::add_onnx_command(app);
+  alk::cli::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,60 @@
+// `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE]`: a byte-level GPT
+// whose compiled training step (forward, backward, AdamW) and forward pass are written as a
+// WebGPU bundle (src/webgpu/): plan, WGSL kernels, weights, the JavaScript runtime and a page
+// that trains it in the browser on the text and samples.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "alk/error.h"
+#include "alk/train.h"
+#include "tools/alk/commands.h"
+#include "webgpu/gpt_bundle.h"
+
+namespace alk::cli {
+
+namespace {
+struct ExportFlags {
+  std::string target = "webgpu", out, size = "tiny", text;
+  int64_t text_bytes = 1 << 20;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  check(f.good(), "export", Loc::current(), "cannot read ", path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto flags = std::make_shared<ExportFlags>();
+  auto* cmd = app.add_subcommand("export", "export a compiled model for another runtime (webgpu: a bundle for browsers and Node)");
+  cmd->add_option("--target", flags->target, "webgpu (onnx: not built here)")->check(CLI::IsMember({"webgpu", "onnx"}));
+  cmd->add_option("--out", flags->out, "the bundle directory")->required();
+  cmd->add_option("--size", flags->size, "tiny (for real GPUs) or micro (software adapters, CI)")
+      ->check(CLI::IsMember({"tiny", "micro"}));
+  cmd->add_option("--text", flags->text, "training text (default: the KJV Bible, as alk train uses)");
+  cmd->add_option("--text-bytes", flags->text_bytes, "bytes of the text put in the bundle (default 1 MiB)");
+  cmd->callback([flags] {
+    const ExportFlags& f = *flags;
+    check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target, " is not built in this binary (only webgpu)");
+    webgpu::GptBundleConfig c = f.size == "micro" ? webgpu::GptBundleConfig::micro() : webgpu::GptBundleConfig::tiny();
+    c.text = read_all(f.text.empty() ? train::default_corpus() : f.text);
+    check(f.text_bytes > 0, "export", Loc::current(), "--text-bytes must be positive");
+    if (static_cast<int64_t>(c.text.size()) > f.text_bytes) c.text.resize(static_cast<size_t>(f.text_bytes));
+    std::cout << "tracing the " << f.size << " GPT's training step on the CPU...\n";
+    webgpu::GptBundle bundle(c);
+    const webgpu::ExportSummary s = bundle.write(f.out);
+    std::cout << "wrote " << f.out << ": " << s.dispatches << " dispatches (step + forward), " << s.shaders
+              << " WGSL kernels, " << s.buffers << " buffers (" << s.buffer_bytes / 1024 << " KiB), state "
+              << s.state_bytes / 1024 << " KiB\n"
+              << "open the page: python3 -m http.server -d " << f.out << " 8000, then http://localhost:8000/\n"
+              << "  (a browser with WebGPU; for Chromium without a GPU: --enable-unsafe-webgpu)\n"
+              << "from Node: import { load } from '" << f.out << "/alk_webgpu.mjs' (npm webgpu gives the GPU)\n";
+  });
+}
+
+}  // namespace alk::cli
