@@ -155,6 +155,56 @@ TemplatePlan matmul(const Kernel& k, const std::vector<TView>& in, const TView& 
   return one(k, in_decls(in) + decl(2, "out", out.dtype, true), numel(out.shape), body, 2);
 }
 
+// The tiled GEMM: a 16x16 workgroup computes a 64x64 tile of one batch entry, each
+// invocation a 4x4 block held in registers; A and B go through workgroup memory in
+// 16-deep slices (zero past the edges), read through their strides (transposed operands
+// are never copied). Batch entries are the dispatch's z (their offsets unravelled there).
+TemplatePlan matmul_tiled(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const TView &a = in[0], &b = in[1];
+  const size_t r = out.shape.size();
+  const int64_t M = out.shape[r - 2], N = out.shape[r - 1], K = a.shape[r - 1];
+  const Shape batch(out.shape.begin(), out.shape.end() - 2);
+  const int64_t nb = numel(batch);
+  std::vector<std::string> c = coords(r - 2, "c");
+  c.push_back("0u");
+  c.push_back("0u");
+  TView o = out;
+  o.strides = contiguous(out.shape);
+  std::string body = "  let bi = wg.z;\n" + unravel(batch, "bi", "c");
+  body += "  let ao = " + off(a, c) + ";\n  let bo = " + off(b, c) + ";\n  let oo = " + off(o, c) + ";\n";
+  body += "  let row0 = wg.y * 64u;\n  let col0 = wg.x * 64u;\n  let tid = lid.y * 16u + lid.x;\n";
+  body += "  var acc: array<vec4<f32>, 4>;\n";
+  body += "  for (var k0 = 0u; k0 < " + u(K) + "; k0 += 16u) {\n";
+  body += "    for (var l = 0u; l < 4u; l++) {\n";
+  body += "      let e = tid + l * 256u;\n";
+  body += "      let ar = e / 16u; let ak = e % 16u; let gr = row0 + ar; let gk = k0 + ak;\n";
+  body += "      var av = 0.0f;\n      if (gr < " + u(M) + " && gk < " + u(K) + ") { av = " +
+          ld("in0", a.dtype, "ao + i32(gr) * " + n(a.strides[r - 2]) + " + i32(gk) * " + n(a.strides[r - 1])) + "; }\n";
+  body += "      As[ak][ar] = av;\n";
+  body += "      let bk = e / 64u; let bc = e % 64u; let hk = k0 + bk; let gc = col0 + bc;\n";
+  body += "      var bv = 0.0f;\n      if (hk < " + u(K) + " && gc < " + u(N) + ") { bv = " +
+          ld("in1", b.dtype, "bo + i32(hk) * " + n(b.strides[r - 2]) + " + i32(gc) * " + n(b.strides[r - 1])) + "; }\n";
+  body += "      Bs[bk][bc] = bv;\n    }\n    workgroupBarrier();\n";
+  body += "    for (var kk = 0u; kk < 16u; kk++) {\n";
+  body += "      let bq = vec4<f32>(Bs[kk][lid.x * 4u], Bs[kk][lid.x * 4u + 1u], Bs[kk][lid.x * 4u + 2u], Bs[kk][lid.x * 4u + 3u]);\n";
+  body += "      for (var i = 0u; i < 4u; i++) { acc[i] += As[kk][lid.y * 4u + i] * bq; }\n";
+  body += "    }\n    workgroupBarrier();\n  }\n";
+  body += "  for (var i = 0u; i < 4u; i++) {\n    let gr = row0 + lid.y * 4u + i;\n";
+  body += "    for (var j = 0u; j < 4u; j++) {\n      let gc = col0 + lid.x * 4u + j;\n";
+  body += "      if (gr < " + u(M) + " && gc < " + u(N) + ") { out[u32(oo + i32(gr) * " + n(N) + " + i32(gc))] = acc[i][j]; }\n";
+  body += "    }\n  }\n";
+  TemplatePlan p;
+  Pass pass;
+  pass.source = header(k) + in_decls(in) + decl(2, "out", out.dtype, true) +
+                "var<workgroup> As: array<array<f32, 64>, 16>;\nvar<workgroup> Bs: array<array<f32, 64>, 16>;\n\n"
+                "@compute @workgroup_size(16, 16)\nfn main(@builtin(workgroup_id) wg: vec3<u32>, "
+                "@builtin(local_invocation_id) lid: vec3<u32>) {\n" + body + "}\n";
+  pass.groups = {static_cast<uint32_t>((N + 63) / 64), static_cast<uint32_t>((M + 63) / 64), static_cast<uint32_t>(nb)};
+  pass.slots = {{Slot::Input, 0}, {Slot::Input, 1}, {Slot::Output, 0}};
+  p.passes.push_back(std::move(pass));
+  return p;
+}
+
 TemplatePlan reduce(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   const auto& p = std::get<ReduceParams>(k.node.params);
   const Shape& shape = k.node.in_shape;
@@ -596,7 +646,12 @@ TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, cons
   for (const TView& v : in)
     if (v.shape.size() != v.strides.size()) fail(std::string(op_name(k.node.op)), k.node.loc, "webgpu export: a view without strides");
   switch (k.node.op) {
-    case OpId::Matmul: return matmul(k, in, out);
+    case OpId::Matmul: {
+      const Shape& o = out.shape;
+      const bool tiled = o.size() >= 2 && numel(Shape(o.begin(), o.end() - 2)) <= 65535 && (o[o.size() - 2] + 63) / 64 <= 65535 &&
+                         (o.back() + 63) / 64 <= 65535;
+      return tiled ? matmul_tiled(k, in, out) : matmul(k, in, out);
+    }
     case OpId::Reduce: return reduce(k, in, out);
     case OpId::Softmax: case OpId::LogSoftmax: return softmax(k, in, out);
     case OpId::LayerNorm: case OpId::RmsNorm: return norm(k, in, out);
