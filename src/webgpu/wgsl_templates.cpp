@@ -155,54 +155,76 @@ TemplatePlan matmul(const Kernel& k, const std::vector<TView>& in, const TView& 
   return one(k, in_decls(in) + decl(2, "out", out.dtype, true), numel(out.shape), body, 2);
 }
 
-// The tiled GEMM: a 16x16 workgroup computes a 64x64 tile of one batch entry, each
-// invocation a 4x4 block held in registers; A and B go through workgroup memory in
-// 16-deep slices (zero past the edges), read through their strides (transposed operands
-// are never copied). Batch entries are the dispatch's z (their offsets unravelled there).
-TemplatePlan matmul_tiled(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+// The GEMM: each invocation computes an 8x4 block of one batch entry (8 rows of A against a
+// vec4 of B's columns) in registers named one by one, the k loop unrolled by 4. Software
+// adapters (SwiftShader: a workgroup barrier costs a coroutine switch, private arrays live
+// in memory) ran this 5x faster than 64x64 tiles through workgroup memory; B and the output
+// are read/written as vec4 where their layout allows, else element by element.
+TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  constexpr int64_t RM = 8, KU = 4;
   const TView &a = in[0], &b = in[1];
   const size_t r = out.shape.size();
   const int64_t M = out.shape[r - 2], N = out.shape[r - 1], K = a.shape[r - 1];
   const Shape batch(out.shape.begin(), out.shape.end() - 2);
-  const int64_t nb = numel(batch);
+  const int64_t rb = (M + RM - 1) / RM, cb = (N + 3) / 4, count = numel(batch) * rb * cb;
+  const int64_t sa_m = a.strides[r - 2], sa_k = a.strides[r - 1], sb_k = b.strides[r - 2], sb_n = b.strides[r - 1];
+  bool b_vec = b.dtype == DType::F32 && sb_n == 1 && N % 4 == 0 && b.offset % 4 == 0 && sb_k % 4 == 0;
+  for (size_t d = 0; d + 2 < r; ++d) b_vec = b_vec && b.strides[d] % 4 == 0;
+  const bool o_vec = out.dtype == DType::F32 && N % 4 == 0 && out.offset % 4 == 0;
   std::vector<std::string> c = coords(r - 2, "c");
   c.push_back("0u");
   c.push_back("0u");
   TView o = out;
   o.strides = contiguous(out.shape);
-  std::string body = "  let bi = wg.z;\n" + unravel(batch, "bi", "c");
-  body += "  let ao = " + off(a, c) + ";\n  let bo = " + off(b, c) + ";\n  let oo = " + off(o, c) + ";\n";
-  body += "  let row0 = wg.y * 64u;\n  let col0 = wg.x * 64u;\n  let tid = lid.y * 16u + lid.x;\n";
-  body += "  var acc: array<vec4<f32>, 4>;\n";
-  body += "  for (var k0 = 0u; k0 < " + u(K) + "; k0 += 16u) {\n";
-  body += "    for (var l = 0u; l < 4u; l++) {\n";
-  body += "      let e = tid + l * 256u;\n";
-  body += "      let ar = e / 16u; let ak = e % 16u; let gr = row0 + ar; let gk = k0 + ak;\n";
-  body += "      var av = 0.0f;\n      if (gr < " + u(M) + " && gk < " + u(K) + ") { av = " +
-          ld("in0", a.dtype, "ao + i32(gr) * " + n(a.strides[r - 2]) + " + i32(gk) * " + n(a.strides[r - 1])) + "; }\n";
-  body += "      As[ak][ar] = av;\n";
-  body += "      let bk = e / 64u; let bc = e % 64u; let hk = k0 + bk; let gc = col0 + bc;\n";
-  body += "      var bv = 0.0f;\n      if (hk < " + u(K) + " && gc < " + u(N) + ") { bv = " +
-          ld("in1", b.dtype, "bo + i32(hk) * " + n(b.strides[r - 2]) + " + i32(gc) * " + n(b.strides[r - 1])) + "; }\n";
-  body += "      Bs[bk][bc] = bv;\n    }\n    workgroupBarrier();\n";
-  body += "    for (var kk = 0u; kk < 16u; kk++) {\n";
-  body += "      let bq = vec4<f32>(Bs[kk][lid.x * 4u], Bs[kk][lid.x * 4u + 1u], Bs[kk][lid.x * 4u + 2u], Bs[kk][lid.x * 4u + 3u]);\n";
-  body += "      for (var i = 0u; i < 4u; i++) { acc[i] += As[kk][lid.y * 4u + i] * bq; }\n";
-  body += "    }\n    workgroupBarrier();\n  }\n";
-  body += "  for (var i = 0u; i < 4u; i++) {\n    let gr = row0 + lid.y * 4u + i;\n";
-  body += "    for (var j = 0u; j < 4u; j++) {\n      let gc = col0 + lid.x * 4u + j;\n";
-  body += "      if (gr < " + u(M) + " && gc < " + u(N) + ") { out[u32(oo + i32(gr) * " + n(N) + " + i32(gc))] = acc[i][j]; }\n";
-  body += "    }\n  }\n";
-  TemplatePlan p;
-  Pass pass;
-  pass.source = header(k) + in_decls(in) + decl(2, "out", out.dtype, true) +
-                "var<workgroup> As: array<array<f32, 64>, 16>;\nvar<workgroup> Bs: array<array<f32, 64>, 16>;\n\n"
-                "@compute @workgroup_size(16, 16)\nfn main(@builtin(workgroup_id) wg: vec3<u32>, "
-                "@builtin(local_invocation_id) lid: vec3<u32>) {\n" + body + "}\n";
-  pass.groups = {static_cast<uint32_t>((N + 63) / 64), static_cast<uint32_t>((M + 63) / 64), static_cast<uint32_t>(nb)};
-  pass.slots = {{Slot::Input, 0}, {Slot::Input, 1}, {Slot::Output, 0}};
-  p.passes.push_back(std::move(pass));
-  return p;
+  std::string body = "    let cbi = i % " + u(cb) + ";\n    let rbi = (i / " + u(cb) + ") % " + u(rb) + ";\n";
+  body += "    let bi = i / " + u(cb * rb) + ";\n" + unravel(batch, "bi", "c");
+  body += "    let ao = " + off(a, c) + ";\n    let bo = " + off(b, c) + ";\n    let oo = " + off(o, c) + ";\n";
+  body += "    let r0 = rbi * " + u(RM) + ";\n    let col = cbi * 4u;\n";
+  for (int64_t i = 0; i < RM; ++i) {
+    const std::string is = std::to_string(i);
+    body += "    let ar" + is + " = ao + i32(min(r0 + " + is + "u, " + u(M - 1) + ")) * " + n(sa_m) + ";\n";
+    body += "    var acc" + is + " = vec4<f32>();\n";
+  }
+  // B's row k as a vec4 (columns col..col+3, zero past N).
+  auto brow = [&](const std::string& kk) {
+    if (b_vec) return "in1[u32(bo + i32(" + kk + ") * " + n(sb_k) + ") / 4u + cbi]";
+    std::string v = "vec4<f32>(";
+    for (int j = 0; j < 4; ++j) {
+      const std::string cj = "col + " + std::to_string(j) + "u";
+      v += std::string(j ? ", " : "") + "select(0.0f, f32(" +
+           ld("in1", b.dtype, "bo + i32(" + kk + ") * " + n(sb_k) + " + i32(min(" + cj + ", " + u(N - 1) + ")) * " + n(sb_n)) +
+           "), " + cj + " < " + u(N) + ")";
+    }
+    return v + ")";
+  };
+  auto step = [&](const std::string& kk) {
+    std::string s = "      let bq = " + brow(kk) + ";\n";
+    for (int64_t i = 0; i < RM; ++i)
+      s += "      acc" + std::to_string(i) + " += f32(" + ld("in0", a.dtype, "ar" + std::to_string(i) + " + i32(" + kk + ") * " + n(sa_k)) +
+           ") * bq;\n";
+    return s;
+  };
+  const int64_t k4 = K / KU * KU;
+  body += "    for (var k = 0u; k < " + u(k4) + "; k += " + u(KU) + ") {\n";
+  for (int64_t q = 0; q < KU; ++q) body += "    {\n" + step("k + " + std::to_string(q) + "u") + "    }\n";
+  body += "    }\n";
+  if (k4 < K) body += "    for (var k = " + u(k4) + "; k < " + u(K) + "; k++) {\n" + step("k") + "    }\n";
+  for (int64_t i = 0; i < RM; ++i) {
+    const std::string is = std::to_string(i), row = "(r0 + " + is + "u)";
+    body += "    if (" + row + " < " + u(M) + ") {\n";
+    if (o_vec) {
+      body += "      out[u32(oo + i32(" + row + ") * " + n(N) + ") / 4u + cbi] = acc" + is + ";\n";
+    } else {
+      for (int j = 0; j < 4; ++j)
+        body += "      if (col + " + std::to_string(j) + "u < " + u(N) + ") { out[u32(oo + i32(" + row + ") * " + n(N) +
+                " + i32(col) + " + std::to_string(j) + "i)] = acc" + is + "[" + std::to_string(j) + "]; }\n";
+    }
+    body += "    }\n";
+  }
+  std::string decls = decl(0, "in0", a.dtype, false);
+  decls += b_vec ? "@group(0) @binding(1) var<storage, read> in1: array<vec4<f32>>;\n" : decl(1, "in1", b.dtype, false);
+  decls += o_vec ? "@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;\n" : decl(2, "out", out.dtype, true);
+  return one(k, decls, count, body, 2);
 }
 
 TemplatePlan reduce(const Kernel& k, const std::vector<TView>& in, const TView& out) {
@@ -648,9 +670,8 @@ TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, cons
   switch (k.node.op) {
     case OpId::Matmul: {
       const Shape& o = out.shape;
-      const bool tiled = o.size() >= 2 && numel(Shape(o.begin(), o.end() - 2)) <= 65535 && (o[o.size() - 2] + 63) / 64 <= 65535 &&
-                         (o.back() + 63) / 64 <= 65535;
-      return tiled ? matmul_tiled(k, in, out) : matmul(k, in, out);
+      const bool blocked = o.size() >= 2 && o[o.size() - 2] > 0 && o.back() > 0 && out.dtype == DType::F32;
+      return blocked ? matmul_blocked(k, in, out) : matmul(k, in, out);
     }
     case OpId::Reduce: return reduce(k, in, out);
     case OpId::Softmax: case OpId::LogSoftmax: return softmax(k, in, out);

@@ -235,6 +235,7 @@ TEST(WebgpuParity, TemplateOps) {
   const Tensor m = rand_f32({6, 7}, rng), m2 = rand_f32({3, 7}, rng);
   const Tensor a = rand_f32({5, 9}, rng), b = rand_f32({9, 4}, rng), bias = rand_f32({4}, rng);
   const Tensor ba = rand_f32({3, 5, 9}, rng), bb = rand_f32({3, 9, 4}, rng);
+  const Tensor oa = rand_f32({11, 13}, rng), ob = rand_f32({13, 6}, rng);
   const Tensor w5 = rand_f32({5}, rng), b5 = rand_f32({5}, rng);
   const Tensor idx = tensor(std::vector<int64_t>{0, 5, 2, 2, 1, 4, 3, 0, 5, 5, 1, 2, 0, 3, 4, 4, 1, 2, 5, 0}, {4, 1, 5});
   const Tensor src = rand_f32({4, 1, 5}, rng);
@@ -271,6 +272,8 @@ TEST(WebgpuParity, TemplateOps) {
       {"argmin", [&] { return argmin(x, 2); }},
       {"matmul", [&] { return matmul(a, b); }},
       {"matmul_batched", [&] { return matmul(ba, bb); }},
+      {"matmul_odd_sizes", [&] { return matmul(oa, ob); }},
+      {"matmul_odd_transposed", [&] { return matmul(ob.t(), oa.t()); }},
       {"matmul_broadcast", [&] { return matmul(ba, b); }},
       {"matmul_transposed", [&] { return matmul(b.t(), a.t()); }},
       {"matmul_bias_relu", [&] { return relu(matmul(a, b) + bias); }},
