@@ -1,16 +1,16 @@
 // Runs an exported alk WebGPU bundle in Node (npm `webgpu`, Dawn) and writes what it
 // captured as JSON: the tests' bridge (tests/webgpu/test_webgpu.cpp).
-//   node run_bundle.mjs BUNDLE_DIR OUT.json PROGRAM RUNS [CAPTURE,...]
+//   node run_bundle.mjs BUNDLE_DIR OUT.json PROGRAM RUNS [CAPTURE,...] [SAVE.safetensors]
 // Each run replays PROGRAM on the inputs exported with the bundle (the traced batch); after
 // each run the named captures (default: all) are read back. Non-finite numbers are written
-// as the strings "nan", "inf", "-inf".
+// as the strings "nan", "inf", "-inf". SAVE: the state after the runs, as model.save() writes it.
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { create, globals } from 'webgpu';
 
 Object.assign(globalThis, globals);
-const [dir, out, program = 'step', runs = '1', names = ''] = process.argv.slice(2);
+const [dir, out, program = 'step', runs = '1', names = '', save = ''] = process.argv.slice(2);
 const finite = (x) => (Number.isFinite(x) ? x : Number.isNaN(x) ? 'nan' : x > 0 ? 'inf' : '-inf');
 try {
   const { load } = await import(pathToFileURL(path.join(path.resolve(dir), 'alk_webgpu.mjs')).href);
@@ -30,6 +30,7 @@ try {
     result.runs.push(caps);
   }
   result.run_ms = performance.now() - t0 - loaded;
+  if (save) fs.writeFileSync(save, await model.save());
   fs.writeFileSync(out, JSON.stringify(result));
   process.exit(0);
 } catch (e) {

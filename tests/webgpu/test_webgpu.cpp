@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <unistd.h>
@@ -66,11 +67,12 @@ std::string read_text(const std::string& path) {
 }
 
 // Runs `program` of the bundle in dir `runs` times in Node; the parsed result (null on failure).
-json::Value run_node(const std::string& dir, const std::string& program, int runs, const std::string& captures = "") {
+json::Value run_node(const std::string& dir, const std::string& program, int runs, const std::string& captures = "",
+                     const std::string& save = "") {
   const std::string out = dir + "/result.json", log = dir + "/node.log";
   const std::string cmd = "VK_ICD_FILENAMES=" + kSwiftShader + " node " + kSource + "/tests/webgpu/run_bundle.mjs '" + dir +
-                          "' '" + out + "' " + program + " " + std::to_string(runs) + " '" + captures + "' > '" + log +
-                          "' 2>&1";
+                          "' '" + out + "' " + program + " " + std::to_string(runs) + " '" + captures + "' '" + save +
+                          "' > '" + log + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     ADD_FAILURE() << "node failed:\n" << read_text(log);
     return nullptr;
@@ -348,10 +350,29 @@ TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
   const std::string dir = fresh_dir("gpt");
   const webgpu::ExportSummary s = bundle.write(dir);
   EXPECT_TRUE(fs::exists(dir + "/index.html") && fs::exists(dir + "/alk_webgpu.mjs") && fs::exists(dir + "/plan.json"));
+  // The forward program on the exported weights: the CPU's logits.
+  const json::Value f = run_node(dir, "forward", 1, "logits");
+  ASSERT_FALSE(f.is_null());
+  close("forward logits", bundle.forward->captured("logits"), f.at("runs").as_array()[0].at("logits"), Tol{2e-4, 2e-4});
   std::vector<double> cpu;
   for (int i = 0; i < 10; ++i) cpu.push_back(bundle.cpu_step());
-  const json::Value r = run_node(dir, "step", 10, "loss");
+  const json::Value r = run_node(dir, "step", 10, "loss", dir + "/saved.safetensors");
   ASSERT_FALSE(r.is_null());
+  // save(): the state after 10 steps, read back as safetensors, is the CPU's.
+  const SafetensorsFile saved = load_safetensors(dir + "/saved.safetensors");
+  std::map<std::string, Tensor> by_name(saved.tensors.begin(), saved.tensors.end());
+  for (const auto& [name, p] : bundle.model->named_parameters()) {
+    ASSERT_TRUE(by_name.count(name)) << name << " missing from save()";
+    ASSERT_EQ(by_name[name].shape(), p.shape()) << name;
+    const std::vector<double> want = cast(p, DType::F64).to_vector<double>(),
+                              got = cast(by_name[name], DType::F64).to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(want[i] - got[i]));
+    EXPECT_LT(worst, 1e-3) << "saved " << name << " differs from the CPU's parameter after 10 steps";
+  }
+  std::string names;
+  for (const auto& [name, t] : by_name) names += name + " ";
+  EXPECT_TRUE(by_name.count("lr") && by_name.count("optim.wte.weight.exp_avg")) << "saved: " << names;
   const json::Array& runs = r.at("runs").as_array();
   ASSERT_EQ(runs.size(), 10u);
   std::cout << "[webgpu] micro GPT (" << s.dispatches << " dispatches, " << s.shaders << " shaders, " << s.buffers
