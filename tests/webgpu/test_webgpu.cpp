@@ -386,6 +386,33 @@ TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
   fs::remove_all(dir);
 }
 
+// A shader the device rejects fails load() with a JavaScript error naming the kernel file
+// and the op (with the caller's file:line) that uses it.
+TEST(WebgpuExport, DeviceErrorsNameTheKernel) {
+  WEBGPU_OR_SKIP();
+  const Tensor a = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  Program prog = compile([&](const std::vector<Tensor>&) { capture("y", exp(a) + 1.0); });
+  prog({});
+  prog({});
+  const std::string dir = fresh_dir("broken");
+  webgpu::ExportOptions o;
+  o.programs = {{"step", &prog}};
+  webgpu::export_bundle(dir, o);
+  ASSERT_TRUE(fs::exists(dir + "/kernels/k0.wgsl"));
+  {
+    std::ofstream f(dir + "/kernels/k0.wgsl", std::ios::app);
+    f << "\nfn broken() -> f32 { return undefined_name; }\n";
+  }
+  const std::string cmd = "VK_ICD_FILENAMES=" + kSwiftShader + " node " + kSource + "/tests/webgpu/run_bundle.mjs '" + dir +
+                          "' '" + dir + "/r.json' step 1 > '" + dir + "/node.log' 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string log = read_text(dir + "/node.log");
+  EXPECT_NE(log.find("kernels/k0.wgsl"), std::string::npos) << log;
+  EXPECT_NE(log.find("test_webgpu.cpp"), std::string::npos) << log;  // the op's call site
+  EXPECT_NE(log.find("undefined_name"), std::string::npos) << log;
+  fs::remove_all(dir);
+}
+
 TEST(WebgpuExport, TokenIdsBeyondI32AreRefused) {
   const Tensor big = tensor(std::vector<int64_t>{1, int64_t{1} << 40}, {2});
   const Tensor w = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2});
