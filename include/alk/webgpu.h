@@ -14,7 +14,7 @@
 // the lr, the traced inputs), alk_webgpu.mjs (load, step, forward, capture, setLr, save,
 // sample) and index.html. WebGPU has no 64-bit types: i64 tensors become i32 (every exported
 // value is checked to fit; the runtime checks inputs too) and f64 becomes f32.
-// Not exportable yet (alk::Error naming the op): random ops (dropout), unfold/fold.
+// Not exportable yet (alk::Error naming the op): random ops (dropout).
 #pragma once
 #include <string>
 #include <utility>

@@ -6,6 +6,7 @@
 #include "webgpu/wgsl_templates.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -47,6 +48,15 @@ int64_t numel(const Shape& s) {
   return r;
 }
 Shape contiguous(const Shape& s) { return contiguous_strides(s); }
+
+// An f32 literal; inf and NaN come from the header's private variables (a constant one is a
+// shader-creation error).
+std::string f32_literal(double v) {
+  if (std::isnan(v)) return "bitcast<f32>(alk_nan_bits)";
+  if (std::isinf(v)) return v < 0 ? "(-bitcast<f32>(alk_inf_bits))" : "bitcast<f32>(alk_inf_bits)";
+  const std::string t = expr::emit_detail::float_text(std::fabs(v), expr::Type::F32) + "f";
+  return v < 0 ? "(-" + t + ")" : t;
+}
 
 // A binding declaration.
 std::string decl(int b, const std::string& name, DType t, bool write) {
@@ -495,8 +505,7 @@ TemplatePlan pad(const Kernel& k, const std::vector<TView>& in, const TView& out
     c.push_back("max(s" + std::to_string(d) + ", 0i)");
   }
   const std::string ct = wgsl_compute_type(out.dtype);
-  const std::string value = ct == "f32" ? expr::emit_detail::float_text(p.value, expr::Type::F32) + "f"
-                                        : std::to_string(static_cast<int64_t>(p.value)) + "i";
+  const std::string value = ct == "f32" ? f32_literal(p.value) : "(" + std::to_string(static_cast<int64_t>(p.value)) + "i)";
   body += "    var v: " + ct + " = " + value + ";\n    if (" + inside + ") { v = " + ld("in0", in[0].dtype, off(in[0], c)) + "; }\n";
   body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
   return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
@@ -653,6 +662,49 @@ TemplatePlan attention_backward(const Kernel& k, const std::vector<TView>& in, c
   return plan;
 }
 
+// unfold: x [N, C, H, W] -> out [N, C*kh*kw, L], one invocation per output element;
+// out-of-image taps read pad_value.
+TemplatePlan unfold(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<UnfoldParams>(k.node.params);
+  const TView& x = in[0];
+  const int64_t H = x.shape[2], W = x.shape[3];
+  const int64_t ow = (W + 2 * p.pw - p.dw * (p.kw - 1) - 1) / p.sw + 1;
+  std::string body = unravel(out.shape, "i", "c");  // c0 = n, c1 = (ch * kh + ki) * kw + kj, c2 = l
+  body += "    let kj = i32(c1 % " + u(p.kw) + ");\n    let ki = i32((c1 / " + u(p.kw) + ") % " + u(p.kh) + ");\n";
+  body += "    let ch = c1 / " + u(p.kh * p.kw) + ";\n";
+  body += "    let y = i32(c2 / " + u(ow) + ") * " + n(p.sh) + " - " + n(p.ph) + " + ki * " + n(p.dh) + ";\n";
+  body += "    let xx = i32(c2 % " + u(ow) + ") * " + n(p.sw) + " - " + n(p.pw) + " + kj * " + n(p.dw) + ";\n";
+  const std::string ct = wgsl_compute_type(out.dtype);
+  const std::string pad = ct == "f32" ? f32_literal(p.pad_value) : "(" + std::to_string(static_cast<int64_t>(p.pad_value)) + "i)";
+  body += "    var v: " + ct + " = " + pad + ";\n";
+  body += "    if (y >= 0i && y < " + n(H) + " && xx >= 0i && xx < " + n(W) + ") { v = " +
+          ld("in0", x.dtype, off(x, {"c0", "ch", "u32(y)", "u32(xx)"})) + "; }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
+// fold: cols [N, C*kh*kw, L] -> out [N, C, h, w]: each output element sums the taps that
+// read it, in (ki, kj) order.
+TemplatePlan fold(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<UnfoldParams>(k.node.params);
+  const TView& cols = in[0];
+  const int64_t oh = (p.h + 2 * p.ph - p.dh * (p.kh - 1) - 1) / p.sh + 1;
+  const int64_t ow = (p.w + 2 * p.pw - p.dw * (p.kw - 1) - 1) / p.sw + 1;
+  std::string body = unravel(out.shape, "i", "c");  // n, ch, y, x
+  const std::string ct = wgsl_compute_type(out.dtype);
+  body += "    var v: " + ct + " = " + ct + "(0);\n";
+  body += "    for (var ki = 0i; ki < " + n(p.kh) + "; ki++) {\n      for (var kj = 0i; kj < " + n(p.kw) + "; kj++) {\n";
+  body += "        let ty = i32(c2) + " + n(p.ph) + " - ki * " + n(p.dh) + ";\n";
+  body += "        let tx = i32(c3) + " + n(p.pw) + " - kj * " + n(p.dw) + ";\n";
+  body += "        if (ty >= 0i && tx >= 0i && ty % " + n(p.sh) + " == 0i && tx % " + n(p.sw) + " == 0i && ty / " + n(p.sh) + " < " +
+          n(oh) + " && tx / " + n(p.sw) + " < " + n(ow) + ") {\n";
+  body += "          let row = c1 * " + u(p.kh * p.kw) + " + u32(ki * " + n(p.kw) + " + kj);\n";
+  body += "          let l = u32((ty / " + n(p.sh) + ") * " + n(ow) + " + tx / " + n(p.sw) + ");\n";
+  body += "          v += " + ld("in0", cols.dtype, off(cols, {"c0", "row", "l"})) + ";\n        }\n      }\n    }\n";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", "v") + "\n";
+  return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
+}
+
 }  // namespace
 
 size_t gpu_elem_size(DType t) { return is_packed(t) ? 0 : 4; }
@@ -689,10 +741,12 @@ TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, cons
     case OpId::SliceScatter: return slice_scatter(k, in, out);
     case OpId::Attention: return attention_forward(k, in, out);
     case OpId::AttentionBackward: return attention_backward(k, in, out);
+    case OpId::Unfold: return unfold(k, in, out);
+    case OpId::Fold: return fold(k, in, out);
     default: break;
   }
   fail(std::string(op_name(k.node.op)), k.node.loc,
-       "webgpu export: no WGSL kernel for this op (random, unfold and fold are not exportable yet)");
+       "webgpu export: no WGSL kernel for this op (random ops are not exportable yet)");
 }
 
 }  // namespace alk::webgpu
