@@ -14,7 +14,8 @@
 // the lr, the traced inputs), alk_webgpu.mjs (load, step, forward, capture, setLr, save,
 // sample) and index.html. WebGPU has no 64-bit types: i64 tensors become i32 (every exported
 // value is checked to fit; the runtime checks inputs too) and f64 becomes f32.
-// Not exportable yet (alk::Error naming the op): random ops (dropout).
+// Random ops draw the CPU's numbers (Philox): the runtime moves their offsets each step as the
+// CPU's generator moves (a bundle's k-th step = the program's k-th replay after the trace).
 #pragma once
 #include <string>
 #include <utility>

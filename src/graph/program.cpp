@@ -206,6 +206,8 @@ ProgramContents ProgramAccess::contents(const Program& p, Loc loc) {
   c.inputs = &s.inputs;
   for (const auto& carry : s.carries) c.carries.push_back({carry.from, carry.to, carry.bytes});
   c.captures = &s.captures;
+  c.rng_base = s.rng_base;
+  c.rng_used = s.rng_used;
   return c;
 }
 

@@ -21,6 +21,9 @@ struct ProgramContents {
   };
   std::vector<Carry> carries;
   const std::map<std::string, Tensor>* captures = nullptr;
+  // Random kernels: the generator offset their recorded offsets start from, and how far one
+  // step moves it (a replay k steps later adds k * rng_used to each recorded offset).
+  uint64_t rng_base = 0, rng_used = 0;
 };
 
 struct ProgramAccess {

@@ -103,6 +103,7 @@ struct Builder {
     std::vector<int> defines;  // values first written here
     std::vector<uint32_t> params;
     std::array<uint32_t, 3> groups;
+    bool random = false;
   };
   std::vector<Pending> pending;
 
@@ -284,6 +285,8 @@ struct Builder {
       d.shader = shader(pass.source);
       d.label = label;
       d.groups = pass.groups;
+      d.params = pass.params;
+      d.random = pass.random;
       for (const Slot& s : pass.slots) {
         const int v = s.kind == Slot::Input ? in_values[static_cast<size_t>(s.index)]
                       : s.kind == Slot::Output ? core
@@ -318,6 +321,7 @@ struct Builder {
     ProgramContents c = ProgramAccess::contents(prog, loc);
     PlanProgram pp;
     pp.name = name;
+    pp.rng_used = c.rng_used;
     // Inputs are state (their traced batch is exported), listed so a step can overwrite them.
     for (size_t i = 0; i < c.inputs->size(); ++i) {
       const Tensor& t = (*c.inputs)[i];
@@ -371,6 +375,7 @@ struct Builder {
       pd.label = d.label;
       pd.params = d.params;
       pd.groups = d.groups;
+      pd.random = d.random;
       for (int v : d.values) {
         check(buffer_of[static_cast<size_t>(v)] >= 0, "export", loc, "webgpu: ", d.label, " reads a value before it is written");
         pd.buffers.push_back(buffer_of[static_cast<size_t>(v)]);
@@ -462,13 +467,14 @@ json::Value Plan::to_json(const json::Value& meta) const {
                      {"groups", json::Array{static_cast<int64_t>(d.groups[0]), static_cast<int64_t>(d.groups[1]),
                                             static_cast<int64_t>(d.groups[2])}}};
       if (!d.params.empty()) o.emplace_back("params", ps);
+      if (d.random) o.emplace_back("random", true);
       dispatches.emplace_back(std::move(o));
     }
     for (const auto& c : p.copies)
       copies.emplace_back(json::Object{{"from", c.from}, {"to", c.to}, {"bytes", static_cast<int64_t>(c.bytes)}});
     for (const auto& [name, t] : p.captures) captures.emplace_back(name, tensor_json(t));
     progs.emplace_back(p.name, json::Object{{"inputs", inputs}, {"dispatches", dispatches}, {"copies", copies},
-                                            {"captures", captures}});
+                                            {"captures", captures}, {"rng_used", std::to_string(p.rng_used)}});
   }
   json::Object root{{"format", "alk-webgpu-1"},
                     {"note", "i64 tensors are i32 on the GPU (checked at export), f64 are f32"},

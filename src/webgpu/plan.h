@@ -34,6 +34,7 @@ struct PlanDispatch {
   std::vector<int> buffers;
   std::vector<uint32_t> params;  // non-empty: bound after the buffers as a read-only storage buffer
   std::array<uint32_t, 3> groups{1, 1, 1};
+  bool random = false;  // params are {seed, offset} (u32 pairs); a run k steps on adds k * rng_used to the offset
 };
 
 struct PlanTensor {
@@ -53,6 +54,7 @@ struct PlanProgram {
   };
   std::vector<Copy> copies;
   std::vector<std::pair<std::string, PlanTensor>> captures;
+  uint64_t rng_used = 0;  // generator offsets one step consumes
 };
 
 struct Plan {

@@ -705,6 +705,57 @@ TemplatePlan fold(const Kernel& k, const std::vector<TView>& in, const TView& ou
   return one(k, in_decls(in) + decl(1, "out", out.dtype, true), numel(out.shape), body, 1);
 }
 
+// random: Philox4x32-10 (core/philox.h) keyed by the seed, counter = offset + i; seed and
+// offset come from a params buffer the runtime rewrites each step (the offset moves as the
+// CPU's generator does), so every replay draws fresh numbers. Uniform and integer draws are
+// the CPU's exactly; normal ones use f32 log/cos (the CPU: double): within 1e-3 on SwiftShader.
+TemplatePlan random(const Kernel& k, const TView& out) {
+  const auto& p = std::get<RandomParams>(k.node.params);
+  const int64_t count = numel(out.shape);
+  const std::string ct = wgsl_compute_type(out.dtype);
+  std::string fns =
+      "@group(0) @binding(1) var<storage, read> rp: array<u32>;  // seed lo, seed hi, offset lo, offset hi\n\n"
+      "// The high and low words of a * b (WGSL has no 64-bit integers).\n"
+      "fn mulhilo(a: u32, b: u32) -> vec2<u32> {\n"
+      "  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;\n"
+      "  let ll = al * bl; let hl = ah * bl; let lh = al * bh; let hh = ah * bh;\n"
+      "  let mid = (ll >> 16u) + (hl & 0xffffu) + (lh & 0xffffu);\n"
+      "  return vec2<u32>(hh + (hl >> 16u) + (lh >> 16u) + (mid >> 16u), a * b);\n"
+      "}\n\n"
+      "fn philox(c0_: u32, c1_: u32, k0_: u32, k1_: u32) -> vec4<u32> {\n"
+      "  var c = vec4<u32>(c0_, c1_, 0u, 0u);\n  var k0 = k0_;\n  var k1 = k1_;\n"
+      "  for (var r = 0; r < 10; r++) {\n"
+      "    let p0 = mulhilo(0xD2511F53u, c.x);\n    let p1 = mulhilo(0xCD9E8D57u, c.z);\n"
+      "    c = vec4<u32>(p1.x ^ c.y ^ k0, p1.y, p0.x ^ c.w ^ k1, p0.y);\n"
+      "    k0 += 0x9E3779B9u;\n    k1 += 0xBB67AE85u;\n  }\n  return c;\n}\n\n";
+  std::string body = "    let lo = rp[2] + i;\n    let hi = rp[3] + select(0u, 1u, lo < i);\n";
+  body += "    let w = philox(lo, hi, rp[0], rp[1]);\n";
+  std::string v;
+  if (p.dist == 0) {
+    body += "    let u = f32(w.x >> 8u) * (1.0f / 16777216.0f);\n";
+    v = f32_literal(p.low) + " + " + f32_literal(p.high - p.low) + " * u";
+  } else if (p.dist == 1) {
+    body += "    let u0 = f32(w.x >> 8u) * (1.0f / 16777216.0f);\n    let u1 = f32(w.y >> 8u) * (1.0f / 16777216.0f);\n";
+    body += "    let z = sqrt(-2.0f * log(1.0f - u0)) * cos(6.2831853071795862f * u1);\n";
+    v = f32_literal(p.low) + " + " + f32_literal(p.high) + " * z";
+  } else {
+    const int64_t low = static_cast<int64_t>(p.low), m = static_cast<int64_t>(p.high) - low;
+    if (m <= 0 || m >= 65536)
+      fail("random", k.node.loc, "webgpu export: integer draws need 0 < high - low < 65536, got ", m);
+    // (w.y * 2^32 + w.x) mod m, in 32-bit steps.
+    body += "    let m = " + u(m) + ";\n    let r32 = (0xffffffffu % m + 1u) % m;\n";
+    body += "    let r = ((w.y % m) * r32 + w.x % m) % m;\n";
+    v = ct == "f32" ? "f32(" + n(low) + " + i32(r))" : n(low) + " + i32(r)";
+  }
+  if (ct != "f32" && p.dist != 2) v = ct + "(" + v + ")";
+  body += "    " + st("out", n(out.offset) + " + i32(i)", v) + "\n";
+  TemplatePlan plan = one(k, decl(0, "out", out.dtype, true) + fns, count, body, 0);
+  plan.passes[0].params = {static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32), static_cast<uint32_t>(p.offset),
+                           static_cast<uint32_t>(p.offset >> 32)};
+  plan.passes[0].random = true;
+  return plan;
+}
+
 }  // namespace
 
 size_t gpu_elem_size(DType t) { return is_packed(t) ? 0 : 4; }
@@ -743,10 +794,11 @@ TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, cons
     case OpId::AttentionBackward: return attention_backward(k, in, out);
     case OpId::Unfold: return unfold(k, in, out);
     case OpId::Fold: return fold(k, in, out);
+    case OpId::Random: return random(k, out);
     default: break;
   }
   fail(std::string(op_name(k.node.op)), k.node.loc,
-       "webgpu export: no WGSL kernel for this op (random ops are not exportable yet)");
+       "webgpu export: no WGSL kernel for this op");
 }
 
 }  // namespace alk::webgpu

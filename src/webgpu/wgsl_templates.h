@@ -31,6 +31,8 @@ struct Pass {
   std::string source;  // entry point "main"
   std::array<uint32_t, 3> groups{1, 1, 1};
   std::vector<Slot> slots;
+  std::vector<uint32_t> params;  // non-empty: a read-only storage buffer bound after the slots
+  bool random = false;           // params are {seed lo, seed hi, offset lo, offset hi}: the runtime moves the offset each step
 };
 
 struct TemplatePlan {

@@ -350,10 +350,10 @@ const char* kText =
     "said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the "
     "light from the darkness. And God called the light Day, and the darkness he called Night.";
 
-TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
-  WEBGPU_OR_SKIP();
+void micro_gpt_ten_steps(double dropout) {
   webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
   c.text = kText;
+  c.model.dropout = dropout;
   webgpu::GptBundle bundle(c);
   const std::string dir = fresh_dir("gpt");
   const webgpu::ExportSummary s = bundle.write(dir);
@@ -392,6 +392,17 @@ TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
   }
   EXPECT_LT(cpu.back(), cpu.front());  // it trains (one batch, repeated)
   fs::remove_all(dir);
+}
+
+TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
+  WEBGPU_OR_SKIP();
+  micro_gpt_ten_steps(0);
+}
+
+// Dropout masks are the CPU's (the same Philox draws each step), so the losses still match.
+TEST(WebgpuExport, MicroGptWithDropoutMatchesTheCpu) {
+  WEBGPU_OR_SKIP();
+  micro_gpt_ten_steps(0.1);
 }
 
 // A shader the device rejects fails load() with a JavaScript error naming the kernel file
@@ -437,20 +448,46 @@ TEST(WebgpuExport, TokenIdsBeyondI32AreRefused) {
   }
 }
 
-TEST(WebgpuExport, RandomOpsAreNamedAsNotExportable) {
-  const Tensor w = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2});
-  Program prog = compile([&](const std::vector<Tensor>&) { capture("y", w + rand({2, 2})); });
+// Random ops draw the CPU's numbers (Philox keyed by seed, counter = offset + i), fresh ones
+// each step: run k of the bundle = the CPU's k-th replay.
+TEST(WebgpuExport, RandomOpsDrawTheCpusNumbersEachStep) {
+  WEBGPU_OR_SKIP();
+  manual_seed(7);
+  std::mt19937 rng(3);
+  const Tensor w = rand_f32({40, 30}, rng);
+  Program prog = compile([&](const std::vector<Tensor>&) {
+    capture("uniform", rand({1000}));
+    capture("scaled", rand({40, 30}) * 4.0 - 2.0);
+    capture("normal", randn({777}));
+    capture("integer", randint(-5, 300, {500}));
+    capture("dropout", dropout(w, 0.25, true));
+  });
   prog({});
   prog({});
+  const std::string dir = fresh_dir("random");
   webgpu::ExportOptions o;
   o.programs = {{"step", &prog}};
-  try {
-    webgpu::export_bundle(fresh_dir("random"), o);
-    FAIL() << "a random op was exported";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no WGSL kernel"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("Random"), std::string::npos) << e.what();
+  webgpu::export_bundle(dir, o);
+  std::vector<std::map<std::string, Tensor>> cpu(3);
+  for (auto& run : cpu) {
+    prog({});
+    for (const char* n : {"uniform", "scaled", "normal", "integer", "dropout"}) run[n] = prog.captured(n);
   }
+  const json::Value r = run_node(dir, "step", 3);
+  ASSERT_FALSE(r.is_null());
+  for (size_t k = 0; k < 3; ++k) {
+    const json::Value& got = r.at("runs").as_array()[k];
+    const std::string run = " run " + std::to_string(k + 1);
+    close("uniform" + run, cpu[k]["uniform"], got.at("uniform"), Tol{0, 0});
+    close("scaled" + run, cpu[k]["scaled"], got.at("scaled"), Tol{1e-6, 0});
+    // f32 log/cos in WGSL (the CPU: double); SwiftShader's are ~2e-4 off near the extremes.
+    close("normal" + run, cpu[k]["normal"], got.at("normal"), Tol{1e-3, 1e-3});
+    close("integer" + run, cpu[k]["integer"], got.at("integer"), Tol{0, 0});
+    close("dropout" + run, cpu[k]["dropout"], got.at("dropout"), Tol{1e-6, 1e-6});
+  }
+  const json::Array& runs = r.at("runs").as_array();
+  EXPECT_NE(number(runs[0].at("uniform").as_array()[0]), number(runs[1].at("uniform").as_array()[0])) << "steps draw anew";
+  fs::remove_all(dir);
 }
 
 TEST(WebgpuExport, UntracedProgramIsAnError) {

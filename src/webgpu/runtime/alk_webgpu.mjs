@@ -141,6 +141,7 @@ export class Model {
     // Bind groups, per dispatch.
     this.programs = {};
     for (const [name, prog] of Object.entries(plan.programs)) {
+      const random = [];
       device.pushErrorScope('validation');
       const dispatches = prog.dispatches.map((d) => {
         const { pipeline, layout } = this.pipelines[d.shader];
@@ -150,6 +151,9 @@ export class Model {
           device.queue.writeBuffer(params, 0, new Uint32Array(d.params));
           this.keep.push(params);
           entries.push({ binding: d.buffers.length, resource: { buffer: params } });
+          // Random kernels: {seed, offset} as u32 pairs; run() moves the offset each step.
+          if (d.random) random.push({ params, seed: d.params.slice(0, 2),
+                                      offset: BigInt(d.params[2]) + (BigInt(d.params[3]) << 32n) });
         }
         const declared = new Set(layoutEntries(sources[d.shader]).map((e) => e.binding));
         const group = device.createBindGroup({ label: `${d.label} [${plan.shaders[d.shader]}]`, layout,
@@ -158,7 +162,7 @@ export class Model {
       });
       const err = await device.popErrorScope();
       if (err) throw new Error(`alk: program '${name}': ${err.message}`);
-      this.programs[name] = { ...prog, dispatches };
+      this.programs[name] = { ...prog, dispatches, random, runs: 0 };
     }
     await device.queue.onSubmittedWorkDone();
   }
@@ -187,6 +191,12 @@ export class Model {
         padded.set(bytes);
         device.queue.writeBuffer(this.buffers[t.buffer], t.offset * ELEMENT[t.gpu_dtype], padded);
       });
+    }
+    // Fresh random numbers each step, as the CPU draws them: recorded offset + k * rng_used.
+    prog.runs += 1;
+    for (const r of prog.random) {
+      const off = r.offset + BigInt(prog.rng_used || '0') * BigInt(prog.runs);
+      device.queue.writeBuffer(r.params, 0, new Uint32Array([r.seed[0], r.seed[1], Number(off & 0xffffffffn), Number(off >> 32n)]));
     }
     device.pushErrorScope('validation');
     const enc = device.createCommandEncoder({ label: name });
