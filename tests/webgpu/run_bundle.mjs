@@ -4,6 +4,7 @@
 // Each run replays PROGRAM on the inputs exported with the bundle (the traced batch); after
 // each run the named captures (default: all) are read back. Non-finite numbers are written
 // as the strings "nan", "inf", "-inf". SAVE: the state after the runs, as model.save() writes it.
+// ALK_TEST_LR=x: model.setLr(x) first.
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -21,6 +22,7 @@ try {
   const t0 = performance.now();
   const model = await load(dir, { gpu: create([]), fetchBytes });
   const loaded = performance.now() - t0;
+  if (process.env.ALK_TEST_LR) model.setLr(Number(process.env.ALK_TEST_LR));  // setLr before the runs
   const wanted = names ? names.split(',') : Object.keys(model.plan.programs[program].captures);
   const result = { adapter: model.adapter, load_ms: loaded, runs: [] };
   for (let r = 0; r < Number(runs); ++r) {

@@ -399,6 +399,35 @@ TEST(WebgpuExport, MicroGptTenStepsMatchTheCpu) {
   micro_gpt_ten_steps(0);
 }
 
+// setLr(0): steps leave every parameter as exported (AdamW's update and decay scale with lr).
+TEST(WebgpuExport, SetLrZeroFreezesTheWeights) {
+  WEBGPU_OR_SKIP();
+  webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
+  c.text = kText;
+  webgpu::GptBundle bundle(c);
+  const std::string dir = fresh_dir("lr");
+  bundle.write(dir);
+  setenv("ALK_TEST_LR", "0", 1);
+  const json::Value r = run_node(dir, "step", 3, "loss", dir + "/saved.safetensors");
+  unsetenv("ALK_TEST_LR");
+  ASSERT_FALSE(r.is_null());
+  const SafetensorsFile before = load_safetensors(dir + "/weights.safetensors");
+  const SafetensorsFile after = load_safetensors(dir + "/saved.safetensors");
+  std::map<std::string, Tensor> saved(after.tensors.begin(), after.tensors.end());
+  int compared = 0;
+  for (const auto& [name, t] : before.tensors) {
+    if (name.rfind("optim.", 0) == 0 || name == "lr" || name.find("input") != std::string::npos) continue;
+    ASSERT_TRUE(saved.count(name)) << name;
+    EXPECT_EQ(cast(t, DType::F64).to_vector<double>(), cast(saved[name], DType::F64).to_vector<double>()) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 5);
+  EXPECT_EQ(cast(saved["lr"], DType::F64).to_vector<double>(), std::vector<double>{0.0});
+  const json::Array& runs = r.at("runs").as_array();
+  EXPECT_EQ(number(runs[0].at("loss").as_array()[0]), number(runs[2].at("loss").as_array()[0]));  // same batch, same weights
+  fs::remove_all(dir);
+}
+
 // Dropout masks are the CPU's (the same Philox draws each step), so the losses still match.
 TEST(WebgpuExport, MicroGptWithDropoutMatchesTheCpu) {
   WEBGPU_OR_SKIP();

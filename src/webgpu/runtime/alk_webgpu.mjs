@@ -120,8 +120,13 @@ export class Model {
     const sources = await Promise.all(plan.shaders.map(async (p) => new TextDecoder().decode(await fetchBytes(p))));
     this.pipelines = [];
     const checks = [];
+    const limit = device.limits.maxStorageBuffersPerShaderStage;
     sources.forEach((code, i) => {
       const label = plan.shaders[i];
+      const bindings = layoutEntries(code).length;
+      if (bindings > limit)
+        throw new Error(`alk: kernel ${label} (used by ${this._users(i)}) binds ${bindings} storage buffers; ` +
+                        `this adapter allows ${limit} per shader stage`);
       device.pushErrorScope('validation');
       const module = device.createShaderModule({ label, code });
       const layout = device.createBindGroupLayout({ label, entries: layoutEntries(code) });
