@@ -519,6 +519,28 @@ TEST(WebgpuExport, RandomOpsDrawTheCpusNumbersEachStep) {
   fs::remove_all(dir);
 }
 
+// The CLI writes the bundle and says how to open its page; an unbuilt target is an error.
+TEST(WebgpuExport, CliWritesTheBundle) {
+  const std::string dir = fresh_dir("cli");
+  {
+    std::ofstream f(dir + "/text.in");
+    for (int i = 0; i < 5; ++i) f << kText;
+  }
+  const std::string out = dir + "/bundle", log = dir + "/cli.log";
+  const std::string cmd = std::string(ALK_CLI_PATH) + " export --target webgpu --size micro --text '" + dir +
+                          "/text.in' --out '" + out + "' > '" + log + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
+  for (const char* f : {"plan.json", "index.html", "alk_webgpu.mjs", "weights.safetensors", "text.txt", "tokenizer.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  EXPECT_NE(read_text(log).find("python3 -m http.server -d " + out), std::string::npos) << read_text(log);
+  const json::Value plan = json::parse(read_text(out + "/plan.json"));
+  EXPECT_TRUE(plan.at("programs").find("step") && plan.at("programs").find("forward"));
+  const std::string onnx = std::string(ALK_CLI_PATH) + " export --target onnx --out '" + dir + "/x' > '" + log + "' 2>&1";
+  EXPECT_NE(std::system(onnx.c_str()), 0);
+  EXPECT_NE(read_text(log).find("not built"), std::string::npos) << read_text(log);
+  fs::remove_all(dir);
+}
+
 TEST(WebgpuExport, UntracedProgramIsAnError) {
   Program prog = compile([&](const std::vector<Tensor>&) {});
   webgpu::ExportOptions o;
