@@ -40,7 +40,8 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--text-bytes", flags->text_bytes, "bytes of the text put in the bundle (default 1 MiB)");
   cmd->callback([flags] {
     const ExportFlags& f = *flags;
-    check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target, " is not built in this binary (only webgpu)");
+    check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target,
+          " is not built into alk export (only webgpu); ONNX models: alk onnx export");
     webgpu::GptBundleConfig c = f.size == "micro" ? webgpu::GptBundleConfig::micro() : webgpu::GptBundleConfig::tiny();
     c.text = read_all(f.text.empty() ? train::default_corpus() : f.text);
     check(f.text_bytes > 0, "export", Loc::current(), "--text-bytes must be positive");
