@@ -5,53 +5,14 @@
 // warm-ups, timed with device synchronization. FLOP: 4 B H T^2 D / 2 forward (causal),
 // 2.5 times that backward.
 //   bench_attention [--batch 16] [--no-anchor]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "alk/alk.h"
+#include "bench_util.h"
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double time_ms(alk::Device& dev, F&& f) {
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    dev.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    dev.synchronize();
-    if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(ms);
-}
-
-std::string run_python(const std::string& script) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("python3 -c \"" + script + "\" 2>&1").c_str(), "r"), pclose);
-  std::string out;
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, k);
-  return out;
-}
-
-double field(const std::string& out, const std::string& key) {
-  const size_t at = out.find(key + " ");
-  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size() + 1);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t B = 16;
@@ -65,11 +26,11 @@ int main(int argc, char** argv) {
   auto make = [&] { return alk::cast(alk::randn({B, H, T, D}), alk::DType::BF16).to(dev).detach(); };
   alk::Tensor q = make(), k = make(), v = make(), w = make();
   for (alk::Tensor* t : {&q, &k, &v, &w}) t->realize();
-  const double fwd = time_ms(dev, [&] {
+  const double fwd = bench::time_ms(dev, [&] {
     alk::Autocast scope;
     alk::scaled_dot_product_attention(q, k, v, true).realize();
   });
-  const double both = time_ms(dev, [&] {
+  const double both = bench::time_ms(dev, [&] {
     alk::Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
     alk::Tensor out;
     {
@@ -86,14 +47,7 @@ int main(int argc, char** argv) {
               flop / fwd / 1e9, both, 3.5 * flop / both / 1e9);
   if (!anchor) return 0;
   const std::string script =
-      "import torch, torch.nn.functional as F\n"
-      "def t(f):\n"
-      "  for _ in range(3): f()\n"
-      "  ts=[]\n"
-      "  for _ in range(10):\n"
-      "    e0=torch.cuda.Event(enable_timing=True); e1=torch.cuda.Event(enable_timing=True)\n"
-      "    e0.record(); f(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))\n"
-      "  ts.sort(); return ts[len(ts)//2]\n"
+      std::string("import torch, torch.nn.functional as F\n") + bench::kTorchTimer +
       "s=(" + std::to_string(B) + "," + std::to_string(H) + "," + std::to_string(T) + "," + std::to_string(D) + ")\n"
       "q,k,v,w=[torch.randn(s,device='cuda',dtype=torch.bfloat16) for _ in range(4)]\n"
       "print('fwd', t(lambda: F.scaled_dot_product_attention(q,k,v,is_causal=True)))\n"
@@ -101,8 +55,8 @@ int main(int argc, char** argv) {
       "  qg,kg,vg=[x.detach().requires_grad_() for x in (q,k,v)]\n"
       "  (F.scaled_dot_product_attention(qg,kg,vg,is_causal=True)*w).sum().backward()\n"
       "print('both', t(both))\n";
-  const std::string out = run_python(script);
-  const double tf = field(out, "fwd"), tb = field(out, "both");
+  const std::string out = bench::run_python(script);
+  const double tf = bench::field(out, "fwd"), tb = bench::field(out, "both");
   if (tf <= 0) {
     std::printf("anchor failed:\n%s", out.c_str());
     return 0;

@@ -6,34 +6,21 @@
 // each linear layer's forward x W^T and its two backward products dY W and dY^T x, beside
 // the same products in PyTorch, so the slow layouts show.
 //   bench_gemm [--n 4096] [--no-anchor] [--gpt2]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 
 #include "alk/alk.h"
+#include "bench_util.h"
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::field;
+using bench::run_python;
 
 double time_product(alk::Device& dev, const alk::Tensor& a, const alk::Tensor& b) {
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    dev.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    alk::Tensor c = alk::matmul(a, b);
-    c.realize();
-    dev.synchronize();
-    if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(ms);
+  return bench::time_ms(dev, [&] { alk::matmul(a, b).realize(); });
 }
 
 double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
@@ -41,20 +28,6 @@ double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
   a.realize();
   b.realize();
   return time_product(dev, a, b);
-}
-
-std::string run_python(const std::string& script) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("python3 -c \"" + script + "\" 2>&1").c_str(), "r"), pclose);
-  std::string out;
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, k);
-  return out;
-}
-
-double field(const std::string& out, const std::string& key) {
-  const size_t at = out.find(key + " ");
-  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size() + 1);
 }
 
 // cuBLAS through PyTorch: "bf16 <ms>\ntf32 <ms>\nf32 <ms>\n".
@@ -89,14 +62,7 @@ constexpr int64_t kGpt2Rows = 16384;
 // Forward (x W^T), dX (dY W) and dW (dY^T x) for every shape, alk then PyTorch.
 void gpt2_products(alk::Device& dev, bool anchor) {
   std::string script =
-      "import torch\n"
-      "def t(f):\n"
-      "  for _ in range(3): f()\n"
-      "  ts=[]\n"
-      "  for _ in range(10):\n"
-      "    e0=torch.cuda.Event(enable_timing=True); e1=torch.cuda.Event(enable_timing=True)\n"
-      "    e0.record(); f(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))\n"
-      "  ts.sort(); return ts[len(ts)//2]\n"
+      std::string("import torch\n") + bench::kTorchTimer +
       "M=" + std::to_string(kGpt2Rows) + "\n";
   for (const LinearShape& s : kGpt2Shapes) {
     const std::string K = std::to_string(s.K), N = std::to_string(s.N), n = s.name;

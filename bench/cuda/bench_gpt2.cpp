@@ -17,22 +17,12 @@
 
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
+#include "bench_util.h"
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string run(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  std::string out;
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
-  return out;
-}
+using bench::median;
+using bench::run;
 
 // ms/step of the anchor's line starting with `mode` and holding `dtype` (0 if absent).
 double anchor_ms(const std::string& out, const std::string& mode, const std::string& dtype) {
@@ -122,7 +112,7 @@ int main(int argc, char** argv) {
               flop_per_token * tokens / peak * 100, peak / 1e12, static_cast<double>(mem.peak_bytes) / 1e9, loss);
   if (!anchor.empty()) {
     // The anchor through bench/cuda/torch_gpt2_memory.py, which adds PyTorch's peak allocated memory per mode.
-    const std::string out = run("python3 bench/cuda/torch_gpt2_memory.py " + anchor + " 2>&1");
+    const std::string out = run("python3 bench/cuda/torch_gpt2_memory.py " + anchor);
     std::printf("%s", out.c_str());
     const double compiled = anchor_ms(out, "compile", "bfloat16"), fp32 = anchor_ms(out, "eager", "float32");
     if (dtype == "f32" && fp32 > 0)

@@ -3,52 +3,14 @@
 // of GPT-2's logits [16384, 50304], an f32 add [16, 1024, 768], and tanh-GELU of bf16
 // [16, 1024, 3072]. Median of 10 after 3 warm-ups, timed with device synchronization.
 //   bench_map [--no-anchor]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "alk/alk.h"
+#include "bench_util.h"
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_ms(alk::Device& dev, const std::function<alk::Tensor()>& f) {
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    dev.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    f().realize();
-    dev.synchronize();
-    if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(ms);
-}
-
-std::string run_python(const std::string& script) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("python3 -c \"" + script + "\" 2>&1").c_str(), "r"), pclose);
-  std::string out;
-  if (!pipe) return out;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, k);
-  return out;
-}
-
-double field(const std::string& out, const std::string& key) {
-  const size_t at = out.find(key + " ");
-  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + key.size() + 1);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   bool anchor = true;
@@ -69,15 +31,8 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"cast-bf16-f32", nl * 6, [&] { return alk::cast(logits, DType::F32); }},
                         {"add-f32", na * 12, [&] { return a + b; }},
                         {"gelu-bf16", nh * 4, [&] { return alk::gelu_tanh(h); }}};
-  const std::string out = anchor ? run_python(
-                                       "import torch, torch.nn.functional as F\n"
-                                       "def t(f):\n"
-                                       "  for _ in range(3): f()\n"
-                                       "  ts=[]\n"
-                                       "  for _ in range(10):\n"
-                                       "    e0=torch.cuda.Event(enable_timing=True); e1=torch.cuda.Event(enable_timing=True)\n"
-                                       "    e0.record(); f(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1))\n"
-                                       "  ts.sort(); return ts[len(ts)//2]\n"
+  const std::string out = anchor ? bench::run_python(
+                                       std::string("import torch, torch.nn.functional as F\n") + bench::kTorchTimer +
                                        "l=torch.randn(16384,50304,device='cuda',dtype=torch.bfloat16)\n"
                                        "a=torch.randn(16,1024,768,device='cuda'); b=torch.randn(16,1024,768,device='cuda')\n"
                                        "h=torch.randn(16,1024,3072,device='cuda',dtype=torch.bfloat16)\n"
@@ -86,7 +41,7 @@ int main(int argc, char** argv) {
                                        "print('gelu-bf16', t(lambda: F.gelu(h, approximate='tanh')))\n")
                                  : std::string();
   for (const Case& c : cases) {
-    const double ms = time_ms(dev, c.run), torch_ms = field(out, c.name);
+    const double ms = bench::time_ms(dev, [&] { c.run().realize(); }), torch_ms = bench::field(out, c.name);
     std::printf("map %-14s alk %.3f ms (%.0f GB/s)", c.name, ms, c.bytes / ms / 1e6);
     if (torch_ms > 0) {
       std::printf("  torch %.3f ms (%.0f GB/s)\n", torch_ms, c.bytes / torch_ms / 1e6);

@@ -1069,45 +1069,32 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  // Each variant runs two kernels with the same arguments: dq (which also writes delta),
+  // then dk/dv (which reads it).
+  auto pass = [&](const std::string& src, const char* name, int shared, unsigned grid_x, unsigned grid_y, unsigned block) {
+    Args args;
+    args.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
+    add_attention(args, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, name, shared), grid_x, grid_y, 1, block, static_cast<unsigned>(shared), args);
+  };
+  auto tiles = [](int64_t rows, int64_t per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); };
+  const auto batch = static_cast<unsigned>(ap.B);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const std::string src = attention_mma_source(q.dtype, ap.D);
     const int shared = attention_mma_shared(ap.D, 1);
-    Args a1;
-    a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-    add_attention(a1, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dq_mma", shared), static_cast<unsigned>((ap.Tq + 63) / 64),
-               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a1);
-    Args a2;
-    a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-    add_attention(a2, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dkdv_mma", shared), static_cast<unsigned>((ap.S + 63) / 64),
-               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(shared), a2);
+    pass(src, "attention_backward_dq_mma", shared, tiles(ap.Tq, 64), batch, 128);
+    pass(src, "attention_backward_dkdv_mma", shared, tiles(ap.S, 64), batch, 128);
     return;
   }
   if (attention_tiled_ok(ap)) {
     const std::string src = attention_source(q.dtype, ap.D, true);
-    const int s1 = attention_tiled_shared(q.dtype, ap.D, 1), s2 = attention_tiled_shared(q.dtype, ap.D, 2);
-    Args a1;
-    a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-    add_attention(a1, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dq_tiled", s1), static_cast<unsigned>((ap.Tq + 63) / 64),
-               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(s1), a1);
-    Args a2;
-    a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-    add_attention(a2, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dkdv_tiled", s2), static_cast<unsigned>((ap.S + 31) / 32),
-               static_cast<unsigned>(ap.B), 1, 128, static_cast<unsigned>(s2), a2);
+    pass(src, "attention_backward_dq_tiled", attention_tiled_shared(q.dtype, ap.D, 1), tiles(ap.Tq, 64), batch, 128);
+    pass(src, "attention_backward_dkdv_tiled", attention_tiled_shared(q.dtype, ap.D, 2), tiles(ap.S, 32), batch, 128);
     return;
   }
-  const std::string src = attention_source(q.dtype, ap.D);
-  Args a1;
-  a1.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-  add_attention(a1, ap, q.dtype, scale);
-  ctx.launch(ctx.function(src, "attention_backward_dq"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0, a1);
-  Args a2;
-  a2.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
-  add_attention(a2, ap, q.dtype, scale);
-  ctx.launch(ctx.function(src, "attention_backward_dkdv"), blocks_for(ctx, ap.B * ap.S, kBlock / 32), 1, 1, kBlock, 0, a2);
+  const std::string src = attention_source(q.dtype, ap.D);  // a warp per row, grid-stride over every batch
+  pass(src, "attention_backward_dq", 0, blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, kBlock);
+  pass(src, "attention_backward_dkdv", 0, blocks_for(ctx, ap.B * ap.S, kBlock / 32), 1, kBlock);
 }
 
 // ---- which kernels run here ----
