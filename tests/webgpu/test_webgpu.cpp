@@ -563,7 +563,8 @@ TEST(WebgpuPage, TrainsInHeadlessChromium) {
   const std::string dir = fresh_dir("page");
   bundle.write(dir);
   const std::string out = dir + "/page.json", log = dir + "/page.log";
-  const std::string shot = (fs::current_path() / "webgpu_page.png").string();
+  // Beside the build's binaries (build/webgpu_page.png), wherever the test runs from.
+  const std::string shot = (fs::path(ALK_CLI_PATH).parent_path() / "webgpu_page.png").string();
   const int steps = 12;
   const std::string cmd = "node " + kSource + "/tests/webgpu/page_test.mjs '" + dir + "' '" + out + "' '" + shot + "' " +
                           std::to_string(steps) + " > '" + log + "' 2>&1";
