@@ -349,7 +349,8 @@ Tensor& Tensor::assign_(const Tensor& value, Loc loc) {
         " tensor of shape ", to_string(shape()));
   check(&value.device() == &device(), "assign_", loc, "cannot assign a tensor on ", value.device().name(),
         " to a tensor on ", device().name(), "; move it with .to(device) first");
-  if (TraceRecorder* trace = active_trace(); trace && trace->seen.insert(impl_.get()).second && is_realized())
+  if (TraceRecorder* trace = active_trace();
+      trace && trace->seen.insert(impl_.get()).second && is_realized() && !trace->produced.count(impl_->node->buffer.get()))
     trace->assigned.push_back({impl_, impl_->node, impl_->strides, impl_->offset});
   impl_->node = value.impl()->node;
   impl_->strides = value.impl()->strides;

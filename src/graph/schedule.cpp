@@ -563,7 +563,10 @@ class Scheduler {
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
       launch(k, timing);
-      if (TraceRecorder* trace = active_trace()) trace->kernels.push_back(std::move(k));
+      if (TraceRecorder* trace = active_trace()) {
+        trace->produced.insert(k.output.buffer.get());
+        trace->kernels.push_back(std::move(k));
+      }
     }
     // Stored nodes become realized data; their inputs (and so the graph below) are freed.
     for (auto& [node, buffer] : stored_) {

@@ -18,8 +18,11 @@ struct TraceRecorder {
     Shape strides;
     int64_t offset;
   };
-  std::vector<Assigned> assigned;  // the first assign_ of each tensor realized before it
+  std::vector<Assigned> assigned;  // the first assign_ of each tensor realized before the step
   std::unordered_set<const TensorImpl*> seen;
+  // Buffers the step's own kernels wrote: a tensor whose value is one of them was made by
+  // the step (a gradient), so an assign_ to it is not state the step carries forward.
+  std::unordered_set<const Buffer*> produced;
   int64_t held_bytes = 0, naive_bytes = 0;  // summed over the step's schedules
   // The largest arena buffer per device so far. A replay runs the schedules one after the
   // other and an arena holds only what dies inside its schedule, so a later schedule's

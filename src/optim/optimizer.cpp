@@ -165,12 +165,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   Tensor norm = sqrt(total);
   // Scale by min(1, max_norm / norm) as a tensor: no value-dependent kernel text.
   Tensor coef = minimum(max_norm / (norm + 1e-6), 1.0);
-  std::vector<Tensor> targets{norm};
-  for (Tensor g : grads) {
-    g.assign_((g * coef).to(g.dtype()));
-    targets.push_back(g);
-  }
-  realize(targets);
+  // Only the norm is realized: each clipped gradient stays a lazy product that the
+  // optimizer's update fuses, so no second copy of the gradients is stored.
+  norm.realize();
+  for (Tensor g : grads) g.assign_((g * coef).to(g.dtype()));
   return norm.item();
 }
 
