@@ -3,7 +3,7 @@
 // --steps steps after 3 warm-up steps. The step runs through alk::compile (traced once,
 // replayed), as a training loop would; --eager builds and schedules the graph every step. With --anchor SCRIPT it also runs PyTorch's version
 // in the same command and prints the ratio line:
-//   RATIO tiny_gpt_step alk=<ms>ms anchor=<ms>ms ratio=<alk/anchor>
+//   RATIO tiny_gpt_step_<alk's ISA path> alk=<ms>ms anchor=<ms>ms ratio=<alk/anchor>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
   if (!anchor.empty()) {
     double torch_ms = run_anchor(anchor, alk::cpu::num_threads(), steps);
     if (torch_ms > 0)
-      std::printf("RATIO tiny_gpt_step alk=%.2fms anchor=%.2fms ratio=%.3f\n", alk_ms, torch_ms, alk_ms / torch_ms);
+      std::printf("RATIO tiny_gpt_step_%s alk=%.2fms anchor=%.2fms ratio=%.3f\n", alk::cpu::isa_name(alk::cpu::isa()),
+                  alk_ms, torch_ms, alk_ms / torch_ms);
     else
-      std::printf("RATIO tiny_gpt_step alk=%.2fms anchor=unavailable\n", alk_ms);
+      std::printf("RATIO tiny_gpt_step_%s alk=%.2fms anchor=unavailable\n", alk::cpu::isa_name(alk::cpu::isa()), alk_ms);
   }
 }

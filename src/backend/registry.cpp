@@ -10,17 +10,6 @@ namespace alk {
 
 namespace {
 
-struct ProbeEntry {
-  std::string kind;
-  int priority;  // larger: preferred by "auto" among devices of the same type
-  DeviceProbe probe;
-};
-
-std::vector<ProbeEntry>& probes() {
-  static std::vector<ProbeEntry> list;
-  return list;
-}
-
 struct Registry {
   std::once_flag probed;
   std::vector<std::unique_ptr<Device>> owned;  // never destroyed: buffers may outlive static destructors
@@ -38,7 +27,7 @@ void probe_all() {
   std::call_once(r.probed, [&r] {
     r.devices.push_back(&cpu_device());
     r.priority.push_back(0);
-    for (ProbeEntry& e : probes()) {
+    for (DeviceProbeEntry& e : device_probes()) {
       std::vector<std::unique_ptr<Device>> found;
       try {
         found = e.probe();
@@ -72,10 +61,6 @@ Device& env_default() {
 }
 
 }  // namespace
-
-DeviceRegistration::DeviceRegistration(std::string kind, int priority, DeviceProbe probe) {
-  probes().push_back({std::move(kind), priority, std::move(probe)});
-}
 
 std::vector<Device*> available_devices() {
   probe_all();

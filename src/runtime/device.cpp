@@ -104,4 +104,13 @@ std::string map_kernel_key(const Kernel& k) {
   return key;
 }
 
+std::vector<DeviceProbeEntry>& device_probes() {
+  static std::vector<DeviceProbeEntry> list;
+  return list;
+}
+
+DeviceRegistration::DeviceRegistration(std::string kind, int priority, DeviceProbe probe) {
+  device_probes().push_back({std::move(kind), priority, std::move(probe)});
+}
+
 }  // namespace alk
