@@ -136,7 +136,8 @@ test-tsan: build-tsan
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ./$(TSAN_DIR)/alk_tsan_tests --gtest_brief=1
 
 # libFuzzer needs clang (Debian's clang 14 and libclang-rt-14-dev); the library is built
-# again with coverage, ASan and UBSan into $(FUZZ_DIR)/.
+# again with coverage, ASan and UBSan into $(FUZZ_DIR)/, without the GPU backends (the
+# parsers under test need none, and the build is shorter).
 build-fuzz:
 	$(call phase,"build-fuzz: clang + libFuzzer + ASan/UBSan into $(FUZZ_DIR)/")
 	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DALK_FUZZ=ON -DALK_BUILD_TESTS=OFF -DALK_VULKAN=OFF -DALK_CUDA=OFF \
