@@ -75,4 +75,18 @@ inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   }
 }
 
+// The compiled language-model training step several suites run: cross-entropy of
+// model(in[0]) against in[1] (captured as "loss"), backward, gradients clipped to norm 1,
+// the optimizer's step, gradients cleared.
+inline Program compiled_lm_step(nn::Module& model, optim::Optimizer& opt) {
+  return compile([&model, &opt](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+    capture("loss", loss);
+    loss.backward();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+  });
+}
+
 }  // namespace alk::testing

@@ -251,25 +251,35 @@ void abort_job(int status) {
   std::_Exit(status);
 }
 
-void all_reduce(Tensor& t, ReduceOp op, Loc loc) {
-  check(t.defined(), "dist", loc, "all_reduce of an undefined tensor");
-  init();
-  Group& g = group();
-  if (g.world == 1) return;
+// An in-place collective on t (all_reduce, broadcast): through the rank's GPU when t's
+// device has no engine (staged), else `run(engine, pointer)` on a fresh copy that then
+// becomes t's value.
+template <class Run>
+void in_place(Group& g, Tensor& t, const char* what, Loc loc, const Run& run) {
   if (staged(g, t)) {
     Tensor d = t.to(rank_gpu(g), loc);
-    all_reduce(d, op, loc);
+    in_place(g, d, what, loc, run);
     t.assign_(d.to(t.device(), loc), loc);
     return;
   }
   Communicator& c = engine_for(g, t, loc);
   auto [copy, ptr] = fresh_copy(t, t.shape());
   {
-    Busy busy("all_reduce");
-    c.all_reduce(ptr, static_cast<size_t>(t.numel()), t.dtype(), op);
+    Busy busy(what);
+    run(c, ptr);
     synchronize_device(t.device());
   }
   t.assign_(copy, loc);
+}
+
+void all_reduce(Tensor& t, ReduceOp op, Loc loc) {
+  check(t.defined(), "dist", loc, "all_reduce of an undefined tensor");
+  init();
+  Group& g = group();
+  if (g.world == 1) return;
+  in_place(g, t, "all_reduce", loc, [&](Communicator& c, void* ptr) {
+    c.all_reduce(ptr, static_cast<size_t>(t.numel()), t.dtype(), op);
+  });
 }
 
 void broadcast(Tensor& t, int root, Loc loc) {
@@ -278,20 +288,9 @@ void broadcast(Tensor& t, int root, Loc loc) {
   Group& g = group();
   check(root >= 0 && root < g.world, "dist", loc, "broadcast root ", root, " is not a rank of a world of ", g.world);
   if (g.world == 1) return;
-  if (staged(g, t)) {
-    Tensor d = t.to(rank_gpu(g), loc);
-    broadcast(d, root, loc);
-    t.assign_(d.to(t.device(), loc), loc);
-    return;
-  }
-  Communicator& c = engine_for(g, t, loc);
-  auto [copy, ptr] = fresh_copy(t, t.shape());
-  {
-    Busy busy("broadcast");
+  in_place(g, t, "broadcast", loc, [&](Communicator& c, void* ptr) {
     c.broadcast(ptr, static_cast<size_t>(t.numel()), t.dtype(), root);
-    synchronize_device(t.device());
-  }
-  t.assign_(copy, loc);
+  });
 }
 
 Tensor all_gather(const Tensor& t, Loc loc) {

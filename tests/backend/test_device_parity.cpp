@@ -1007,14 +1007,7 @@ std::vector<double> gpt_losses(Device& dev, int steps) {
   nn::GPT model(cfg);  // initialized on the CPU, then moved: every run starts from the same weights
   model.to(dev);
   optim::AdamW opt(model.named_parameters(), 3e-3);
-  Program step = compile([&](const std::vector<Tensor>& in) {
-    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
-    capture("loss", loss);
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    opt.step();
-    opt.zero_grad();
-  });
+  Program step = testing::compiled_lm_step(model, opt);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
     // A repeating sequence the model can learn, shifted per step.

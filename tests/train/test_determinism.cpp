@@ -13,6 +13,7 @@
 #include "alk/optim.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
+#include "testing.h"
 
 namespace alk {
 namespace {
@@ -25,14 +26,7 @@ std::vector<float> gpt_losses(int steps) {
   cfg.vocab = 64, cfg.ctx = 32, cfg.dim = 32, cfg.heads = 2, cfg.layers = 2, cfg.dropout = 0.1;
   nn::GPT model(cfg);
   optim::AdamW opt(model.named_parameters(), 3e-3);
-  Program step = compile([&](const std::vector<Tensor>& in) {
-    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
-    capture("loss", loss);
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    opt.step();
-    opt.zero_grad();
-  });
+  Program step = testing::compiled_lm_step(model, opt);
   std::vector<float> losses;
   for (int s = 0; s < steps; ++s) {
     std::vector<int64_t> ids(4 * 32), next(4 * 32);

@@ -18,6 +18,7 @@
 #include "alk/optim.h"
 #include "backend/cpu/kernel_cache.h"
 #include "io/temp_dir.h"
+#include "testing.h"
 
 namespace alk {
 namespace {
@@ -36,14 +37,7 @@ TEST(Soak, TenThousandCompiledStepsWithCheckpointsKeepMemoryFlat) {
   cfg.vocab = 48, cfg.ctx = 16, cfg.dim = 16, cfg.heads = 2, cfg.layers = 1;
   nn::GPT model(cfg);
   optim::AdamW opt(model.named_parameters(), 1e-3);
-  Program step = compile([&](const std::vector<Tensor>& in) {
-    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
-    capture("loss", loss);
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    opt.step();
-    opt.zero_grad();
-  });
+  Program step = testing::compiled_lm_step(model, opt);
   testing::TempDir dir;
   std::vector<int64_t> ids(2 * 16), next(2 * 16);
   std::vector<int64_t> rss;  // after each checkpoint
