@@ -26,8 +26,8 @@
 namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
-extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_tc, attention_shared, attention, attention_tiled,
-    attention_mma;
+extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_shared, matmul_tc, matmul_wgmma,
+    attention_shared, attention, attention_tiled, attention_mma;
 }  // namespace sources
 
 namespace {
@@ -708,30 +708,61 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
   return nullptr;
 }
 
-// The block shape of kernels/matmul_tc.cu: WN m16n8 tiles per warp along N (block width
-// 32 WN) and the ring's depth. Wide blocks halve the shared-memory reads per mma; narrow
-// ones keep more blocks for small N. ALK_CUDA_GEMM=narrow|wide forces one (benchmarks).
+// The tensor-core GEMM's kernel and block shape. On sm_90a: kernels/matmul_wgmma.cu,
+// 128 x bn blocks (bn 256, or 128 for narrow N) and a `stages`-deep ring. Elsewhere
+// kernels/matmul_tc.cu (mma.sync): wn m16n8 tiles per warp along N (block width 32 wn);
+// wide blocks halve the shared-memory reads per mma, narrow ones keep more blocks for small
+// N. ALK_CUDA_GEMM=wgmma|wide|narrow forces one (benchmarks; wgmma only on sm_90a).
 struct TcShape {
-  int wn, stages;
+  int wn, stages;  // wn: the block's width in 32-column units (mma.sync: m16n8 tiles per warp)
+  bool wgmma = false;
+  int bn() const { return 32 * wn; }
 };
-TcShape tc_shape(int64_t N) {
+TcShape tc_shape(const Context& ctx, int64_t N) {
   const char* force = std::getenv("ALK_CUDA_GEMM");
-  const bool wide = force ? std::string_view(force) == "wide" : N > 128;
+  const std::string_view f = force ? force : "";
+  const DeviceProps& d = ctx.props();
+  if (d.cc_major == 9 && d.cc_minor == 0 && (f.empty() || f == "wgmma"))
+    return N > 128 ? TcShape{8, 4, true} : TcShape{4, 6, true};
+  const bool wide = !f.empty() && f != "wgmma" ? f == "wide" : N > 128;
   return wide ? TcShape{8, 4} : TcShape{4, 3};
 }
+
+// The one wgmma instruction of a 64 x bn slab (kernels/matmul_wgmma.cu's wgmma_tile): its
+// bn / 2 accumulators per thread are listed one by one, so the list is generated here.
+std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor) {
+  const int regs = bn / 2;
+  std::string list, operands;
+  for (int i = 0; i < regs; ++i) {
+    list += (i ? ", %" : "%") + std::to_string(i);
+    operands += std::string(i ? ", " : "") + "\"+f\"(d[" + std::to_string(i) + "])";
+  }
+  const std::string n = std::to_string(regs);
+  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db) {\n"
+         "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + std::to_string(regs + 2) +
+         ", 0;\\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32." + kind + "." + kind + " {" +
+         list + "}, %" + n + ", %" + std::to_string(regs + 1) + ", p, 1, 1, " + (a_kmajor ? "0" : "1") + ", " +
+         (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
+}
+
 // `epilogue`: empty, or the text epilogue_code() writes (EpiParams and epilogue_at()).
 std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape,
                              const std::string& epilogue = {}) {
-  return kernel_source(defines({{"TA", storage(t)},
-                                {"TO", storage(out)},
-                                {"MMA_TYPE", std::string("\"") + kind + "\""},
-                                {"A_KMAJOR", std::to_string(a_kmajor)},
-                                {"B_KMAJOR", std::to_string(b_kmajor)},
-                                {"WN", std::to_string(shape.wn)},
-                                {"STAGES", std::to_string(shape.stages)},
-                                {"EPILOGUE", epilogue.empty() ? "0" : "1"}}),
-                       epilogue + std::string(sources::matmul_tc));
+  const std::string defs = defines({{"TA", storage(t)},
+                                     {"TO", storage(out)},
+                                     {"MMA_TYPE", std::string("\"") + kind + "\""},
+                                     {"A_KMAJOR", std::to_string(a_kmajor)},
+                                     {"B_KMAJOR", std::to_string(b_kmajor)},
+                                     {"WN", std::to_string(shape.wn)},
+                                     {"BN", std::to_string(shape.bn())},
+                                     {"STAGES", std::to_string(shape.stages)},
+                                     {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
+  std::string body = epilogue + std::string(sources::matmul_shared);
+  if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
+  else body += std::string(sources::matmul_tc);
+  return kernel_source(defs, body);
 }
+const char* tc_entry(TcShape shape) { return shape.wgmma ? "matmul_wgmma" : "matmul_tc"; }
 
 // A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
 // product (rounded to the node's dtype first, as the separate pass would read it back) and
@@ -755,19 +786,28 @@ std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vec
   for (size_t i = 0; i < inputs.size(); ++i)
     s += "  base[" + std::to_string(i) + "] = lead_offset(e.batch[" + std::to_string(i) + "], z);\n";
   s += "}\n";
-  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
-  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+  // The inputs at (gm, gn) are loaded apart from the arithmetic (epilogue_load, then
+  // epilogue_apply), so a kernel can issue many loads before it needs the first value.
+  std::string fields, load = "  EpiIn in;\n";
   std::string call = "epilogue(x0";
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DType t = inputs[i];
     const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1);
-    s += "  const " + std::string(compute_ctype(t)) + " " + x + " = " +
-         load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" +
-                                n + "] + gn * e.cs[" + n + "]]") +
-         ";\n";
-    call += ", " + x;
+    fields += std::string(" ") + compute_ctype(t) + " " + x + ";";
+    load += "  in." + x + " = " +
+            load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" + n +
+                                   "] + gn * e.cs[" + n + "]]") +
+            ";\n";
+    call += ", in." + x;
   }
-  return s + "  return (float)" + call + ");\n}\n";
+  s += "struct EpiIn {" + fields + " };\n";
+  s += "__device__ __forceinline__ EpiIn epilogue_load(const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n" +
+       load + "  return in;\n}\n";
+  s += "__device__ __forceinline__ float epilogue_apply(float acc, const EpiIn& in) {\n";
+  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+  s += "  return (float)" + call + ");\n}\n";
+  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
+  return s + "  return epilogue_apply(acc, epilogue_load(base, gm, gn, e));\n}\n";
 }
 
 EpiLaunch epilogue_params(const Kernel& k) {
@@ -781,9 +821,11 @@ EpiLaunch epilogue_params(const Kernel& k) {
   }
   return e;
 }
-// The ring's bytes (BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements).
+// The ring's bytes. mma.sync: BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements;
+// wgmma: BM = 128, BK = 64, unpadded (swizzled) rows, plus 1 KiB to align the ring.
 int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
-  const int bn = 32 * shape.wn;
+  const int bn = shape.bn();
+  if (shape.wgmma) return shape.stages * (128 + bn) * 64 * 2 + 1024;
   const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
   return shape.stages * (a + b) * 2;
 }
@@ -793,7 +835,7 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
 // `splits` equal slices run as a batch of products into an f32 workspace, then summed.
 int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
   if (mp.batch != 1) return 1;
-  const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + 32 * shape.wn - 1) / (32 * shape.wn));
+  const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + shape.bn() - 1) / shape.bn());
   const int64_t sms = std::max(1, ctx.props().multiprocessors);
   int splits = 1;
   // Double while the grid is short of one block per SM and each slice keeps >= 1024 of K in
@@ -812,10 +854,10 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
   const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
   const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
   const int shared = matmul_tc_shared_bytes(la, lb, shape);
-  const int64_t bn = 32 * shape.wn;
+  const int64_t bn = shape.bn();
   Args args;
   args.add(a.ptr).add(b.ptr).add(partial).add(mp);
-  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
+  ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
              static_cast<unsigned>((whole.M + 127) / 128), static_cast<unsigned>(splits), kBlock,
              static_cast<unsigned>(shared), args);
   Args sum;
@@ -861,7 +903,7 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
-  const TcShape shape = tc_shape(mp.N);
+  const TcShape shape = tc_shape(ctx, mp.N);
   return TcPlan{kind, la, lb, shape, split_k(ctx, mp, shape)};
 }
 
@@ -876,11 +918,11 @@ void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const M
   }
   const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
   const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
-  const int64_t bn = 32 * plan.shape.wn;
+  const int64_t bn = plan.shape.bn();
   Args args;
   args.add(a.ptr).add(b.ptr).add(out.ptr).add(mp);
   if (epilogue) args.add(epilogue_params(*epilogue));
-  ctx.launch(ctx.function(src, "matmul_tc", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+  ctx.launch(ctx.function(src, tc_entry(plan.shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
              static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock,
              static_cast<unsigned>(shared), args);
 }
@@ -1431,6 +1473,12 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul_tc bf16 layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4}));
   out.emplace_back("matmul_tc f16 -> f32 narrow", matmul_tc_source(DType::F16, DType::F32, "f16", 1, 1, TcShape{4, 3}));
+  for (int la = 0; la < 2; ++la)
+    for (int lb = 0; lb < 2; ++lb)
+      out.emplace_back("matmul_wgmma bf16 layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4, true}));
+  out.emplace_back("matmul_wgmma f16 -> f32 narrow",
+                   matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, TcShape{4, 6, true}));
   {
     // A fused epilogue: a bf16 product plus an f32 bias, then tanh-GELU, stored as bf16.
     const std::vector<std::string> names = {"a", "b"};
@@ -1439,6 +1487,9 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                                              expr::Type::F32);
     out.emplace_back("matmul_tc bf16 + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, TcShape{8, 4},
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    out.emplace_back("matmul_wgmma bf16 + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 0, 0, TcShape{8, 4, true},
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
   }
   for (const char* kind : {"bf16", "f16", "tf32"})

@@ -5,6 +5,10 @@
 #ifdef ALK_HAVE_CUDA
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cuda_device.h"
@@ -24,8 +28,17 @@ TEST(CudaCompile, EveryTemplateKernelSourceCompiles) {
   ALK_NEED_NVRTC();
   const auto sources = template_sources();
   EXPECT_GE(sources.size(), 30u);
+  // ALK_CUDA_DUMP_DIR=dir: each source is also written there, to inspect with
+  // `nvcc -cubin -arch=sm_90a -Xptxas -v` (registers, spills, wgmma serialization warnings).
+  const char* dump = std::getenv("ALK_CUDA_DUMP_DIR");
+  int index = 0;
   for (const auto& [what, src] : sources) {
     SCOPED_TRACE(what);
+    if (dump) {
+      std::string name = what;
+      for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      std::ofstream(std::string(dump) + "/" + std::to_string(index++) + "_" + name + ".cu") << src;
+    }
     std::string cubin;
     EXPECT_NO_THROW(cubin = compile_cubin(src, "sm_90a"));
     // A cubin is an ELF file.

@@ -1,5 +1,6 @@
-// Matrix products of bf16 or f16 operands on the tensor cores, f32 accumulation, for
-// operands the host found 16-byte-vector readable (else matmul_mma.cu takes them).
+// Matrix products of bf16 or f16 operands on the tensor cores (mma.sync), f32 accumulation,
+// for operands the host found 16-byte-vector readable (else matmul_mma.cu takes them); on
+// sm_90a the host prefers matmul_wgmma.cu. The host prepends matmul_shared.cuh.
 // Defines: TA (operand storage), TO (output storage), MMA_TYPE ("bf16" / "f16"),
 // A_KMAJOR (1: a is contiguous along K, a[m][k]; 0: along M, a^T as stored),
 // B_KMAJOR (1: b contiguous along K, i.e. b^T as stored, a weight W used as W^T; 0: along N),
@@ -13,15 +14,9 @@
 // bytes, so the 8 rows an ldmatrix phase reads fall in distinct banks) and fragments are
 // read with ldmatrix, transposing (.trans) where the operand is M- or N-contiguous.
 
-struct MatmulParams {
-  View a_batch, b_batch;
-  i64 a_rs, a_cs, b_rs, b_cs;
-  i64 M, N, K, batch, out_offset;
-  int batch_rank;
-};
 
 #define BM 128
-#define BN (32 * WN)
+// BN (= 32 WN) comes from the host.
 #define BK 32
 #if A_KMAJOR
 #define A_LD (BK + 8)  // As[m][k]
@@ -79,17 +74,6 @@ __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restric
   }
 }
 
-__device__ __forceinline__ void store_pair(float* o, float x0, float x1) { *(float2*)o = make_float2(x0, x1); }
-__device__ __forceinline__ void store_pair(__nv_bfloat16* o, float x0, float x1) {
-  *(__nv_bfloat162*)o = __floats2bfloat162_rn(x0, x1);
-}
-__device__ __forceinline__ void store_pair(__half* o, float x0, float x1) { *(__half2*)o = __floats2half2_rn(x0, x1); }
-
-#if EPILOGUE
-#define EPI_PARAM , const EpiParams e
-#else
-#define EPI_PARAM
-#endif
 
 extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict__ a, const TA* __restrict__ b,
                                                             TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
@@ -163,44 +147,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();  // the next batch item refills the ring
-#if EPILOGUE
-    i64 eb[4];
-    epilogue_bases(z, e, eb);
-#endif
-    // Each thread holds column pairs (2t, 2t + 1): one paired store where both are in range
-    // and the pair's first element is at an even index (aligned for the pair's width).
+    EPI_BASES(z);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < WN; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const i64 gm = m0 + wm * 64 + i * 16 + g + h * 8, gn = n0 + wn * WN * 8 + j * 8 + 2 * t;
-          if (gm >= p.M || gn >= p.N) continue;
-          const i64 at = p.out_offset + (z * p.M + gm) * p.N + gn;
-#if EPILOGUE
-          const float x0 = epilogue_at(acc[i][j][2 * h], eb, gm, gn, e);
-          const float x1 = gn + 1 < p.N ? epilogue_at(acc[i][j][2 * h + 1], eb, gm, gn + 1, e) : 0.0f;
-#else
-          const float x0 = acc[i][j][2 * h], x1 = acc[i][j][2 * h + 1];
-#endif
-          if (gn + 1 < p.N && (at & 1) == 0) {
-            store_pair(out + at, x0, x1);
-          } else {
-            out[at] = cvt<TO>(x0);
-            if (gn + 1 < p.N) out[at + 1] = cvt<TO>(x1);
-          }
-        }
-  }
-}
-
-// Split-K's second half (the host cut K into `splits` slices, each a batch item whose f32
-// product went to partial[s]): out = the sum of the slices, in slice order.
-extern "C" __global__ void matmul_split_sum(const float* __restrict__ partial, TO* __restrict__ out, i64 mn, i64 splits,
-                                            i64 out_offset) {
-  ALK_FOR(i, mn) {
-    float acc = 0.0f;
-    for (i64 s = 0; s < splits; ++s) acc += partial[s * mn + i];
-    out[out_offset + i] = cvt<TO>(acc);
+        for (int h = 0; h < 2; ++h)
+          store_result_pair(out, p, z, m0 + wm * 64 + i * 16 + g + h * 8, n0 + wn * WN * 8 + j * 8 + 2 * t,
+                            acc[i][j][2 * h], acc[i][j][2 * h + 1] EPI_ARG);
   }
 }

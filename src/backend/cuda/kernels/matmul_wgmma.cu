@@ -1,0 +1,157 @@
+// Matrix products of bf16 or f16 operands on Hopper's warpgroup tensor-core instructions
+// (wgmma, sm_90a), f32 accumulation, for operands the host found 16-byte-vector readable.
+// The host prepends matmul_shared.cuh and wgmma_tile(), the one wgmma instruction of this
+// block shape and operand layout (its 64 x BN accumulator list is generated text).
+// Defines: TA, TO, A_KMAJOR, B_KMAJOR (as matmul_tc.cu), BN (128 or 256), STAGES (>= 3),
+// EPILOGUE.
+//
+// A block is two warpgroups (256 threads) computing 128 x BN outputs, each warpgroup a
+// 64 x BN slab; K goes in steps of 64 through a STAGES-deep ring of shared memory filled by
+// cp.async (16-byte copies, zero-filled past the edges). The tensor cores read both
+// operands straight from shared memory through matrix descriptors, so tiles are stored in
+// the layout the descriptors name: rows of 128 bytes (64 elements), the 16-byte chunks of
+// row r at chunk index c ^ (r % 8) (the "128-byte swizzle": the 8 rows of a 1024-byte atom
+// spread every chunk column over all banks). A K-contiguous operand is stored as rows of
+// its M (N) index, 64 of K per row; an M- (N-) contiguous one as rows of K, in column
+// blocks of 64 of M (N), each block 64 rows x 128 bytes, and the instruction transposes it.
+//
+// Ring discipline (one barrier per K step): at step kt, after the barrier, every warpgroup
+// has retired the wgmma group of step kt - 2 (wgmma.wait_group 1 at the end of step kt - 1),
+// so slot (kt - 2) % STAGES is refilled with step kt + STAGES - 2 while the tensor cores
+// still run step kt - 1's group: loads run STAGES - 2 steps ahead.
+//
+// The results go through shared memory (store_tile in matmul_shared.cuh): the epilogue's
+// loads and the stores to `out` are then contiguous along rows.
+
+#define BM 128
+#define BK 64
+#define A_STAGE_BYTES (BM * BK * 2)
+#define B_STAGE_BYTES (BN * BK * 2)
+#define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
+
+__device__ __forceinline__ void cp_async16(unsigned smem, const TA* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows, 128-byte swizzle.
+__device__ __forceinline__ unsigned swizzled(int r, int c) { return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets (in 16-
+// byte units), 128-byte swizzle.
+__device__ __forceinline__ u64 smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// One stage: the A tile (128 of M x 64 of K: 1024 vectors, four per thread) and the B tile
+// (BN x 64: BN / 32 vectors per thread).
+__device__ __forceinline__ void load_stage(unsigned as, unsigned bs, const TA* __restrict__ a, const TA* __restrict__ b,
+                                           const MatmulParams& p, i64 abase, i64 bbase, i64 m0, i64 n0, i64 k0) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int v = tid + 256 * i;
+#if A_KMAJOR
+    const int r = v >> 3, c = v & 7;
+    const i64 gm = m0 + r, gk = k0 + c * 8;
+    const bool ok = gm < p.M && gk < p.K;
+    cp_async16(as + swizzled(r, c), ok ? a + abase + gm * p.a_rs + gk : a, ok);
+#else
+    const int r = v >> 4, cv = v & 15;  // r: row of K; cv: vector along M (block cv / 8)
+    const i64 gk = k0 + r, gm = m0 + cv * 8;
+    const bool ok = gm < p.M && gk < p.K;
+    cp_async16(as + (cv >> 3) * (BK * 128) + swizzled(r, cv & 7), ok ? a + abase + gk * p.a_cs + gm : a, ok);
+#endif
+  }
+#pragma unroll
+  for (int i = 0; i < BN / 32; ++i) {
+    const int v = tid + 256 * i;
+#if B_KMAJOR
+    const int r = v >> 3, c = v & 7;
+    const i64 gn = n0 + r, gk = k0 + c * 8;
+    const bool ok = gn < p.N && gk < p.K;
+    cp_async16(bs + swizzled(r, c), ok ? b + bbase + gn * p.b_cs + gk : b, ok);
+#else
+    const int r = v / (BN / 8), cv = v % (BN / 8);
+    const i64 gk = k0 + r, gn = n0 + cv * 8;
+    const bool ok = gn < p.N && gk < p.K;
+    cp_async16(bs + (cv >> 3) * (BK * 128) + swizzled(r, cv & 7), ok ? b + bbase + gk * p.b_rs + gn : b, ok);
+#endif
+  }
+}
+
+// The descriptors of K step s (16 of K) of one stage. K-contiguous: 8-row groups 1024
+// bytes apart (SBO), a K step is 32 bytes along the row. Transposed: 8-row (of K) groups
+// 1024 bytes apart (SBO), 64-wide column blocks BK * 128 bytes apart (LBO), a K step is 16
+// rows.
+__device__ __forceinline__ u64 a_desc(unsigned as, int wg, int s) {
+#if A_KMAJOR
+  return smem_desc(as + wg * 64 * 128 + s * 32, 16, 1024);
+#else
+  return smem_desc(as + wg * BK * 128 + s * 16 * 128, BK * 128, 1024);
+#endif
+}
+__device__ __forceinline__ u64 b_desc(unsigned bs, int s) {
+#if B_KMAJOR
+  return smem_desc(bs + s * 32, 16, 1024);
+#else
+  return smem_desc(bs + s * 16 * 128, BK * 128, 1024);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) matmul_wgmma(const TA* __restrict__ a, const TA* __restrict__ b,
+                                                                  TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
+  extern __shared__ unsigned char smem_raw[];
+  // Swizzle atoms must sit on 1024-byte boundaries (the host asks for 1 KiB extra).
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  float* tile = (float*)(smem_raw + (base - smem_u32(smem_raw)));  // the results, after the main loop
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int wg = warp / 4, wr = warp % 4;  // warpgroup, and the warp's 16 rows within its slab
+  const i64 m0 = (i64)blockIdx.y * BM, n0 = (i64)blockIdx.x * BN;
+  const i64 ktiles = (p.K + BK - 1) / BK;
+  for (i64 z = blockIdx.z; z < p.batch; z += gridDim.z) {
+    const i64 abase = lead_offset(p.a_batch, z), bbase = lead_offset(p.b_batch, z);
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < ktiles)
+        load_stage(base + s * STAGE_BYTES, base + s * STAGE_BYTES + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0,
+                   (i64)s * BK);
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (i64 kt = 0; kt < ktiles; ++kt) {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 3));
+      // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      const i64 next = kt + STAGES - 2;
+      if (next < ktiles) {
+        const unsigned slot = base + (unsigned)(next % STAGES) * STAGE_BYTES;
+        load_stage(slot, slot + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0, next * BK);
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+      const unsigned as = base + (unsigned)(kt % STAGES) * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int s = 0; s < BK / 16; ++s) wgmma_tile(acc, a_desc(as, wg, s), b_desc(bs, s));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();  // the ring is free: it takes the results now
+    // Accumulator i: row 16 wr + g (+ 8 when bit 1 of i is set), column 8 (i / 4) + 2 t (+ 1
+    // for odd i), within the warpgroup's slab.
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *(float2*)(tile + (wg * 64 + wr * 16 + g + h * 8) * TILE_LD + j * 8 + 2 * t) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    __syncthreads();
+    EPI_BASES(z);
+    store_tile(tile, out, p, z, m0, n0 EPI_ARG);
+    __syncthreads();  // the next batch item refills the ring
+  }
+}
