@@ -102,7 +102,7 @@ struct Cuda final : Lang {
   }
 
   std::string offset_call(int k) const override {
-    return "p.offset[" + std::to_string(k) + "] + alk_dot(c, p.strides[" + std::to_string(k) + "], p.rank)";
+    return "p.offset[" + std::to_string(k) + "] + alk_dot(c, p.strides[" + std::to_string(k) + "], ALK_RANK_OF(p))";
   }
 
   std::string prologue(const Expr& original, const Expr&, const MapSignature& sig,
@@ -122,31 +122,38 @@ struct Cuda final : Lang {
     s += "// The coordinates of output element i, computed once and shared by every input. Division by\n"
          "// the shape is a multiply by a precomputed magic number (64-bit divisions are slow on\n"
          "// GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.\n"
-         "__device__ __forceinline__ void alk_coords(long long i, const " + params + "& p, long long c[8]) {\n"
-         "  if (p.rank == 1) {  // contiguous: the common case, no divisions at all\n"
-         "    c[0] = i;\n"
+         "// A launch may define ALK_RANK (the rank, so the loops fold) and ALK_INDEX32 (every\n"
+         "// operand's element offsets and the element count fit 31 bits: 32-bit index math, a\n"
+         "// quarter of the instructions of 64-bit multiplies).\n"
+         "#ifdef ALK_RANK\n#define ALK_RANK_OF(p) ALK_RANK\n#else\n#define ALK_RANK_OF(p) (p).rank\n#endif\n"
+         "#ifdef ALK_INDEX32\ntypedef int alk_idx;\n#else\ntypedef long long alk_idx;\n#endif\n"
+         "__device__ __forceinline__ void alk_coords(long long i, const " + params + "& p, alk_idx c[8]) {\n"
+         "  if (ALK_RANK_OF(p) == 1) {  // contiguous: the common case, no divisions at all\n"
+         "    c[0] = (alk_idx)i;\n"
          "    return;\n"
          "  }\n"
          "#pragma unroll\n"
          "  for (int d = 7; d >= 1; --d) {\n"
-         "    if (d >= p.rank) continue;\n"
-         "    if (i < 0x80000000ll && p.shape[d] < 0x80000000ll) {\n"
-         "      const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];\n"
-         "      c[d] = (long long)(u - q * (unsigned)p.shape[d]);\n"
-         "      i = q;\n"
-         "    } else {\n"
+         "    if (d >= ALK_RANK_OF(p)) continue;\n"
+         "#ifndef ALK_INDEX32\n"
+         "    if (!(i < 0x80000000ll && p.shape[d] < 0x80000000ll)) {\n"
          "      c[d] = i % p.shape[d];\n"
          "      i /= p.shape[d];\n"
+         "      continue;\n"
          "    }\n"
+         "#endif\n"
+         "    const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];\n"
+         "    c[d] = (alk_idx)(u - q * (unsigned)p.shape[d]);\n"
+         "    i = q;\n"
          "  }\n"
-         "  c[0] = i;\n"
+         "  c[0] = (alk_idx)i;\n"
          "}\n\n"
-         "__device__ __forceinline__ long long alk_dot(const long long c[8], const long long* strides, long long rank) {\n"
-         "  long long off = c[0] * strides[0];\n"
+         "__device__ __forceinline__ alk_idx alk_dot(const alk_idx c[8], const long long* strides, long long rank) {\n"
+         "  alk_idx off = c[0] * (alk_idx)strides[0];\n"
          "#pragma unroll\n"
          "  for (int d = 1; d < 8; ++d) {  // stops at the rank: no multiply for the dims past it\n"
          "    if (d >= rank) break;\n"
-         "    off += c[d] * strides[d];\n"
+         "    off += c[d] * (alk_idx)strides[d];\n"
          "  }\n"
          "  return off;\n"
          "}\n\n";
@@ -157,7 +164,7 @@ struct Cuda final : Lang {
     s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
     s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
     s += "    const long long o = p.offset[" + std::to_string(sig.inputs.size()) + "] + i;\n";
-    s += "    long long c[8];\n    alk_coords(i, p, c);\n";
+    s += "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
     return s;
   }
 

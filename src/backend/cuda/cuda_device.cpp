@@ -142,8 +142,6 @@ unsigned blocks_for(const Context& ctx, int64_t items, int64_t per_block = kBloc
 void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, const Arg& out) {
   expr::MapSignature sig{"map", {}, out.dtype};
   for (const Arg& a : in) sig.inputs.push_back(a.dtype);
-  const std::string src = expr::emit_map_kernel(e, sig, expr::Target::Cuda);
-  CUfunction f = ctx.function(src, "map");
   const int64_t n = numel(out.shape);
   // Fewer dims, fewer divisions per element: size-1 dims are dropped and a dim merges into
   // the one outside it wherever every input steps through both as one (the output is
@@ -162,6 +160,20 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
       for (size_t k = 0; k < in.size(); ++k) strides[k].push_back(in[k].strides[d]);
     }
   }
+  // The kernel is compiled for its rank, and for 32-bit index math where every element it
+  // reaches lies below 2^31 (ALK_RANK, ALK_INDEX32 in emit_cuda.cpp).
+  bool index32 = n < (int64_t{1} << 31) && out.offset + n < (int64_t{1} << 31);
+  for (size_t k = 0; k < in.size() && index32; ++k) {
+    int64_t last = in[k].offset;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (strides[k][d] < 0) index32 = false;
+      last += (shape[d] - 1) * std::max<int64_t>(strides[k][d], 0);
+    }
+    index32 = index32 && in[k].offset >= 0 && last < (int64_t{1} << 31);
+  }
+  std::string defs = "#define ALK_RANK " + std::to_string(std::max<size_t>(1, shape.size())) + "\n";
+  if (index32) defs += "#define ALK_INDEX32 1\n";
+  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda), "map");
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
   std::vector<int64_t> p;
   p.push_back(n);
@@ -268,7 +280,7 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
   s += "  const i64 r0 = (i64)blockIdx.y * per_chunk, r1 = min(p.R, r0 + per_chunk);\n";
   s += "  ACC acc = " + ident + ";\n";
   for (size_t i = 0; i < K; ++i) s += "  const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o);\n";
-  s += "  for (i64 r = r0; r < r1; ++r) {\n";
+  s += "#pragma unroll 4\n  for (i64 r = r0; r < r1; ++r) {\n";
   for (size_t i = 0; i < K; ++i) {
     const std::string n = std::to_string(i);
     s += "    const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
@@ -312,14 +324,29 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   put(&outputs, 8);
   put(&R, 8);
   put(&out.offset, 8);
+  // The reduced dims, merged where every input steps through two of them as one (a bias
+  // gradient's [B, T] rows become one dim of B T): fewer divisions per element read.
+  Shape rs;
+  std::vector<Shape> rst(k.inputs.size());
+  for (int ax : p.axes) {
+    const auto d = static_cast<size_t>(ax);
+    bool merge = !rs.empty();
+    for (size_t i = 0; i < k.inputs.size() && merge; ++i) merge = rst[i].back() == k.inputs[i].strides[d] * in_shape[d];
+    if (merge) rs.back() *= in_shape[d];
+    else rs.push_back(in_shape[d]);
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (merge) rst[i].back() = k.inputs[i].strides[d];
+      else rst[i].push_back(k.inputs[i].strides[d]);
+    }
+  }
   std::vector<KView> kept, red;
-  for (const KernelArg& a : k.inputs) {
-    Shape ks, kst, rs, rst;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const KernelArg& a = k.inputs[i];
+    Shape ks, kst;
     for (size_t d = 0; d < in_shape.size(); ++d)
       if (!reduced[d]) ks.push_back(in_shape[d]), kst.push_back(a.strides[d]);
-    for (int ax : p.axes) rs.push_back(in_shape[static_cast<size_t>(ax)]), rst.push_back(a.strides[static_cast<size_t>(ax)]);
     kept.push_back(kview(ks, kst, a.offset));
-    red.push_back(kview(rs, rst, 0));
+    red.push_back(kview(rs, rst[i], 0));
   }
   put(kept.data(), kept.size() * sizeof(KView));
   put(red.data(), red.size() * sizeof(KView));
@@ -327,8 +354,9 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
                        kept[0].strides[kept[0].rank - 1] == 1 && red[0].rank >= 1 && red[0].strides[red[0].rank - 1] != 1;
   if (columns) {
     const int64_t blocks_x = (outputs + kBlock - 1) / kBlock;
+    // ~16 blocks per SM, so many rows' loads are in flight (each thread reads one column).
     const int64_t chunks =
-        std::clamp<int64_t>(4 * ctx.props().multiprocessors / std::max<int64_t>(1, blocks_x), 1, std::min<int64_t>(256, R / 32));
+        std::clamp<int64_t>(16 * ctx.props().multiprocessors / std::max<int64_t>(1, blocks_x), 1, std::min<int64_t>(1024, R / 16));
     const int64_t per_chunk = (R + chunks - 1) / chunks;
     const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
     const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * outputs) * acc_bytes);

@@ -67,6 +67,10 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
       sig.name = "map";  // as the backend names it (an op name like "tanh" would clash with the math library)
       const std::string src = expr::emit_map_kernel(kernel->first, sig, expr::Target::Cuda);
       EXPECT_NO_THROW(compile_cubin(src, "sm_90a")) << src;
+      // As launches compile it: for a known rank, with 32-bit index math.
+      if (t == DType::F32) {
+        EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 3\n#define ALK_INDEX32 1\n" + src, "sm_90a"));
+      }
       ++compiled;
     }
   }
