@@ -740,19 +740,27 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
 // 128 x bn blocks (bn 256, or 128 for narrow N) and a `stages`-deep ring. Elsewhere
 // kernels/matmul_tc.cu (mma.sync): wn m16n8 tiles per warp along N (block width 32 wn);
 // wide blocks halve the shared-memory reads per mma, narrow ones keep more blocks for small
-// N. ALK_CUDA_GEMM=wgmma|wide|narrow forces one (benchmarks; wgmma only on sm_90a).
+// N. ALK_CUDA_GEMM=wgmmatma|wgmma256|wgmma128|wide|narrow forces one (benchmarks; wgmma only
+// on sm_90a; the bulk-copy kernel only where tma_fits() holds, else the cp.async one).
 struct TcShape {
   int wn, stages;  // wn: the block's width in 32-column units (mma.sync: m16n8 tiles per warp)
   bool wgmma = false;
+  int wait_depth = 1, min_blocks = 1;  // wgmma: groups in flight per K step, blocks per SM
+  bool tma = false;                    // wgmma fed by the bulk tensor copies (matmul_wgmma_tma)
   int bn() const { return 32 * wn; }
 };
+constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true};
 TcShape tc_shape(const Context& ctx, int64_t N) {
   const char* force = std::getenv("ALK_CUDA_GEMM");
   const std::string_view f = force ? force : "";
   const DeviceProps& d = ctx.props();
-  if (d.cc_major == 9 && d.cc_minor == 0 && (f.empty() || f == "wgmma"))
-    return N > 128 ? TcShape{8, 4, true} : TcShape{4, 6, true};
-  const bool wide = !f.empty() && f != "wgmma" ? f == "wide" : N > 128;
+  if (d.cc_major == 9 && d.cc_minor == 0 && (f.empty() || f.substr(0, 5) == "wgmma")) {
+    if (f == "wgmma256") return kWgmmaWide;
+    if (f == "wgmma128") return kWgmmaNarrow;
+    if (f == "wgmmatma") return kWgmmaTma;
+    return N > 128 ? kWgmmaTma : kWgmmaNarrow;
+  }
+  const bool wide = !f.empty() && f.substr(0, 5) != "wgmma" ? f == "wide" : N > 128;
   return wide ? TcShape{8, 4} : TcShape{4, 3};
 }
 
@@ -784,13 +792,16 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"WN", std::to_string(shape.wn)},
                                      {"BN", std::to_string(shape.bn())},
                                      {"STAGES", std::to_string(shape.stages)},
+                                     {"WAIT_DEPTH", std::to_string(shape.wait_depth)},
+                                     {"MIN_BLOCKS", std::to_string(shape.min_blocks)},
+                                     {"TMA", shape.tma ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
   else body += std::string(sources::matmul_tc);
   return kernel_source(defs, body);
 }
-const char* tc_entry(TcShape shape) { return shape.wgmma ? "matmul_wgmma" : "matmul_tc"; }
+const char* tc_entry(TcShape shape) { return shape.tma ? "matmul_wgmma_tma" : shape.wgmma ? "matmul_wgmma" : "matmul_tc"; }
 
 // A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
 // product (rounded to the node's dtype first, as the separate pass would read it back) and
@@ -858,6 +869,46 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
   return shape.stages * (a + b) * 2;
 }
 
+// matmul_wgmma_tma's tensor map of one operand (kernels/matmul_wgmma.cu): `rows` rows of
+// `inner` elements, `row_stride` elements apart, read in boxes of 64 x box_rows with the
+// 128-byte swizzle (zero-filled past the edges).
+struct alignas(64) TensorMap {
+  uint64_t bits[16];
+};
+TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_stride, unsigned box_rows) {
+  TensorMap map{};
+  const uint64_t dims[2] = {inner, rows}, strides[1] = {static_cast<uint64_t>(row_stride) * 2};
+  const unsigned box[2] = {64, box_rows}, element_strides[2] = {1, 1};
+  constexpr int kBf16 = 9, kF16 = 6, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote128 = 2, kFillZero = 0;
+  check(driver()->cuTensorMapEncodeTiled(&map, x.dtype == DType::BF16 ? kBf16 : kF16, 2,
+                                         reinterpret_cast<void*>(x.ptr + static_cast<uint64_t>(x.offset) * 2), dims,
+                                         strides, box, element_strides, kInterleaveNone, kSwizzle128, kL2Promote128,
+                                         kFillZero),
+        "cuTensorMapEncodeTiled");
+  return map;
+}
+// Whether matmul_wgmma_tma takes a product: one matrix (or split-K slices of whole 64-wide
+// K steps) at least one box in each dimension (smaller ones go to matmul_wgmma).
+bool tma_fits(const MatmulLaunchParams& mp, int splits) {
+  return mp.batch == 1 && mp.M >= 128 && mp.N >= 256 && mp.K >= 64 && (splits == 1 || (mp.K / splits) % 64 == 0);
+}
+// Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product).
+void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const MatmulLaunchParams& mp, int la, int lb,
+                TcShape shape, int slices, const std::string& src, const Kernel* epilogue) {
+  const uint64_t k_total = static_cast<uint64_t>(mp.K * slices);
+  const int64_t bn = shape.bn();
+  const TensorMap ta = la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64);
+  const TensorMap tb = lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn))
+                          : tensor_map(b, mp.N, k_total, mp.b_rs, 64);
+  const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
+  Args args;
+  args.add(ta).add(tb).add(out).add(mp);
+  if (epilogue) args.add(epilogue_params(*epilogue));
+  ctx.launch(ctx.function(src, "matmul_wgmma_tma", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), 384, static_cast<unsigned>(shared),
+             args);
+}
+
 // Split-K for products with few output tiles and a long K (the weight gradients dY^T x of a
 // training step: [768, 16384] x [16384, 768] fills 18 blocks of 132 SMs): K is cut into
 // `splits` equal slices run as a batch of products into an f32 workspace, then summed.
@@ -881,13 +932,17 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
   mp.b_batch = kview({splits}, {slice * whole.b_rs}, b.offset);  // and at row s * slice of b
   const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
   const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
-  const int shared = matmul_tc_shared_bytes(la, lb, shape);
-  const int64_t bn = shape.bn();
-  Args args;
-  args.add(a.ptr).add(b.ptr).add(partial).add(mp);
-  ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
-             static_cast<unsigned>((whole.M + 127) / 128), static_cast<unsigned>(splits), kBlock,
-             static_cast<unsigned>(shared), args);
+  if (shape.tma) {
+    launch_tma(ctx, a, b, partial, mp, la, lb, shape, splits, src, nullptr);
+  } else {
+    const int shared = matmul_tc_shared_bytes(la, lb, shape);
+    const int64_t bn = shape.bn();
+    Args args;
+    args.add(a.ptr).add(b.ptr).add(partial).add(mp);
+    ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((whole.N + bn - 1) / bn),
+               static_cast<unsigned>((whole.M + 127) / 128), static_cast<unsigned>(splits), kBlock,
+               static_cast<unsigned>(shared), args);
+  }
   Args sum;
   sum.add(partial).add(out.ptr).add(mn).add(static_cast<int64_t>(splits)).add(whole.out_offset);
   ctx.launch(ctx.function(matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape), "matmul_split_sum"),
@@ -904,6 +959,31 @@ MatmulLaunchParams matmul_params(const Arg& a, const Arg& b, const Arg& out) {
   mp.M = a.shape[r - 2], mp.K = a.shape[r - 1], mp.N = b.shape[r - 1], mp.batch = numel(batch);
   mp.out_offset = out.offset, mp.batch_rank = static_cast<int32_t>(batch.size());
   return mp;
+}
+
+// Whether batch item z of a view starts `step` elements after item z - 1, for every z
+// (size-1 dims aside): the items' rows then continue one another.
+bool batch_steps_by(const KView& v, int64_t step) {
+  int64_t expect = step;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    if (v.shape[d] == 1) continue;
+    if (v.strides[d] != expect) return false;
+    expect *= v.shape[d];
+  }
+  return true;
+}
+// A batched product whose B is one matrix for every item (a weight broadcast over [B, T, .]
+// activations) and whose A rows continue from item to item is one product of batch * M
+// rows: one launch with M tiles to spare instead of a loop over items. The caller checks
+// that the epilogue's inputs fold the same way.
+bool fold_batch_into_rows(MatmulLaunchParams& mp) {
+  if (mp.batch <= 1 || mp.a_cs != 1 || !batch_steps_by(mp.a_batch, mp.M * mp.a_rs) || !batch_steps_by(mp.b_batch, 0))
+    return false;
+  mp.M *= mp.batch;
+  mp.batch = 1, mp.batch_rank = 0;
+  mp.a_batch = kview({}, {}, mp.a_batch.offset);
+  mp.b_batch = kview({}, {}, mp.b_batch.offset);
+  return true;
 }
 
 // How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
@@ -931,8 +1011,10 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
-  const TcShape shape = tc_shape(ctx, mp.N);
-  return TcPlan{kind, la, lb, shape, split_k(ctx, mp, shape)};
+  TcShape shape = tc_shape(ctx, mp.N);
+  const int splits = split_k(ctx, mp, shape);
+  if (shape.tma && !tma_fits(mp, splits)) shape = kWgmmaWide;  // same block shape, same splits
+  return TcPlan{kind, la, lb, shape, splits};
 }
 
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
@@ -945,6 +1027,7 @@ void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const M
     epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
   }
   const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
+  if (plan.shape.tma) return launch_tma(ctx, a, b, out.ptr, mp, plan.la, plan.lb, plan.shape, 1, src, epilogue);
   const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
   const int64_t bn = plan.shape.bn();
   Args args;
@@ -966,8 +1049,15 @@ bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
   if (out.shape != k.node.shape || out.strides != contiguous_strides(out.shape)) return false;
   for (const KernelArg& x : k.epilogue_inputs)
     if (arg_of(x).shape != out.shape) return false;
-  const MatmulLaunchParams mp = matmul_params(a, b, out);
+  MatmulLaunchParams mp = matmul_params(a, b, out);
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0 || mp.K == 0) return false;
+  MatmulLaunchParams folded = mp;
+  if (fold_batch_into_rows(folded)) {
+    const EpiLaunch e = epilogue_params(k);
+    bool inputs_fold = true;
+    for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) inputs_fold = inputs_fold && batch_steps_by(e.batch[i], mp.M * e.rs[i]);
+    if (inputs_fold) mp = folded;
+  }
   const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
   if (!plan || plan->splits > 1) return false;
   launch_tc(ctx, a, b, out, mp, *plan, &k);
@@ -978,6 +1068,7 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
   MatmulLaunchParams mp = matmul_params(a, b, out);
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
+  fold_batch_into_rows(mp);
   if (const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, out.dtype)) {
     if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits);
     else launch_tc(ctx, a, b, out, mp, *plan, nullptr);
@@ -1504,9 +1595,13 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   for (int la = 0; la < 2; ++la)
     for (int lb = 0; lb < 2; ++lb)
       out.emplace_back("matmul_wgmma bf16 layouts " + std::to_string(la) + std::to_string(lb),
-                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, TcShape{8, 4, true}));
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaWide));
+  for (int la = 0; la < 2; ++la)
+    for (int lb = 0; lb < 2; ++lb)
+      out.emplace_back("matmul_wgmma_tma bf16 layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma));
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
-                   matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, TcShape{4, 6, true}));
+                   matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {
     // A fused epilogue: a bf16 product plus an f32 bias, then tanh-GELU, stored as bf16.
     const std::vector<std::string> names = {"a", "b"};
@@ -1517,8 +1612,18 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, TcShape{8, 4},
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
     out.emplace_back("matmul_wgmma bf16 + epilogue",
-                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 0, 0, TcShape{8, 4, true},
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 0, 0, kWgmmaWide,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    const std::vector<std::string> names5 = {"a", "b", "c", "d", "e"};
+    const std::vector<expr::Type> types5(5, expr::Type::F32);
+    const expr::Expr sum4 = expr::parse("a + b + c + d + e", names5, types5, expr::Type::F32);
+    out.emplace_back("matmul_wgmma_tma bf16 + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTma,
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    out.emplace_back("matmul_wgmma narrow + 4-input epilogue",
+                     matmul_tc_source(DType::BF16, DType::F32, "bf16", 1, 0, kWgmmaNarrow,
+                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::F32)));
   }
   for (const char* kind : {"bf16", "f16", "tf32"})
     for (auto [a_mode, b_mode] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{2, 1}}) {

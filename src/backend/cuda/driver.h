@@ -74,7 +74,9 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
   X(cuGraphInstantiateWithFlags, CUresult, (CUgraphExec*, CUgraph, unsigned long long))             \
   X(cuGraphLaunch, CUresult, (CUgraphExec, CUstream))                                               \
   X(cuGraphExecDestroy, CUresult, (CUgraphExec))                                                    \
-  X(cuGraphDestroy, CUresult, (CUgraph))
+  X(cuGraphDestroy, CUresult, (CUgraph))                                                           \
+  X(cuTensorMapEncodeTiled, CUresult,                                                               \
+    (void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*, const unsigned*, int, int, int, int))
 
 #define ALK_NVRTC_FNS(X)                                                                            \
   X(nvrtcVersion, nvrtcResult, (int*, int*))                                                        \

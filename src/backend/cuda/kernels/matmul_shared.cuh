@@ -59,13 +59,14 @@ __device__ __forceinline__ void store_result_pair(TO* __restrict__ out, const Ma
 // inputs of 8 rows into registers, then computes, so their latencies overlap instead of
 // adding up element by element.
 #define TILE_LD (BN + 8)
+// `tid`: the thread's index among the 256 that store.
 __device__ __forceinline__ void store_tile(float* tile, TO* __restrict__ out, const MatmulParams& p, i64 z, i64 m0,
-                                           i64 n0 EPI_STORE_PARAM) {
+                                           i64 n0, int tid EPI_STORE_PARAM) {
   constexpr int kThreadsPerRow = BN / 4, kRowsPerPass = 256 / kThreadsPerRow, kPasses = 128 / kRowsPerPass;
-  const int c0 = (threadIdx.x % kThreadsPerRow) * 4, r0 = threadIdx.x / kThreadsPerRow;
+  const int c0 = (tid % kThreadsPerRow) * 4, r0 = tid / kThreadsPerRow;
   const i64 gn0 = n0 + c0;
 #if EPILOGUE
-  constexpr int kBatch = 8;
+  constexpr int kBatch = MIN_BLOCKS > 1 ? 4 : 8;  // two blocks per SM: half the registers
 #pragma unroll 1
   for (int pb = 0; pb < kPasses; pb += kBatch) {
     EpiIn in[kBatch][4] = {};

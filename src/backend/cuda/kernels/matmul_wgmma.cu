@@ -3,7 +3,9 @@
 // The host prepends matmul_shared.cuh and wgmma_tile(), the one wgmma instruction of this
 // block shape and operand layout (its 64 x BN accumulator list is generated text).
 // Defines: TA, TO, A_KMAJOR, B_KMAJOR (as matmul_tc.cu), BN (128 or 256), STAGES (>= 3),
-// EPILOGUE.
+// WAIT_DEPTH (wgmma groups left in flight at the end of a K step: 0 or 1), MIN_BLOCKS
+// (blocks per SM the registers must allow), EPILOGUE, TMA (1: the kernel at the end of
+// this file, matmul_wgmma_tma, instead of matmul_wgmma).
 //
 // A block is two warpgroups (256 threads) computing 128 x BN outputs, each warpgroup a
 // 64 x BN slab; K goes in steps of 64 through a STAGES-deep ring of shared memory filled by
@@ -16,9 +18,12 @@
 // blocks of 64 of M (N), each block 64 rows x 128 bytes, and the instruction transposes it.
 //
 // Ring discipline (one barrier per K step): at step kt, after the barrier, every warpgroup
-// has retired the wgmma group of step kt - 2 (wgmma.wait_group 1 at the end of step kt - 1),
-// so slot (kt - 2) % STAGES is refilled with step kt + STAGES - 2 while the tensor cores
-// still run step kt - 1's group: loads run STAGES - 2 steps ahead.
+// has retired the wgmma group of step kt - 1 - WAIT_DEPTH (wgmma.wait_group WAIT_DEPTH at
+// the end of step kt - 1), so that group's slot is refilled with step kt + LOOKAHEAD
+// (LOOKAHEAD = STAGES - 1 - WAIT_DEPTH). WAIT_DEPTH 1 keeps the tensor cores busy across
+// the barrier (one block per SM, 128 x 256 tiles); WAIT_DEPTH 0 lets loads run further
+// ahead in a shallower ring, and two blocks per SM cover each other's barriers and
+// epilogues (128 x 128 tiles).
 //
 // The results go through shared memory (store_tile in matmul_shared.cuh): the epilogue's
 // loads and the stores to `out` are then contiguous along rows.
@@ -28,6 +33,7 @@
 #define A_STAGE_BYTES (BM * BK * 2)
 #define B_STAGE_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
+#define LOOKAHEAD (STAGES - 1 - WAIT_DEPTH)
 
 __device__ __forceinline__ void cp_async16(unsigned smem, const TA* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
@@ -98,7 +104,8 @@ __device__ __forceinline__ u64 b_desc(unsigned bs, int s) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) matmul_wgmma(const TA* __restrict__ a, const TA* __restrict__ b,
+#if !TMA
+extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const TA* __restrict__ a, const TA* __restrict__ b,
                                                                   TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries (the host asks for 1 KiB extra).
@@ -114,18 +121,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_wgmma(const TA* __re
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 #pragma unroll
-    for (int s = 0; s < STAGES - 2; ++s) {
+    for (int s = 0; s < LOOKAHEAD; ++s) {
       if (s < ktiles)
         load_stage(base + s * STAGE_BYTES, base + s * STAGE_BYTES + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0,
                    (i64)s * BK);
       asm volatile("cp.async.commit_group;\n" ::);
     }
     for (i64 kt = 0; kt < ktiles; ++kt) {
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 3));
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(LOOKAHEAD - 1));
       // cp.async wrote through the generic proxy; the tensor cores read through the async one.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();
-      const i64 next = kt + STAGES - 2;
+      const i64 next = kt + LOOKAHEAD;
       if (next < ktiles) {
         const unsigned slot = base + (unsigned)(next % STAGES) * STAGE_BYTES;
         load_stage(slot, slot + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0, next * BK);
@@ -136,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_wgmma(const TA* __re
 #pragma unroll
       for (int s = 0; s < BK / 16; ++s) wgmma_tile(acc, a_desc(as, wg, s), b_desc(bs, s));
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(WAIT_DEPTH) : "memory");
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -151,7 +158,122 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_wgmma(const TA* __re
             make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     __syncthreads();
     EPI_BASES(z);
-    store_tile(tile, out, p, z, m0, n0 EPI_ARG);
+    store_tile(tile, out, p, z, m0, n0, threadIdx.x EPI_ARG);
     __syncthreads();  // the next batch item refills the ring
   }
 }
+#endif
+
+#if TMA
+// The same product with Hopper's bulk tensor copies (TMA) and warp specialization, for one
+// matrix (or split-K slices: blockIdx.z = slice, each p.K long, a multiple of BK). 384
+// threads: warpgroup 0 is the producer (one thread issues the copies, which write the
+// 128-byte-swizzled layout above by themselves and zero-fill past the edges), warpgroups 1
+// and 2 compute a 64 x BN slab each. Each ring slot has a "full" barrier (the copies'
+// bytes landed) and an "empty" one (both consumers' wgmma groups that read it retired), so
+// the producer runs up to STAGES steps ahead with no block-wide barrier in the loop.
+// `ta`, `tb`: the host's tensor maps (cuTensorMapEncodeTiled) of A and B, boxes of 64 x 128
+// (A, K-contiguous), 64 x 64 (A transposed, two per stage), 64 x BN (B, K-contiguous) or
+// 64 x 64 (B transposed, BN / 64 per stage), innermost dimension first.
+struct __align__(64) TensorMap { unsigned long long bits[16]; };
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra.uni WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, unsigned bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"((u64)&map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    matmul_wgmma_tma(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb, TO* __restrict__ out,
+                     const MatmulParams p EPI_PARAM) {
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int m0 = (int)blockIdx.y * BM, n0 = (int)blockIdx.x * BN, z = (int)blockIdx.z;
+  const int ktiles = (int)((p.K + BK - 1) / BK), k_begin = z * (int)p.K;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) & 1) ^ 1);
+        const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+        mbar_expect_tx(full, STAGE_BYTES);
+        const int k = k_begin + kt * BK;
+#if A_KMAJOR
+        tma_load(as, ta, full, k, m0);
+#else
+        tma_load(as, ta, full, m0, k);
+        tma_load(as + BK * 128, ta, full, m0 + 64, k);
+#endif
+#if B_KMAJOR
+        tma_load(bs, tb, full, k, n0);
+#else
+#pragma unroll
+        for (int q = 0; q < BN / 64; ++q) tma_load(bs + q * BK * 128, tb, full, n0 + q * 64, k);
+#endif
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, ct = threadIdx.x - 128;  // consumer warpgroup, thread index among consumers
+    const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const int s = kt % STAGES;
+      mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+      const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      // Step kt - 1's group has retired: its slot may be refilled.
+      if (kt > 0 && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    // Every copy the producer issued has been waited for: the ring takes the results now.
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    float* tile = (float*)(smem_raw + (base - smem_u32(smem_raw)));
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *(float2*)(tile + (cw * 64 + wr * 16 + g + h * 8) * TILE_LD + j * 8 + 2 * t) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    EPI_BASES(z);
+    store_tile(tile, out, p, z, m0, n0, ct EPI_ARG);
+  }
+}
+#endif
