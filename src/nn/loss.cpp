@@ -1,5 +1,8 @@
 // Losses, composed from table ops (the scheduler fuses the elementwise parts).
+#include <algorithm>
+
 #include "alk/nn.h"
+#include "ops/ops.h"
 
 namespace alk::nn {
 
@@ -14,6 +17,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   check(targets.shape() == lead, "cross_entropy", loc, "targets shape ", to_string(targets.shape()),
         " must be the logits shape without the class dim ", to_string(lead));
   check(smoothing >= 0 && smoothing <= 1, "cross_entropy", loc, "label_smoothing must be in [0, 1], got ", smoothing);
+  const std::vector<std::string>& features = logits.device().info().features;
+  if (smoothing == 0 && std::find(features.begin(), features.end(), "cross_entropy") != features.end()) {
+    // The device's fused kernel: the logits are read in their dtype, no log-probabilities kept.
+    const Tensor t = targets.reshape({-1}, loc);
+    const Tensor rows = cross_entropy_rows(logits.reshape({-1, c}, loc), t, ignore_index, loc);
+    const Tensor kept = sum(ne(t, ignore_index).to(rows.dtype()));
+    return sum(rows.select(1, 0)) / maximum(kept, 1.0);
+  }
   Tensor lp = log_softmax(logits.reshape({-1, c}, loc), 1, loc);  // [N, C]
   Tensor t = targets.reshape({-1, 1}, loc);
   Tensor keep = ne(t, ignore_index);                      // [N, 1]

@@ -18,6 +18,13 @@ Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, 
 
 // Wraps a possibly negative axis into [0, rank); errors name the op.
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, Loc loc);
+// Fused softmax cross-entropy over the rows of logits [N, C] (any float dtype) with targets
+// [N] (i64/i32): [N, 2] f32 of (-log softmax(x)[target], logsumexp(x)) per row, (0, lse) for
+// rows whose target is ignore_index; other targets must lie in [0, C). One kernel reads the
+// logits once; its backward writes d logits in their dtype (CrossEntropyBackward). Devices
+// that have the kernels say so with the "cross_entropy" feature (nn::cross_entropy asks).
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Loc loc);
+
 std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op, Loc loc);
 void check_defined(const Tensor& t, const char* op, Loc loc);
 void check_floating(const Tensor& t, const char* op, Loc loc);

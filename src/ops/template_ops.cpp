@@ -113,6 +113,33 @@ Tensor log_softmax(const Tensor& x0, int64_t dim, Loc loc) {
   });
 }
 
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Loc loc) {
+  check_defined(logits, "cross_entropy", loc);
+  check_index(targets, "cross_entropy", loc);
+  // 16-bit logits are read as they are (the kernel computes in f32): no widened copy.
+  const Tensor x = is_floating(logits.dtype()) ? logits : cast(logits, DType::F32, loc);
+  check(x.dim() == 2 && targets.dim() == 1 && targets.shape()[0] == x.shape()[0], "cross_entropy", loc,
+        "expected logits [N, C] and targets [N], got ", to_string(x.shape()), " and ", to_string(targets.shape()));
+  const DType acc = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t classes = x.shape()[1];
+  Tensor out = make_node(OpId::CrossEntropy, {x.shape()[0], 2}, acc, {alias(x), alias(targets)},
+                         CrossEntropyParams{ignore_index}, loc);
+  Tensor packed = alias(out), sx = x, st = targets;
+  return with_grad(out, "cross_entropy", {x}, [sx, st, packed, ignore_index, classes, acc, loc](const Tensor& g) {
+    if (!is_grad_enabled()) {
+      // One kernel: d x = (g_nll + g_lse) softmax(x) - g_nll one_hot(target) per kept row.
+      return std::vector<Tensor>{make_node(OpId::CrossEntropyBackward, sx.shape(), sx.dtype(),
+                                           {alias(sx), alias(st), alias(packed), alias(g.to(acc))},
+                                           CrossEntropyParams{ignore_index}, loc)};
+    }
+    // Under create_graph: the same formula composed of differentiable ops.
+    const Tensor keep = ne(st, ignore_index).reshape({-1, 1});
+    const Tensor g_nll = g.slice(1, 0, 1) * keep.to(g.dtype()), g_lse = g.slice(1, 1, 2);
+    const Tensor target = one_hot(where(keep.reshape({-1}), st, int64_t{0}).to(DType::I64), classes).to(g.dtype());
+    return std::vector<Tensor>{(softmax(sx.to(acc), 1) * (g_nll + g_lse) - target * g_nll).to(sx.dtype())};
+  });
+}
+
 namespace {
 
 // Checks normalized_shape against x's trailing dims; returns (leading axes, normalized axes).

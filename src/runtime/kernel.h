@@ -34,6 +34,7 @@ struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in 
 struct SliceScatterParams { int dim; int64_t start, step; };
 struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
 struct ConstParams { double value; };
+struct CrossEntropyParams { int64_t ignore_index; };  // rows whose target is this contribute nothing
 // reduced_precision: the products may be computed in bf16 with f32 accumulation (set under
 // autocast, where PyTorch runs attention on half inputs); the softmax statistics, the output
 // and the logsumexp stay in the node's dtype. Backends without such a kernel ignore it.
@@ -50,7 +51,7 @@ struct UnfoldParams {
 };
 using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
                             OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
-                            AttentionParams, UnfoldParams>;
+                            AttentionParams, UnfoldParams, CrossEntropyParams>;
 
 Shape contiguous_strides(const Shape& shape);
 

@@ -641,6 +641,43 @@ TEST(DeviceParity, SoftmaxAndNorms) {
   run_cases("softmax and norms", devs, cases);
 }
 
+// The fused softmax cross-entropy (ops.h cross_entropy_rows) on the devices that have its
+// kernels (the "cross_entropy" feature; elsewhere nn::cross_entropy composes log_softmax):
+// the packed (nll, logsumexp) rows and the logits' gradient through both columns.
+TEST(DeviceParity, FusedCrossEntropy) {
+  ALK_PARITY_DEVICES_OR_SKIP(all_devs);
+  std::vector<Device*> devs;
+  for (Device* d : all_devs) {
+    const auto& f = d->info().features;
+    if (std::find(f.begin(), f.end(), "cross_entropy") != f.end()) devs.push_back(d);
+  }
+  if (devs.empty()) GTEST_SKIP() << "no device under test has the fused cross-entropy kernels";
+  std::mt19937 rng(12);
+  using V = std::vector<Tensor>;
+  const Tensor targets = tensor(std::vector<int64_t>{3, -100, 0, 39, 7, 12}, {6});
+  std::vector<Case> cases = {
+      {"rows of 40 classes (16-byte vectors), one ignored",
+       {randt({6, 40}, rng), targets},
+       {true},
+       [](const V& v) { return cross_entropy_rows(v[0], v[1], -100, Loc::current()); },
+       kFloatDTypes,
+       true},
+      {"a transposed view of the logits",
+       {randt({40, 6}, rng), targets.to(DType::I32)},
+       {true},
+       [](const V& v) { return cross_entropy_rows(v[0].t(), v[1], -100, Loc::current()); },
+       kFloatDTypes,
+       true},
+      {"37 classes (no vectors), ignore_index 0",
+       {randt({6, 37}, rng), tensor(std::vector<int64_t>{0, 36, 0, 5, 1, 2}, {6})},
+       {true},
+       [](const V& v) { return cross_entropy_rows(v[0], v[1], 0, Loc::current()); },
+       kFloatDTypes,
+       true},
+  };
+  run_cases("fused cross-entropy", devs, cases);
+}
+
 TEST(DeviceParity, IndexOps) {
   ALK_PARITY_DEVICES_OR_SKIP(devs);
   std::mt19937 rng(8);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "alk/nn.h"
+#include "ops/ops.h"
 #include "testing.h"
 
 namespace alk {
@@ -157,6 +158,56 @@ TEST(Loss, CrossEntropyErrors) {
     m = message([&] { nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, bad, 1}, {3})).item(); });
     EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << bad << ": " << m;
   }
+}
+
+// The fused kernel behind nn::cross_entropy on devices with the "cross_entropy" feature
+// (ops.h cross_entropy_rows), run here on the CPU's reference kernel: per-row (nll, lse)
+// against float64, gradients through both columns (the fused backward and, under
+// create_graph, the composed one), and bad targets.
+TEST(Loss, FusedCrossEntropyRowsMatchReference) {
+  const size_t N = 5, C = 7;
+  const auto lv = random_vec(N * C, 3, 6.0);
+  const std::vector<int64_t> tv{6, -100, 0, 3, 3};
+  const Tensor logits = tensor(lv, {5, 7}), t = tensor(tv, {5});
+  const Tensor rows = cross_entropy_rows(logits, t, -100, Loc::current());
+  ASSERT_EQ(rows.shape(), (Shape{5, 2}));
+  EXPECT_EQ(rows.dtype(), DType::F64);
+  const std::vector<double> got = rows.to_vector<double>();
+  for (size_t r = 0; r < N; ++r) {
+    double mx = -INFINITY, se = 0;
+    for (size_t c = 0; c < C; ++c) mx = std::max(mx, lv[r * C + c]);
+    for (size_t c = 0; c < C; ++c) se += std::exp(lv[r * C + c] - mx);
+    const double lse = mx + std::log(se);
+    const double nll = tv[r] == -100 ? 0.0 : lse - lv[r * C + static_cast<size_t>(tv[r])];
+    EXPECT_NEAR(got[2 * r], nll, 1e-12) << r;
+    EXPECT_NEAR(got[2 * r + 1], lse, 1e-12) << r;
+  }
+  // bf16 logits are read as they are; the rows come out in f32.
+  const Tensor half = cross_entropy_rows(logits.to(DType::BF16), t, -100, Loc::current());
+  EXPECT_EQ(half.dtype(), DType::F32);
+  const std::vector<double> half_rows = half.to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(half_rows[i], got[i], 0.05 + 0.02 * std::abs(got[i])) << i;
+
+  std::mt19937 rng(9);
+  const Tensor weights = testing::f64_tensor({5, 2}, Domain::Any, rng);  // weighs both columns
+  auto f = [&](const std::vector<Tensor>& in) { return sum(cross_entropy_rows(in[0], t, -100, Loc::current()) * weights); };
+  testing::gradcheck(f, {testing::f64_tensor({5, 7}, Domain::Any, rng).requires_grad_()});
+  // The composed backward (create_graph) equals the fused one.
+  const Tensor x = testing::f64_tensor({5, 7}, Domain::Any, rng).requires_grad_();
+  const std::vector<double> fused = grad({f({x})}, {x})[0].to_vector<double>();
+  const std::vector<double> composed = grad({f({x})}, {x}, {}, true)[0].to_vector<double>();
+  ASSERT_EQ(fused.size(), composed.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], composed[i], 1e-12) << i;
+
+  std::string m;
+  try {
+    cross_entropy_rows(logits, tensor(std::vector<int64_t>{0, 1, 7, 2, 3}, {5}), -100, Loc::current()).to_vector<double>();
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("cross_entropy"), std::string::npos) << m;
+  EXPECT_NE(m.find("7"), std::string::npos) << m;
+  EXPECT_THROW(cross_entropy_rows(logits, tensor(std::vector<int64_t>{0, 1}, {2}), -100, Loc::current()), Error);
 }
 
 TEST(Loss, MseMatchesReferenceAndGradcheck) {

@@ -86,6 +86,11 @@ const std::map<OpId, Case>& template_cases() {
       {OpId::LogSoftmax, [](std::mt19937& rng) {
          gradcheck([](auto& x) { return log_softmax(x[0], -1); }, {leaf(f64_tensor({3, 4}, Domain::Any, rng))});
        }},
+      {OpId::CrossEntropy, [](std::mt19937& rng) {
+         const Tensor t = tensor(std::vector<int64_t>{2, -100, 0, 4}, {4});
+         gradcheck([t](auto& x) { return cross_entropy_rows(x[0], t, -100, Loc::current()); },
+                   {leaf(f64_tensor({4, 5}, Domain::Any, rng))});
+       }},
       {OpId::LayerNorm, [](std::mt19937& rng) {
          gradcheck([](auto& x) { return layer_norm(x[0], {4}, x[1], x[2]); },
                    {leaf(f64_tensor({2, 3, 4}, Domain::Any, rng)), leaf(f64_tensor({4}, Domain::Any, rng)),

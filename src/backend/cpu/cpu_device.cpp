@@ -282,6 +282,13 @@ class CpuDevice final : public Device {
         cpu::layer_norm_backward(in[0], in[1], in[2], p.inner, p.eps, out);
         return;
       }
+      case OpId::CrossEntropy:
+        cpu::cross_entropy(in[0], in[1], std::get<CrossEntropyParams>(n.params).ignore_index, out, n.loc);
+        return;
+      case OpId::CrossEntropyBackward:
+        cpu::cross_entropy_backward(in[0], in[1], in[2], in[3], std::get<CrossEntropyParams>(n.params).ignore_index, out,
+                                    n.loc);
+        return;
       case OpId::RmsNorm: {
         const auto& p = std::get<NormParams>(n.params);
         cpu::rms_norm(in[0], &in[1], p.inner, p.eps, out);

@@ -32,6 +32,13 @@ void rms_norm(const View& x, const View* weight, int64_t inner, double eps, cons
 // dweight, then dbias (the sums over rows), given x, weight and the output gradient g.
 void layer_norm_backward(const View& x, const View& weight, const View& g, int64_t inner, double eps,
                          const View& out);
+// Softmax cross-entropy over the rows of x [N, C]: out [N, 2] = (nll, logsumexp) per row,
+// nll 0 where the target is ignore_index (ops.h cross_entropy_rows); and its backward,
+// out [N, C] = (g_nll + g_lse) softmax(x) - g_nll one_hot(target) from the forward's packed
+// output and its gradient g [N, 2]. Targets outside [0, C) other than ignore_index raise.
+void cross_entropy(const View& x, const View& targets, int64_t ignore_index, const View& out, Loc loc);
+void cross_entropy_backward(const View& x, const View& targets, const View& packed, const View& g, int64_t ignore_index,
+                            const View& out, Loc loc);
 // torch.gather: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0; out has index's shape.
 void gather(const View& x, int dim, const View& index, const View& out, Loc loc);
 // out = x with dim `dim` replaced by the entries of the 1-D index.

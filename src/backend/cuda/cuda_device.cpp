@@ -26,7 +26,7 @@
 namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
-extern const std::string_view common, rows, index, matmul, matmul_mma, matmul_shared, matmul_tc, matmul_wgmma,
+extern const std::string_view common, rows, index, loss, matmul, matmul_mma, matmul_shared, matmul_tc, matmul_wgmma,
     attention_shared, attention, attention_tiled, attention_mma;
 }  // namespace sources
 
@@ -531,6 +531,68 @@ void fill_walk(IndexLaunchParams& ip, const Shape& shape) {
 void check_index_dtype(const Kernel& k, const char* op, DType t) {
   if (t != DType::I64 && t != DType::I32)
     alk::fail(op_name_of(k, op), k.node.loc, std::string("index must be i64 or i32, got ") + std::string(dtype_name(t)));
+}
+
+// ---- fused cross-entropy (kernels/loss.cu) ----
+
+struct CrossEntropyLaunchParams {
+  KView x, targets, packed, grad;
+  int64_t rows, classes, ignore_index, out_offset;
+  uint64_t launch;
+};
+
+std::string loss_source(DType logits, DType targets, DType packed, bool vec) {
+  return kernel_source(defines({{"T", storage(logits)},
+                                {"ACC", logits == DType::F64 ? "double" : "float"},
+                                {"IDX", storage(targets)},
+                                {"P", storage(packed)},
+                                {"VEC", vec ? "1" : "0"}}),
+                       sources::loss);
+}
+
+// Rows of whole 16-byte vectors: contiguous, C a multiple of the vector, every row aligned.
+bool rows_are_vectors(const Arg& x, int64_t classes) {
+  const int64_t per_vector = 16 / static_cast<int64_t>(dtype_size(x.dtype));
+  return x.strides[1] == 1 && x.strides[0] == classes && classes % per_vector == 0 && x.offset % per_vector == 0 &&
+         x.ptr % 16 == 0;
+}
+
+// in: logits, targets[, packed, grad]; the index-error launch names the op and its call site.
+CrossEntropyLaunchParams cross_entropy_params(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg x = arg_of(k.inputs[0]), t = arg_of(k.inputs[1]);
+  check_index_dtype(k, "cross_entropy", t.dtype);
+  CrossEntropyLaunchParams p{};
+  p.x = x.view(), p.targets = t.view();
+  if (k.inputs.size() == 4) p.packed = arg_of(k.inputs[2]).view(), p.grad = arg_of(k.inputs[3]).view();
+  p.rows = x.shape[0], p.classes = x.shape[1];
+  p.ignore_index = std::get<CrossEntropyParams>(k.node.params).ignore_index;
+  p.out_offset = out.offset;
+  p.launch = ctx.add_index_launch({op_name_of(k, "cross_entropy"), "target", k.node.loc, p.classes, 1});
+  return p;
+}
+
+void cross_entropy_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg x = arg_of(k.inputs[0]), t = arg_of(k.inputs[1]);
+  const CrossEntropyLaunchParams p = cross_entropy_params(ctx, k, out);
+  if (p.rows == 0) return;
+  const std::string src = loss_source(x.dtype, t.dtype, out.dtype, rows_are_vectors(x, p.classes));
+  Args args;
+  args.add(x.ptr).add(t.ptr).add(out.ptr).add(ctx.index_flag()).add(p);
+  ctx.launch(ctx.function(src, "cross_entropy_rows"), static_cast<unsigned>(std::min<int64_t>(p.rows, 1 << 20)), 1, 1,
+             kBlock, 0, args);
+}
+
+void cross_entropy_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
+  const Arg x = arg_of(k.inputs[0]), t = arg_of(k.inputs[1]), packed = arg_of(k.inputs[2]), g = arg_of(k.inputs[3]);
+  const CrossEntropyLaunchParams p = cross_entropy_params(ctx, k, out);
+  if (p.rows == 0) return;
+  const bool vec = rows_are_vectors(x, p.classes) && out.offset % (16 / static_cast<int64_t>(dtype_size(out.dtype))) == 0 &&
+                   out.ptr % 16 == 0;
+  const std::string src = loss_source(x.dtype, t.dtype, packed.dtype, vec);
+  Args args;
+  args.add(x.ptr).add(t.ptr).add(packed.ptr).add(g.ptr).add(out.ptr).add(ctx.index_flag()).add(p);
+  ctx.launch(ctx.function(src, "cross_entropy_backward_rows"), static_cast<unsigned>(std::min<int64_t>(p.rows, 1 << 20)),
+             1, 1, kBlock, 0, args);
 }
 
 void gather_op(Context& ctx, const Kernel& k, const Arg& out) {
@@ -1273,6 +1335,7 @@ const std::map<OpId, Launcher>& launchers() {
       {OpId::Unfold, unfold_op},         {OpId::Fold, fold_op},
       {OpId::Random, random_op},         {OpId::Matmul, matmul_op},
       {OpId::Attention, attention_op},   {OpId::AttentionBackward, attention_backward_op},
+      {OpId::CrossEntropy, cross_entropy_op}, {OpId::CrossEntropyBackward, cross_entropy_backward_op},
   };
   return m;
 }
@@ -1303,6 +1366,9 @@ std::string unsupported_reason(const Kernel& k) {
     case OpId::Softmax: case OpId::LogSoftmax: case OpId::LayerNorm: case OpId::RmsNorm:
     case OpId::LayerNormBackward: case OpId::Fold:
       if (!is_floating(k.output.dtype)) return std::string(op_name(k.op)) + " of a non-float dtype";
+      break;
+    case OpId::CrossEntropy: case OpId::CrossEntropyBackward:
+      if (k.inputs[0].shape.size() != 2 || !is_floating(k.inputs[0].dtype)) return "cross_entropy of non-float or non-2-D logits";
       break;
     default: break;
   }
@@ -1378,7 +1444,7 @@ DeviceInfo device_info(const DeviceProps& p) {
                 " SMs";
   info.memory_bytes = static_cast<int64_t>(p.memory_bytes);
   info.alignment = 256;
-  info.features = {"f64", "i64", "f16", "bf16", "tensor_cores"};
+  info.features = {"f64", "i64", "f16", "bf16", "tensor_cores", "cross_entropy"};
   return info;
 }
 
@@ -1585,6 +1651,9 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     out.emplace_back("reduce prod f64", reduce_source(expr::parse("a", one, f64, expr::Type::F64), {DType::F64},
                                                       DType::F64, ReduceOp::Prod, 1));
   }
+  out.emplace_back("cross_entropy bf16 rows of vectors", loss_source(DType::BF16, DType::I64, DType::F32, true));
+  out.emplace_back("cross_entropy f32 strided", loss_source(DType::F32, DType::I32, DType::F32, false));
+  out.emplace_back("cross_entropy f64 rows of vectors", loss_source(DType::F64, DType::I64, DType::F64, true));
   out.emplace_back("matmul i64", matmul_source(DType::I64, DType::I64, DType::I64));
   out.emplace_back("matmul bf16 x bf16 -> f32", matmul_source(DType::BF16, DType::BF16, DType::F32));
   for (int la = 0; la < 2; ++la)
