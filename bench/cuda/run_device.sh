@@ -1,17 +1,22 @@
 #!/bin/bash
 # The CUDA backend's checks and benchmark, in one run on the GPU machine (the `device`
 # tool's H200): no compiler toolchain for alk's dependencies is there (gtest, CLI11), so
-# the binaries are built on the development machine and carried:
-#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2 bench_cuda_gemm bench_cuda_attention bench_cuda_map
-#   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/   (a folder .git/info/exclude ignores)
-#   (strip the binaries: a run carries at most 64 MiB)
-#   device run, carry [build/alk_tests, build/alk, build/bench_cuda_*, data, .devcarry]:
-#     bash bench/cuda/run_device.sh [tests|bench|all]
+# the binaries are built on the development machine and carried in .devcarry/ (a folder
+# .git/info/exclude ignores; a run carries at most 64 MiB, so strip them):
+#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2 bench_cuda_gemm
+#   mkdir -p .devcarry/bin .devcarry/lib
+#   for b in alk_tests alk bench_cuda_gemm bench_cuda_gpt2; do strip -o .devcarry/bin/$b build/$b; done
+#   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
+#   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
+#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all]
 # Prints the CUDA tests, the op-table parity suite on cuda:0, a short `alk train --device
-# cuda`, and the GPT-2 124M benchmark with its RATIO lines against PyTorch's anchor.
+# cuda`, and the GEMM and GPT-2 124M benchmarks with their RATIO lines against PyTorch.
+# Benchmarks whose binary was not carried are skipped (bench_cuda_attention, bench_cuda_map
+# fit when the others are left out).
 set -uo pipefail
 what=${1:-all}
-BIN=${BIN:-build}  # where the carried binaries are
+BIN=${BIN:-.devcarry/bin}  # where the carried binaries are
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/.devcarry/lib
 OUT=${OUT:-/tmp/alk-out}
 mkdir -p "$OUT"
 export ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0
@@ -19,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 ./$BIN/alk devices
 if [[ $what == tests || $what == all ]]; then
   echo "==== CUDA tests + parity on cuda:0"
-  ALK_PARITY_DEVICES=cuda:0 timeout 240 ./$BIN/alk_tests --gtest_brief=1 \
+  ALK_PARITY_DEVICES=cuda:0 timeout 330 ./$BIN/alk_tests --gtest_brief=1 \
     --gtest_filter='Cuda*:DeviceParity*:Devices*' 2>&1 | tee "$OUT/tests.log" | tail -60
   echo "==== alk train --device cuda (short)"
   timeout 100 ./$BIN/alk train --device cuda --steps 50 --log-every 10 --eval-every 25 --sample-tokens 64 \
@@ -31,9 +36,11 @@ fi
 if [[ $what == bench || $what == all ]]; then
   echo "==== GEMM 4096^3 vs cuBLAS"
   timeout 120 ./$BIN/bench_cuda_gemm 2>&1 | tee "$OUT/gemm.log" | tail -6
-  echo "==== attention and elementwise vs PyTorch"
-  timeout 120 ./$BIN/bench_cuda_attention 2>&1 | tee "$OUT/attention.log" | tail -4
-  timeout 120 ./$BIN/bench_cuda_map 2>&1 | tee "$OUT/map.log" | tail -6
+  for b in attention map; do
+    [[ -x $BIN/bench_cuda_$b ]] || continue
+    echo "==== $b vs PyTorch"
+    timeout 120 ./$BIN/bench_cuda_$b 2>&1 | tee "$OUT/$b.log" | tail -6
+  done
   echo "==== GPT-2 124M step"
   timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
     --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | tee "$OUT/bench.log" | tail -20
