@@ -1102,6 +1102,7 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
       "Random",                             // Random
       "Attention",    "AttentionBackward",  // Attention
       "Unfold",       "Fold",               // Conv
+      "CrossEntropy", "CrossEntropyBackward",  // FusedCrossEntropy
   };
   std::vector<std::string> all;
 #define ALK_X(name, differentiable) all.push_back(#name);

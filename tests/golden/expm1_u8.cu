@@ -12,32 +12,47 @@ struct golden_expm1_u8_params {
 // The coordinates of output element i, computed once and shared by every input. Division by
 // the shape is a multiply by a precomputed magic number (64-bit divisions are slow on
 // GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.
-__device__ __forceinline__ void alk_coords(long long i, const golden_expm1_u8_params& p, long long c[8]) {
-  if (p.rank == 1) {  // contiguous: the common case, no divisions at all
-    c[0] = i;
+// A launch may define ALK_RANK (the rank, so the loops fold) and ALK_INDEX32 (every
+// operand's element offsets and the element count fit 31 bits: 32-bit index math, a
+// quarter of the instructions of 64-bit multiplies).
+#ifdef ALK_RANK
+#define ALK_RANK_OF(p) ALK_RANK
+#else
+#define ALK_RANK_OF(p) (p).rank
+#endif
+#ifdef ALK_INDEX32
+typedef int alk_idx;
+#else
+typedef long long alk_idx;
+#endif
+__device__ __forceinline__ void alk_coords(long long i, const golden_expm1_u8_params& p, alk_idx c[8]) {
+  if (ALK_RANK_OF(p) == 1) {  // contiguous: the common case, no divisions at all
+    c[0] = (alk_idx)i;
     return;
   }
 #pragma unroll
   for (int d = 7; d >= 1; --d) {
-    if (d >= p.rank) continue;
-    if (i < 0x80000000ll && p.shape[d] < 0x80000000ll) {
-      const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];
-      c[d] = (long long)(u - q * (unsigned)p.shape[d]);
-      i = q;
-    } else {
+    if (d >= ALK_RANK_OF(p)) continue;
+#ifndef ALK_INDEX32
+    if (!(i < 0x80000000ll && p.shape[d] < 0x80000000ll)) {
       c[d] = i % p.shape[d];
       i /= p.shape[d];
+      continue;
     }
+#endif
+    const unsigned u = (unsigned)i, q = (__umulhi(u, p.magic[d]) + u) >> p.shift[d];
+    c[d] = (alk_idx)(u - q * (unsigned)p.shape[d]);
+    i = q;
   }
-  c[0] = i;
+  c[0] = (alk_idx)i;
 }
 
-__device__ __forceinline__ long long alk_dot(const long long c[8], const long long* strides, long long rank) {
-  long long off = c[0] * strides[0];
+__device__ __forceinline__ alk_idx alk_dot(const alk_idx c[8], const long long* strides, long long rank) {
+  alk_idx off = c[0] * (alk_idx)strides[0];
 #pragma unroll
   for (int d = 1; d < 8; ++d) {  // stops at the rank: no multiply for the dims past it
     if (d >= rank) break;
-    off += c[d] * strides[d];
+    off += c[d] * (alk_idx)strides[d];
   }
   return off;
 }
@@ -46,9 +61,9 @@ extern "C" __global__ void golden_expm1_u8(const unsigned char* __restrict__ in0
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const long long o = p.offset[1] + i;
-    long long c[8];
+    alk_idx c[8];
     alk_coords(i, p, c);
-    const long long in0 = in0_data[p.offset[0] + alk_dot(c, p.strides[0], p.rank)];
+    const long long in0 = in0_data[p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p))];
     const float v0 = ((float)in0);
     const float v1 = expm1f(v0);
     out_data[o] = v1;
