@@ -25,16 +25,16 @@ GptBundleConfig GptBundleConfig::tiny() {
 }
 
 namespace {
-// batch windows of ctx + 1 bytes at seeded positions: inputs and next-byte targets.
-std::pair<Tensor, Tensor> windows(const std::string& text, int64_t batch, int64_t ctx, uint64_t seed) {
+// batch windows of ctx + 1 tokens at seeded positions: inputs and next-token targets.
+std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, int64_t batch, int64_t ctx, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> xs, ys;
-  const uint64_t span = text.size() - static_cast<uint64_t>(ctx) - 1;
+  const uint64_t span = tokens.size() - static_cast<uint64_t>(ctx) - 1;
   for (int64_t b = 0; b < batch; ++b) {
     const size_t at = static_cast<size_t>(rng() % span);
     for (int64_t t = 0; t < ctx; ++t) {
-      xs.push_back(static_cast<unsigned char>(text[at + static_cast<size_t>(t)]));
-      ys.push_back(static_cast<unsigned char>(text[at + static_cast<size_t>(t) + 1]));
+      xs.push_back(tokens[at + static_cast<size_t>(t)]);
+      ys.push_back(tokens[at + static_cast<size_t>(t) + 1]);
     }
   }
   return {tensor(xs, {batch, ctx}), tensor(ys, {batch, ctx})};
@@ -43,9 +43,17 @@ std::pair<Tensor, Tensor> windows(const std::string& text, int64_t batch, int64_
 
 GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
   const nn::GPTConfig& m = config.model;
-  check(m.vocab == 256, "export", loc, "webgpu: the exported GPT reads bytes: vocab must be 256, got ", m.vocab);
-  check(static_cast<int64_t>(config.text.size()) > 2 * (m.ctx + 1), "export", loc, "webgpu: the text has ",
-        config.text.size(), " bytes; it needs more than ", 2 * (m.ctx + 1), " (two windows of ctx + 1)");
+  const int64_t vocab = config.tokenizer ? config.tokenizer->vocab_size() : 256;
+  check(m.vocab == vocab, "export", loc, "webgpu: the GPT's vocab (", m.vocab, ") must be the tokenizer's (", vocab,
+        config.tokenizer ? ", BPE)" : ", bytes)");
+  if (config.tokenizer) {
+    tokens = config.tokenizer->encode(config.text);
+  } else {
+    tokens.assign(config.text.begin(), config.text.end());
+    for (int32_t& t : tokens) t &= 0xff;  // char may be signed
+  }
+  check(static_cast<int64_t>(tokens.size()) > 2 * (m.ctx + 1), "export", loc, "webgpu: the text has ",
+        tokens.size(), " tokens; it needs more than ", 2 * (m.ctx + 1), " (two windows of ctx + 1)");
   manual_seed(config.seed);
   model = std::make_unique<nn::GPT>(m);
   opt = std::make_unique<optim::AdamW>(model->named_parameters(), config.lr, optim::AdamOptions{.weight_decay = 0.01});
@@ -56,7 +64,7 @@ GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
     opt->step();
     opt->zero_grad();
   }));
-  std::tie(x, y) = windows(config.text, config.batch, m.ctx, config.seed);
+  std::tie(x, y) = windows(tokens, config.batch, m.ctx, config.seed);
   (*step)({x, y});  // eager: creates the optimizer state
   (*step)({x, y});  // traced
   forward = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
@@ -97,11 +105,21 @@ ExportSummary GptBundle::write(const std::string& dir, Loc loc) {
                     {"text", "text.txt"},
                     {"tokenizer", "tokenizer.json"}};
   o.meta_json = json::dump(meta, -1, loc);
-  o.files = {{"text.txt", config.text},
-             {"tokenizer.json",
-              "{\"type\": \"bytes\", \"vocab\": 256, \"note\": \"token id = the byte (UTF-8 text encodes to ids "
-              "0..255 and decodes back)\"}\n"}};
-  return export_bundle(dir, o, loc);
+  // tokenizer.json says which tokenizer the runtime builds (Tokenizer in alk_webgpu.mjs).
+  const json::Object tokenizer =
+      config.tokenizer ? json::Object{{"type", "bpe"},
+                                      {"vocab_size", config.tokenizer->vocab_size()},
+                                      {"vocab", "tokenizer/vocab.json"},
+                                      {"merges", "tokenizer/merges.txt"},
+                                      {"special_tokens", "tokenizer/special_tokens.json"},
+                                      {"note", "alk's byte-level BPE (include/alk/tokenizer.h), as alk train writes it"}}
+                       : json::Object{{"type", "bytes"},
+                                      {"vocab_size", 256},
+                                      {"note", "token id = the byte (UTF-8 text encodes to ids 0..255 and decodes back)"}};
+  o.files = {{"text.txt", config.text}, {"tokenizer.json", json::dump(tokenizer, 1, loc) + "\n"}};
+  const ExportSummary s = export_bundle(dir, o, loc);
+  if (config.tokenizer) config.tokenizer->save(dir + "/tokenizer", loc);
+  return s;
 }
 
 }  // namespace alk::webgpu

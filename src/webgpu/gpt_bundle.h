@@ -1,25 +1,29 @@
-// A byte-level GPT, its AdamW training step and a forward pass, compiled, traced on the CPU
-// and written as a WebGPU bundle whose page (index.html) trains it on the exported text and
-// samples. Used by `alk export --target webgpu` and by the tests, which continue the CPU
+// A GPT, its AdamW training step and a forward pass, compiled, traced on the CPU and written
+// as a WebGPU bundle whose page (index.html) trains it on the exported text and samples. The
+// tokens are the text's bytes, or a byte-level BPE (alk::Tokenizer, as `alk train` uses)
+// whose files ship in the bundle (tokenizer/) and which the runtime's Tokenizer encodes. Used by `alk export --target webgpu` and by the tests, which continue the CPU
 // program after the export to get the losses the bundle must reproduce.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "alk/compile.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "alk/tokenizer.h"
 #include "alk/webgpu.h"
 
 namespace alk::webgpu {
 
 struct GptBundleConfig {
-  nn::GPTConfig model;  // vocab is 256 (bytes)
+  nn::GPTConfig model;  // vocab: 256 (bytes) or the tokenizer's vocab_size()
   int64_t batch = 4;
   double lr = 3e-3;
   uint64_t seed = 1;
-  std::string text;  // the training text (bytes are the tokens)
+  std::string text;  // the training text
+  std::optional<Tokenizer> tokenizer;  // none: the bytes are the tokens
   static GptBundleConfig micro();  // a model the software adapters train in seconds
   static GptBundleConfig tiny();   // the tiny GPT, for real GPUs
 };
@@ -37,6 +41,7 @@ class GptBundle {
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<Program> step, forward;
   Tensor x, y, ids;  // the traced batch and the forward's traced input
+  std::vector<int32_t> tokens;  // the text, encoded
 };
 
 }  // namespace alk::webgpu

@@ -2,7 +2,7 @@
 // WebGPU on its SwiftShader adapter), lets it train, and writes what the page reports.
 //   node page_test.mjs BUNDLE_DIR OUT.json SCREENSHOT.png STEPS
 // The bundle is served by a static file server on 127.0.0.1 (WebGPU needs a secure
-// context; localhost is one). Output: {losses, sample, error, adapter}.
+// context; localhost is one). Output: {losses, sample, sample_ids, error, about, console}.
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -32,6 +32,7 @@ try {
   await page.goto(`http://127.0.0.1:${server.address().port}/index.html?steps=${steps}&sample=40`);
   await page.waitForFunction(() => window.alkDone === true, null, { timeout: 240000 });
   const result = await page.evaluate(() => ({ losses: window.alkLosses, sample: window.alkSample || '',
+                                              sample_ids: window.alkSampleIds || [],
                                               error: window.alkError || '', about: document.getElementById('about').textContent }));
   await page.screenshot({ path: shot, fullPage: true });
   result.console = logs;

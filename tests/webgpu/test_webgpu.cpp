@@ -7,7 +7,9 @@
 //                               gradients (fused prologues/epilogues included)
 //   WebgpuExport.*              the micro GPT's step: 10 steps in Node = the CPU's losses;
 //                               i64 narrowing is checked; unexportable ops are named
-//   WebgpuPage.*                the bundle's page trains in headless Chromium (playwright-core)
+//   WebgpuTokenizer.*           the bundle's BPE tokenizer in JavaScript: ids = the C++ encode's
+//   WebgpuPage.*                the bundle's page trains in headless Chromium (playwright-core),
+//                               BPE tokens in, BPE-decoded sample out
 // Tolerances (|webgpu - cpu| <= atol * max(1, max|cpu|) + rtol * |cpu|): integers and bools
 // exact; f32 1e-6 (1e-4 with a transcendental: WGSL's exp/log/... are a few ulp, erf/log1p/
 // expm1 are the IR's expansions, SwiftShader's pow/tanh are coarser); f64 runs as f32 in
@@ -26,6 +28,8 @@
 #include <unistd.h>
 
 #include "alk/alk.h"
+#include "alk/tokenizer.h"
+#include "alk/train.h"
 #include "alk/webgpu.h"
 #include "io/json.h"
 #include "ops/ops.h"
@@ -350,9 +354,19 @@ const char* kText =
     "said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the "
     "light from the darkness. And God called the light Day, and the darkness he called Night.";
 
-void micro_gpt_ten_steps(double dropout) {
+// A BPE trained on `text` as the bundle's tokenizer (what `alk export` does by default).
+void use_bpe(webgpu::GptBundleConfig& c, int vocab_size) {
+  c.tokenizer = Tokenizer::train(c.text, vocab_size);
+  c.model.vocab = c.tokenizer->vocab_size();
+}
+
+void micro_gpt_ten_steps(double dropout, bool bpe = false) {
   webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
   c.text = kText;
+  if (bpe) {
+    for (int i = 0; i < 4; ++i) c.text += kText;  // enough tokens for the windows
+    use_bpe(c, 300);
+  }
   c.model.dropout = dropout;
   webgpu::GptBundle bundle(c);
   const std::string dir = fresh_dir("gpt");
@@ -432,6 +446,11 @@ TEST(WebgpuExport, SetLrZeroFreezesTheWeights) {
 TEST(WebgpuExport, MicroGptWithDropoutMatchesTheCpu) {
   WEBGPU_OR_SKIP();
   micro_gpt_ten_steps(0.1);
+}
+
+TEST(WebgpuExport, MicroGptOnBpeTokensMatchesTheCpu) {
+  WEBGPU_OR_SKIP();
+  micro_gpt_ten_steps(0, true);
 }
 
 // A shader the device rejects fails load() with a JavaScript error naming the kernel file
@@ -530,8 +549,26 @@ TEST(WebgpuExport, CliWritesTheBundle) {
   const std::string cmd = std::string(ALK_CLI_PATH) + " export --target webgpu --size micro --text '" + dir +
                           "/text.in' --out '" + out + "' > '" + log + "' 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
-  for (const char* f : {"plan.json", "index.html", "alk_webgpu.mjs", "weights.safetensors", "text.txt", "tokenizer.json"})
+  for (const char* f : {"plan.json", "index.html", "alk_webgpu.mjs", "weights.safetensors", "text.txt", "tokenizer.json",
+                        "tokenizer/vocab.json", "tokenizer/merges.txt", "tokenizer/special_tokens.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  // alk train's tokenizer by default: a BPE trained on the text, and the model's vocab is its size.
+  const json::Value desc = json::parse(read_text(out + "/tokenizer.json"));
+  EXPECT_EQ(desc.at("type").as_string(), "bpe");
+  const Tokenizer tok = Tokenizer::load(out + "/tokenizer");
+  EXPECT_GT(tok.vocab_size(), 256);
+  EXPECT_EQ(desc.at("vocab_size").as_int(), tok.vocab_size());
+  EXPECT_EQ(json::parse(read_text(out + "/plan.json")).at("meta").at("vocab").as_int(), tok.vocab_size());
+  // --tokenizer DIR loads one (a run's tokenizer/); --tokenizer bytes keeps the bytes.
+  const std::string again = std::string(ALK_CLI_PATH) + " export --target webgpu --size micro --text '" + dir +
+                            "/text.in' --tokenizer '" + out + "/tokenizer' --out '" + dir + "/b2' > '" + dir + "/b2.log' 2>&1";
+  ASSERT_EQ(std::system(again.c_str()), 0) << read_text(dir + "/b2.log");
+  EXPECT_EQ(read_text(dir + "/b2/tokenizer/merges.txt"), read_text(out + "/tokenizer/merges.txt"));
+  const std::string bytes = std::string(ALK_CLI_PATH) + " export --target webgpu --size micro --text '" + dir +
+                            "/text.in' --tokenizer bytes --out '" + dir + "/b3' > '" + dir + "/b3.log' 2>&1";
+  ASSERT_EQ(std::system(bytes.c_str()), 0) << read_text(dir + "/b3.log");
+  EXPECT_EQ(json::parse(read_text(dir + "/b3/tokenizer.json")).at("type").as_string(), "bytes");
+  EXPECT_FALSE(fs::exists(dir + "/b3/tokenizer/vocab.json"));
   EXPECT_NE(read_text(log).find("python3 -m http.server -d " + out), std::string::npos) << read_text(log);
   const json::Value plan = json::parse(read_text(out + "/plan.json"));
   EXPECT_TRUE(plan.at("programs").find("step") && plan.at("programs").find("forward"));
@@ -548,6 +585,59 @@ TEST(WebgpuExport, UntracedProgramIsAnError) {
   EXPECT_THROW(webgpu::export_bundle(fresh_dir("untraced"), o), Error);
 }
 
+// ---- the tokenizer ----
+
+// The bundle's tokenizer in JavaScript (tests/webgpu/tokenize.mjs, no GPU) encodes a text to
+// the C++ Tokenizer's ids and decodes them back to the text: the KJV (alk train's corpus; a
+// BPE of alk train's default 1024 tokens, as `alk export` makes) with a special token, plus
+// what stresses the pre-tokenizer: contractions, digit runs, runs of spaces before words and
+// at the end, Unicode letters and numbers, emoji, and White_Space that is not ASCII (NBSP,
+// U+0085, U+2028, U+3000).
+TEST(WebgpuTokenizer, JavaScriptEncodesAsTheCpp) {
+  if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not on PATH: apt-get install nodejs";
+  const std::string kjv = kSource + "/data/kjv.txt";
+  std::string corpus;
+  if (fs::exists(kjv)) corpus = read_text(kjv).substr(0, 400000);
+  else for (int i = 0; i < 100; ++i) corpus += kText;  // data/kjv.txt: make deps / alk train make it
+  const std::string tricky =
+      "It's I'LL they're we've you'd he'll 'tis don't'  '  x  \n\n\t  indented\r\n"
+      "digits 1234567 3.14159 \xd9\xa3\xd9\xa4 \xe2\x85\xab ca\xc3\xa7" "a \xc3\xa9t\xc3\xa9 \xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd"
+      "\xce\xb9\xce\xba\xce\xac \xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97 \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd!!! "
+      "a\xc2\xa0" "b c\xc2\x85" "d e\xe2\x80\xa8" "f g\xe3\x80\x80h <|endoftext|>after<|endoftext|><|endoftext|>x  "
+      "tabs\t\tend   ";
+  webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
+  c.text = corpus;
+  c.tokenizer = Tokenizer::train(corpus, static_cast<int>(train::Config{}.vocab_size), {"<|endoftext|>"});
+  c.model.vocab = c.tokenizer->vocab_size();
+  const std::string dir = fresh_dir("tokenizer");
+  webgpu::GptBundle(c).write(dir);
+  const std::string text = corpus.substr(0, 200000) + tricky + corpus.substr(corpus.size() - 3000);
+  {
+    std::ofstream f(dir + "/in.txt", std::ios::binary);
+    f << text;
+  }
+  const std::string cmd = "node " + kSource + "/tests/webgpu/tokenize.mjs '" + dir + "' '" + dir + "/in.txt' '" + dir +
+                          "/out.json' > '" + dir + "/node.log' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir + "/node.log");
+  const json::Value r = json::parse(read_text(dir + "/out.json"));
+  EXPECT_EQ(r.at("type").as_string(), "bpe");
+  EXPECT_EQ(r.at("vocab_size").as_int(), c.tokenizer->vocab_size());
+  const std::vector<int32_t> want = c.tokenizer->encode(text);
+  std::vector<int32_t> got;
+  for (const json::Value& v : r.at("ids").as_array()) got.push_back(static_cast<int32_t>(v.as_int()));
+  size_t first_diff = 0;
+  while (first_diff < std::min(want.size(), got.size()) && want[first_diff] == got[first_diff]) ++first_diff;
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_EQ(first_diff, want.size()) << "JS and C++ ids differ at token " << first_diff << " (C++ "
+                                     << (first_diff < want.size() ? c.tokenizer->token(want[first_diff]) : "end") << ", JS "
+                                     << (first_diff < got.size() ? c.tokenizer->token(got[first_diff]) : "end") << ")";
+  EXPECT_EQ(r.at("decoded").as_string(), text);
+  EXPECT_LT(want.size(), text.size() / 2) << "the BPE should compress the text";
+  std::cout << "[webgpu] tokenizer: " << text.size() << " bytes -> " << want.size() << " BPE tokens (vocab "
+            << c.tokenizer->vocab_size() << "), JS = C++; JS encode " << number(r.at("ms")) << " ms\n";
+  fs::remove_all(dir);
+}
+
 // ---- the page ----
 
 TEST(WebgpuPage, TrainsInHeadlessChromium) {
@@ -559,6 +649,7 @@ TEST(WebgpuPage, TrainsInHeadlessChromium) {
   std::string text;
   for (int i = 0; i < 20; ++i) text += kText;
   c.text = text;
+  use_bpe(c, 320);
   webgpu::GptBundle bundle(c);
   const std::string dir = fresh_dir("page");
   bundle.write(dir);
@@ -578,9 +669,18 @@ TEST(WebgpuPage, TrainsInHeadlessChromium) {
   for (double v : l) EXPECT_TRUE(std::isfinite(v));
   const double first = (l[0] + l[1] + l[2]) / 3, last = (l[steps - 1] + l[steps - 2] + l[steps - 3]) / 3;
   EXPECT_LT(last, first - 0.3) << "the loss did not fall";
-  // The export is made after the CPU's warm-up and traced steps: a little below ln(256).
-  EXPECT_LT(l[0], std::log(256.0) + 0.1);
-  EXPECT_GT(r.at("sample").as_string().size(), 12u);
+  // The export is made after the CPU's warm-up and traced steps: a little below ln(vocab).
+  EXPECT_LT(l[0], std::log(static_cast<double>(c.model.vocab)) + 0.1);
+  EXPECT_NE(r.at("about").as_string().find("byte-level BPE"), std::string::npos) << r.at("about").as_string();
+  // The sample: BPE ids (the prompt as the C++ tokenizer encodes it, then 40 sampled), decoded
+  // by the page's tokenizer as the C++ one decodes them.
+  std::vector<int32_t> sample_ids;
+  for (const json::Value& v : r.at("sample_ids").as_array()) sample_ids.push_back(static_cast<int32_t>(v.as_int()));
+  const std::vector<int32_t> prompt = c.tokenizer->encode("And God said");
+  ASSERT_EQ(sample_ids.size(), prompt.size() + 40);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), sample_ids.begin()));
+  EXPECT_EQ(r.at("sample").as_string(), c.tokenizer->decode(sample_ids));
+  EXPECT_GT(r.at("sample").as_string().size(), 40u);
   EXPECT_TRUE(fs::exists(shot) && fs::file_size(shot) > 1000);
   std::cout << "[webgpu] page: losses " << l.front() << " -> " << l.back() << " over " << steps << " steps; screenshot " << shot
             << "\n[webgpu] page: " << r.at("about").as_string() << "\n[webgpu] page sample: " << r.at("sample").as_string()

@@ -1,7 +1,9 @@
-// `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE]`: a byte-level GPT
-// whose compiled training step (forward, backward, AdamW) and forward pass are written as a
-// WebGPU bundle (src/webgpu/): plan, WGSL kernels, weights, the JavaScript runtime and a page
-// that trains it in the browser on the text and samples.
+// `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE] [--tokenizer bpe|bytes|DIR]`:
+// a GPT whose compiled training step (forward, backward, AdamW) and forward pass are written as
+// a WebGPU bundle (src/webgpu/): plan, WGSL kernels, weights, the tokenizer's files, the
+// JavaScript runtime and a page that trains it in the browser on the text and samples.
+// The tokenizer is alk train's by default: a byte-level BPE (--vocab-size, 1024) trained on
+// the bundle's text; DIR loads one (a run's tokenizer/); `bytes` makes the bytes the tokens.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,8 +18,8 @@ namespace alk::cli {
 
 namespace {
 struct ExportFlags {
-  std::string target = "webgpu", out, size = "tiny", text;
-  int64_t text_bytes = 1 << 20;
+  std::string target = "webgpu", out, size = "tiny", text, tokenizer = "bpe";
+  int64_t text_bytes = 1 << 20, vocab_size = train::Config{}.vocab_size;
 };
 
 std::string read_all(const std::string& path) {
@@ -38,6 +40,9 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"tiny", "micro"}));
   cmd->add_option("--text", flags->text, "training text (default: the KJV Bible, as alk train uses)");
   cmd->add_option("--text-bytes", flags->text_bytes, "bytes of the text put in the bundle (default 1 MiB)");
+  cmd->add_option("--tokenizer", flags->tokenizer,
+                  "bpe (trained on the text, as alk train does), bytes, or a tokenizer directory (a run's tokenizer/)");
+  cmd->add_option("--vocab-size", flags->vocab_size, "--tokenizer bpe: the BPE vocabulary size")->capture_default_str();
   cmd->callback([flags] {
     const ExportFlags& f = *flags;
     check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target,
@@ -46,12 +51,21 @@ void add_export_command(CLI::App& app) {
     c.text = read_all(f.text.empty() ? train::default_corpus() : f.text);
     check(f.text_bytes > 0, "export", Loc::current(), "--text-bytes must be positive");
     if (static_cast<int64_t>(c.text.size()) > f.text_bytes) c.text.resize(static_cast<size_t>(f.text_bytes));
+    if (f.tokenizer == "bpe") {
+      std::cout << "training a " << f.vocab_size << "-token BPE on " << c.text.size() << " bytes of text...\n";
+      c.tokenizer = Tokenizer::train(c.text, static_cast<int>(f.vocab_size));
+    } else if (f.tokenizer != "bytes") {
+      c.tokenizer = Tokenizer::load(f.tokenizer);
+    }
+    if (c.tokenizer) c.model.vocab = c.tokenizer->vocab_size();
     std::cout << "tracing the " << f.size << " GPT's training step on the CPU...\n";
     webgpu::GptBundle bundle(c);
     const webgpu::ExportSummary s = bundle.write(f.out);
     std::cout << "wrote " << f.out << ": " << s.dispatches << " dispatches (step + forward), " << s.shaders
               << " WGSL kernels, " << s.buffers << " buffers (" << s.buffer_bytes / 1024 << " KiB), state "
               << s.state_bytes / 1024 << " KiB\n"
+              << "tokenizer: " << (c.tokenizer ? "byte-level BPE, " + std::to_string(c.tokenizer->vocab_size()) + " tokens (tokenizer/)" : std::string("bytes"))
+              << "; the text is " << bundle.tokens.size() << " tokens\n"
               << "open the page: python3 -m http.server -d " << f.out << " 8000, then http://localhost:8000/\n"
               << "  (a browser with WebGPU; for Chromium without a GPU: --enable-unsafe-webgpu)\n"
               << "from Node: import { load } from '" << f.out << "/alk_webgpu.mjs' (npm webgpu gives the GPU)\n";

@@ -6,7 +6,8 @@
 //   const m = await load('./');                 // plan.json, kernels/, weights.safetensors
 //   const loss = await m.step([x, y]);          // inputs as typed arrays or plain arrays
 //   m.setLr(1e-3); const logits = await m.forward([ids]);
-//   const text = await m.sample(promptIds, 100); const bytes = await m.save();
+//   const ids = await m.sample(m.tokenizer.encode('And God'), 100); m.tokenizer.decode(ids);
+//   const bytes = await m.save();
 //
 // WebGPU has no 64-bit types: i64 tensors are i32 on the GPU; inputs are checked to fit.
 // Validation errors raised by the device become JavaScript errors naming the kernel.
@@ -90,6 +91,141 @@ function layoutEntries(source) {
     entries.push({ binding: Number(m[1]), visibility: 4 /* COMPUTE */,
                    buffer: { type: m[2] === 'read' ? 'read-only-storage' : 'storage' } });
   return entries;
+}
+
+// ---- the tokenizer (the bundle's tokenizer.json says which) ----
+// Byte-level BPE as alk's C++ Tokenizer (include/alk/tokenizer.h) encodes: the text is cut at
+// special tokens; every other stretch is split by GPT-2's pattern (\s is Unicode White_Space,
+// as in the C++ scanner); each piece's UTF-8 bytes start as byte tokens and merges apply by
+// rank, lowest first, every occurrence left to right (GPT-2's bpe()). Files: vocab.json (keys
+// in GPT-2's byte-to-unicode alphabet), merges.txt, special_tokens.json.
+const PIECE = /'(?:[stmd]|re|ve|ll)| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+/gu;
+
+// GPT-2's bytes_to_unicode: byte -> the printable code point standing for it.
+function byteAlphabet() {
+  const printable = (b) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+  const toChar = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; ++b) toChar[b] = printable(b) ? b : 256 + extra++;
+  const toByte = new Map(toChar.map((c, b) => [c, b]));
+  return { toChar, toByte };
+}
+
+export class Tokenizer {
+  // desc: tokenizer.json ({type: 'bytes'} or {type: 'bpe', vocab, merges, special_tokens});
+  // fetchText(path) -> string, paths relative to the bundle.
+  static async load(desc, fetchText) {
+    if (!desc || desc.type === 'bytes') return new Tokenizer(null);
+    if (desc.type !== 'bpe') throw new Error(`alk: tokenizer type '${desc.type}' is unknown (bytes, bpe)`);
+    const vocab = JSON.parse(await fetchText(desc.vocab));
+    const merges = await fetchText(desc.merges);
+    const specials = desc.special_tokens ? JSON.parse(await fetchText(desc.special_tokens)) : [];
+    return new Tokenizer({ vocab, merges, specials });
+  }
+
+  constructor(files) {
+    this.type = files ? 'bpe' : 'bytes';
+    if (!files) { this.vocabSize = 256; return; }
+    const { toByte } = byteAlphabet();
+    const entries = Object.entries(files.vocab);
+    this.vocabSize = entries.length;
+    this.ids = new Map(entries);
+    this.specialIds = new Map();
+    for (const s of files.specials) {
+      if (!this.ids.has(s)) throw new Error(`alk: special token '${s}' is not in vocab.json`);
+      this.specialIds.set(s, this.ids.get(s));
+    }
+    // Per id its bytes: special tokens are their raw text, the rest spell bytes in GPT-2's alphabet.
+    const utf8 = new TextEncoder();
+    this.bytes = new Array(this.vocabSize);
+    for (const [key, id] of entries) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) throw new Error(`alk: vocab.json: bad id ${id} for '${key}'`);
+      if (this.specialIds.has(key)) { this.bytes[id] = utf8.encode(key); continue; }
+      const cps = Array.from(key, (c) => toByte.get(c.codePointAt(0)));
+      this.bytes[id] = cps.includes(undefined) ? utf8.encode(key) : Uint8Array.from(cps);
+    }
+    this.byteIds = new Int32Array(256);
+    const { toChar } = byteAlphabet();
+    for (let b = 0; b < 256; ++b) {
+      const id = this.ids.get(String.fromCodePoint(toChar[b]));
+      if (id === undefined) throw new Error(`alk: vocab.json lacks the token for byte ${b}`);
+      this.byteIds[b] = id;
+    }
+    this.ranks = new Map();  // left * V + right -> [rank, merged id]
+    const lines = files.merges.split('\n').filter((l) => l && !l.startsWith('#version'));
+    lines.forEach((line, rank) => {
+      const [l, r] = line.split(' ');
+      const a = this.ids.get(l), b = this.ids.get(r), m = this.ids.get(l + r);
+      if (a === undefined || b === undefined || m === undefined)
+        throw new Error(`alk: merges.txt line ${rank + 2} ('${line}') names a token that is not in vocab.json`);
+      this.ranks.set(a * this.vocabSize + b, [rank, m]);
+    });
+    this.cache = new Map();
+  }
+
+  _bpe(piece) {
+    let ids = this.cache.get(piece);
+    if (ids) return ids;
+    ids = Array.from(new TextEncoder().encode(piece), (b) => this.byteIds[b]);
+    const V = this.vocabSize;
+    while (ids.length > 1) {
+      let best = null;
+      for (let i = 0; i + 1 < ids.length; ++i) {
+        const m = this.ranks.get(ids[i] * V + ids[i + 1]);
+        if (m && (!best || m[0] < best[0])) best = [m[0], m[1], ids[i], ids[i + 1]];
+      }
+      if (!best) break;
+      const [, merged, a, b] = best, out = [];
+      for (let i = 0; i < ids.length;) {
+        if (i + 1 < ids.length && ids[i] === a && ids[i + 1] === b) { out.push(merged); i += 2; } else out.push(ids[i++]);
+      }
+      ids = out;
+    }
+    if (this.cache.size < 100000) this.cache.set(piece, ids);
+    return ids;
+  }
+
+  _ordinary(text, out) {
+    for (const m of text.matchAll(PIECE)) for (const id of this._bpe(m[0])) out.push(id);
+  }
+
+  // text (a string) -> token ids.
+  encode(text) {
+    if (this.type === 'bytes') return Int32Array.from(new TextEncoder().encode(text));
+    const out = [], specials = [...this.specialIds.keys()];
+    let pos = 0;
+    while (specials.length) {  // leftmost special token, the longest at a tie
+      let at = -1, best = '';
+      for (const s of specials) {
+        const i = text.indexOf(s, pos);
+        if (i >= 0 && (at < 0 || i < at || (i === at && s.length > best.length))) { at = i; best = s; }
+      }
+      if (at < 0) break;
+      this._ordinary(text.slice(pos, at), out);
+      out.push(this.specialIds.get(best));
+      pos = at + best.length;
+    }
+    this._ordinary(text.slice(pos), out);
+    return Int32Array.from(out);
+  }
+
+  // ids -> their bytes, and -> text (invalid UTF-8, e.g. a cut multi-byte character, becomes U+FFFD).
+  decodeBytes(ids) {
+    if (this.type === 'bytes') return Uint8Array.from(ids, (id) => this._check(id));
+    const parts = Array.from(ids, (id) => this.bytes[this._check(id)]);
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  }
+
+  decode(ids) { return new TextDecoder().decode(this.decodeBytes(ids)); }
+
+  _check(id) {
+    if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
+      throw new Error(`alk: cannot decode id ${id}: the vocabulary has ids 0..${this.vocabSize - 1}`);
+    return id;
+  }
 }
 
 export class Model {
@@ -335,5 +471,8 @@ export async function load(base, options = {}) {
   // when they are collected, under a device that still uses it (crashes in ProcessEvents).
   model.keep.push(gpu, adapter);
   await model._init(fetchBytes);
+  const fetchText = async (p) => new TextDecoder().decode(await fetchBytes(p));
+  const desc = model.meta.tokenizer ? JSON.parse(await fetchText(model.meta.tokenizer)) : null;
+  model.tokenizer = await Tokenizer.load(desc, fetchText);
   return model;
 }
