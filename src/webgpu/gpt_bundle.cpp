@@ -57,7 +57,11 @@ GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
   manual_seed(config.seed);
   model = std::make_unique<nn::GPT>(m);
   opt = std::make_unique<optim::AdamW>(model->named_parameters(), config.lr, optim::AdamOptions{.weight_decay = 0.01});
+  check(config.compute == DType::F32 || config.compute == DType::F16 || config.compute == DType::BF16, "export", loc,
+        "webgpu: compute dtype ", dtype_name(config.compute), " is not f32, f16 or bf16");
   step = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
+    std::optional<Autocast> mixed;
+    if (config.compute != DType::F32) mixed.emplace(config.compute);
     Tensor loss = nn::cross_entropy((*model)(in[0]), in[1]);
     capture("loss", loss);
     loss.backward();
@@ -69,6 +73,8 @@ GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
   (*step)({x, y});  // traced
   forward = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
     NoGradGuard no_grad;
+    std::optional<Autocast> mixed;
+    if (config.compute != DType::F32) mixed.emplace(config.compute);
     capture("logits", (*model)(in[0]));
   }));
   ids = x.slice(0, 0, 1).contiguous();
@@ -102,6 +108,7 @@ ExportSummary GptBundle::write(const std::string& dir, Loc loc) {
                     {"batch", config.batch},
                     {"lr", config.lr},
                     {"parameters", model->num_parameters()},
+                    {"compute", std::string(dtype_name(config.compute))},
                     {"text", "text.txt"},
                     {"tokenizer", "tokenizer.json"}};
   o.meta_json = json::dump(meta, -1, loc);

@@ -24,6 +24,10 @@ struct GptBundleConfig {
   uint64_t seed = 1;
   std::string text;  // the training text
   std::optional<Tokenizer> tokenizer;  // none: the bytes are the tokens
+  // F16: the step and forward are traced under Autocast(F16) (matmuls take f16 inputs and
+  // accumulate in f32; master weights f32), so their activations are f16 in the bundle: native
+  // f16 where the adapter has shader-f16, packed in u32 words and computed in f32 where not.
+  DType compute = DType::F32;
   static GptBundleConfig micro();  // a model the software adapters train in seconds
   static GptBundleConfig tiny();   // the tiny GPT, for real GPUs
 };

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "expr/emit.h"
+#include "expr/expr.h"
 #include "graph/graph.h"
 #include "graph/program_contents.h"
 #include "runtime/device.h"
@@ -275,7 +276,12 @@ struct Builder {
     const int out = write(k.output, label);
     const DType core_dtype = k.node.dtype;
     const int core = k.epilogue ? new_value(core_dtype, numel(k.node.shape)) : out;
-    const TView core_view{core_dtype, k.node.shape, contiguous_strides(k.node.shape), 0};
+    // Template kernels write 32-bit elements: a 16-bit core (an autocast matmul's f16) is
+    // computed in f32 and rounded by a cast dispatch (packed or native f16 stores, as the
+    // Map emitter writes them; the CPU rounds its f32 accumulator the same way).
+    const bool narrow = dtype_size(core_dtype) < 4 && is_floating(core_dtype);
+    const int computed = narrow ? new_value(DType::F32, numel(k.node.shape)) : core;
+    const TView core_view{narrow ? DType::F32 : core_dtype, k.node.shape, contiguous_strides(k.node.shape), 0};
     const TemplatePlan tp = template_passes(k, in, core_view);
     std::vector<int> temps;
     for (auto& [dt, count] : tp.temps) temps.push_back(new_value(dt, count));
@@ -289,12 +295,17 @@ struct Builder {
       d.random = pass.random;
       for (const Slot& s : pass.slots) {
         const int v = s.kind == Slot::Input ? in_values[static_cast<size_t>(s.index)]
-                      : s.kind == Slot::Output ? core
+                      : s.kind == Slot::Output ? computed
                                                : temps[static_cast<size_t>(s.index)];
         d.values.push_back(v);
         if (s.kind != Slot::Input && defined.insert(v).second) d.defines.push_back(v);
       }
       pending.push_back(std::move(d));
+    }
+    if (narrow) {
+      expr::Builder b;
+      const expr::Expr identity = b.finish(b.input(0, expr::Type::F32));
+      map_dispatch(identity, {core_view}, {computed}, core_dtype, k.node.shape, core, label + " to " + std::string(dtype_name(core_dtype)));
     }
     if (k.epilogue) {
       std::vector<TView> ein{TView{core_dtype, k.output.shape, contiguous_strides(k.output.shape), 0}};

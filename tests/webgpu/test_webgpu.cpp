@@ -360,8 +360,9 @@ void use_bpe(webgpu::GptBundleConfig& c, int vocab_size) {
   c.model.vocab = c.tokenizer->vocab_size();
 }
 
-void micro_gpt_ten_steps(double dropout, bool bpe = false) {
+void micro_gpt_ten_steps(double dropout, bool bpe = false, DType compute = DType::F32) {
   webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
+  c.compute = compute;
   c.text = kText;
   if (bpe) {
     for (int i = 0; i < 4; ++i) c.text += kText;  // enough tokens for the windows
@@ -451,6 +452,11 @@ TEST(WebgpuExport, MicroGptWithDropoutMatchesTheCpu) {
 TEST(WebgpuExport, MicroGptOnBpeTokensMatchesTheCpu) {
   WEBGPU_OR_SKIP();
   micro_gpt_ten_steps(0, true);
+}
+
+TEST(WebgpuExport, MicroGptF16PackedMatchesTheCpu) {
+  WEBGPU_OR_SKIP();
+  micro_gpt_ten_steps(0, false, DType::F16);
 }
 
 // A shader the device rejects fails load() with a JavaScript error naming the kernel file
