@@ -36,6 +36,7 @@ struct ExportOptions {
 
 struct ExportSummary {
   int64_t dispatches = 0, shaders = 0, buffers = 0;
+  int64_t shaders_f16 = 0;  // shaders with a shader-f16 variant (kernels/k<i>.f16.wgsl)
   int64_t state_bytes = 0, buffer_bytes = 0;  // exported state; all GPU buffers
 };
 

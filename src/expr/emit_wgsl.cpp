@@ -3,19 +3,35 @@
 // no 32-bit integer type), and a comment in the output records the narrowing. Storage
 // has no 8- or 16-bit element types, so bool/u8/f16/bf16 buffers are arrays of u32
 // words; outputs of those types are written with atomics on the word, since
-// neighbouring invocations share it.
+// neighbouring invocations share it. Under a WgslNativeF16 scope (expr/wgsl_f16.h) f16 is
+// array<f16> instead.
 #include <cmath>
 #include <string>
 
 #include "expr/emit.h"
+#include "expr/wgsl_f16.h"
+
+namespace alk::expr {
+
+namespace {
+thread_local bool native_f16 = false;
+}  // namespace
+
+WgslNativeF16::WgslNativeF16() : previous_(native_f16) { native_f16 = true; }
+WgslNativeF16::~WgslNativeF16() { native_f16 = previous_; }
+bool WgslNativeF16::active() { return native_f16; }
+
+}  // namespace alk::expr
 
 namespace alk::expr::emit_detail {
 
 namespace {
 
-bool packed(DType t) { return dtype_size(t) < 4; }
+bool native(DType t) { return t == DType::F16 && native_f16; }
+bool packed(DType t) { return dtype_size(t) < 4 && !native(t); }
 
 std::string storage(DType t) {
+  if (native(t)) return "f16";
   switch (t) {
     case DType::Bool: case DType::U8: case DType::F16: case DType::BF16: return "u32";
     case DType::I32: case DType::I64: return "i32";  // i64 narrowed
@@ -104,6 +120,7 @@ struct Wgsl final : Lang {
     std::string pre = "let " + at + " = " + idx + ";\n";
     std::string byte = "((" + buf + "[" + at + " >> 2u] >> ((" + at + " & 3u) * 8u)) & 0xffu)";
     std::string half = "((" + buf + "[" + at + " >> 1u] >> ((" + at + " & 1u) * 16u)) & 0xffffu)";
+    if (native(s)) return "let " + in + ": f32 = f32(" + buf + "[" + idx + "]);";
     switch (s) {
       case DType::Bool: return pre + "let " + in + ": bool = " + byte + " != 0u;";
       case DType::U8: return pre + "let " + in + ": i32 = i32" + byte + ";";
@@ -116,6 +133,7 @@ struct Wgsl final : Lang {
   }
 
   std::string store(DType s, const std::string& v) const override {
+    if (native(s)) return "out_data[o] = f16(" + v + ");";
     switch (s) {
       case DType::Bool: return "alk_store_bits(o, 8u, select(0u, 1u, " + v + "));";
       case DType::U8: return "alk_store_bits(o, 8u, u32(" + v + ") & 0xffu);";  // wraps, as C++ does
@@ -134,7 +152,10 @@ struct Wgsl final : Lang {
     for (DType d : sig.inputs) wide = wide || d == DType::F64 || d == DType::I64;
     for (const Node& x : original.nodes) wide = wide || x.type == Type::F64 || x.type == Type::I64;
 
-    std::string s = header_comment(original, sig, "//");
+    bool half = native(sig.output);
+    for (DType d : sig.inputs) half = half || native(d);
+    std::string s = std::string(half ? "enable f16;  // WebGPU's shader-f16: f16 buffers are array<f16>\n" : "") +
+                    header_comment(original, sig, "//");
     if (wide)
       s += "// note: WGSL has no 64-bit types: f64 is narrowed to f32 and i64 to i32 here, in buffers too\n";
     bool special = false;

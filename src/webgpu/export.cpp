@@ -34,8 +34,13 @@ ExportSummary export_bundle(const std::string& dir, const ExportOptions& o, Loc 
   std::filesystem::create_directories(std::filesystem::path(dir) / "kernels", ec);
   check(!ec, "export", loc, "webgpu: cannot create ", dir, ": ", ec.message());
   ExportSummary s;
-  for (size_t i = 0; i < plan.shaders.size(); ++i)
-    write_file_atomic(dir + "/kernels/k" + std::to_string(i) + ".wgsl", plan.shaders[i], loc);
+  for (size_t i = 0; i < plan.shaders.size(); ++i) {
+    write_file_atomic(dir + "/" + Plan::shader_path(i, false), plan.shaders[i], loc);
+    if (!plan.shaders_f16[i].empty()) {
+      write_file_atomic(dir + "/" + Plan::shader_path(i, true), plan.shaders_f16[i], loc);
+      ++s.shaders_f16;
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> weights;
   for (const PlanBuffer& b : plan.buffers) {
     s.buffer_bytes += static_cast<int64_t>(b.bytes);

@@ -13,6 +13,7 @@
 
 #include "expr/emit.h"
 #include "expr/expr.h"
+#include "expr/wgsl_f16.h"
 #include "graph/graph.h"
 #include "graph/program_contents.h"
 #include "runtime/device.h"
@@ -113,9 +114,14 @@ struct Builder {
     return static_cast<int>(values.size()) - 1;
   }
 
-  int shader(const std::string& text) {
+  // A kernel's shader: `text` runs on every adapter; `native` is its shader-f16 variant
+  // (the same text when the kernel touches no f16; a function of `text`, which names the dtypes).
+  int shader(const std::string& text, const std::string& native) {
     auto [it, fresh] = shader_of.emplace(text, static_cast<int>(plan.shaders.size()));
-    if (fresh) plan.shaders.push_back(text);
+    if (fresh) {
+      plan.shaders.push_back(text);
+      plan.shaders_f16.push_back(native == text ? std::string() : native);
+    }
     return it->second;
   }
 
@@ -235,7 +241,12 @@ struct Builder {
     expr::MapSignature sig{"main", {}, out_dtype};
     for (const TView& v : in) sig.inputs.push_back(v.dtype);
     Pending d;
-    d.shader = shader(expr::emit_map_kernel(e, sig, expr::Target::Wgsl));
+    std::string native;
+    {
+      expr::WgslNativeF16 f16;
+      native = expr::emit_map_kernel(e, sig, expr::Target::Wgsl);
+    }
+    d.shader = shader(expr::emit_map_kernel(e, sig, expr::Target::Wgsl), native);
     d.label = label;
     d.values = in_values;
     d.values.push_back(out_value);
@@ -283,12 +294,19 @@ struct Builder {
     const int computed = narrow ? new_value(DType::F32, numel(k.node.shape)) : core;
     const TView core_view{narrow ? DType::F32 : core_dtype, k.node.shape, contiguous_strides(k.node.shape), 0};
     const TemplatePlan tp = template_passes(k, in, core_view);
+    TemplatePlan tp_f16;
+    {
+      expr::WgslNativeF16 f16;
+      tp_f16 = template_passes(k, in, core_view);
+    }
+    check(tp_f16.passes.size() == tp.passes.size(), "export", loc, "webgpu: ", label, ": the f16 variant has other passes");
     std::vector<int> temps;
     for (auto& [dt, count] : tp.temps) temps.push_back(new_value(dt, count));
     std::set<int> defined;
-    for (const Pass& pass : tp.passes) {
+    for (size_t pi = 0; pi < tp.passes.size(); ++pi) {
+      const Pass& pass = tp.passes[pi];
       Pending d;
-      d.shader = shader(pass.source);
+      d.shader = shader(pass.source, tp_f16.passes[pi].source);
       d.label = label;
       d.groups = pass.groups;
       d.params = pass.params;
@@ -451,6 +469,10 @@ Plan build_plan(const PlanRequest& r, Loc loc) {
   return std::move(b.plan);
 }
 
+std::string Plan::shader_path(size_t i, bool f16) {
+  return "kernels/k" + std::to_string(i) + (f16 ? ".f16.wgsl" : ".wgsl");
+}
+
 json::Value Plan::to_json(const json::Value& meta) const {
   json::Array bufs;
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -464,7 +486,11 @@ json::Value Plan::to_json(const json::Value& meta) const {
     bufs.emplace_back(std::move(o));
   }
   json::Array shaders_json;
-  for (size_t i = 0; i < shaders.size(); ++i) shaders_json.emplace_back("kernels/k" + std::to_string(i) + ".wgsl");
+  json::Object shaders_f16_json;  // shader index -> its shader-f16 variant
+  for (size_t i = 0; i < shaders.size(); ++i) {
+    shaders_json.emplace_back(shader_path(i, false));
+    if (!shaders_f16[i].empty()) shaders_f16_json.emplace_back(std::to_string(i), shader_path(i, true));
+  }
   json::Object progs;
   for (const PlanProgram& p : programs) {
     json::Array inputs, dispatches, copies;
@@ -491,6 +517,7 @@ json::Value Plan::to_json(const json::Value& meta) const {
                     {"note", "i64 tensors are i32 on the GPU (checked at export), f64 are f32"},
                     {"buffers", bufs},
                     {"shaders", shaders_json},
+                    {"shaders_f16", shaders_f16_json},
                     {"programs", progs},
                     {"weights", "weights.safetensors"},
                     {"meta", meta}};

@@ -59,7 +59,9 @@ struct PlanProgram {
 
 struct Plan {
   std::vector<PlanBuffer> buffers;
-  std::vector<std::string> shaders;
+  std::vector<std::string> shaders;      // WGSL every adapter runs (f16 packed in u32 words)
+  std::vector<std::string> shaders_f16;  // per shader: its shader-f16 variant, or empty (no f16)
+  static std::string shader_path(size_t i, bool f16);  // "kernels/k<i>.wgsl" / ".f16.wgsl"
   std::vector<PlanProgram> programs;
   int lr_buffer = -1;
   json::Value to_json(const json::Value& meta) const;

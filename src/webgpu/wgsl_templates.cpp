@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "expr/emit.h"
+#include "expr/wgsl_f16.h"
 
 namespace alk::webgpu {
 
@@ -22,8 +23,11 @@ constexpr uint32_t kGroup = 64;
 
 bool is_packed(DType t) { return dtype_size(t) < 4; }
 bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+// f16 as array<f16> (expr/wgsl_f16.h): same bytes as the packed words.
+bool native_f16(DType t) { return t == DType::F16 && expr::WgslNativeF16::active(); }
 
 std::string storage_type(DType t) {
+  if (native_f16(t)) return "f16";
   if (is_packed(t)) return "u32";
   return is_float(t) ? "f32" : "i32";
 }
@@ -67,6 +71,7 @@ std::string decl(int b, const std::string& name, DType t, bool write) {
 // Element `idx` (an i32 expression) of buffer `name`, in its compute type.
 std::string ld(const std::string& name, DType t, const std::string& idx) {
   const std::string at = "u32(" + idx + ")";
+  if (native_f16(t)) return "f32(" + name + "[" + at + "])";
   switch (t) {
     case DType::F32: case DType::F64: case DType::I32: case DType::I64: return name + "[" + at + "]";
     case DType::Bool: return "(((" + name + "[" + at + " >> 2u] >> ((" + at + " & 3u) * 8u)) & 0xffu) != 0u)";
@@ -178,7 +183,8 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
   const Shape batch(out.shape.begin(), out.shape.end() - 2);
   const int64_t rb = (M + RM - 1) / RM, cb = (N + 3) / 4, count = numel(batch) * rb * cb;
   const int64_t sa_m = a.strides[r - 2], sa_k = a.strides[r - 1], sb_k = b.strides[r - 2], sb_n = b.strides[r - 1];
-  bool b_vec = b.dtype == DType::F32 && sb_n == 1 && N % 4 == 0 && b.offset % 4 == 0 && sb_k % 4 == 0;
+  const bool b_half = native_f16(b.dtype);  // f16 rows of B as vec4<f16>, widened to f32
+  bool b_vec = (b.dtype == DType::F32 || b_half) && sb_n == 1 && N % 4 == 0 && b.offset % 4 == 0 && sb_k % 4 == 0;
   for (size_t d = 0; d + 2 < r; ++d) b_vec = b_vec && b.strides[d] % 4 == 0;
   const bool o_vec = out.dtype == DType::F32 && N % 4 == 0 && out.offset % 4 == 0;
   std::vector<std::string> c = coords(r - 2, "c");
@@ -197,7 +203,10 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
   }
   // B's row k as a vec4 (columns col..col+3, zero past N).
   auto brow = [&](const std::string& kk) {
-    if (b_vec) return "in1[u32(bo + i32(" + kk + ") * " + n(sb_k) + ") / 4u + cbi]";
+    if (b_vec) {
+      const std::string row = "in1[u32(bo + i32(" + kk + ") * " + n(sb_k) + ") / 4u + cbi]";
+      return b_half ? "vec4<f32>(" + row + ")" : row;
+    }
     std::string v = "vec4<f32>(";
     for (int j = 0; j < 4; ++j) {
       const std::string cj = "col + " + std::to_string(j) + "u";
@@ -232,7 +241,8 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
     body += "    }\n";
   }
   std::string decls = decl(0, "in0", a.dtype, false);
-  decls += b_vec ? "@group(0) @binding(1) var<storage, read> in1: array<vec4<f32>>;\n" : decl(1, "in1", b.dtype, false);
+  decls += b_vec ? std::string("@group(0) @binding(1) var<storage, read> in1: array<vec4<") + (b_half ? "f16" : "f32") + ">>;\n"
+                 : decl(1, "in1", b.dtype, false);
   decls += o_vec ? "@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;\n" : decl(2, "out", out.dtype, true);
   return one(k, decls, count, body, 2);
 }
@@ -766,7 +776,8 @@ size_t gpu_bytes(DType t, int64_t count) {
   return std::max<size_t>((bytes + 3) / 4 * 4, 4);
 }
 
-TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+namespace {
+TemplatePlan passes_of(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   check_output(k, out.dtype);
   for (const TView& v : in)
     if (v.shape.size() != v.strides.size()) fail(std::string(op_name(k.node.op)), k.node.loc, "webgpu export: a view without strides");
@@ -799,6 +810,16 @@ TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, cons
   }
   fail(std::string(op_name(k.node.op)), k.node.loc,
        "webgpu export: no WGSL kernel for this op");
+}
+}  // namespace
+
+TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  TemplatePlan p = passes_of(k, in, out);
+  if (expr::WgslNativeF16::active())
+    for (Pass& pass : p.passes)
+      if (pass.source.find("<f16>") != std::string::npos)
+        pass.source = "enable f16;  // WebGPU's shader-f16: f16 buffers are array<f16>\n" + pass.source;
+  return p;
 }
 
 }  // namespace alk::webgpu

@@ -4,7 +4,8 @@
 // Each run replays PROGRAM on the inputs exported with the bundle (the traced batch); after
 // each run the named captures (default: all) are read back. Non-finite numbers are written
 // as the strings "nan", "inf", "-inf". SAVE: the state after the runs, as model.save() writes it.
-// ALK_TEST_LR=x: model.setLr(x) first.
+// ALK_TEST_LR=x: model.setLr(x) first. ALK_TEST_F16=packed: the packed f16 kernels even where
+// the adapter has shader-f16. The result names the adapter and model.f16 (which f16 kernels ran).
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -20,11 +21,11 @@ try {
     return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
   };
   const t0 = performance.now();
-  const model = await load(dir, { gpu: create([]), fetchBytes });
+  const model = await load(dir, { gpu: create([]), fetchBytes, f16: process.env.ALK_TEST_F16 !== 'packed' });
   const loaded = performance.now() - t0;
   if (process.env.ALK_TEST_LR) model.setLr(Number(process.env.ALK_TEST_LR));  // setLr before the runs
   const wanted = names ? names.split(',') : Object.keys(model.plan.programs[program].captures);
-  const result = { adapter: model.adapter, load_ms: loaded, runs: [] };
+  const result = { adapter: model.adapter, f16: model.f16, load_ms: loaded, runs: [] };
   for (let r = 0; r < Number(runs); ++r) {
     await model.run(program);
     const caps = {};

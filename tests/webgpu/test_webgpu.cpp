@@ -70,11 +70,28 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// The adapter Node's Dawn runs on: environment variables for the Vulkan loader.
+const std::string kSwiftShaderEnv = "VK_ICD_FILENAMES=" + kSwiftShader;
+
+// Mesa 25's lavapipe (`make mesa25` unpacks it from bookworm-backports into build/mesa25,
+// beside the system's Mesa 22, which Dawn refuses): the adapter here that offers shader-f16.
+// Empty, with `why` set, when it is not there or not usable.
+std::string mesa25_env(std::string& why) {
+  const fs::path dir = fs::path(ALK_CLI_PATH).parent_path() / "mesa25";
+  const fs::path icd = dir / "lvp_icd.json";
+  if (!fs::exists(icd)) {
+    why = icd.string() + " is missing: run `make mesa25` (Mesa 25 lavapipe from bookworm-backports, unpacked "
+          "privately; SwiftShader, the other adapter here, has no shader-f16)";
+    return "";
+  }
+  return "VK_ICD_FILENAMES=" + icd.string() + " LD_LIBRARY_PATH=" + (dir / "usr/lib/x86_64-linux-gnu").string();
+}
+
 // Runs `program` of the bundle in dir `runs` times in Node; the parsed result (null on failure).
 json::Value run_node(const std::string& dir, const std::string& program, int runs, const std::string& captures = "",
-                     const std::string& save = "") {
+                     const std::string& save = "", const std::string& adapter_env = kSwiftShaderEnv) {
   const std::string out = dir + "/result.json", log = dir + "/node.log";
-  const std::string cmd = "VK_ICD_FILENAMES=" + kSwiftShader + " node " + kSource + "/tests/webgpu/run_bundle.mjs '" + dir +
+  const std::string cmd = adapter_env + " node " + kSource + "/tests/webgpu/run_bundle.mjs '" + dir +
                           "' '" + out + "' " + program + " " + std::to_string(runs) + " '" + captures + "' '" + save +
                           "' > '" + log + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) {
@@ -150,7 +167,7 @@ Tensor operand(const Tensor& base, int k, int arity) {
   return arity == 1 ? base.expand({3, 5}) : base;
 }
 
-void elementwise_parity(DType t) {
+void elementwise_parity(DType t, const std::string& adapter_env = kSwiftShaderEnv, const std::string& f16_mode = "") {
   WEBGPU_OR_SKIP();
   std::mt19937 rng(17);
   const Shape bases[3] = {{6, 3}, {5}, {3, 1}};
@@ -197,8 +214,11 @@ void elementwise_parity(DType t) {
   o.programs = {{"step", &prog}};
   const webgpu::ExportSummary s = webgpu::export_bundle(dir, o);
   EXPECT_GE(s.dispatches, static_cast<int64_t>(cases.size()));
-  const json::Value r = run_node(dir, "step", 1);
+  const json::Value r = run_node(dir, "step", 1, "", "", adapter_env);
   ASSERT_FALSE(r.is_null());
+  if (!f16_mode.empty()) {
+    EXPECT_EQ(r.at("f16").at("mode").as_string(), f16_mode) << r.at("f16").at("note").as_string();
+  }
   int matched = 0, known = 0;
   for (const Case& c : cases) {
     const Tensor want = prog.captured(c.name);
@@ -221,6 +241,13 @@ TEST(WebgpuParity, ElementwiseF32) { elementwise_parity(DType::F32); }
 TEST(WebgpuParity, ElementwiseF64) { elementwise_parity(DType::F64); }
 TEST(WebgpuParity, ElementwiseF16) { elementwise_parity(DType::F16); }
 TEST(WebgpuParity, ElementwiseBF16) { elementwise_parity(DType::BF16); }
+// The shader-f16 variants (array<f16>) on the adapter that offers the feature.
+TEST(WebgpuParity, ElementwiseF16Native) {
+  std::string why;
+  const std::string env = mesa25_env(why);
+  if (env.empty()) GTEST_SKIP() << why;
+  elementwise_parity(DType::F16, env, "native");
+}
 TEST(WebgpuParity, ElementwiseI64) { elementwise_parity(DType::I64); }
 TEST(WebgpuParity, ElementwiseI32) { elementwise_parity(DType::I32); }
 TEST(WebgpuParity, ElementwiseU8) { elementwise_parity(DType::U8); }
@@ -360,7 +387,8 @@ void use_bpe(webgpu::GptBundleConfig& c, int vocab_size) {
   c.model.vocab = c.tokenizer->vocab_size();
 }
 
-void micro_gpt_ten_steps(double dropout, bool bpe = false, DType compute = DType::F32) {
+void micro_gpt_ten_steps(double dropout, bool bpe = false, DType compute = DType::F32,
+                         const std::string& adapter_env = kSwiftShaderEnv, const std::string& f16_mode = "none") {
   webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();
   c.compute = compute;
   c.text = kText;
@@ -374,12 +402,17 @@ void micro_gpt_ten_steps(double dropout, bool bpe = false, DType compute = DType
   const webgpu::ExportSummary s = bundle.write(dir);
   EXPECT_TRUE(fs::exists(dir + "/index.html") && fs::exists(dir + "/alk_webgpu.mjs") && fs::exists(dir + "/plan.json"));
   // The forward program on the exported weights: the CPU's logits.
-  const json::Value f = run_node(dir, "forward", 1, "logits");
+  const json::Value f = run_node(dir, "forward", 1, "logits", "", adapter_env);
   ASSERT_FALSE(f.is_null());
+  EXPECT_EQ(f.at("f16").at("mode").as_string(), f16_mode) << f.at("f16").at("note").as_string();
+  if (compute == DType::F16) {
+    EXPECT_GT(s.shaders_f16, 5);
+  }
+  std::cout << "[webgpu] " << f.at("adapter").as_string() << "; f16: " << f.at("f16").at("note").as_string() << "\n";
   close("forward logits", bundle.forward->captured("logits"), f.at("runs").as_array()[0].at("logits"), Tol{2e-4, 2e-4});
   std::vector<double> cpu;
   for (int i = 0; i < 10; ++i) cpu.push_back(bundle.cpu_step());
-  const json::Value r = run_node(dir, "step", 10, "loss", dir + "/saved.safetensors");
+  const json::Value r = run_node(dir, "step", 10, "loss", dir + "/saved.safetensors", adapter_env);
   ASSERT_FALSE(r.is_null());
   // save(): the state after 10 steps, read back as safetensors, is the CPU's.
   const SafetensorsFile saved = load_safetensors(dir + "/saved.safetensors");
@@ -454,9 +487,20 @@ TEST(WebgpuExport, MicroGptOnBpeTokensMatchesTheCpu) {
   micro_gpt_ten_steps(0, true);
 }
 
+// The step traced under Autocast(F16): f16 activations and matmul inputs, f32 accumulation
+// and master weights. SwiftShader has no shader-f16: the packed kernels run (and say so).
 TEST(WebgpuExport, MicroGptF16PackedMatchesTheCpu) {
   WEBGPU_OR_SKIP();
-  micro_gpt_ten_steps(0, false, DType::F16);
+  micro_gpt_ten_steps(0, false, DType::F16, kSwiftShaderEnv, "packed");
+}
+
+// The same on an adapter with shader-f16 (Mesa 25 lavapipe): the array<f16> kernels.
+TEST(WebgpuExport, MicroGptF16NativeMatchesTheCpu) {
+  WEBGPU_OR_SKIP();
+  std::string why;
+  const std::string env = mesa25_env(why);
+  if (env.empty()) GTEST_SKIP() << why;
+  micro_gpt_ten_steps(0, false, DType::F16, env, "native");
 }
 
 // A shader the device rejects fails load() with a JavaScript error naming the kernel file

@@ -229,8 +229,9 @@ export class Tokenizer {
 }
 
 export class Model {
-  constructor(plan, device, adapterInfo) {
+  constructor(plan, device, adapterInfo, options = {}) {
     this.plan = plan;
+    this.options = options;
     this.device = device;
     this.adapter = adapterInfo;
     this.meta = plan.meta || {};
@@ -252,13 +253,26 @@ export class Model {
       padded.set(w.bytes);
       device.queue.writeBuffer(this.buffers[i], 0, padded);
     });
+    // f16: kernels that touch f16 come in two variants with the same buffers (the bytes are
+    // alike): array<f16> under 'enable f16;' where the device has shader-f16, else f16 packed
+    // in u32 words and computed in f32. this.f16 says which ran and why.
+    const variants = plan.shaders_f16 || {}, halves = Object.keys(variants).length;
+    const native = halves > 0 && device.features.has('shader-f16') && this.options.f16 !== false;
+    this.f16 = {
+      mode: halves === 0 ? 'none' : native ? 'native' : 'packed', kernels: halves,
+      note: halves === 0 ? 'no f16 kernels'
+        : native ? `${halves} kernels use native f16 (shader-f16: array<f16>, f32 accumulation)`
+        : `${halves} f16 kernels fall back to f16 packed in u32 words, computed in f32 (` +
+          (this.options.f16 === false ? 'native f16 turned off by the caller' : 'the adapter lacks shader-f16') + ')' };
+    if (this.f16.mode === 'packed') console.warn(`alk: ${this.f16.note}`);
+    this.shaderPaths = plan.shaders.map((p, i) => (native && variants[i]) || p);
     // Shaders and pipelines, each in a validation scope so errors name the kernel.
-    const sources = await Promise.all(plan.shaders.map(async (p) => new TextDecoder().decode(await fetchBytes(p))));
+    const sources = await Promise.all(this.shaderPaths.map(async (p) => new TextDecoder().decode(await fetchBytes(p))));
     this.pipelines = [];
     const checks = [];
     const limit = device.limits.maxStorageBuffersPerShaderStage;
     sources.forEach((code, i) => {
-      const label = plan.shaders[i];
+      const label = this.shaderPaths[i];
       const bindings = layoutEntries(code).length;
       if (bindings > limit)
         throw new Error(`alk: kernel ${label} (used by ${this._users(i)}) binds ${bindings} storage buffers; ` +
@@ -297,7 +311,7 @@ export class Model {
                                       offset: BigInt(d.params[2]) + (BigInt(d.params[3]) << 32n) });
         }
         const declared = new Set(layoutEntries(sources[d.shader]).map((e) => e.binding));
-        const group = device.createBindGroup({ label: `${d.label} [${plan.shaders[d.shader]}]`, layout,
+        const group = device.createBindGroup({ label: `${d.label} [${this.shaderPaths[d.shader]}]`, layout,
                                                entries: entries.filter((e) => declared.has(e.binding)) });
         return { pipeline, group, groups: d.groups, label: d.label };
       });
@@ -443,7 +457,8 @@ export class Model {
 }
 
 // Loads a bundle. `base`: its URL or directory. Options: gpu (default navigator.gpu),
-// fetchBytes(path) -> ArrayBuffer (default: fetch relative to base).
+// fetchBytes(path) -> ArrayBuffer (default: fetch relative to base), f16: false to run the
+// packed f16 kernels even where the adapter has shader-f16 (model.f16 reports the choice).
 export async function load(base, options = {}) {
   const gpu = options.gpu || (typeof navigator !== 'undefined' && navigator.gpu);
   if (!gpu) throw new Error('alk: WebGPU is not available (no navigator.gpu)');
@@ -466,7 +481,8 @@ export async function load(base, options = {}) {
   const features = adapter.features.has('shader-f16') ? ['shader-f16'] : [];
   const device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: features });
   const info = adapter.info || {};
-  const model = new Model(plan, device, `${info.vendor || ''} ${info.architecture || ''} ${info.description || ''}`.trim());
+  const model = new Model(plan, device, `${info.vendor || ''} ${info.architecture || ''} ${info.description || ''}`.trim(),
+                          options);
   // The GPU object and the adapter stay referenced: Node's Dawn binding frees its instance
   // when they are collected, under a device that still uses it (crashes in ProcessEvents).
   model.keep.push(gpu, adapter);
