@@ -615,10 +615,19 @@ TEST(WebgpuExport, CliWritesTheBundle) {
   ASSERT_EQ(std::system(again.c_str()), 0) << read_text(dir + "/b2.log");
   EXPECT_EQ(read_text(dir + "/b2/tokenizer/merges.txt"), read_text(out + "/tokenizer/merges.txt"));
   const std::string bytes = std::string(ALK_CLI_PATH) + " export --target webgpu --size micro --text '" + dir +
-                            "/text.in' --tokenizer bytes --out '" + dir + "/b3' > '" + dir + "/b3.log' 2>&1";
+                            "/text.in' --tokenizer bytes --dtype f16 --out '" + dir + "/b3' > '" + dir + "/b3.log' 2>&1";
   ASSERT_EQ(std::system(bytes.c_str()), 0) << read_text(dir + "/b3.log");
   EXPECT_EQ(json::parse(read_text(dir + "/b3/tokenizer.json")).at("type").as_string(), "bytes");
   EXPECT_FALSE(fs::exists(dir + "/b3/tokenizer/vocab.json"));
+  // --dtype f16: shader-f16 variants beside the kernels (none without it).
+  const json::Value half = json::parse(read_text(dir + "/b3/plan.json"));
+  EXPECT_EQ(half.at("meta").at("compute").as_string(), "f16");
+  ASSERT_GT(half.at("shaders_f16").as_object().size(), 5u);
+  const std::string variant = read_text(dir + "/b3/" + half.at("shaders_f16").as_object()[0].second.as_string());
+  EXPECT_EQ(variant.rfind("enable f16;", 0), 0u) << variant.substr(0, 200);
+  EXPECT_NE(variant.find("array<f16>"), std::string::npos);
+  EXPECT_NE(read_text(dir + "/b3.log").find("shader-f16 variant"), std::string::npos) << read_text(dir + "/b3.log");
+  EXPECT_TRUE(json::parse(read_text(out + "/plan.json")).at("shaders_f16").as_object().empty());
   EXPECT_NE(read_text(log).find("python3 -m http.server -d " + out), std::string::npos) << read_text(log);
   const json::Value plan = json::parse(read_text(out + "/plan.json"));
   EXPECT_TRUE(plan.at("programs").find("step") && plan.at("programs").find("forward"));

@@ -1,4 +1,4 @@
-// `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE] [--tokenizer bpe|bytes|DIR]`:
+// `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE] [--tokenizer bpe|bytes|DIR] [--dtype f16]`:
 // a GPT whose compiled training step (forward, backward, AdamW) and forward pass are written as
 // a WebGPU bundle (src/webgpu/): plan, WGSL kernels, weights, the tokenizer's files, the
 // JavaScript runtime and a page that trains it in the browser on the text and samples.
@@ -18,7 +18,7 @@ namespace alk::cli {
 
 namespace {
 struct ExportFlags {
-  std::string target = "webgpu", out, size = "tiny", text, tokenizer = "bpe";
+  std::string target = "webgpu", out, size = "tiny", text, tokenizer = "bpe", dtype = "f32";
   int64_t text_bytes = 1 << 20, vocab_size = train::Config{}.vocab_size;
 };
 
@@ -43,6 +43,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--tokenizer", flags->tokenizer,
                   "bpe (trained on the text, as alk train does), bytes, or a tokenizer directory (a run's tokenizer/)");
   cmd->add_option("--vocab-size", flags->vocab_size, "--tokenizer bpe: the BPE vocabulary size")->capture_default_str();
+  cmd->add_option("--dtype", flags->dtype,
+                  "f16: mixed precision as Autocast(f16) (f16 activations and matmul inputs, f32 accumulation and "
+                  "master weights; native f16 where the adapter has shader-f16, packed in u32 words where not)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->callback([flags] {
     const ExportFlags& f = *flags;
     check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target,
@@ -58,12 +63,16 @@ void add_export_command(CLI::App& app) {
       c.tokenizer = Tokenizer::load(f.tokenizer);
     }
     if (c.tokenizer) c.model.vocab = c.tokenizer->vocab_size();
+    if (f.dtype == "f16") c.compute = DType::F16;
     std::cout << "tracing the " << f.size << " GPT's training step on the CPU...\n";
     webgpu::GptBundle bundle(c);
     const webgpu::ExportSummary s = bundle.write(f.out);
     std::cout << "wrote " << f.out << ": " << s.dispatches << " dispatches (step + forward), " << s.shaders
               << " WGSL kernels, " << s.buffers << " buffers (" << s.buffer_bytes / 1024 << " KiB), state "
               << s.state_bytes / 1024 << " KiB\n"
+              << (s.shaders_f16 ? "f16: " + std::to_string(s.shaders_f16) +
+                                      " kernels have a shader-f16 variant (used where the adapter offers it)\n"
+                                : std::string())
               << "tokenizer: " << (c.tokenizer ? "byte-level BPE, " + std::to_string(c.tokenizer->vocab_size()) + " tokens (tokenizer/)" : std::string("bytes"))
               << "; the text is " << bundle.tokens.size() << " tokens\n"
               << "open the page: python3 -m http.server -d " << f.out << " 8000, then http://localhost:8000/\n"
