@@ -177,6 +177,7 @@ struct Wgsl final : Lang {
     s += "@group(0) @binding(" + std::to_string(binding) + ") var<storage, read> p: Params;\n\n";
     s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
          "fn alk_offset(i0: u32, k: u32) -> u32 {\n"
+         "  if (p.rank == 1u) { return p.offset[k] + u32(i32(i0) * p.strides[8u * k]); }  // no division\n"
          "  var i = i0;\n"
          "  var off = 0i;\n"
          "  for (var d = i32(p.rank) - 1; d >= 0; d--) {\n"

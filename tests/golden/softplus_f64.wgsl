@@ -17,6 +17,7 @@ struct Params {
 
 // Element offset of input k for output element i: unravel i over the output shape.
 fn alk_offset(i0: u32, k: u32) -> u32 {
+  if (p.rank == 1u) { return p.offset[k] + u32(i32(i0) * p.strides[8u * k]); }  // no division
   var i = i0;
   var off = 0i;
   for (var d = i32(p.rank) - 1; d >= 0; d--) {
