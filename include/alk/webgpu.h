@@ -16,6 +16,9 @@
 // value is checked to fit; the runtime checks inputs too) and f64 becomes f32.
 // Random ops draw the CPU's numbers (Philox): the runtime moves their offsets each step as the
 // CPU's generator moves (a bundle's k-th step = the program's k-th replay after the trace).
+// f16 tensors: each kernel touching them also ships as kernels/k<i>.f16.wgsl (array<f16>,
+// "enable f16;"), which the runtime uses where the adapter has shader-f16 (model.f16 reports).
+// Trace under alk::Autocast(DType::F16) for mixed precision.
 #pragma once
 #include <string>
 #include <utility>

@@ -270,6 +270,9 @@ TEST(WebgpuParity, TemplateOps) {
   const Tensor a = rand_f32({5, 9}, rng), b = rand_f32({9, 4}, rng), bias = rand_f32({4}, rng);
   const Tensor ba = rand_f32({3, 5, 9}, rng), bb = rand_f32({3, 9, 4}, rng);
   const Tensor oa = rand_f32({11, 13}, rng), ob = rand_f32({13, 6}, rng);
+  // N >= 64: the GEMM's lanes take two vec4 column blocks (vec4 and element-wise B/output).
+  const Tensor wa = rand_f32({10, 21}, rng), wb = rand_f32({21, 100}, rng), wbt = rand_f32({100, 21}, rng);
+  const Tensor wo = rand_f32({3, 17, 7}, rng), wob = rand_f32({7, 70}, rng);
   const Tensor w5 = rand_f32({5}, rng), b5 = rand_f32({5}, rng);
   const Tensor idx = tensor(std::vector<int64_t>{0, 5, 2, 2, 1, 4, 3, 0, 5, 5, 1, 2, 0, 3, 4, 4, 1, 2, 5, 0}, {4, 1, 5});
   const Tensor src = rand_f32({4, 1, 5}, rng);
@@ -310,6 +313,9 @@ TEST(WebgpuParity, TemplateOps) {
       {"matmul_batched", [&] { return matmul(ba, bb); }},
       {"matmul_odd_sizes", [&] { return matmul(oa, ob); }},
       {"matmul_odd_transposed", [&] { return matmul(ob.t(), oa.t()); }},
+      {"matmul_wide", [&] { return matmul(wa, wb); }},
+      {"matmul_wide_b_transposed", [&] { return matmul(wa, wbt.t()); }},
+      {"matmul_wide_odd_batched", [&] { return matmul(wo, wob); }},
       {"matmul_broadcast", [&] { return matmul(ba, b); }},
       {"matmul_transposed", [&] { return matmul(b.t(), a.t()); }},
       {"matmul_bias_relu", [&] { return relu(matmul(a, b) + bias); }},
