@@ -262,7 +262,7 @@ Tensor rand_f32(Shape s, std::mt19937& rng, Domain d = Domain::Any) {
   return t;
 }
 
-TEST(WebgpuParity, TemplateOps) {
+void template_parity(const std::string& adapter_env) {
   WEBGPU_OR_SKIP();
   std::mt19937 rng(5);
   const Tensor x = rand_f32({4, 6, 5}, rng), pos = rand_f32({4, 6, 5}, rng, Domain::Positive);
@@ -368,7 +368,7 @@ TEST(WebgpuParity, TemplateOps) {
   webgpu::ExportOptions o;
   o.programs = {{"step", &prog}};
   webgpu::export_bundle(dir, o);
-  const json::Value r = run_node(dir, "step", 1);
+  const json::Value r = run_node(dir, "step", 1, "", "", adapter_env);
   ASSERT_FALSE(r.is_null());
   int matched = 0;
   for (const auto& [name, f] : cases) {
@@ -376,8 +376,19 @@ TEST(WebgpuParity, TemplateOps) {
     const bool exact = !is_floating(want.dtype());
     matched += close(name, want, r.at("runs").as_array()[0].at(name), exact ? Tol{0, 0} : Tol{2e-4, 2e-4});
   }
-  std::cout << "[webgpu] template ops: " << matched << "/" << cases.size() << " cases match the CPU\n";
+  std::cout << "[webgpu] template ops: " << matched << "/" << cases.size() << " cases match the CPU ("
+            << r.at("adapter").as_string() << ")\n";
   fs::remove_all(dir);
+}
+
+TEST(WebgpuParity, TemplateOps) { template_parity(kSwiftShaderEnv); }
+
+// The same kernels on Mesa 25 lavapipe, the adapter bench-webgpu tunes them for.
+TEST(WebgpuParity, TemplateOpsOnMesa25) {
+  std::string why;
+  const std::string env = mesa25_env(why);
+  if (env.empty()) GTEST_SKIP() << why;
+  template_parity(env);
 }
 
 // ---- export ----
