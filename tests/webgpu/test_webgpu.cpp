@@ -1,6 +1,8 @@
 // WebGPU export (src/webgpu): bundles written by alk::webgpu::export_bundle run in Node
 // through npm `webgpu` (Dawn) on Chromium's SwiftShader Vulkan ICD (a software adapter, so
-// no GPU is needed) and give the CPU backend's results.
+// no GPU is needed) and give the CPU backend's results. Tests that need shader-f16 (native
+// f16 kernels) run on Mesa 25 lavapipe (`make mesa25`, build/mesa25/env), and skip saying so
+// when it is missing.
 //   WebgpuParity.Elementwise*   every entry of the op table, per dtype, one kernel each
 //                               (transposed+offset and broadcast operands), in one bundle
 //   WebgpuParity.TemplateOps    every template op family with a WGSL kernel, forward and
@@ -13,8 +15,9 @@
 // Tolerances (|webgpu - cpu| <= atol * max(1, max|cpu|) + rtol * |cpu|): integers and bools
 // exact; f32 1e-6 (1e-4 with a transcendental: WGSL's exp/log/... are a few ulp, erf/log1p/
 // expm1 are the IR's expansions, SwiftShader's pow/tanh are coarser); f64 runs as f32 in
-// WGSL: 1e-5 / 1e-4; f16 2^-10 + 1e-3; bf16 2^-7 + 1e-2; template ops 2e-4 (f32 sums in
-// another order; the CPU sums in f64).
+// WGSL: 1e-5 / 1e-4; f16 2^-10 + 1e-3 (native or packed); bf16 2^-7 + 1e-2; template ops
+// 2e-4 (f32 sums in another order; the CPU sums in f64). The micro GPT's losses, f32 or
+// Autocast(f16): 2e-3 relative to the CPU's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,7 +80,8 @@ const std::string kSwiftShaderEnv = "VK_ICD_FILENAMES=" + kSwiftShader;
 // beside the system's Mesa 22, which Dawn refuses): the adapter here that offers shader-f16.
 // Empty, with `why` set, when it is not there or not usable.
 std::string mesa25_env(std::string& why) {
-  const fs::path env = fs::path(ALK_CLI_PATH).parent_path() / "mesa25" / "env";
+  fs::path env = fs::path(ALK_CLI_PATH).parent_path() / "mesa25" / "env";
+  if (!fs::exists(env)) env = fs::path(kSource) / "build" / "mesa25" / "env";  // the ASan build: the Release build's
   if (!fs::exists(env)) {
     why = env.string() + " is missing: run `make mesa25` (Mesa 25 lavapipe from bookworm-backports, unpacked "
           "privately; SwiftShader, the other adapter here, has no shader-f16)";
