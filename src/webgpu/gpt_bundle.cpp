@@ -113,16 +113,16 @@ ExportSummary GptBundle::write(const std::string& dir, Loc loc) {
                     {"tokenizer", "tokenizer.json"}};
   o.meta_json = json::dump(meta, -1, loc);
   // tokenizer.json says which tokenizer the runtime builds (Tokenizer in alk_webgpu.mjs).
-  const json::Object tokenizer =
-      config.tokenizer ? json::Object{{"type", "bpe"},
-                                      {"vocab_size", config.tokenizer->vocab_size()},
-                                      {"vocab", "tokenizer/vocab.json"},
-                                      {"merges", "tokenizer/merges.txt"},
-                                      {"special_tokens", "tokenizer/special_tokens.json"},
-                                      {"note", "alk's byte-level BPE (include/alk/tokenizer.h), as alk train writes it"}}
-                       : json::Object{{"type", "bytes"},
-                                      {"vocab_size", 256},
-                                      {"note", "token id = the byte (UTF-8 text encodes to ids 0..255 and decodes back)"}};
+  json::Object tokenizer{{"type", "bytes"},
+                         {"vocab_size", 256},
+                         {"note", "token id = the byte (UTF-8 text encodes to ids 0..255 and decodes back)"}};
+  if (config.tokenizer)
+    tokenizer = json::Object{{"type", "bpe"},
+                             {"vocab_size", config.tokenizer->vocab_size()},
+                             {"vocab", "tokenizer/vocab.json"},
+                             {"merges", "tokenizer/merges.txt"},
+                             {"special_tokens", "tokenizer/special_tokens.json"},
+                             {"note", "alk's byte-level BPE (include/alk/tokenizer.h), as alk train writes it"}};
   o.files = {{"text.txt", config.text}, {"tokenizer.json", json::dump(tokenizer, 1, loc) + "\n"}};
   const ExportSummary s = export_bundle(dir, o, loc);
   if (config.tokenizer) config.tokenizer->save(dir + "/tokenizer", loc);

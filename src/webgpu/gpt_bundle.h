@@ -1,8 +1,9 @@
 // A GPT, its AdamW training step and a forward pass, compiled, traced on the CPU and written
 // as a WebGPU bundle whose page (index.html) trains it on the exported text and samples. The
 // tokens are the text's bytes, or a byte-level BPE (alk::Tokenizer, as `alk train` uses)
-// whose files ship in the bundle (tokenizer/) and which the runtime's Tokenizer encodes. Used by `alk export --target webgpu` and by the tests, which continue the CPU
-// program after the export to get the losses the bundle must reproduce.
+// whose files ship in the bundle (tokenizer/) and which the runtime's Tokenizer encodes.
+// Used by `alk export --target webgpu` and by the tests, which continue the CPU program after
+// the export to get the losses the bundle must reproduce.
 #pragma once
 #include <cstdint>
 #include <memory>

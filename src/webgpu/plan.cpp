@@ -219,7 +219,8 @@ struct Builder {
   static std::vector<uint32_t> map_params(const std::vector<TView>& in, const Shape& out_shape, int64_t out_offset,
                                           const std::string& what, Loc loc) {
     for (size_t k = 0; k < in.size(); ++k)
-      check(in[k].shape == out_shape, "export", loc, "webgpu: ", what, ": input ", k, " is not viewed over the output's shape");
+      check(in[k].shape == out_shape, "export", loc, "webgpu: ", what, ": input ", k,
+            " is not viewed over the output's shape");
     Shape shape;
     std::vector<Shape> in_strides(in.size());
     for (size_t d = 0; d < out_shape.size(); ++d) {
@@ -322,7 +323,8 @@ struct Builder {
       expr::WgslNativeF16 f16;
       tp_f16 = template_passes(k, in, core_view);
     }
-    check(tp_f16.passes.size() == tp.passes.size(), "export", loc, "webgpu: ", label, ": the f16 variant has other passes");
+    check(tp_f16.passes.size() == tp.passes.size(), "export", loc, "webgpu: ", label,
+          ": the f16 variant has other passes");
     std::vector<int> temps;
     for (auto& [dt, count] : tp.temps) temps.push_back(new_value(dt, count));
     std::set<int> defined;
@@ -346,7 +348,8 @@ struct Builder {
     if (narrow) {
       expr::Builder b;
       const expr::Expr identity = b.finish(b.input(0, expr::Type::F32));
-      map_dispatch(identity, {core_view}, {computed}, core_dtype, k.node.shape, core, label + " to " + std::string(dtype_name(core_dtype)));
+      map_dispatch(identity, {core_view}, {computed}, core_dtype, k.node.shape, core,
+                   label + " to " + std::string(dtype_name(core_dtype)));
     }
     if (k.epilogue) {
       std::vector<TView> ein{TView{core_dtype, k.output.shape, contiguous_strides(k.output.shape), 0}};

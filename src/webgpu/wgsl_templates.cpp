@@ -218,7 +218,8 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
   }
   body += "    let ao = " + off(a, c) + ";\n    let bo = " + off(b, c) + ";\n    let oo = " + off(o, c) + ";\n";
   body += "    let r0 = rbi * " + u(RM) + ";\n";
-  for (int64_t j = 0; j < CV; ++j) body += "    let col" + std::to_string(j) + " = cbi" + std::to_string(j) + " * 4u;\n";
+  for (int64_t j = 0; j < CV; ++j)
+    body += "    let col" + std::to_string(j) + " = cbi" + std::to_string(j) + " * 4u;\n";
   for (int64_t i = 0; i < RM; ++i) {
     const std::string is = std::to_string(i);
     body += "    let ar" + is + " = ao + i32(min(r0 + " + is + "u, " + u(M - 1) + ")) * " + n(sa_m) + ";\n";
@@ -242,7 +243,8 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
   };
   auto step = [&](const std::string& kk) {
     std::string s;
-    for (int64_t j = 0; j < CV; ++j) s += "      let bq" + std::to_string(j) + " = " + brow(kk, std::to_string(j)) + ";\n";
+    for (int64_t j = 0; j < CV; ++j)
+      s += "      let bq" + std::to_string(j) + " = " + brow(kk, std::to_string(j)) + ";\n";
     for (int64_t i = 0; i < RM; ++i) {
       const std::string is = std::to_string(i);
       s += "      let a" + is + " = f32(" + ld("in0", a.dtype, "ar" + is + " + i32(" + kk + ") * " + n(sa_k)) + ");\n";
@@ -266,15 +268,17 @@ TemplatePlan matmul_blocked(const Kernel& k, const std::vector<TView>& in, const
         body += "      out[u32(oo + i32(" + row + ") * " + n(N) + ") / 4u + " + cbi + "] = " + acc + ";\n";
       } else {
         for (int q = 0; q < 4; ++q)
-          body += "      if (" + col + " + " + std::to_string(q) + "u < " + u(N) + ") { out[u32(oo + i32(" + row + ") * " + n(N) +
-                  " + i32(" + col + ") + " + std::to_string(q) + "i)] = " + acc + "[" + std::to_string(q) + "]; }\n";
+          body += "      if (" + col + " + " + std::to_string(q) + "u < " + u(N) + ") { out[u32(oo + i32(" + row +
+                  ") * " + n(N) + " + i32(" + col + ") + " + std::to_string(q) + "i)] = " + acc + "[" +
+                  std::to_string(q) + "]; }\n";
       }
       body += "    }\n";
     }
     if (grid3) body += "    }\n";
   }
   std::string decls = decl(0, "in0", a.dtype, false);
-  decls += b_vec ? std::string("@group(0) @binding(1) var<storage, read> in1: array<vec4<") + (b_half ? "f16" : "f32") + ">>;\n"
+  decls += b_vec ? std::string("@group(0) @binding(1) var<storage, read> in1: array<vec4<") + (b_half ? "f16" : "f32") +
+                       ">>;\n"
                  : decl(1, "in1", b.dtype, false);
   decls += o_vec ? "@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;\n" : decl(2, "out", out.dtype, true);
   if (!grid3) return one(k, decls, count, body, 2);

@@ -675,15 +675,16 @@ TEST(WebgpuExport, UntracedProgramIsAnError) {
 // at the end, Unicode letters and numbers, emoji, and White_Space that is not ASCII (NBSP,
 // U+0085, U+2028, U+3000).
 TEST(WebgpuTokenizer, JavaScriptEncodesAsTheCpp) {
-  if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not on PATH: apt-get install nodejs";
+  if (std::system("node --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "node is not on PATH: apt-get install nodejs";
   const std::string kjv = kSource + "/data/kjv.txt";
   std::string corpus;
   if (fs::exists(kjv)) corpus = read_text(kjv).substr(0, 400000);
   else for (int i = 0; i < 100; ++i) corpus += kText;  // data/kjv.txt: make deps / alk train make it
   const std::string tricky =
       "It's I'LL they're we've you'd he'll 'tis don't'  '  x  \n\n\t  indented\r\n"
-      "digits 1234567 3.14159 \xd9\xa3\xd9\xa4 \xe2\x85\xab ca\xc3\xa7" "a \xc3\xa9t\xc3\xa9 \xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd"
-      "\xce\xb9\xce\xba\xce\xac \xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97 \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd!!! "
+      "digits 1234567 3.14159 \xd9\xa3\xd9\xa4 \xe2\x85\xab ca\xc3\xa7" "a \xc3\xa9t\xc3\xa9 "
+      "\xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd\xce\xb9\xce\xba\xce\xac \xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97 \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd!!! "
       "a\xc2\xa0" "b c\xc2\x85" "d e\xe2\x80\xa8" "f g\xe3\x80\x80h <|endoftext|>after<|endoftext|><|endoftext|>x  "
       "tabs\t\tend   ";
   webgpu::GptBundleConfig c = webgpu::GptBundleConfig::micro();

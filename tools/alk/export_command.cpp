@@ -73,7 +73,9 @@ void add_export_command(CLI::App& app) {
               << (s.shaders_f16 ? "f16: " + std::to_string(s.shaders_f16) +
                                       " kernels have a shader-f16 variant (used where the adapter offers it)\n"
                                 : std::string())
-              << "tokenizer: " << (c.tokenizer ? "byte-level BPE, " + std::to_string(c.tokenizer->vocab_size()) + " tokens (tokenizer/)" : std::string("bytes"))
+              << "tokenizer: "
+              << (c.tokenizer ? "byte-level BPE, " + std::to_string(c.tokenizer->vocab_size()) + " tokens (tokenizer/)"
+                              : std::string("bytes"))
               << "; the text is " << bundle.tokens.size() << " tokens\n"
               << "open the page: python3 -m http.server -d " << f.out << " 8000, then http://localhost:8000/\n"
               << "  (a browser with WebGPU; for Chromium without a GPU: --enable-unsafe-webgpu)\n"
