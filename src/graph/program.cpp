@@ -1,4 +1,5 @@
 // alk::compile: warm-up call, traced call, then replays of the recorded kernel list.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -29,9 +30,21 @@ struct Program::State {
   StepFn fn;
   int calls = 0;
   std::vector<Kernel> kernels;
+  // The kernels as a replay runs them: kernels (kept as traced, for export) with each Random
+  // kernel reading its seed and base offset from its device's rng state buffer where the
+  // device supports that, so its recorded dispatch never changes.
+  std::vector<Kernel> run;
+  // One i64 [2] {seed, generator offset at the step's start} per device; a replay writes it
+  // before launching (as set_lr writes the learning rate's buffer).
+  struct RngState {
+    Device* device;
+    std::shared_ptr<Buffer> buffer;
+  };
+  std::vector<RngState> rng_states;
   // How a replay runs the kernels: runs of kernels on one device recorded once as one device
   // object (a Vulkan command buffer), replayed with no per-kernel host work; a copy between
-  // devices, or a Random kernel (its offset moves every call), is launched on its own.
+  // devices, or a Random kernel its device cannot read the rng state for (its offset, a
+  // parameter then, moves every call), is launched on its own.
   struct Segment {
     size_t begin, end;                     // kernels[begin, end)
     std::unique_ptr<Recording> recording;  // null: launch kernels[begin] alone
@@ -85,11 +98,29 @@ struct Program::State {
     }
     active_trace() = nullptr;
     rng_used = random_offset() - rng_before;
-    rng_base = rng_before;
+    rng_base = traced_rng_base = rng_before;
     kernels = std::move(rec.kernels);
-    auto alone = [](const Kernel& k) { return k.op == OpId::ToDevice || k.node.op == OpId::Random; };
-    for (size_t i = 0; i < kernels.size();) {
-      const Kernel& k = kernels[i];
+    run = kernels;
+    const uint64_t state[2] = {random_seed(), rng_base};
+    for (Kernel& k : run) {
+      if (k.node.op != OpId::Random) continue;
+      Device* dev = k.output.buffer->device;
+      auto it = std::find_if(rng_states.begin(), rng_states.end(), [&](const RngState& r) { return r.device == dev; });
+      if (it == rng_states.end()) {
+        rng_states.push_back({dev, dev->allocate(sizeof state)});
+        dev->upload(*rng_states.back().buffer, 0, state, sizeof state);
+        it = rng_states.end() - 1;
+      }
+      Kernel reads_state = k;
+      std::get<RandomParams>(reads_state.node.params).offset -= rng_base;
+      reads_state.inputs = {KernelArg{it->buffer, 0, DType::I64, {2}, {1}, 0}};
+      if (dev->supports(reads_state)) k = std::move(reads_state);
+    }
+    auto alone = [](const Kernel& k) {
+      return k.op == OpId::ToDevice || (k.node.op == OpId::Random && k.inputs.empty());
+    };
+    for (size_t i = 0; i < run.size();) {
+      const Kernel& k = run[i];
       if (alone(k)) {
         segments.push_back({i, i + 1, nullptr, k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k)});
         ++i;
@@ -97,9 +128,9 @@ struct Program::State {
       }
       Device* dev = k.output.buffer->device;
       size_t end = i + 1;
-      while (end < kernels.size() && !alone(kernels[end]) && kernels[end].output.buffer->device == dev) ++end;
-      const std::vector<Kernel> run(kernels.begin() + static_cast<long>(i), kernels.begin() + static_cast<long>(end));
-      segments.push_back({i, end, dev->record(run), nullptr});
+      while (end < run.size() && !alone(run[end]) && run[end].output.buffer->device == dev) ++end;
+      const std::vector<Kernel> part(run.begin() + static_cast<long>(i), run.begin() + static_cast<long>(end));
+      segments.push_back({i, end, dev->record(part), nullptr});
       i = end;
     }
     held_bytes = rec.held_bytes;
@@ -143,15 +174,17 @@ struct Program::State {
     // Random kernels draw what an eager call would now: offsets from the generator's current
     // position (the recorded ones start at rng_base), which then moves on by one step's use.
     const uint64_t start = advance_random_offset(rng_used);  // taken at once: another thread may draw too
+    const uint64_t state[2] = {random_seed(), start};
+    for (const RngState& r : rng_states) r.device->upload(*r.buffer, 0, state, sizeof state);
     const bool timing = kernel_timing_enabled();
     for (Segment& seg : segments) {
       if (seg.recording && !timing) {
-        kernels[seg.begin].output.buffer->device->replay(*seg.recording);
+        run[seg.begin].output.buffer->device->replay(*seg.recording);
         continue;
       }
       for (size_t i = seg.begin; i < seg.end; ++i) {
-        Kernel& k = kernels[i];
-        if (k.node.op == OpId::Random) {
+        Kernel& k = run[i];
+        if (k.node.op == OpId::Random && k.inputs.empty()) {
           auto& p = std::get<RandomParams>(k.node.params);
           p.offset = p.offset - rng_base + start;
           p.seed = random_seed();
@@ -163,7 +196,8 @@ struct Program::State {
     for (const Carry& c : carries) copy_buffer(*c.from, 0, *c.to, 0, c.bytes);
   }
 
-  uint64_t rng_base = 0;  // the generator offset the recorded Random kernels start from
+  uint64_t rng_base = 0;  // the generator offset run's host-patched Random kernels start from
+  uint64_t traced_rng_base = 0;  // the one kernels' Random offsets (as traced) start from
 };
 
 Program::Program(StepFn fn) : s_(std::make_shared<State>()) { s_->fn = std::move(fn); }
@@ -206,7 +240,7 @@ ProgramContents ProgramAccess::contents(const Program& p, Loc loc) {
   c.inputs = &s.inputs;
   for (const auto& carry : s.carries) c.carries.push_back({carry.from, carry.to, carry.bytes});
   c.captures = &s.captures;
-  c.rng_base = s.rng_base;
+  c.rng_base = s.traced_rng_base;
   c.rng_used = s.rng_used;
   return c;
 }

@@ -325,6 +325,14 @@ class CpuDevice final : public Device {
       }
       case OpId::Random: {
         const auto& p = std::get<RandomParams>(n.params);
+        if (!k.inputs.empty()) {
+          // A compiled step's draw: seed and base offset live in an i64 [2] buffer the replay
+          // rewrites (alk::compile), p.offset is relative to that base.
+          uint64_t state[2];
+          std::memcpy(state, static_cast<const char*>(k.inputs[0].buffer->handle) + k.inputs[0].byte_offset, sizeof state);
+          cpu::random(static_cast<cpu::Distribution>(p.dist), state[0], state[1] + p.offset, p.low, p.high, out);
+          return;
+        }
         cpu::random(static_cast<cpu::Distribution>(p.dist), p.seed, p.offset, p.low, p.high, out);
         return;
       }

@@ -1360,6 +1360,9 @@ std::string unsupported_reason(const Kernel& k) {
       if (k.inputs[0].shape.size() < 2 || k.inputs[0].shape.size() != k.inputs[1].shape.size())
         return "matmul operands of different ranks";
       break;
+    case OpId::Random:  // alk::compile then launches it alone with its seed and offset patched in
+      if (!k.inputs.empty()) return "random with its seed and offset in a buffer";
+      break;
     case OpId::ScatterAdd:
       if (k.output.dtype == DType::Bool || k.output.dtype == DType::U8) return "scatter_add into u8/bool (no atomics)";
       break;

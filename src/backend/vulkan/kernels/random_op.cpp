@@ -57,7 +57,10 @@ bool float_out(DType t) { return t == DType::F32 || t == DType::F64 || t == DTyp
 
 std::string random_unsupported(const Context& ctx, const Kernel& k) {
   if (std::string why = kernels::common_reason(ctx, k); !why.empty()) return why;
-  if (!k.inputs.empty()) return "random takes no inputs";
+  if (k.inputs.size() > 1) return "random takes no inputs, or its seed and offset";
+  if (k.inputs.size() == 1 && (k.inputs[0].dtype != DType::I64 || kernels::numel(k.inputs[0].shape) != 2 ||
+                               !kernels::is_contiguous(k.inputs[0])))
+    return "random's seed and offset must be a contiguous i64 [2]";
   const auto& p = std::get<RandomParams>(k.node.params);
   const DType t = k.output.dtype;
   if (p.dist == kInteger && (t == DType::I64 || t == DType::I32)) return "";
@@ -159,8 +162,14 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const DType t = out.dtype;
   Launch l(ctx);
   const uint32_t of = l.bind(out, true);
+  // A compiled step's draw (alk::compile): the seed and the base offset are read from an
+  // i64 [2] buffer the replay rewrites, and p.offset is relative to that base, so the
+  // recorded dispatch never changes.
+  const bool state_in_buffer = !k.inputs.empty();
+  const uint32_t state_of = state_in_buffer ? l.bind(view_arg(k.inputs[0]), false) : 0;
   l.u(static_cast<uint64_t>(n)), l.u(of);
-  l.u(static_cast<uint32_t>(p.seed)), l.u(static_cast<uint32_t>(p.seed >> 32));
+  const uint64_t seed = state_in_buffer ? 0 : p.seed;  // with the state buffer, p.seed is unused
+  l.u(static_cast<uint32_t>(seed)), l.u(static_cast<uint32_t>(seed >> 32));
   l.u(static_cast<uint32_t>(p.offset)), l.u(static_cast<uint32_t>(p.offset >> 32));
   auto put64 = [&](uint64_t bits) { l.u(static_cast<uint32_t>(bits)), l.u(static_cast<uint32_t>(bits >> 32)); };
   auto bits_of = [](double v) {
@@ -179,15 +188,18 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
     put64(bits_of(p.low));
     put64(bits_of(p.high));
   }
+  l.u(state_of);  // P(10)
   const bool f64 = ctx.info().float64;
   std::string s = "#version 450\n" + kernels::storage_extensions(t) +
                   (p.dist == kInteger && native_int64(ctx)
                        ? "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n"
                        : "") +
                   "#define DIST " + std::to_string(p.dist) + "\n" +
+                  "#define STATE_IN_BUFFER " + (state_in_buffer ? "1" : "0") + "\n" +
                   l.preamble();
   if (t == DType::F16 || t == DType::BF16) s += kernels::arithmetic_glsl(t);
   s += "layout(std430, binding = 0) writeonly buffer O { " + std::string(kernels::storage_type(t)) + " out_[]; };\n";
+  if (state_in_buffer) s += "layout(std430, binding = 1) readonly buffer S { uvec2 state_[]; };\n";
   s += "uvec4 philox(uint c0, uint c1, uint k0, uint k1) {\n"
        "  uint c2 = 0u, c3 = 0u;\n"
        "  for (int round = 0; round < 10; ++round) {\n"
@@ -212,11 +224,20 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "  }\n"
        "  return r;\n}\n";
   if (f64) s += double_math();
-  s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) +
+  s += "void main() {\n  uint n = P(0);\n"
+       "#if STATE_IN_BUFFER\n"
+       "  uvec2 key = state_[P(10)], base = state_[P(10) + 1u];\n"
+       "  uint base_carry;\n"
+       "  base.x = uaddCarry(base.x, P(4), base_carry);\n"
+       "  base.y = base.y + P(5) + base_carry;\n"
+       "#else\n"
+       "  uvec2 key = uvec2(P(2), P(3)), base = uvec2(P(4), P(5));\n"
+       "#endif\n"
+       "  " + std::string(kernels::kLoop) +
        " {\n"
        "    uint carry;\n"
-       "    uint c0 = uaddCarry(P(4), i, carry);\n"
-       "    uvec4 w = philox(c0, P(5) + carry, P(2), P(3));\n";
+       "    uint c0 = uaddCarry(base.x, i, carry);\n"
+       "    uvec4 w = philox(c0, base.y + carry, key.x, key.y);\n";
   // shaderInt64's native 64-bit modulo where the device has it (much faster than the
   // shift-and-subtract loop, which the rest of the devices run).
   s += "#if DIST == 2\n";
