@@ -64,8 +64,9 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
   std::filesystem::create_directories(c.out);
   remove_stale_files(c.out);
   MnistSplit train_split = load_mnist(dir, true), test_split = load_mnist(dir, false);
-  Tensor train_x = normalize_images(train_split.images), test_x = normalize_images(test_split.images);
-  train_x.realize();
+  // The training images stay u8 (47 MB) and each step normalizes its batch: as f32 they would
+  // be 188 MB, beyond what one Vulkan binding may address on some devices (lavapipe: 128 MB).
+  Tensor train_x = train_split.images, test_x = normalize_images(test_split.images);
   test_x.realize();
   const int64_t n = train_x.shape()[0];
   log << "data: MNIST from " << dir << ": " << n << " training, " << test_x.shape()[0] << " test images\n";
@@ -90,7 +91,7 @@ Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::ato
 
   // The whole step (batch gather, forward, loss, backward, AdamW) is traced once and replayed.
   Program train_step = compile([&](const std::vector<Tensor>& in) {
-    Tensor x = index_select(train_x, 0, in[0]), y = index_select(train_labels, 0, in[0]);
+    Tensor x = normalize_images(index_select(train_x, 0, in[0])), y = index_select(train_labels, 0, in[0]);
     Tensor loss;
     {
       std::optional<Autocast> mixed;  // --dtype bf16|f16: the forward in mixed precision
