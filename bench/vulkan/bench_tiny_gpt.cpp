@@ -1,0 +1,74 @@
+// The tiny-GPT training step (bench/bench_tiny_gpt.cpp's shapes: V256 T128 d128 H4 L4 B8,
+// AdamW) compiled and replayed on a Vulkan device, with the same step on alk's CPU backend
+// as the anchor, measured in the same run (issue 8's lavapipe target: within 2x of the CPU):
+//   RATIO tiny_gpt_step_vulkan alk=<vulkan ms>ms anchor=<cpu ms>ms ratio=<vulkan/cpu>
+// Options: --steps N (median over N steps after 3 warm-up ones), --device vulkan:N,
+// --no-anchor (the Vulkan side only, e.g. under ALK_DEBUG=timing).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "alk/alk.h"
+#include "alk/compile.h"
+#include "alk/nn.h"
+#include "alk/optim.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// ms per step (median) of the compiled tiny-GPT step on `dev`, and its last loss.
+std::pair<double, double> time_step(alk::Device& dev, int steps) {
+  const int64_t V = 256, T = 128, B = 8;
+  alk::manual_seed(0);
+  alk::nn::GPT model({.vocab = V, .ctx = T, .dim = 128, .heads = 4, .layers = 4, .tie_embeddings = false});
+  model.to(dev);
+  alk::optim::AdamW opt(model.named_parameters(), 3e-4, {.weight_decay = 0.1});
+  alk::Tensor x = alk::randint(0, V, {B, T}).to(dev), y = alk::randint(0, V, {B, T}).to(dev);
+  x.realize();
+  y.realize();
+  alk::Program program = alk::compile([&](const std::vector<alk::Tensor>& in) {
+    alk::Tensor loss = alk::nn::cross_entropy(model(in[0]), in[1]);
+    alk::capture("loss", loss);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+  });
+  std::vector<double> ms;
+  double loss = 0;
+  for (int i = 0; i < steps + 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    program({x, y});
+    loss = program.captured("loss").item();  // the host reads the loss each step, as training does
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 3) ms.push_back(t);
+  }
+  return {median(ms), loss};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10;
+  bool anchor = true;
+  std::string device = "vulkan";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
+  }
+  alk::Device& dev = alk::get_device(device);
+  const auto [gpu_ms, gpu_loss] = time_step(dev, steps);
+  std::printf("alk-%s tiny-gpt ms/step=%.2f tokens/s=%.0f loss=%.6f (%s)\n", device.c_str(), gpu_ms,
+              1024.0 / gpu_ms * 1e3, gpu_loss, dev.info().description.c_str());
+  if (!anchor) return 0;
+  const auto [cpu_ms, cpu_loss] = time_step(alk::cpu_device(), steps);
+  std::printf("alk-cpu tiny-gpt ms/step=%.2f tokens/s=%.0f loss=%.6f\n", cpu_ms, 1024.0 / cpu_ms * 1e3, cpu_loss);
+  std::printf("RATIO tiny_gpt_step_vulkan alk=%.2fms anchor=%.2fms ratio=%.3f\n", gpu_ms, cpu_ms, gpu_ms / cpu_ms);
+}
