@@ -184,6 +184,13 @@ void run(vk::Context& ctx, const Options& o, DType t) {
     if (std::sscanf(o.tiles.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
     kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn, true});
   }
+  // cpu:BMxBN:TMxTN, e.g. cpu:64x64:8x8 (register blocks for CPU implementations: matmul.h)
+  if (o.tiles == "cpu") kernel.force_tiles(vk::kMatmulCpu);
+  if (o.tiles.rfind("cpu:", 0) == 0) {
+    unsigned bm = 0, bn = 0, tm = 0, tn = 0;
+    if (std::sscanf(o.tiles.c_str(), "cpu:%ux%u:%ux%u", &bm, &bn, &tm, &tn) != 4) usage("--tiles cpu:BMxBN:TMxTN");
+    kernel.force_tiles(vk::MatmulTiles{bm, bn, 4, tm, tn, false, true});
+  }
   for (int i = 0; i < 2; ++i) kernel.launch(ctx.stream(), a, b, c);  // compile, warm up
   ctx.stream().synchronize();
   std::vector<double> ms;

@@ -251,7 +251,9 @@ TEST(VulkanMatmul, BatchedWithBroadcast) {
 TEST(VulkanMatmul, BothTileShapes) {
   ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
   const Layout plain, tr{true, 0, 0, false};
-  for (const MatmulTiles& tiles : {kMatmulLarge, kMatmulSmall}) {
+  // kMatmulCpu and its narrow variants: the register-block tiles CPU implementations run.
+  for (const MatmulTiles& tiles : {kMatmulLarge, kMatmulSmall, kMatmulCpu, MatmulTiles{32, 128, 4, 4, 16, false, true},
+                                   MatmulTiles{32, 32, 4, 4, 4, false, true}}) {
     MatmulKernel& k = kernel(*ctx, DType::F32);
     k.force_tiles(tiles);
     check(*ctx, k, Case{{}, {}, {}, 130, 40, 129, tr, plain}, DType::F32, 5);

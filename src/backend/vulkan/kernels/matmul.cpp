@@ -293,6 +293,44 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   };
   s += "#define LA ((BM * BK) / WG)\n#define LB ((BK * BN) / WG)\n";
 
+  if (t.cpu) {
+    // Register blocks (matmul.h): rows ty * TM.., columns tx * TN.. of the workgroup's tile.
+    const uint32_t tm = t.tm, tn = t.tn;
+    s += "void main() {\n"
+         "  const uint tid = gl_LocalInvocationID.x, tx = tid % (BN / TN), ty = tid / (BN / TN);\n"
+         "  const uint row0 = gl_WorkGroupID.y * BM + ty * TM, col0 = gl_WorkGroupID.x * BN + tx * TN;\n";
+    s += batch_head;
+    // Accumulators as plain variables (an array read at a computed index would stay in memory).
+    for (uint32_t i = 0; i < tm * tn; ++i) s += "    ACC acc" + std::to_string(i) + " = ACC(0);\n";
+    // Rows and columns past the edges read the last one (never stored): no masks in the loop.
+    for (uint32_t i = 0; i < tm; ++i)
+      s += "    const int ar" + std::to_string(i) + " = a_base + int(min(row0 + " + u(i) + ", p.M - 1u)) * p.a_rs;\n";
+    for (uint32_t j = 0; j < tn; ++j)
+      s += "    const int bc" + std::to_string(j) + " = b_base + int(min(col0 + " + u(j) + ", p.N - 1u)) * p.b_cs;\n";
+    auto step = [&](const std::string& kk, const std::string& indent) {
+      std::string b;
+      for (uint32_t i = 0; i < tm; ++i)
+        b += indent + "const ACC a" + std::to_string(i) + " = load_a(ar" + std::to_string(i) + " + int(" + kk + ") * p.a_cs);\n";
+      for (uint32_t j = 0; j < tn; ++j)
+        b += indent + "const ACC b" + std::to_string(j) + " = load_b(bc" + std::to_string(j) + " + int(" + kk + ") * p.b_rs);\n";
+      for (uint32_t i = 0; i < tm; ++i)
+        for (uint32_t j = 0; j < tn; ++j) {
+          const std::string ai = std::to_string(i * tn + j);
+          b += indent + "acc" + ai + " = fma(a" + std::to_string(i) + ", b" + std::to_string(j) + ", acc" + ai + ");\n";
+        }
+      return b;
+    };
+    s += "    uint k = 0u;\n    for (; k + 4u <= p.K; k += 4u) {\n";
+    for (int q = 0; q < 4; ++q) s += "      {\n" + step("k + " + std::to_string(q) + "u", "        ") + "      }\n";
+    s += "    }\n    for (; k < p.K; ++k) {\n" + step("k", "      ") + "    }\n";
+    for (uint32_t i = 0; i < tm; ++i)
+      for (uint32_t j = 0; j < tn; ++j)
+        s += "    if (row0 + " + u(i) + " < p.M && col0 + " + u(j) + " < p.N) {\n      const uint r = row0 + " + u(i) +
+             ", c = col0 + " + u(j) + ";\n      const ACC v = acc" + std::to_string(i * tn + j) + ";\n      " + store + "\n    }\n";
+    s += "  }\n}\n";
+    return s;
+  }
+
   if (t.coop) {
     // Cooperative matrices (VK_NV_cooperative_matrix): subgroups of 32, each computing a
     // (16 TM) x (16 TN) piece of the tile as TM x TN 16x16 f32 accumulators; A and B slices are
@@ -503,7 +541,7 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
   std::lock_guard lock(mutex_);
   for (const auto& v : variants_)
     if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.tm == t.tm &&
-        v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->a_k == a_k &&
+        v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->tiles.cpu == t.cpu && v->a_k == a_k &&
         v->b_n == b_n && v->fused == fused && v->vec_a == vec_a && v->vec_b == vec_b)
       return *v;
   if (t.coop && !(sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv))
@@ -601,6 +639,9 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
     for (size_t i = dims.size(); i-- > 0;) dims[i].strides[2] = c, c *= dims[i].size;
   }
   const DeviceInfo& info = ctx_.info();
+  // CPU implementations (lavapipe) run register-block tiles (matmul.h), 32 rows tall.
+  const bool cpu_impl = info.kind == DeviceInfo::Kind::Cpu && !std::getenv("ALK_VK_GEMM_SHARED");
+  const int64_t merge_bm = cpu_impl ? 32 : kSmall.bm;
   // Merge a dim into the one inside it where every operand steps evenly across both; the
   // rows take in batch dims only while their tile count stays within the group limit.
   for (size_t i = dims.size() - 1; i-- > 0;) {
@@ -608,7 +649,7 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
     bool ok = true;
     for (size_t o = 0; o < outer.strides.size() && ok; ++o) ok = outer.strides[o] == inner.strides[o] * inner.size;
     if (ok && i + 2 == dims.size())
-      ok = (outer.size * inner.size + kSmall.bm - 1) / kSmall.bm <= static_cast<int64_t>(info.max_workgroup_count[1]);
+      ok = (outer.size * inner.size + merge_bm - 1) / merge_bm <= static_cast<int64_t>(info.max_workgroup_count[1]);
     if (!ok) continue;
     inner.size *= outer.size;
     dims.erase(dims.begin() + static_cast<long>(i));
@@ -622,7 +663,14 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
 
   const int64_t big_tiles = ((M + 127) / 128) * ((n + 127) / 128) * kernel_batches;
   const bool coop = sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv && M >= 64 && n >= 64 && k >= 16;
-  const MatmulTiles& tiles = forced_ ? *forced_ : coop ? kMatmulCoop : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
+  // On a CPU implementation: 4 rows by 16, 8 or 4 columns per invocation as n allows, 8 x 8
+  // invocations per workgroup (bench/vulkan/NOTES.md).
+  const uint32_t cpu_tn = n >= 128 ? 16 : n >= 32 ? 8 : 4;
+  const MatmulTiles cpu_tiles{32, 8 * cpu_tn, 4, 4, cpu_tn, false, true};
+  const MatmulTiles& tiles = forced_ ? *forced_
+                             : coop  ? kMatmulCoop
+                             : cpu_impl ? cpu_tiles
+                             : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
   const int64_t a_rs = rows.strides[0], a_cs = a.strides[R - 1], b_rs = b.strides[R - 2], b_cs = b.strides[R - 1];
   const bool a_k = std::abs(a_cs) <= std::abs(a_rs) || M == 1;
   const bool b_n = std::abs(b_cs) <= std::abs(b_rs) || k == 1;

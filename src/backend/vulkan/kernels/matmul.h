@@ -59,11 +59,19 @@ struct MatmulTiles {
   // Cooperative matrices (f16 on VK_NV_cooperative_matrix): subgroups of 32, each owning
   // tm x tn 16x16 accumulators.
   bool coop = false;
+  // Register blocks for CPU implementations (lavapipe): each invocation computes tm
+  // consecutive rows by tn consecutive columns straight from the operands, k unrolled by 4,
+  // with no shared memory and no barriers. llvmpipe turns every per-invocation load into a
+  // scalar loop over its SIMD lanes, so what counts is loads per fma: (4 tm + 4 tn) per
+  // 4 tm tn here, against staging through shared memory at 2 loads + 1 store per element.
+  bool cpu = false;
   uint32_t threads() const { return coop ? 32 * (bm / (16 * tm)) * (bn / (16 * tn)) : (bm / tm) * (bn / tn); }
 };
 inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
 inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
 inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 4, 4, true};  // 4 subgroups; measured best on an H200
+// bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
+inline constexpr MatmulTiles kMatmulCpu{64, 64, 4, 8, 8, false, true};
 
 class MatmulKernel {
  public:
