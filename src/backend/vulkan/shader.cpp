@@ -44,7 +44,7 @@ std::vector<uint32_t> compile_glsl(const std::string& source, const std::string&
       shaderc_result_release);
   if (!result || shaderc_result_get_compilation_status(result.get()) != shaderc_compilation_status_success) {
     std::string log = result ? shaderc_result_get_error_message(result.get()) : "no result";
-    fail("GLSL compile of " + name + " failed:\n" + log + "source (first lines):\n" + first_lines(source, 12));
+    fail("GLSL compile of " + name + " failed:\n" + log + "source (first lines):\n" + first_lines(source, std::getenv("ALK_VK_FULL_SOURCE") ? 100000 : 12));
   }
   const size_t bytes = shaderc_result_get_length(result.get());
   std::vector<uint32_t> words(bytes / 4);

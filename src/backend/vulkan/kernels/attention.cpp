@@ -1,6 +1,7 @@
 #include "backend/vulkan/kernels/attention.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -117,7 +118,12 @@ std::string unroll_policy(std::string s, bool unroll) {
   return s;
 }
 
-bool unroll_head_loops(const Context& ctx) { return ctx.info().kind != DeviceInfo::Kind::Cpu; }
+// ALK_VK_ATTN_UNROLL=N: CPU implementations unroll head sizes up to N too (measuring).
+bool unroll_head_loops(const Context& ctx, int64_t D) {
+  if (ctx.info().kind != DeviceInfo::Kind::Cpu) return true;
+  const char* e = std::getenv("ALK_VK_ATTN_UNROLL");
+  return e && D <= std::atoi(e);
+}
 
 // Forward: workgroup (query block, batch), one invocation per query row.
 std::string forward_source(DType t, int64_t D, bool unroll) {
@@ -464,7 +470,7 @@ AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx));
+  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim));
   pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
 }
 
@@ -487,8 +493,8 @@ AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int6
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention backward cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll_head_loops(ctx)), 7, push_bytes(5));
-  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll_head_loops(ctx)), 7, push_bytes(5));
+  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7, push_bytes(5));
+  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7, push_bytes(5));
 }
 
 void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,

@@ -50,6 +50,14 @@ void unfold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   for (int64_t s : x.strides) l.i(s);
   const std::string T = kernels::storage_type(x.dtype);
   std::string s = "#version 450\n" + kernels::storage_extensions(x.dtype) + l.preamble();
+  // Integer division has no SIMD instruction on x86: a CPU implementation (lavapipe) runs
+  // each lane's divide alone, ~10 per element here. A double divide is SIMD and exact for
+  // 32-bit operands (the quotient's distance to the next integer, >= 1/b, is far above
+  // double's rounding), so there the quotients come from it.
+  if (ctx.info().kind == DeviceInfo::Kind::Cpu && ctx.info().float64)
+    s += "uint DIV(uint a, uint b) { return uint(double(a) / double(b)); }\n";
+  else
+    s += "uint DIV(uint a, uint b) { return a / b; }\n";
   s += "layout(std430, binding = 0) readonly buffer X { " + T + " x_[]; };\n";
   s += "layout(std430, binding = 1) writeonly buffer O { " + T + " out_[]; };\n";
   s += "void main() {\n"
@@ -58,9 +66,10 @@ void unfold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "  uint OW = P(16), L = P(17), K = kh * kw;\n  " +
        std::string(kernels::kLoop) +
        " {\n"
-       "    uint l = i % L, row = (i / L) % (C * K), b = i / (L * C * K);\n"
-       "    uint c = row / K, ki = (row % K) / kw, kj = row % kw;\n"
-       "    int iy = int((l / OW) * sh) - ph + int(ki) * dh, ix = int((l % OW) * sw) - pw + int(kj) * dw;\n"
+       "    uint il = DIV(i, L), l = i - il * L, b = DIV(il, C * K), row = il - b * (C * K);\n"
+       "    uint c = DIV(row, K), rk = row - c * K, ki = DIV(rk, kw), kj = rk - ki * kw;\n"
+       "    uint ly = DIV(l, OW), lx = l - ly * OW;\n"
+       "    int iy = int(ly * sh) - ph + int(ki) * dh, ix = int(lx * sw) - pw + int(kj) * dw;\n"
        "    bool inside = iy >= 0 && iy < int(H) && ix >= 0 && ix < int(W);\n"
        "    int xo = int(b) * PI(18) + int(c) * PI(19) + iy * PI(20) + ix * PI(21);\n"
        "    out_[P(2) + i] = inside ? x_[P(1) + uint(xo)] : " + kernels::constant_expr(x.dtype, "P(3)", "P(4)") +

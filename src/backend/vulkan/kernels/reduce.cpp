@@ -744,9 +744,42 @@ Plan plan_argreduce(const Context& ctx, const Kernel& k) {
   const DType t = k.inputs[0].dtype;
   const std::string m = value_type(t);
   const bool flt = m != "int64_t";
+  // Short rows (max pooling's windows: 4 or 9 elements) get one invocation each, scanning
+  // in order: a workgroup per row would leave most lanes idle and pay a barrier per tree
+  // level (on lavapipe, a switch of every fiber).
+  const bool short_rows = product(s.inner) <= 32;
+  if (short_rows) s.wg = 64;
+  const std::string scan_rows = R"(
+void main() {
+  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {
+    uint b0 = row0(r);
+    $M bv = $M(0);
+    uint bi = NONE;
+    for (uint i = 0u; i < P(1); ++i) {
+      $M v = $M(ld0(b0 + uint(el0(i))));
+      if (take(bv, bi, v, i)) {
+        bv = v;
+        bi = i;
+      }
+    }
+    st1(row1(r), $OUT(bi));
+  }
+}
+)";
   // Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
   // value, then the lower index: the first extremum, as the CPU's scan finds it.
-  const std::string body = fill(
+  const std::string take_fn = R"(
+const uint NONE = 0xffffffffu;
+// Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
+// value, then the lower index: the first extremum, as the CPU's scan finds it.
+bool take($M va, uint ia, $M vb, uint ib) {
+  if (ib == NONE) return false;
+  if (ia == NONE) return true;
+$NAN  if (vb == va) return ib < ia;
+  return vb $CMP va;
+}
+)";
+  const std::string body = fill(short_rows ? take_fn + scan_rows : std::string(
       R"(
 const uint NONE = 0xffffffffu;
 // Should (vb, ib) replace (va, ia)? NaN wins (the first one), then the larger (smaller)
@@ -786,12 +819,12 @@ void main() {
     barrier();
   }
 }
-)",
+)"),
       {{"M", m},
        {"CMP", p.flag ? ">" : "<"},
        {"OUT", compute_name(k.output.dtype)},
        {"NAN", flt ? "  bool an = isnan(va), bn = isnan(vb);\n  if (an || bn) return bn && (!an || ib < ia);\n" : ""}});
-  s.groups = row_groups(product(s.outer));
+  s.groups = short_rows ? thread_groups(product(s.outer), s.wg) : row_groups(product(s.outer));
   finish(ctx, s, p.flag ? "argmax" : "argmin", body);
   plan.stages.push_back(std::move(s));
   return plan;
