@@ -118,12 +118,10 @@ std::string unroll_policy(std::string s, bool unroll) {
   return s;
 }
 
-// ALK_VK_ATTN_UNROLL=N: CPU implementations unroll head sizes up to N too (measuring).
-bool unroll_head_loops(const Context& ctx, int64_t D) {
-  if (ctx.info().kind != DeviceInfo::Kind::Cpu) return true;
-  const char* e = std::getenv("ALK_VK_ATTN_UNROLL");
-  return e && D <= std::atoi(e);
-}
+// Head sizes up to 64 unroll on CPU implementations too: q and o then live in registers
+// rather than in arrays read at computed indices (on lavapipe a scalar loop over the SIMD
+// lanes per access); fwd + bwd at D 32 took 2/3 of the time (bench/vulkan/NOTES.md).
+bool unroll_head_loops(const Context& ctx, int64_t D) { return ctx.info().kind != DeviceInfo::Kind::Cpu || D <= 64; }
 
 // Forward: workgroup (query block, batch), one invocation per query row.
 std::string forward_source(DType t, int64_t D, bool unroll) {
