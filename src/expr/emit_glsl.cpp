@@ -146,8 +146,12 @@ struct Glsl final : Lang {
          "];  // input k, dim d at [8 * k + d], in elements\n"
          "  uint offset[" + std::to_string(k_in + 1) + "];  // first element: input k at [k], the output at [" +
          std::to_string(k_in) + "]\n} p;\n\n";
+    // Rank 1 (the host merges dims every view steps through evenly: any contiguous or
+    // scalar-broadcast operand) takes no integer divides, which are slow on GPUs and run
+    // lane by lane on CPU implementations such as lavapipe.
     s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
          "uint alk_offset(uint i, uint k) {\n"
+         "  if (p.rank == 1u) return p.offset[k] + uint(int(i) * p.strides[8u * k]);\n"
          "  int off = 0;\n"
          "  for (int d = int(p.rank) - 1; d >= 0; --d) {\n"
          "    off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];\n"

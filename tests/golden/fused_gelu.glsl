@@ -18,6 +18,7 @@ layout(std430, binding = 4) readonly buffer Params {
 
 // Element offset of input k for output element i: unravel i over the output shape.
 uint alk_offset(uint i, uint k) {
+  if (p.rank == 1u) return p.offset[k] + uint(int(i) * p.strides[8u * k]);
   int off = 0;
   for (int d = int(p.rank) - 1; d >= 0; --d) {
     off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];

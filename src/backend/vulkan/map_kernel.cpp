@@ -124,12 +124,31 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
     const Bound b = bind(ctx_, a, "map input");
     bindings.push_back(Binding{a.alloc, b.offset, b.bytes, false});
     first.push_back(b.first);
-    for (size_t d = 0; d < a.strides.size(); ++d) {
-      if (a.strides[d] < std::numeric_limits<int32_t>::min() || a.strides[d] > std::numeric_limits<int32_t>::max())
-        fail("kernel " + sig_.name + ": stride beyond 32 bits");
-      strides[8 * k + d] = static_cast<int32_t>(a.strides[d]);
+  }
+  // The shape the kernel unravels: size-1 dims dropped, and a dim merged into the one inside
+  // it wherever every input steps evenly across both (the output is contiguous), so the
+  // common cases (contiguous operands, scalars) are rank 1 and index without divides.
+  std::vector<int64_t> shape;
+  std::vector<std::vector<int64_t>> in_strides(k_in);
+  for (size_t d = 0; d < out.shape.size(); ++d) {
+    if (out.shape[d] == 1) continue;
+    bool merge = !shape.empty();
+    for (size_t k = 0; k < k_in && merge; ++k) merge = in_strides[k].back() == inputs[k].strides[d] * out.shape[d];
+    if (merge) {
+      shape.back() *= out.shape[d];
+      for (size_t k = 0; k < k_in; ++k) in_strides[k].back() = inputs[k].strides[d];
+    } else {
+      shape.push_back(out.shape[d]);
+      for (size_t k = 0; k < k_in; ++k) in_strides[k].push_back(inputs[k].strides[d]);
     }
   }
+  for (size_t k = 0; k < k_in; ++k)
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int64_t st = in_strides[k][d];
+      if (st < std::numeric_limits<int32_t>::min() || st > std::numeric_limits<int32_t>::max())
+        fail("kernel " + sig_.name + ": stride beyond 32 bits");
+      strides[8 * k + d] = static_cast<int32_t>(st);
+    }
   if (out.dtype != sig_.output) fail("kernel " + sig_.name + ": the output has the wrong dtype");
   // The kernel writes output element i at offset[K] + i: the output must be contiguous.
   int64_t expect = 1;
@@ -144,8 +163,8 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
   // The params block (emit.h): n, rank, shape[8], strides[8 * max(1, K)], offset[K + 1].
   std::vector<uint8_t> params;
   put32(params, static_cast<uint32_t>(n));
-  put32(params, static_cast<uint32_t>(out.shape.size()));
-  for (size_t d = 0; d < 8; ++d) put32(params, d < out.shape.size() ? static_cast<uint32_t>(out.shape[d]) : 1u);
+  put32(params, static_cast<uint32_t>(shape.size()));
+  for (size_t d = 0; d < 8; ++d) put32(params, d < shape.size() ? static_cast<uint32_t>(shape[d]) : 1u);
   for (int32_t s : strides) put32(params, static_cast<uint32_t>(s));
   for (uint32_t f : first) put32(params, f);
   if (params.size() != expr::map_params_bytes(k_in)) fail("kernel " + sig_.name + ": params block size mismatch");
