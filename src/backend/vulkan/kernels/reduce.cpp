@@ -312,13 +312,7 @@ Groups thread_groups(int64_t n, int64_t wg) {
 // Invocations per row: rows of a few thousand elements take 64 (fewer idle lanes and a
 // shallower tree; on lavapipe, far fewer fibers to switch at each barrier), longer ones the
 // full workgroup.
-// On CPU implementations (lavapipe), rows shorter than that get one subgroup: a workgroup
-// is then a single SIMD fiber, its barriers switch nothing, and lanes idle less on short
-// rows (layer norm over 128: 16 elements per lane instead of 2).
 uint32_t row_workgroup(const Context& ctx, int64_t len) {
-  const DeviceInfo& info = ctx.info();
-  if (len < 4096 && info.kind == DeviceInfo::Kind::Cpu && info.subgroup_size >= 2 && !std::getenv("ALK_VK_WIDE_ROWS"))
-    return std::min<uint32_t>(info.subgroup_size, workgroup_size(ctx));
   return len < 4096 ? std::min<uint32_t>(64, workgroup_size(ctx)) : workgroup_size(ctx);
 }
 
