@@ -143,6 +143,7 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
       check(root.numel() == 1, "backward", loc,
             "grad can be implicitly created only for scalar outputs; got shape ", to_string(root.shape()),
             ": pass a seed gradient");
+      DeviceGuard on(root.device());  // the seed lives where the output does
       seed = ones(root.shape(), root.dtype());
     }
     if (!root.impl()->grad_fn) r.leaves.push_back({root.impl(), root.impl()});

@@ -141,6 +141,24 @@ TEST(VulkanIndexOps, RandomDrawsMatchTheCpu) {
   expect_equal(draw(*dev), draw(get_device("cpu")));
 }
 
+// backward() on a scalar made on Vulkan seeds its gradient there: a kernel whose gradient
+// is the seed itself made contiguous (attention under sum()) found it on the CPU.
+TEST(VulkanIndexOps, BackwardSeedsOnTheOutputsDevice) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  manual_seed(4);
+  Tensor q0 = randn({1, 2, 4, 8});
+  auto grad_of = [&](Device& d) {
+    Tensor q = q0.to(d).detach();
+    q.requires_grad_();
+    sum(scaled_dot_product_attention(q, q, q, true)).backward();
+    EXPECT_EQ(&q.grad().device(), &d);
+    return q.grad().to_vector<float>();
+  };
+  std::vector<float> a = grad_of(*dev), b = grad_of(get_device("cpu"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+}
+
 }  // namespace
 }  // namespace alk::vk::testing
 #endif
