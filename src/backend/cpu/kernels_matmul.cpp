@@ -23,6 +23,9 @@
 #include <cstring>
 #include <new>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -180,14 +183,45 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
           float* row = panel + p * NR;
           if constexpr (std::is_same_v<E, detail::Elem<DType::F32>>) {
             if (cs == 1) {
-              std::memcpy(row, static_cast<const float*>(b.data) + at, static_cast<size_t>(w) * sizeof(float));
+              const float* src = static_cast<const float*>(b.data) + at;
+              // Fixed-size copies of a full panel row compile to a few vector moves; a
+              // memcpy call per 64-byte row cost as much as the copy itself.
+              if (w == 16 && NR == 16)
+                std::memcpy(row, src, 16 * sizeof(float));
+              else if (w == 32 && NR == 32)
+                std::memcpy(row, src, 32 * sizeof(float));
+              else
+                std::memcpy(row, src, static_cast<size_t>(w) * sizeof(float));
               continue;
             }
           }
           for (int64_t c = 0; c < w; ++c) row[c] = static_cast<float>(E::load(b.data, at + c * cs));
         }
       } else {  // column-major B: walk each column down k
-        for (int64_t c = 0; c < w; ++c) {
+        int64_t c_done = 0;
+#if defined(__SSE2__)
+        if constexpr (std::is_same_v<E, detail::Elem<DType::F32>>) {
+          if (rs == 1) {  // a transposed f32 B (dX = dY W^T): 4 x 4 transposes of in-register blocks
+            const float* src = static_cast<const float*>(b.data) + base + c0 * cs;
+            const int64_t k4 = k / 4 * 4;
+            for (; c_done + 4 <= w; c_done += 4) {
+              const float* col = src + c_done * cs;
+              for (int64_t p = 0; p < k4; p += 4) {
+                __m128 r0 = _mm_loadu_ps(col + p), r1 = _mm_loadu_ps(col + cs + p), r2 = _mm_loadu_ps(col + 2 * cs + p),
+                       r3 = _mm_loadu_ps(col + 3 * cs + p);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_storeu_ps(panel + p * NR + c_done, r0);
+                _mm_storeu_ps(panel + (p + 1) * NR + c_done, r1);
+                _mm_storeu_ps(panel + (p + 2) * NR + c_done, r2);
+                _mm_storeu_ps(panel + (p + 3) * NR + c_done, r3);
+              }
+              for (int64_t p = k4; p < k; ++p)
+                for (int64_t c = c_done; c < c_done + 4; ++c) panel[p * NR + c] = src[c * cs + p];
+            }
+          }
+        }
+#endif
+        for (int64_t c = c_done; c < w; ++c) {
           int64_t at = base + (c0 + c) * cs;
           for (int64_t p = 0; p < k; ++p) panel[p * NR + c] = static_cast<float>(E::load(b.data, at + p * rs));
         }
