@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -150,6 +154,29 @@ TEST(CpuFeatures, RealCpuMatchesCompilerDetection) {
   if (std::getenv("ALK_CPU_DISABLE") == nullptr) {
     EXPECT_EQ(cpu_features(), f);
   }
+}
+
+// This machine, through a second source: on Linux the kernel's own CPU flags
+// (/proc/cpuinfo), which it clears for features whose register state the OS does not
+// enable (as detection does with XCR0), must agree with what read_cpuid() decodes.
+TEST(CpuFeatures, RealCpuMatchesProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (flags.empty() && std::getline(in, line))
+    if (line.rfind("flags", 0) == 0 && line.find(':') != std::string::npos) flags = line.substr(line.find(':') + 1);
+  if (flags.empty()) GTEST_SKIP() << "no x86 flags in /proc/cpuinfo";
+  std::set<std::string> have;
+  std::istringstream words(flags);
+  for (std::string w; words >> w;) have.insert(w);
+  const CpuFeatures f = features_from_cpuid(read_cpuid());
+  SCOPED_TRACE("decoded: " + features_str(f));
+  EXPECT_EQ(f.avx2, have.count("avx2") == 1);
+  EXPECT_EQ(f.fma, have.count("fma") == 1);
+  EXPECT_EQ(f.avx512f, have.count("avx512f") == 1);
+  EXPECT_EQ(f.avx512bw, have.count("avx512bw") == 1);
+  EXPECT_EQ(f.avx512vl, have.count("avx512vl") == 1);
+  EXPECT_EQ(f.avx512dq, have.count("avx512dq") == 1);
+  EXPECT_EQ(f.avx512bf16, have.count("avx512_bf16") == 1);
 }
 
 // Whatever the features (real or masked), the kernels' choices follow them.
