@@ -300,7 +300,9 @@ struct Grid {
     mb = std::max<int64_t>(1, (micro_rows * MR + mc - 1) / mc);
     if (threads > 1 && batches * mb < 8 * threads) {
       mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
-      if (batches * mb < threads) nb = std::min(panels, (threads + batches * mb - 1) / (batches * mb));
+      // At least a few blocks per thread: a thread that is descheduled mid-product (a shared
+      // or loaded machine) then holds back a small block, not half of the product.
+      if (batches * mb < 4 * threads) nb = std::min(panels, (4 * threads + batches * mb - 1) / (batches * mb));
     }
   }
 };
