@@ -55,9 +55,16 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, Loc loc) {
     // K of m instead of batch * m).
     bool b_shared = g.dim() > 2 && Shape(sa.shape().begin(), sa.shape().end() - 2) == Shape(g.shape().begin(), g.shape().end() - 2);
     for (int64_t d = 0; d + 2 < sb.dim(); ++d) b_shared = b_shared && sb.shape()[static_cast<size_t>(d)] == 1;
-    Tensor grad_b = b_shared ? matmul(sa.reshape({sa.numel() / k, k}).transpose(0, 1), g.reshape({g.numel() / n, n}))
-                                   .reshape(sb.shape())
-                             : sum_to(matmul(sa.transpose(-1, -2), g), sb.shape());
+    // A b that is a transposed view (y = x W^T with W [n, k]) gets its gradient in the same
+    // layout: W's gradient comes out contiguous, so the optimizer's kernels read it in place
+    // instead of gathering it through a transpose (one strided element per cache line).
+    const bool b_transposed = sb.dim() == 2 && sb.strides()[0] == 1 && sb.strides()[1] != 1;
+    Tensor grad_b = b_shared && b_transposed
+                        ? matmul(g.reshape({g.numel() / n, n}).transpose(0, 1), sa.reshape({sa.numel() / k, k}))
+                              .transpose(0, 1)
+                    : b_shared ? matmul(sa.reshape({sa.numel() / k, k}).transpose(0, 1), g.reshape({g.numel() / n, n}))
+                                     .reshape(sb.shape())
+                               : sum_to(matmul(sa.transpose(-1, -2), g), sb.shape());
     return std::vector<Tensor>{sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape()), grad_b};
   });
 }
