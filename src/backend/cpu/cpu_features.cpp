@@ -56,6 +56,7 @@ CpuFeatures features_from_cpuid(const CpuidRegs& r) {
   const bool ymm = bit(r.leaf1_ecx, 28) && osxsave && (r.xcr0 & kYmmState) == kYmmState;  // AVX usable
   const bool zmm = ymm && (r.xcr0 & kZmmState) == kZmmState;
   f.fma = ymm && bit(r.leaf1_ecx, 12);
+  f.f16c = ymm && bit(r.leaf1_ecx, 29);
   if (r.max_leaf < 7) return f;
   f.avx2 = ymm && bit(r.leaf7_ebx, 5);
   f.avx512f = zmm && bit(r.leaf7_ebx, 16);
@@ -75,6 +76,7 @@ CpuFeatures disable_features(CpuFeatures f, const std::string& names, std::strin
     if (name.empty()) continue;
     bool* field = name == "avx2"         ? &f.avx2
                   : name == "fma"        ? &f.fma
+                  : name == "f16c"       ? &f.f16c
                   : name == "avx512f"    ? &f.avx512f
                   : name == "avx512bw"   ? &f.avx512bw
                   : name == "avx512vl"   ? &f.avx512vl
@@ -112,6 +114,7 @@ std::string features_str(const CpuFeatures& f) {
   };
   add(f.avx2, "avx2");
   add(f.fma, "fma");
+  add(f.f16c, "f16c");
   add(f.avx512f, "avx512f");
   add(f.avx512bw, "avx512bw");
   add(f.avx512vl, "avx512vl");
@@ -126,7 +129,7 @@ int best_isa_level(const CpuFeatures& f) {
   return 0;
 }
 
-bool gemm_avx2_ok(const CpuFeatures& f) { return f.avx2 && f.fma; }
+bool gemm_avx2_ok(const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; }
 bool gemm_avx512_ok(const CpuFeatures& f) { return gemm_avx2_ok(f) && f.avx512f && f.avx512bw && f.avx512vl; }
 bool gemm_bf16_ok(const CpuFeatures& f) { return gemm_avx512_ok(f) && f.avx512bf16; }
 

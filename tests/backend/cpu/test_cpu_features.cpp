@@ -67,7 +67,7 @@ void expect_choice(const CpuidRegs& r, Expect e) {
 
 TEST(CpuFeatures, Avx2OnlyCpu) {
   CpuFeatures f = features_from_cpuid(zen2());
-  EXPECT_TRUE(f.avx2 && f.fma);
+  EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
   EXPECT_FALSE(f.avx512f || f.avx512bw || f.avx512vl || f.avx512dq || f.avx512bf16);
   expect_choice(zen2(), {1, false, true, false});
 }
@@ -113,6 +113,11 @@ TEST(CpuFeatures, OlderAndPartialCpus) {
   knl.xcr0 = kXcrZmm;
   expect_choice(knl, {1, false, true, false});
 
+  CpuidRegs no_f16c = zen2();  // AVX2 + FMA without F16C (no such CPU is known): the AVX2
+  no_f16c.leaf1_ecx &= ~kF16c;  // kernels convert f16 with F16C, so not even they run
+  EXPECT_FALSE(features_from_cpuid(no_f16c).f16c);
+  expect_choice(no_f16c, {0, false, false, false});
+
   CpuidRegs no_dq = skylake_sp();  // F/BW/VL without DQ: the GEMM can, the evaluator cannot
   no_dq.leaf7_ebx &= ~kAvx512dq;
   expect_choice(no_dq, {1, true, true, false});
@@ -134,6 +139,9 @@ TEST(CpuFeatures, DisableRemovesOnly) {
   EXPECT_EQ(f, features_from_cpuid(zen2()));
   f = disable_features(features_from_cpuid(zen2()), "avx2,,fma,sse9", &bad);
   EXPECT_EQ(bad, "sse9");
+  EXPECT_EQ(best_isa_level(f), 0);
+  f = disable_features(features_from_cpuid(zen2()), "f16c", &bad);
+  EXPECT_FALSE(f.f16c);
   EXPECT_EQ(best_isa_level(f), 0);
   EXPECT_EQ(disable_features(CpuFeatures{}, "", nullptr), CpuFeatures{});
 }
@@ -172,6 +180,7 @@ TEST(CpuFeatures, RealCpuMatchesProcCpuinfo) {
   SCOPED_TRACE("decoded: " + features_str(f));
   EXPECT_EQ(f.avx2, have.count("avx2") == 1);
   EXPECT_EQ(f.fma, have.count("fma") == 1);
+  EXPECT_EQ(f.f16c, have.count("f16c") == 1);
   EXPECT_EQ(f.avx512f, have.count("avx512f") == 1);
   EXPECT_EQ(f.avx512bw, have.count("avx512bw") == 1);
   EXPECT_EQ(f.avx512vl, have.count("avx512vl") == 1);

@@ -2,9 +2,11 @@
 // every path the processor supports must compute what the generic path computes, for
 // fused expressions with strided and broadcast inputs, reductions over any axes, and the
 // vector-math functions (libmvec), which may differ from std:: by a few ulp.
+#include <bit>
 #include <cmath>
 #include <functional>
 
+#include "backend/cpu/eval.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "testing.h"
@@ -46,6 +48,59 @@ TEST(EvalIsa, EverySupportedPathMatchesGeneric) {
   }
   cpu::set_isa(original);
   EXPECT_EQ(cpu::isa(), original);
+}
+
+// f16 loads and stores convert 8 at a time with F16C on the AVX paths: every f16 bit
+// pattern (subnormals, infinities, quiet and signaling NaNs) loads, and f32 values around
+// every rounding edge store, to the same bits as the generic path's scalar conversions.
+TEST(EvalIsa, F16ConversionsMatchGenericBitwise) {
+  const cpu::Isa original = cpu::isa();
+  auto view = [](void* data, DType t, int64_t n) {
+    cpu::View v;
+    v.data = data;
+    v.dtype = t;
+    v.shape = {n};
+    v.strides = {1};
+    return v;
+  };
+  // Negation keeps a NaN's bits (a sign flip), so the loaded bits reach the output as loaded.
+  expr::Builder c;
+  const expr::Expr neg_f32 = c.finish(c.unary(expr::Fn::Neg, c.input(0, expr::Type::F32)));
+  std::vector<uint16_t> halves(65536 + 5);  // + 5: a tail shorter than one vector
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i * 40503u);
+  std::vector<float> floats;
+  for (uint32_t e = 100; e < 145; ++e)  // f16's subnormal, normal and overflow ranges
+    for (uint32_t m : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffffu, 0x400000u, 0x401000u})
+      for (uint32_t sign : {0u, 0x80000000u}) floats.push_back(std::bit_cast<float>(sign | e << 23 | m));
+  for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x477ff000u, 0x477fefffu})
+    floats.push_back(std::bit_cast<float>(bits));
+  floats.push_back(0.0f);
+  auto run = [&](cpu::Isa isa) {
+    cpu::set_isa(isa);
+    std::vector<float> loaded(halves.size());
+    const cpu::View in_h = view(halves.data(), DType::F16, static_cast<int64_t>(halves.size()));
+    cpu::eval_map(neg_f32, std::span<const cpu::View>(&in_h, 1), view(loaded.data(), DType::F32, static_cast<int64_t>(loaded.size())));
+    std::vector<uint16_t> stored(floats.size());
+    const cpu::View in_f = view(floats.data(), DType::F32, static_cast<int64_t>(floats.size()));
+    cpu::eval_map(neg_f32, std::span<const cpu::View>(&in_f, 1), view(stored.data(), DType::F16, static_cast<int64_t>(stored.size())));
+    return std::pair(loaded, stored);
+  };
+  const auto [gen_loaded, gen_stored] = run(cpu::Isa::Generic);
+  for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const auto [loaded, stored] = run(isa);
+    int bad = 0;
+    for (size_t i = 0; i < loaded.size() && bad < 5; ++i)
+      if (std::bit_cast<uint32_t>(loaded[i]) != std::bit_cast<uint32_t>(gen_loaded[i]))
+        ADD_FAILURE() << "f16 0x" << std::hex << halves[i] << " loads as 0x" << std::bit_cast<uint32_t>(loaded[i])
+                      << ", generic 0x" << std::bit_cast<uint32_t>(gen_loaded[i]) << std::dec << (++bad, "");
+    for (size_t i = 0; i < stored.size() && bad < 5; ++i)
+      if (stored[i] != gen_stored[i])
+        ADD_FAILURE() << "f32 0x" << std::hex << std::bit_cast<uint32_t>(floats[i]) << " stores as 0x" << stored[i]
+                      << ", generic 0x" << gen_stored[i] << std::dec << (++bad, "");
+  }
+  cpu::set_isa(original);
 }
 
 // Reductions over leading axes (a gradient summed over the batch) split rows into chunks
