@@ -42,6 +42,13 @@ struct Kernel {
   // (kc: the kernel's block depth above; a_step is unused): a row-major A packs with one
   // copy per row instead of a transpose.
   MicroKernel run_rows;
+  // The same two for a last panel of at most edge_rows[e] rows (ascending, each <= mr):
+  // fewer accumulator rows, the same sums (a 128-row A on the 14-row AVX-512 tile computed
+  // 140 rows).
+  static constexpr int kEdges = 3;
+  int edge_rows[kEdges];
+  MicroKernel run_edge[kEdges];
+  MicroKernel run_rows_edge[kEdges];
 };
 
 extern const Kernel kGeneric;

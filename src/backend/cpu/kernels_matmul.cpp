@@ -379,14 +379,19 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
                 tile.row_stride[tile.n++] = adds[q].row_stride;
               }
             const gemm::Addends* tile_adds = tile.n ? &tile : nullptr;
+            gemm::MicroKernel run = kern.run, run_rows = kern.run_rows;
+            for (int e = 0; mr < MR && e < gemm::Kernel::kEdges; ++e)
+              if (mr <= kern.edge_rows[e]) {  // a partial last panel: only its rows
+                run = kern.run_edge[e];
+                run_rows = kern.run_rows_edge[e];
+                break;
+              }
             if (i0 < full_end)
-              kern.run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0,
-                       tile_adds);
+              run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else if (a_by_rows)
-              kern.run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0,
-                            tile_adds);
+              run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else
-              kern.run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
+              run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
           }
         }
       }
