@@ -38,9 +38,9 @@ struct Kernel {
   int mr, nr;        // register tile
   int64_t kc, mc;    // cache blocking: depth of one packed block, rows of A per L2 block
   MicroKernel run;
-  // The same product with the A panel packed by rows, element (i, p) at a[i * kc + p]
-  // (kc: the kernel's block depth above; a_step is unused): a row-major A packs with one
-  // copy per row instead of a transpose.
+  // The same product with the A panel by rows, element (i, p) at a[i * a_step + p]: a
+  // row-major A read where it is (a_step = its row stride), or its last partial panel
+  // packed with a copy per row (a_step = kc, the kernel's block depth above).
   MicroKernel run_rows;
   // The same two for a last panel of at most edge_rows[e] rows (ascending, each <= mr):
   // fewer accumulator rows, the same sums (a 128-row A on the 14-row AVX-512 tile computed

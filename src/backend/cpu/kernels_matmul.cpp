@@ -3,9 +3,10 @@
 // 64-byte aligned), each task copies a block of A into MR-tall panels one KC-deep slice
 // at a time, and an MR x NR register-blocked micro-kernel runs over them, so the hot loop
 // reads only memory that sits in L1/L2. Strides (transposed, strided, broadcast-0) and
-// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: a
-// column-major f32 A (a weight gradient's x^T) is read in place, a row-major f32 A is
-// packed by rows (one copy per row), anything else is transposed into panels. A weight
+// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: an f32 A
+// with either unit stride is read in place (column-major: a weight gradient's x^T;
+// row-major: by rows), its last partial panel copied; anything else is transposed into
+// panels. A weight
 // shared over a contiguous batch runs as one [batch * m, k] product. bf16 x bf16 uses the
 // CPU's bf16 dot products when it has them (matmul_bf16). Add-only epilogues (a bias, a
 // residual) are added to each tile in registers before it is stored.
@@ -335,7 +336,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
   // k-step's MR values side by side: the micro-kernel reads it where it is.
   const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
-  // A row-major f32 A is packed by rows (a copy per row), anything else transposed into panels.
+  // A row-major f32 A is read by rows in place (its partial panel copied by rows), anything
+  // else transposed into panels.
   const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
   std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
   for (const View& v : addends) adds.emplace_back(v);
@@ -357,7 +359,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        const int64_t full_end = a_in_place || a_by_rows ? r0 + (r1 - r0) / MR * MR : r0;
         if (full_end < r1) {
           if (a_by_rows)
             pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
@@ -386,10 +388,13 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
                 run_rows = kern.run_rows_edge[e];
                 break;
               }
-            if (i0 < full_end)
+            if (i0 < full_end && a_by_rows)
+              run_rows(kc, a_data + a_base + i0 * oa.row_stride + p0, oa.row_stride, bs, ci, ldc, mr, nr, p0 > 0,
+                       tile_adds);
+            else if (i0 < full_end)
               run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else if (a_by_rows)
-              run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, 0, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
+              run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, KC, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else
               run(kc, apack.get() + ((i0 - full_end) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
           }
