@@ -167,15 +167,18 @@ struct Operand {
 
 int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 
-// Copies column panels [j0, j1) of one batch matrix of B: panel j holds columns
-// [j*nr, j*nr + nr) as k rows of nr floats, zero-padded past n.
-void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, int64_t NR, float* dst) {
-  int64_t k = ob.rows, n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
+// Copies column panels [j0, j1) of rows [p0, p0 + k) of one batch matrix of B: panel j
+// (at dst + (j - j0) * k * NR) holds columns [j*NR, j*NR + NR) as k rows of NR floats,
+// zero-padded past n.
+void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, int64_t NR, int64_t p0, int64_t k,
+            float* dst) {
+  const int64_t n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
+  base += p0 * rs;  // rows [p0, p0 + k) of B
   dispatch(b.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t j = j0; j < j1; ++j) {
       int64_t c0 = j * NR, w = std::min<int64_t>(NR, n - c0);
-      float* panel = dst + j * k * NR;
+      float* panel = dst + (j - j0) * k * NR;
       if (w < NR)
         for (int64_t p = 0; p < k; ++p) std::fill(panel + p * NR + w, panel + (p + 1) * NR, 0.0f);
       if (abs64(cs) <= abs64(rs)) {  // row-major B: each panel row is a run of one B row
@@ -299,6 +302,12 @@ struct Grid {
     const int64_t threads = num_threads();
     micro_rows = (m + MR - 1) / MR;
     mb = std::max<int64_t>(1, (micro_rows * MR + mc - 1) / mc);
+    // A's rows fit one block (a weight gradient's [k, n] with k = 128): split the columns
+    // only, so each column panel of B belongs to one block, which packs it as it goes.
+    if (threads > 1 && batches == 1 && mb == 1 && panels >= 2 * threads) {
+      nb = std::min(panels, 4 * threads);
+      return;
+    }
     if (threads > 1 && batches * mb < 8 * threads) {
       mb = std::min(micro_rows, (mb + threads - 1) / threads * threads);
       // At least a few blocks per thread: a thread that is descheduled mid-product (a shared
@@ -316,17 +325,22 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   int64_t panels = (n + NR - 1) / NR, panel_floats = k * panels * NR;
   bool shared_b = ob.batch_broadcast();
   int64_t b_copies = shared_b ? 1 : batches;
-  Floats bpack(static_cast<size_t>(b_copies * panel_floats));
-  // Packed per panel rather than per matrix so a single large B is also split over threads.
-  parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
-    for (int64_t item = lo; item < hi;) {
-      int64_t bi = item / panels, j0 = item % panels, j1 = std::min(panels, j0 + (hi - item));
-      pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, bpack.get() + bi * panel_floats);
-      item += j1 - j0;
-    }
-  });
-
   const Grid grid(m, MR, kern.mc, panels, batches);
+  // One row block per matrix and a B per matrix: each B panel is used by one block, which
+  // packs its KC-deep slice just before use (into L1, no pass over all of B up front, whose
+  // copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product).
+  const bool b_in_block = grid.mb == 1 && (!shared_b || batches == 1);
+  Floats bpack(static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
+  // Packed per panel rather than per matrix so a single large B is also split over threads.
+  if (!b_in_block)
+    parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
+      for (int64_t item = lo; item < hi;) {
+        int64_t bi = item / panels, j0 = item % panels, j1 = std::min(panels, j0 + (hi - item));
+        pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, 0, k, bpack.get() + bi * panel_floats + j0 * k * NR);
+        item += j1 - j0;
+      }
+    });
+
   const int64_t micro_rows = grid.micro_rows, mb = grid.mb, nb = grid.nb;
   int64_t max_rows = (micro_rows + mb - 1) / mb * MR;
   double flops_per_item = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
@@ -344,7 +358,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   const float* a_data = static_cast<const float*>(a.data);
   int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
-    Floats apack(static_cast<size_t>(max_rows * KC));
+    Floats apack(static_cast<size_t>(max_rows * KC)), bslice(static_cast<size_t>(b_in_block ? KC * NR : 0));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
@@ -353,7 +367,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       int64_t c0 = j0 * NR, c1 = std::min(n, j1 * NR);
       if (r0 >= r1 || j0 >= j1) continue;
       int64_t a_base = oa.batch.offset_of(bi);
-      const float* bp = bpack.get() + (shared_b ? 0 : bi) * panel_floats;
+      const float* bp = b_in_block ? nullptr : bpack.get() + (shared_b ? 0 : bi) * panel_floats;
       int64_t ldc = direct ? n : c1 - c0;
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -368,7 +382,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
         }
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
-          const float* bs = bp + j * k * NR + p0 * NR;
+          const float* bs = b_in_block ? bslice.get() : bp + j * k * NR + p0 * NR;
+          if (b_in_block) pack_b(b, ob, ob.batch.offset_of(bi), j, j + 1, NR, p0, kc, bslice.get());
           float* cj = c + (j - j0) * NR;
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
             int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
