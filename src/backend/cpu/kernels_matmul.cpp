@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <vector>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -293,6 +294,17 @@ void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, 
   }
 }
 
+// Whether MR rows row_floats apart spread over the L1 sets (32 KiB, 8-way, 64-byte lines:
+// 64 sets) at least as well as a packed panel's rows (KC floats apart, <= 4 rows per set).
+// A row-major A read in place with rows 4 KiB apart put all 14 rows of an AVX-512 panel in
+// one set: 1024^3 took 1.2-1.4x OpenBLAS's time instead of 1.0.
+bool rows_spread(int64_t row_floats, int64_t MR) {
+  const int64_t bytes = abs64(row_floats) * static_cast<int64_t>(sizeof(float));
+  if (bytes == 0 || bytes % 64 != 0) return true;  // one line, or lines off the set grid
+  const int64_t step = (bytes / 64) % 64, sets = step == 0 ? 1 : 64 / std::gcd<int64_t>(64, step);
+  return (MR + sets - 1) / sets <= 4;
+}
+
 // The grid of C blocks both float paths use: mb row blocks (in MR-row micro panels) x nb
 // column blocks (in NR-wide panels) per batch matrix; with few blocks, split so they divide
 // evenly over the threads, splitting columns once rows run out.
@@ -350,9 +362,10 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
   // k-step's MR values side by side: the micro-kernel reads it where it is.
   const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
-  // A row-major f32 A is read by rows in place (its partial panel copied by rows), anything
-  // else transposed into panels.
+  // A row-major f32 A is read by rows in place when its rows spread over the L1 sets (its
+  // partial panel, or all of it otherwise, copied by rows), anything else transposed into panels.
   const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
+  const bool a_rows_in_place = a_by_rows && rows_spread(oa.row_stride, MR);
   std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
   for (const View& v : addends) adds.emplace_back(v);
   const float* a_data = static_cast<const float*>(a.data);
@@ -373,7 +386,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_in_place || a_by_rows ? r0 + (r1 - r0) / MR * MR : r0;
+        const int64_t full_end = a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
         if (full_end < r1) {
           if (a_by_rows)
             pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
@@ -403,7 +416,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
                 run_rows = kern.run_rows_edge[e];
                 break;
               }
-            if (i0 < full_end && a_by_rows)
+            if (i0 < full_end && a_rows_in_place)
               run_rows(kc, a_data + a_base + i0 * oa.row_stride + p0, oa.row_stride, bs, ci, ldc, mr, nr, p0 > 0,
                        tile_adds);
             else if (i0 < full_end)
