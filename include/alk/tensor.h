@@ -235,6 +235,9 @@ Tensor fold2d(const Tensor& cols, int64_t h, int64_t w, const Conv2dGeometry& g,
 // x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or undefined.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+// Depthwise convolution (groups == channels, one filter per channel): x [N, C, H, W], weight
+// [C, 1, kh, kw] -> [N, C, OH, OW], out-of-image taps read 0. conv2d calls it for such layers.
+Tensor depthwise_conv2d(const Tensor& x, const Tensor& weight, const Conv2dGeometry& g, Loc loc = Loc::current());
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0,
                   Loc loc = Loc::current());  // stride -1 = kernel
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0,

@@ -122,6 +122,8 @@ void record_kernel_time(const Kernel& k, double seconds) {
       if (r >= 2 && a.strides[r - 1] != 1 && a.strides[r - 2] == 1) name += "^T";
     }
   }
+  if (k.op == OpId::Conv2d && k.inputs.size() == 2)  // input and weight shapes: a depthwise layer's weight is [C, 1, kh, kw]
+    name += " " + to_string(k.inputs[0].shape) + " * " + to_string(k.inputs[1].shape);
   std::lock_guard<std::mutex> lock(times.mu);
   auto& t = times.by_op[name];
   ++t.first;

@@ -264,6 +264,7 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
     if (m->info.outputs.back().elem_type == "non-tensor") m->info.unsupported.push_back("non-tensor output '" + out.name() + "'");
     m->output_names.push_back(out.name());
   }
+  fold_batch_norms(*m);
   return m;
 }
 

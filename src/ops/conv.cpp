@@ -3,6 +3,8 @@
 // matmul over the groups, and the pools reduce over the window dim of an unfold, so
 // autograd composes their backward from matmul's and mean's rules (max_pool2d has its own:
 // a tie's gradient goes to the first maximum, not shared as the max reduction's rule does).
+// Depthwise convolutions (groups == channels) on the CPU are their own template op, a direct
+// convolution with no unfolded copy; their backward composes unfold/fold as conv2d's does.
 #include <cmath>
 #include <sstream>
 #include <tuple>
@@ -97,7 +99,62 @@ Tensor pool_windows(const Tensor& x, int64_t kernel, int64_t& stride, int64_t pa
   return cols.reshape({n, c, kernel * kernel, oh * ow}, loc);
 }
 
+// Assumes checked arguments: x [N, C, H, W] and w [C, 1, kh, kw] of one floating dtype.
+Tensor depthwise_node(const Tensor& x, const Tensor& w, const Conv2dGeometry& g, int64_t oh, int64_t ow, Loc loc) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], k = g.kh * g.kw;
+  const UnfoldParams p = params_of(g, x.shape()[2], x.shape()[3], 0);
+  Tensor out = make_node(OpId::Conv2d, {n, c, oh, ow}, x.dtype(), {alias(x), alias(w)}, p, loc);
+  return with_grad(out, "depthwise_conv2d", {x, w}, [x, w, p, n, c, k, loc](const Tensor& gy) {
+    // y[n, c, l] = sum_k w[c, k] cols[n, c, k, l] with cols = unfold(x) as [N, C, K, L].
+    const int64_t l = gy.shape()[2] * gy.shape()[3];
+    Tensor g4 = gy.reshape({n, c, 1, l}, loc);
+    Tensor dcols = (w.reshape({1, c, k, 1}, loc) * g4).reshape({n, c * k, l}, loc);
+    Tensor dx = fold_node(dcols, c, p, loc);
+    Tensor cols = unfold_node(x, p, loc).reshape({n, c, k, l}, loc);
+    Tensor dw = sum(cols * g4, {0, 3}, false, loc).reshape(w.shape(), loc);
+    return std::vector<Tensor>{dx, dw};
+  });
+}
+
+// Assumes checked arguments: x [N, C, H, W] and w [O, C/groups, kh, kw], both f32 on the CPU.
+Tensor grouped_node(const Tensor& x, const Tensor& w, const Conv2dGeometry& g, int64_t groups, int64_t oh, int64_t ow,
+                    Loc loc) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], o = w.shape()[0], kg = (c / groups) * g.kh * g.kw;
+  const UnfoldParams p = params_of(g, x.shape()[2], x.shape()[3], 0);
+  Tensor out = make_node(OpId::Conv2d, {n, o, oh, ow}, x.dtype(), {alias(x), alias(w)}, p, loc);
+  return with_grad(out, "conv2d", {x, w}, [x, w, p, n, c, o, kg, groups, loc](const Tensor& gy) {
+    // y[n, g] = w[g] cols[n, g] with w as [groups, O/groups, Kg] and cols = unfold(x) as [N, groups, Kg, L].
+    const int64_t l = gy.shape()[2] * gy.shape()[3];
+    Tensor g3 = gy.reshape({n, groups, o / groups, l}, loc);
+    Tensor wg = w.reshape({groups, o / groups, kg}, loc);
+    Tensor dx = fold_node(matmul(wg.transpose(1, 2, loc), g3, loc).reshape({n, c * p.kh * p.kw, l}, loc), c, p, loc);
+    Tensor cols = unfold_node(x, p, loc).reshape({n, groups, kg, l}, loc);
+    Tensor dw = sum(matmul(g3, cols.transpose(2, 3, loc), loc), {0}, false, loc).reshape(w.shape(), loc);
+    return std::vector<Tensor>{dx, dw};
+  });
+}
+
+bool on_cpu(const Tensor& t) { return t.device().info().kind == "cpu"; }
+
 }  // namespace
+
+Tensor depthwise_conv2d(const Tensor& x0, const Tensor& w0, const Conv2dGeometry& g, Loc loc) {
+  const char* op = "depthwise_conv2d";
+  check_rank4(x0, "input", op, loc);
+  check_rank4(w0, "weight", op, loc);
+  const int64_t c = x0.shape()[1];
+  check(w0.shape()[0] == c && w0.shape()[1] == 1 && w0.shape()[2] == g.kh && w0.shape()[3] == g.kw, op, loc,
+        "weight must have shape [", c, ", 1, ", g.kh, ", ", g.kw, "] for input shape ", to_string(x0.shape()),
+        " and ", describe(g), ", got ", to_string(w0.shape()));
+  auto [oh, ow] = check_geometry(g, x0.shape()[2], x0.shape()[3], x0.shape(), op, loc);
+  const DType t = to_floating(promote(x0.dtype(), w0.dtype()));
+  Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
+  if (on_cpu(x) && on_cpu(w)) return depthwise_node(x, w, g, oh, ow, loc);
+  // Other backends: one batched [1, K] x [K, L] matmul per channel over the unfolded input.
+  const int64_t n = x.shape()[0], k = g.kh * g.kw;
+  Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], 0), loc).reshape({n, c, k, oh * ow}, loc);
+  return matmul(w.reshape({c, 1, k}, loc), cols, loc).reshape({n, c, oh, ow}, loc);
+}
 
 Tensor unfold2d(const Tensor& x, const Conv2dGeometry& g, double pad_value, Loc loc) {
   check_rank4(x, "input", "unfold2d", loc);
@@ -149,6 +206,22 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
   if (b0.defined()) t = to_floating(promote(t, b0.dtype()));
   Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
 
+  if (groups == c && o == c) {
+    Tensor out = depthwise_conv2d(x, w, g, loc);
+    if (b0.defined()) out = out + cast(b0, t, loc).reshape({1, o, 1, 1}, loc);
+    return out;
+  }
+  const bool pointwise = g.kh == 1 && g.kw == 1 && stride == 1 && padding == 0;
+  if (pointwise || (t == DType::F32 && on_cpu(x) && on_cpu(w))) {
+    // A 1x1 convolution is a matmul over the channels; the CPU runs the others as one Conv2d
+    // kernel that never materializes the whole unfolded input.
+    Tensor y = pointwise ? matmul(w.reshape({groups, o / groups, c / groups}, loc),
+                                  x.reshape({n, groups, c / groups, oh * ow}, loc), loc)
+                         : grouped_node(x, w, g, groups, oh, ow, loc);
+    y = y.reshape({n, o, oh, ow}, loc);
+    if (b0.defined()) y = y + cast(b0, t, loc).reshape({1, o, 1, 1}, loc);
+    return y;
+  }
   const int64_t k = (c / groups) * g.kh * g.kw;
   Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], 0), loc);  // [N, C*kh*kw, L]
   Tensor out;

@@ -144,6 +144,14 @@ const std::map<OpId, Case>& template_cases() {
                    {leaf(f64_tensor({1, 2, 3, 4}, Domain::Any, rng)), leaf(f64_tensor({2, 2, 3, 3}, Domain::Any, rng)),
                     leaf(f64_tensor({2}, Domain::Any, rng))});
        }},
+      {OpId::Conv2d, [](std::mt19937& rng) {
+         // kernel 3x2, stride (2, 1), padding (1, 2), dilation (1, 2); conv2d with groups == channels uses it.
+         gradcheck([](auto& x) { return depthwise_conv2d(x[0], x[1], Conv2dGeometry{3, 2, 2, 1, 1, 2, 1, 2}); },
+                   {leaf(f64_tensor({2, 3, 5, 6}, Domain::Any, rng)), leaf(f64_tensor({3, 1, 3, 2}, Domain::Any, rng))});
+         gradcheck([](auto& x) { return conv2d(x[0], x[1], x[2], 1, 1, 1, 2); },
+                   {leaf(f64_tensor({1, 2, 4, 3}, Domain::Any, rng)), leaf(f64_tensor({2, 1, 3, 3}, Domain::Any, rng)),
+                    leaf(f64_tensor({2}, Domain::Any, rng))});
+       }},
       {OpId::Fold, [](std::mt19937& rng) {
          gradcheck([](auto& x) { return fold2d(x[0], 4, 5, Conv2dGeometry{2, 3, 2, 1, 1, 1, 1, 2}); },
                    {leaf(f64_tensor({2, 12, 9}, Domain::Any, rng))});

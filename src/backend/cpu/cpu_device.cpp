@@ -351,6 +351,11 @@ class CpuDevice final : public Device {
         cpu::unfold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.pad_value, out);
         return;
       }
+      case OpId::Conv2d: {
+        const auto& p = std::get<UnfoldParams>(n.params);
+        cpu::conv2d(in[0], in[1], p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
+        return;
+      }
       case OpId::Fold: {
         const auto& p = std::get<UnfoldParams>(n.params);
         cpu::fold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);

@@ -3,15 +3,31 @@
 // buffer (so strided inputs cost one pass), then every tap row is written or summed with
 // the valid output columns found once per row (no per-element bounds test). fold2d sums
 // into a private plane per task, so every output element has one writer and the result
-// does not depend on the thread count.
+// does not depend on the thread count. depthwise_conv2d is a direct convolution (no unfold):
+// each task lays a padded plane out once, then conv_impl.inc's per-ISA loop runs the taps.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
+#include "alk/error.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
+
+#define ALK_DECLARE_ISA(ns)                                                                                         \
+  namespace ns {                                                                                                    \
+  void depthwise_plane(const float* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* w,  \
+                       int64_t kh, int64_t kw, float* out, int64_t OH, int64_t OW, const float** taps);            \
+  void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw,                \
+                       const double* w, int64_t kh, int64_t kw, double* out, int64_t OH, int64_t OW,               \
+                       const double** taps);                                                                        \
+  }
+ALK_DECLARE_ISA(generic)
+ALK_DECLARE_ISA(avx2)
+ALK_DECLARE_ISA(avx512)
+#undef ALK_DECLARE_ISA
 
 namespace {
 
@@ -148,6 +164,170 @@ void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, in
       });
     });
   });
+}
+
+namespace {
+
+// The output columns conv_impl.inc computes at once (its kBlock): f32 32, f64 16.
+template <class T>
+constexpr int64_t kDepthwiseBlock = sizeof(T) == 4 ? 32 : 16;
+
+template <class T>
+void depthwise_plane_isa(const T* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const T* w,
+                         int64_t kh, int64_t kw, T* out, int64_t OH, int64_t OW, const T** taps) {
+  switch (isa()) {
+    case Isa::Avx512: return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
+    case Isa::Avx2: return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
+    case Isa::Generic: break;
+  }
+  generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
+}
+
+void depthwise(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+               const View& out) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t kh = w.shape[2], kw = w.shape[3], K = kh * kw;
+  const int64_t OH = out.shape[2], OW = out.shape[3];
+  if (N * C == 0 || OH <= 0 || OW <= 0) return;
+  dispatch(x.dtype, [&](auto xe) {
+    using XE = decltype(xe);
+    using T0 = decltype(XE::load(nullptr, 0));
+    using T = std::conditional_t<std::is_same_v<T0, float>, float, double>;
+    dispatch(out.dtype, [&](auto oe) {
+      using OE = decltype(oe);
+      constexpr int64_t B = kDepthwiseBlock<T>;
+      // Padded rows; each phase row is wide enough for the widest tap offset plus the output
+      // rounded up to whole blocks (the last block reads past OW into zeros).
+      const int64_t Hp = std::max(H + 2 * ph, (OH - 1) * sh + (kh - 1) * dh + 1);
+      const int64_t max_off = ((kw - 1) * dw) / sw;
+      const int64_t Wq = std::max((W + 2 * pw + sw - 1) / sw, max_off + (OW + B - 1) / B * B);
+      const int64_t plane_size = Hp * sw * Wq;
+      const bool x_rows = x.strides[3] == 1 && sw == 1;  // input rows copy as runs
+      parallel_for(N * C, detail::grain_for(K * OH * OW), [&](int64_t lo, int64_t hi) {
+        std::vector<T> P(static_cast<size_t>(plane_size), T(0));  // pads stay zero across planes
+        std::vector<T> wk(static_cast<size_t>(K));
+        std::vector<T> tmp;
+        std::vector<const T*> taps(static_cast<size_t>(K));
+        if constexpr (!kDirect<OE, T>) tmp.resize(static_cast<size_t>(OH * OW));
+        for (int64_t nc = lo; nc < hi; ++nc) {
+          const int64_t n = nc / C, c = nc % C;
+          const int64_t base = x.offset + n * x.strides[0] + c * x.strides[1];
+          for (int64_t y = 0; y < H; ++y) {
+            const int64_t src = base + y * x.strides[2];
+            T* row = P.data() + (y + ph) * sw * Wq;
+            if (x_rows) {
+              if constexpr (kDirect<XE, T>) {
+                const T* s = static_cast<const T*>(x.data) + src;
+                std::copy(s, s + W, row + pw);
+                continue;
+              }
+            }
+            for (int64_t xx = 0; xx < W; ++xx) {
+              const int64_t col = xx + pw;
+              row[(col % sw) * Wq + col / sw] = static_cast<T>(XE::load(x.data, src + xx * x.strides[3]));
+            }
+          }
+          for (int64_t i = 0; i < kh; ++i)
+            for (int64_t j = 0; j < kw; ++j)
+              wk[static_cast<size_t>(i * kw + j)] =
+                  static_cast<T>(load_as_double(w.data, w.dtype, w.offset + c * w.strides[0] + i * w.strides[2] +
+                                                                     j * w.strides[3]));
+          T* dst = nullptr;
+          if constexpr (kDirect<OE, T>) dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
+          else dst = tmp.data();
+          depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, dst, OH, OW, taps.data());
+          if constexpr (!kDirect<OE, T>) {
+            const int64_t at = out.offset + nc * OH * OW;
+            for (int64_t e = 0; e < OH * OW; ++e) OE::store(out.data, at + e, static_cast<double>(tmp[e]));
+          }
+        }
+      });
+    });
+  });
+}
+
+// Rows [r0, r1) of the unfolded input of image n (row c * kh * kw + i * kw + j), columns
+// [l0, l1) of the output grid, into tile (row stride l1 - l0). f32 only.
+void unfold_tile(const View& x, int64_t n, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                 int64_t dh, int64_t dw, int64_t OW, int64_t l0, int64_t l1, int64_t r0, int64_t r1, float* tile) {
+  const int64_t H = x.shape[2], W = x.shape[3], T = l1 - l0, K = kh * kw;
+  const float* xd = static_cast<const float*>(x.data);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = r / K, i = r % K / kw, j = r % kw;
+    const float* plane = xd + x.offset + n * x.strides[0] + c * x.strides[1];
+    float* dst = tile + (r - r0) * T;
+    int64_t ox_lo, ox_hi;
+    valid_range(j * dw - pw, sw, W, OW, ox_lo, ox_hi);
+    for (int64_t oy = l0 / OW; oy * OW < l1; ++oy) {
+      const int64_t a = std::max(l0, oy * OW), b = std::min(l1, (oy + 1) * OW);  // this row's part of the tile
+      float* d = dst + (a - l0);
+      const int64_t iy = oy * sh - ph + i * dh;
+      if (iy < 0 || iy >= H) {
+        std::fill(d, d + (b - a), 0.0f);
+        continue;
+      }
+      const int64_t xa = a - oy * OW, xb = b - oy * OW;  // output columns [xa, xb)
+      const int64_t lo = std::clamp(ox_lo, xa, xb), hi = std::clamp(ox_hi, lo, xb);
+      std::fill(d, d + (lo - xa), 0.0f);
+      const float* src = plane + iy * x.strides[2] + (j * dw - pw) * x.strides[3];
+      if (sw == 1 && x.strides[3] == 1)
+        std::copy(src + lo, src + hi, d + (lo - xa));
+      else
+        for (int64_t ox = lo; ox < hi; ++ox) d[ox - xa] = src[ox * sw * x.strides[3]];
+      std::fill(d + (hi - xa), d + (xb - xa), 0.0f);
+    }
+  }
+}
+
+// Grouped f32 convolution: per image, blocks of output columns whose unfolded input fits in
+// kTileBytes are unfolded and multiplied by the weights as [groups, O/groups, K] x [groups,
+// K, T] (one batched matmul), so the unfolded input never leaves the cache.
+void blocked_im2col(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                    int64_t dw, const View& out) {
+  constexpr int64_t kTileBytes = 1 << 20;
+  const int64_t N = x.shape[0], C = x.shape[1];
+  const int64_t O = w.shape[0], Cg = w.shape[1], kh = w.shape[2], kw = w.shape[3];
+  const int64_t groups = C / Cg, Og = O / groups, Kg = Cg * kh * kw, R = C * kh * kw;
+  const int64_t OH = out.shape[2], OW = out.shape[3], L = OH * OW;
+  // The weights as a contiguous [O, Kg] matrix (w may be any view).
+  std::vector<float> wc(static_cast<size_t>(O * Kg));
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j)
+          wc[static_cast<size_t>(((o * Cg + c) * kh + i) * kw + j)] = static_cast<float>(load_as_double(
+              w.data, w.dtype, w.offset + o * w.strides[0] + c * w.strides[1] + i * w.strides[2] + j * w.strides[3]));
+  const int64_t T = std::min(L, std::max<int64_t>(64, kTileBytes / static_cast<int64_t>(sizeof(float)) / R / 16 * 16));
+  std::vector<float> tile(static_cast<size_t>(R * T));
+  std::vector<float> obuf(static_cast<size_t>(T < L ? O * T : 0));
+  View a{wc.data(), DType::F32, {groups, Og, Kg}, {Og * Kg, Kg, 1}, 0};
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t l0 = 0; l0 < L; l0 += T) {
+      const int64_t l1 = std::min(L, l0 + T), t = l1 - l0;
+      parallel_for(R, detail::grain_for(t), [&](int64_t r0, int64_t r1) {
+        unfold_tile(x, n, kh, kw, sh, sw, ph, pw, dh, dw, OW, l0, l1, r0, r1, tile.data() + r0 * t);
+      });
+      View b{tile.data(), DType::F32, {groups, Kg, t}, {Kg * t, t, 1}, 0};
+      if (t == L) {  // one block: the product is the image's output
+        matmul(a, b, View{out.data, DType::F32, {groups, Og, L}, {Og * L, L, 1}, out.offset + n * O * L});
+        continue;
+      }
+      matmul(a, b, View{obuf.data(), DType::F32, {groups, Og, t}, {Og * t, t, 1}, 0});
+      float* od = static_cast<float*>(out.data) + out.offset + n * O * L + l0;
+      for (int64_t o = 0; o < O; ++o) std::copy(obuf.data() + o * t, obuf.data() + (o + 1) * t, od + o * L);
+    }
+  }
+}
+
+}  // namespace
+
+void conv2d(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+            const View& out) {
+  const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
+  if (Cg == 1 && O == C) return depthwise(x, w, sh, sw, ph, pw, dh, dw, out);
+  if (x.dtype != DType::F32 || out.dtype != DType::F32)
+    throw Error("conv2d", "internal: the cpu backend's grouped convolution takes f32 only", Loc::current());
+  blocked_im2col(x, w, sh, sw, ph, pw, dh, dw, out);
 }
 
 }  // namespace alk::cpu

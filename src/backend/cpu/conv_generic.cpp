@@ -1,0 +1,3 @@
+// The depthwise convolution inner loop compiled for one instruction set (see conv_impl.inc).
+#define ALK_CONV_ISA generic
+#include "backend/cpu/conv_impl.inc"

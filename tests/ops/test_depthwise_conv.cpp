@@ -1,0 +1,172 @@
+// depthwise_conv2d (the CPU's direct kernel, conv_impl.inc) against a naive float64
+// reference: odd sizes, rows wider than one 32-column block, strides, dilations, padding,
+// non-contiguous inputs and weights, f64/f32/f16, on every ISA path this CPU has; conv2d
+// with groups == channels routes to it; its gradients by central differences.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "backend/cpu/isa.h"
+#include "testing.h"
+
+namespace alk {
+namespace {
+
+using testing::f64_tensor;
+using testing::gradcheck;
+
+std::vector<double> random_values(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+int64_t osize(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+// y[n][c][oy][ox] = sum_ij w[c][i][j] x[n][c][oy*sh - ph + i*dh][ox*sw - pw + j*dw] (0 outside).
+std::vector<double> ref_depthwise(const std::vector<double>& x, const std::vector<double>& w, int64_t N, int64_t C,
+                                  int64_t H, int64_t W, const Conv2dGeometry& g) {
+  const int64_t OH = osize(H, g.kh, g.stride_h, g.pad_h, g.dilation_h);
+  const int64_t OW = osize(W, g.kw, g.stride_w, g.pad_w, g.dilation_w);
+  std::vector<double> out(static_cast<size_t>(N * C * OH * OW), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox) {
+          double acc = 0;
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dilation_h;
+              const int64_t ix = ox * g.stride_w - g.pad_w + j * g.dilation_w;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              acc += w[static_cast<size_t>((c * g.kh + i) * g.kw + j)] * x[static_cast<size_t>(((n * C + c) * H + iy) * W + ix)];
+            }
+          out[static_cast<size_t>(((n * C + c) * OH + oy) * OW + ox)] = acc;
+        }
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+template <class F>
+void expect_error(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    for (const std::string& s : needles) EXPECT_NE(what.find(s), std::string::npos) << "missing '" << s << "' in " << what;
+    EXPECT_NE(what.find("test_depthwise_conv.cpp"), std::string::npos) << what;  // the caller's line
+  }
+}
+
+struct Case {
+  int64_t N, C, H, W;
+  Conv2dGeometry g;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {2, 3, 6, 7, {3, 3, 1, 1, 1, 1, 1, 1}},     // 3x3 same
+      {1, 5, 9, 70, {5, 5, 1, 1, 2, 2, 1, 1}},    // 5x5 same, rows of 2 blocks + a tail
+      {1, 4, 11, 67, {1, 25, 1, 1, 0, 12, 1, 1}}, // 1x25 (PaddleOCR's rec)
+      {2, 3, 10, 45, {3, 3, 2, 2, 1, 1, 1, 1}},   // stride 2
+      {1, 2, 13, 40, {3, 5, 3, 2, 0, 2, 2, 3}},   // stride (3, 2), dilation (2, 3)
+      {1, 3, 7, 33, {2, 4, 1, 3, 1, 3, 1, 2}},    // stride 3, even kernel, pad > kernel/2
+      {3, 1, 1, 1, {1, 1, 1, 1, 0, 0, 1, 1}},     // 1x1 image
+      {1, 2, 4, 5, {3, 3, 1, 1, 2, 2, 1, 1}},     // more padding than image
+  };
+  return c;
+}
+
+struct RestoreIsa {
+  cpu::Isa was = cpu::isa();
+  ~RestoreIsa() { cpu::set_isa(was); }
+};
+
+TEST(DepthwiseConv, MatchesNaiveReferenceOnEveryIsa) {
+  RestoreIsa restore;
+  std::mt19937 rng(21);
+  for (cpu::Isa isa : {cpu::Isa::Generic, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    cpu::set_isa(isa);
+    for (const Case& k : cases()) {
+      const Conv2dGeometry& g = k.g;
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + to_string({k.N, k.C, k.H, k.W}) + " k " +
+                   std::to_string(g.kh) + "x" + std::to_string(g.kw) + " s " + std::to_string(g.stride_h) + "," +
+                   std::to_string(g.stride_w));
+      std::vector<double> xv = random_values(static_cast<size_t>(k.N * k.C * k.H * k.W), rng);
+      std::vector<double> wv = random_values(static_cast<size_t>(k.C * g.kh * g.kw), rng);
+      Tensor x = tensor(xv, {k.N, k.C, k.H, k.W}), w = tensor(wv, {k.C, 1, g.kh, g.kw});
+      const std::vector<double> want = ref_depthwise(xv, wv, k.N, k.C, k.H, k.W, g);
+      Tensor y = depthwise_conv2d(x, w, g);
+      EXPECT_EQ(y.shape(), (Shape{k.N, k.C, osize(k.H, g.kh, g.stride_h, g.pad_h, g.dilation_h),
+                                  osize(k.W, g.kw, g.stride_w, g.pad_w, g.dilation_w)}));
+      EXPECT_EQ(y.dtype(), DType::F64);
+      expect_close(y.to_vector<double>(), want, 1e-12);
+      Tensor yf = depthwise_conv2d(x.to(DType::F32), w.to(DType::F32), g);
+      EXPECT_EQ(yf.dtype(), DType::F32);
+      expect_close(yf.to_vector<double>(), want, 1e-4);
+      // f16 in and out: the inputs rounded to f16, sums in f32, the output rounded once.
+      Tensor xh = x.to(DType::F16), wh = w.to(DType::F16);
+      Tensor yh = depthwise_conv2d(xh, wh, g);
+      EXPECT_EQ(yh.dtype(), DType::F16);
+      const std::vector<double> want_h = ref_depthwise(xh.to_vector<double>(), wh.to_vector<double>(), k.N, k.C, k.H,
+                                                       k.W, g);
+      std::vector<double> got_h = yh.to_vector<double>();
+      for (size_t i = 0; i < got_h.size(); ++i) ASSERT_NEAR(got_h[i], want_h[i], 2e-3 * (1 + std::abs(want_h[i])));
+    }
+  }
+}
+
+TEST(DepthwiseConv, StridedInputsAndWeights) {
+  std::mt19937 rng(22);
+  // x is the [N, C, H, W] view of an [N, H, W, C] tensor; w a permuted [C, 1, kh, kw] view.
+  const int64_t N = 2, C = 3, H = 8, W = 37;
+  std::vector<double> nhwc = random_values(static_cast<size_t>(N * H * W * C), rng);
+  Tensor x = tensor(nhwc, {N, H, W, C}).permute({0, 3, 1, 2});
+  std::vector<double> wt = random_values(static_cast<size_t>(C * 3 * 5), rng);
+  Tensor w = tensor(wt, {1, 5, 3, C}).permute({3, 0, 2, 1});  // [C, 1, 3, 5]
+  ASSERT_FALSE(x.is_contiguous());
+  ASSERT_FALSE(w.is_contiguous());
+  const Conv2dGeometry g{3, 5, 1, 2, 1, 2, 2, 1};
+  const std::vector<double> want =
+      ref_depthwise(x.contiguous().to_vector<double>(), w.contiguous().to_vector<double>(), N, C, H, W, g);
+  expect_close(depthwise_conv2d(x, w, g).to_vector<double>(), want, 1e-12);
+  expect_close(depthwise_conv2d(x.to(DType::F32), w.to(DType::F32), g).to_vector<double>(), want, 1e-4);
+}
+
+TEST(DepthwiseConv, Conv2dWithGroupsEqualToChannels) {
+  std::mt19937 rng(23);
+  const int64_t N = 2, C = 4, H = 9, W = 41;
+  std::vector<double> xv = random_values(static_cast<size_t>(N * C * H * W), rng);
+  std::vector<double> wv = random_values(static_cast<size_t>(C * 9), rng);
+  std::vector<double> bv = random_values(static_cast<size_t>(C), rng);
+  Tensor y = conv2d(tensor(xv, {N, C, H, W}), tensor(wv, {C, 1, 3, 3}), tensor(bv, {C}), 2, 1, 2, C);
+  const Conv2dGeometry g{3, 3, 2, 2, 1, 1, 2, 2};
+  std::vector<double> want = ref_depthwise(xv, wv, N, C, H, W, g);
+  const int64_t L = static_cast<int64_t>(want.size()) / (N * C);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bv[(static_cast<int64_t>(i) / L) % C];
+  expect_close(y.to_vector<double>(), want, 1e-12);
+}
+
+TEST(DepthwiseConv, GradcheckAndErrors) {
+  std::mt19937 rng(24);
+  auto leaf = [](Tensor t) { return t.requires_grad_(); };
+  gradcheck([](auto& v) { return depthwise_conv2d(v[0], v[1], Conv2dGeometry{2, 3, 1, 2, 1, 1, 2, 1}); },
+            {leaf(f64_tensor({2, 2, 5, 7}, Domain::Any, rng)), leaf(f64_tensor({2, 1, 2, 3}, Domain::Any, rng))});
+  Tensor x = zeros({1, 3, 5, 5}, DType::F32);
+  expect_error([&] { depthwise_conv2d(x, zeros({3, 2, 3, 3}), Conv2dGeometry{3, 3}); },
+                        {"depthwise_conv2d", "weight must have shape [3, 1, 3, 3]", "[3, 2, 3, 3]"});
+  expect_error([&] { depthwise_conv2d(x, zeros({3, 1, 7, 7}), Conv2dGeometry{7, 7}); },
+                        {"depthwise_conv2d", "output size"});
+  expect_error([&] { depthwise_conv2d(zeros({3, 5, 5}), zeros({3, 1, 3, 3}), Conv2dGeometry{3, 3}); },
+                        {"depthwise_conv2d", "input must be 4-D"});
+}
+
+}  // namespace
+}  // namespace alk
