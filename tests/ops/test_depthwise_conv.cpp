@@ -1,7 +1,8 @@
 // depthwise_conv2d (the CPU's direct kernel, conv_impl.inc) against a naive float64
 // reference: odd sizes, rows wider than one 32-column block, strides, dilations, padding,
 // non-contiguous inputs and weights, f64/f32/f16, on every ISA path this CPU has; conv2d
-// with groups == channels routes to it; its gradients by central differences.
+// with groups == channels routes to it; its gradients by central differences. Also the
+// blocked im2col path of the same CPU op (grouped f32 convolutions).
 #include <cmath>
 #include <random>
 #include <string>
@@ -152,6 +153,24 @@ TEST(DepthwiseConv, Conv2dWithGroupsEqualToChannels) {
   const int64_t L = static_cast<int64_t>(want.size()) / (N * C);
   for (size_t i = 0; i < want.size(); ++i) want[i] += bv[(static_cast<int64_t>(i) / L) % C];
   expect_close(y.to_vector<double>(), want, 1e-12);
+}
+
+// The CPU's grouped f32 convolution unfolds blocks of output columns (about 1 MB of unfolded
+// input each): an image with several blocks and a partial last one, groups 2, stride 2 and
+// dilation, against the float64 path (which unfolds the whole input).
+TEST(DepthwiseConv, BlockedGroupedConvolutionMatchesFloat64) {
+  std::mt19937 rng(25);
+  const int64_t N = 2, C = 16, H = 61, W = 67, O = 6;
+  for (int64_t stride : {1, 2}) {
+    std::vector<double> xv = random_values(static_cast<size_t>(N * C * H * W), rng);
+    std::vector<double> wv = random_values(static_cast<size_t>(O * (C / 2) * 9), rng);
+    std::vector<double> bv = random_values(static_cast<size_t>(O), rng);
+    Tensor x = tensor(xv, {N, C, H, W}), w = tensor(wv, {O, C / 2, 3, 3}), b = tensor(bv, {O});
+    Tensor want = conv2d(x, w, b, stride, 1, 2, 2);
+    Tensor got = conv2d(x.to(DType::F32), w.to(DType::F32), b.to(DType::F32), stride, 1, 2, 2);
+    ASSERT_EQ(got.shape(), want.shape());
+    expect_close(got.to_vector<double>(), want.to_vector<double>(), 1e-4);
+  }
 }
 
 TEST(DepthwiseConv, GradcheckAndErrors) {

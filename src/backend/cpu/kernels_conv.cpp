@@ -222,9 +222,14 @@ void depthwise(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph,
                 continue;
               }
             }
+            // Column xx + pw goes to phase (xx + pw) % sw, position (xx + pw) / sw: counted, not divided.
+            int64_t q = pw % sw, u = pw / sw;
             for (int64_t xx = 0; xx < W; ++xx) {
-              const int64_t col = xx + pw;
-              row[(col % sw) * Wq + col / sw] = static_cast<T>(XE::load(x.data, src + xx * x.strides[3]));
+              row[q * Wq + u] = static_cast<T>(XE::load(x.data, src + xx * x.strides[3]));
+              if (++q == sw) {
+                q = 0;
+                ++u;
+              }
             }
           }
           for (int64_t i = 0; i < kh; ++i)

@@ -125,8 +125,25 @@ void pad(const View& x, std::span<const int64_t> pads, double value, const View&
 void concat(std::span<const View> xs, int dim, const View& out) {
   std::vector<int64_t> out_strides = detail::contiguous_strides(out.shape);
   int64_t at = 0;
+  const size_t esize = dtype_size(out.dtype);
   for (const View& x : xs) {
     int64_t start = out.offset + at * out_strides[dim];
+    if (x.dtype == out.dtype && x.is_contiguous()) {
+      // Each outer index's block of x is one run of bytes in out (dims after `dim` included).
+      int64_t outer = 1;
+      for (int d = 0; d < dim; ++d) outer *= x.shape[static_cast<size_t>(d)];
+      const int64_t run = outer == 0 ? 0 : x.numel() / outer, out_run = out_strides[dim] * out.shape[dim];
+      const char* src = static_cast<const char*>(x.data) + x.offset * static_cast<int64_t>(esize);
+      char* dst = static_cast<char*>(out.data) + start * static_cast<int64_t>(esize);
+      parallel_for(outer, std::max<int64_t>(1, detail::kParallelElems / std::max<int64_t>(run, 1)),
+                   [&](int64_t lo, int64_t hi) {
+                     for (int64_t o = lo; o < hi; ++o)
+                       std::memcpy(dst + o * out_run * static_cast<int64_t>(esize),
+                                   src + o * run * static_cast<int64_t>(esize), static_cast<size_t>(run) * esize);
+                   });
+      at += x.shape[dim];
+      continue;
+    }
     parallel_for(x.numel(), detail::kParallelElems, [&](int64_t lo, int64_t hi) {
       Walker<2> w(x.shape, {x.strides.data(), out_strides.data()}, {x.offset, start}, lo);
       for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(x, w.off(0), out, w.off(1));
