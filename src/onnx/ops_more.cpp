@@ -15,30 +15,43 @@ namespace {
 
 // ---- Resize ------------------------------------------------------------------------------
 
+// f when every output o of an axis of `in` inputs reads input o / f alone with weight 1 (nearest
+// upsampling by a whole factor), else 0.
+int64_t whole_factor(const std::vector<std::vector<std::pair<int64_t, double>>>& taps, const std::vector<bool>& outside,
+                     int64_t in) {
+  const int64_t out = static_cast<int64_t>(taps.size());
+  if (in <= 0 || out <= in || out % in != 0) return 0;
+  const int64_t f = out / in;
+  for (int64_t o = 0; o < out; ++o) {
+    const auto& t = taps[static_cast<size_t>(o)];
+    if (t.size() != 1 || t[0].first != o / f || t[0].second != 1.0 || outside[static_cast<size_t>(o)]) return 0;
+  }
+  return f;
+}
+
+// Repeats each element factor[d] times along every dim d: one broadcast view of x copied once
+// (a plain elementwise kernel; a gather per axis was slower).
+Tensor repeat_elements(const Tensor& x, const std::vector<int64_t>& factor) {
+  Shape view, wide, out;
+  for (size_t d = 0; d < factor.size(); ++d) {
+    const int64_t n = x.shape()[d];
+    view.push_back(n);
+    wide.push_back(n);
+    out.push_back(n * factor[d]);
+    if (factor[d] > 1) {
+      view.push_back(1);
+      wide.push_back(factor[d]);
+    }
+  }
+  return broadcast_to(x.reshape(view), wide).contiguous().reshape(out);
+}
+
 // One axis of a separable resize: output position o reads taps (index, weight) of the input.
 Tensor resample_axis(const Tensor& x, int64_t axis, const std::vector<std::vector<std::pair<int64_t, double>>>& taps,
                      const std::vector<bool>& outside, double extrapolation) {
   const int64_t out = static_cast<int64_t>(taps.size());
   size_t ntaps = 0;
   for (const auto& t : taps) ntaps = std::max(ntaps, t.size());
-  // Nearest upsampling by a whole factor f (output o reads input o / f, weight 1): a broadcast
-  // view of x copied once, which runs as a plain elementwise kernel instead of a gather.
-  const int64_t in = x.shape()[static_cast<size_t>(axis)];
-  if (ntaps == 1 && in > 0 && out % in == 0 && out > in) {
-    const int64_t f = out / in;
-    bool repeat = true;
-    for (int64_t o = 0; o < out && repeat; ++o) {
-      const auto& t = taps[static_cast<size_t>(o)];
-      repeat = t[0].first == o / f && t[0].second == 1.0 && !outside[static_cast<size_t>(o)];
-    }
-    if (repeat) {
-      Shape wide = x.shape();
-      wide.insert(wide.begin() + axis + 1, f);
-      Shape shape = x.shape();
-      shape[static_cast<size_t>(axis)] = out;
-      return broadcast_to(x.unsqueeze(axis + 1), wide).contiguous().reshape(shape);
-    }
-  }
   Shape wshape(static_cast<size_t>(x.dim()), 1);
   wshape[static_cast<size_t>(axis)] = out;
   Tensor y;
@@ -101,6 +114,7 @@ Outs op_resize(Ctx& c) {
   c.require(roi.empty() || roi.size() == 2 * n, "roi of the wrong length");
   Tensor y = x;
   Shape out_shape = x.shape();
+  std::vector<int64_t> repeat(static_cast<size_t>(r), 1);  // whole-factor nearest axes, done together at the end
   for (size_t k = 0; k < n; ++k) {
     const int64_t ax = axes[k];
     const int64_t in = x.shape()[static_cast<size_t>(ax)];
@@ -188,8 +202,14 @@ Outs op_resize(Ctx& c) {
       }
     }
     c.require(in > 0 || out == 0, "cannot resize an empty dim");
+    if (const int64_t f = whole_factor(taps, outside, in)) {
+      repeat[static_cast<size_t>(ax)] = f;
+      continue;
+    }
     y = resample_axis(y, ax, taps, outside, extrapolation);
   }
+  for (int64_t f : repeat)
+    if (f > 1) return {repeat_elements(y, repeat)};
   return {y};
 }
 
