@@ -46,7 +46,8 @@ bool dtype_from_onnx(int onnx_type, DType* out);
 int dtype_to_onnx(DType t);
 std::string onnx_type_name(int onnx_type);
 
-// Folds inference-mode BatchNormalization into the Conv before it (fold.cpp); called once at load.
+// Folds inference-mode BatchNormalization and per-channel Mul/Add by constants into the Conv
+// before them (fold.cpp); called once at load.
 void fold_batch_norms(ModelImpl& m);
 // Runs the nodes over the inputs (import.cpp): lazy outputs by graph output name.
 std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc);

@@ -195,16 +195,16 @@ Outs op_conv(Ctx& c) {
     if (bias.defined()) y = y + bias.reshape(channel_shape(y));
     return {y};
   }
-  if (groups == C && M == C) {  // depthwise: the direct kernel, any strides and dilations
+  const bool uniform = w.spatial == 2 && w.strides[0] == w.strides[1] && w.dilations[0] == w.dilations[1] &&
+                       w.pad_begin[0] == w.pad_end[0] && w.pad_begin[1] == w.pad_end[1] && w.pad_begin[0] == w.pad_begin[1];
+  if (uniform) return {conv2d(x, wt, bias, w.strides[0], w.pad_begin[0], w.dilations[0], groups, c.loc)};
+  if (groups == C && M == C) {  // depthwise, other geometries: the direct kernel too
     auto [xp, g] = unfold_input(x, w, std::vector<int64_t>(static_cast<size_t>(w.spatial), 0), 0.0);
     Tensor w4 = w.spatial == 1 ? wt.unsqueeze(2) : wt;
     Tensor y = depthwise_conv2d(xp, w4, g, c.loc);
     if (bias.defined()) y = y + bias.reshape({1, M, 1, 1});
     return {restore_rank(y, w)};
   }
-  const bool uniform = w.spatial == 2 && w.strides[0] == w.strides[1] && w.dilations[0] == w.dilations[1] &&
-                       w.pad_begin[0] == w.pad_end[0] && w.pad_begin[1] == w.pad_end[1] && w.pad_begin[0] == w.pad_begin[1];
-  if (uniform) return {conv2d(x, wt, bias, w.strides[0], w.pad_begin[0], w.dilations[0], groups, c.loc)};
   auto [xp, g] = unfold_input(x, w, std::vector<int64_t>(static_cast<size_t>(w.spatial), 0), 0.0);
   Tensor w4 = w.spatial == 1 ? wt.unsqueeze(2) : wt;
   const int64_t H = xp.shape()[2] + 2 * g.pad_h, W = xp.shape()[3] + 2 * g.pad_w;

@@ -99,38 +99,38 @@ Tensor pool_windows(const Tensor& x, int64_t kernel, int64_t& stride, int64_t pa
   return cols.reshape({n, c, kernel * kernel, oh * ow}, loc);
 }
 
-// Assumes checked arguments: x [N, C, H, W] and w [C, 1, kh, kw] of one floating dtype.
-Tensor depthwise_node(const Tensor& x, const Tensor& w, const Conv2dGeometry& g, int64_t oh, int64_t ow, Loc loc) {
-  const int64_t n = x.shape()[0], c = x.shape()[1], k = g.kh * g.kw;
-  const UnfoldParams p = params_of(g, x.shape()[2], x.shape()[3], 0);
-  Tensor out = make_node(OpId::Conv2d, {n, c, oh, ow}, x.dtype(), {alias(x), alias(w)}, p, loc);
-  return with_grad(out, "depthwise_conv2d", {x, w}, [x, w, p, n, c, k, loc](const Tensor& gy) {
-    // y[n, c, l] = sum_k w[c, k] cols[n, c, k, l] with cols = unfold(x) as [N, C, K, L].
-    const int64_t l = gy.shape()[2] * gy.shape()[3];
-    Tensor g4 = gy.reshape({n, c, 1, l}, loc);
-    Tensor dcols = (w.reshape({1, c, k, 1}, loc) * g4).reshape({n, c * k, l}, loc);
-    Tensor dx = fold_node(dcols, c, p, loc);
-    Tensor cols = unfold_node(x, p, loc).reshape({n, c, k, l}, loc);
-    Tensor dw = sum(cols * g4, {0, 3}, false, loc).reshape(w.shape(), loc);
-    return std::vector<Tensor>{dx, dw};
-  });
-}
-
-// Assumes checked arguments: x [N, C, H, W] and w [O, C/groups, kh, kw], both f32 on the CPU.
-Tensor grouped_node(const Tensor& x, const Tensor& w, const Conv2dGeometry& g, int64_t groups, int64_t oh, int64_t ow,
-                    Loc loc) {
+// The CPU's Conv2d node over checked arguments of one floating dtype: x [N, C, H, W], w [O, C/groups,
+// kh, kw], b [O] or undefined (added in the kernel). Depthwise layers (groups == C == O) may have
+// any floating dtype, the others are f32. The backward composes unfold/fold with matmuls (an
+// elementwise product for depthwise layers), so it is differentiable again.
+Tensor conv_node(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dGeometry& g, int64_t groups, int64_t oh,
+                 int64_t ow, Loc loc) {
   const int64_t n = x.shape()[0], c = x.shape()[1], o = w.shape()[0], kg = (c / groups) * g.kh * g.kw;
   const UnfoldParams p = params_of(g, x.shape()[2], x.shape()[3], 0);
-  Tensor out = make_node(OpId::Conv2d, {n, o, oh, ow}, x.dtype(), {alias(x), alias(w)}, p, loc);
-  return with_grad(out, "conv2d", {x, w}, [x, w, p, n, c, o, kg, groups, loc](const Tensor& gy) {
-    // y[n, g] = w[g] cols[n, g] with w as [groups, O/groups, Kg] and cols = unfold(x) as [N, groups, Kg, L].
+  std::vector<Tensor> in{alias(x), alias(w)}, leaves{x, w};
+  if (b.defined()) {
+    in.push_back(alias(b));
+    leaves.push_back(b);
+  }
+  Tensor out = make_node(OpId::Conv2d, {n, o, oh, ow}, x.dtype(), in, p, loc);
+  const bool depthwise = groups == c && o == c;
+  return with_grad(out, "conv2d", leaves, [x, w, b, p, n, c, o, kg, groups, depthwise, loc](const Tensor& gy) {
     const int64_t l = gy.shape()[2] * gy.shape()[3];
-    Tensor g3 = gy.reshape({n, groups, o / groups, l}, loc);
-    Tensor wg = w.reshape({groups, o / groups, kg}, loc);
-    Tensor dx = fold_node(matmul(wg.transpose(1, 2, loc), g3, loc).reshape({n, c * p.kh * p.kw, l}, loc), c, p, loc);
-    Tensor cols = unfold_node(x, p, loc).reshape({n, groups, kg, l}, loc);
-    Tensor dw = sum(matmul(g3, cols.transpose(2, 3, loc), loc), {0}, false, loc).reshape(w.shape(), loc);
-    return std::vector<Tensor>{dx, dw};
+    std::vector<Tensor> grads;
+    if (depthwise) {  // y[n, c, l] = sum_k w[c, k] cols[n, c, k, l] with cols = unfold(x) as [N, C, K, L]
+      Tensor g4 = gy.reshape({n, c, 1, l}, loc);
+      Tensor dcols = (w.reshape({1, c, kg, 1}, loc) * g4).reshape({n, c * kg, l}, loc);
+      Tensor cols = unfold_node(x, p, loc).reshape({n, c, kg, l}, loc);
+      grads = {fold_node(dcols, c, p, loc), sum(cols * g4, {0, 3}, false, loc).reshape(w.shape(), loc)};
+    } else {  // y[n, g] = w[g] cols[n, g]: w as [groups, O/groups, Kg], cols as [N, groups, Kg, L]
+      Tensor g3 = gy.reshape({n, groups, o / groups, l}, loc);
+      Tensor wg = w.reshape({groups, o / groups, kg}, loc);
+      Tensor dx = fold_node(matmul(wg.transpose(1, 2, loc), g3, loc).reshape({n, c * p.kh * p.kw, l}, loc), c, p, loc);
+      Tensor cols = unfold_node(x, p, loc).reshape({n, groups, kg, l}, loc);
+      grads = {dx, sum(matmul(g3, cols.transpose(2, 3, loc), loc), {0}, false, loc).reshape(w.shape(), loc)};
+    }
+    if (b.defined()) grads.push_back(sum(gy, {0, 2, 3}, false, loc).reshape(b.shape(), loc));
+    return grads;
   });
 }
 
@@ -149,7 +149,7 @@ Tensor depthwise_conv2d(const Tensor& x0, const Tensor& w0, const Conv2dGeometry
   auto [oh, ow] = check_geometry(g, x0.shape()[2], x0.shape()[3], x0.shape(), op, loc);
   const DType t = to_floating(promote(x0.dtype(), w0.dtype()));
   Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
-  if (on_cpu(x) && on_cpu(w)) return depthwise_node(x, w, g, oh, ow, loc);
+  if (on_cpu(x) && on_cpu(w)) return conv_node(x, w, Tensor(), g, c, oh, ow, loc);
   // Other backends: one batched [1, K] x [K, L] matmul per channel over the unfolded input.
   const int64_t n = x.shape()[0], k = g.kh * g.kw;
   Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], 0), loc).reshape({n, c, k, oh * ow}, loc);
@@ -206,21 +206,23 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
   if (b0.defined()) t = to_floating(promote(t, b0.dtype()));
   Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
 
-  if (groups == c && o == c) {
-    Tensor out = depthwise_conv2d(x, w, g, loc);
-    if (b0.defined()) out = out + cast(b0, t, loc).reshape({1, o, 1, 1}, loc);
-    return out;
-  }
+  const bool depthwise = groups == c && o == c;
   const bool pointwise = g.kh == 1 && g.kw == 1 && stride == 1 && padding == 0;
-  if (pointwise || (t == DType::F32 && on_cpu(x) && on_cpu(w))) {
-    // A 1x1 convolution is a matmul over the channels; the CPU runs the others as one Conv2d
-    // kernel that never materializes the whole unfolded input.
-    Tensor y = pointwise ? matmul(w.reshape({groups, o / groups, c / groups}, loc),
-                                  x.reshape({n, groups, c / groups, oh * ow}, loc), loc)
-                         : grouped_node(x, w, g, groups, oh, ow, loc);
-    y = y.reshape({n, o, oh, ow}, loc);
-    if (b0.defined()) y = y + cast(b0, t, loc).reshape({1, o, 1, 1}, loc);
-    return y;
+  Tensor b = b0.defined() ? cast(b0, t, loc) : Tensor();
+  if (on_cpu(x) && on_cpu(w) && (!b.defined() || on_cpu(b)) && !pointwise && (depthwise || t == DType::F32)) {
+    // The CPU's Conv2d kernel: depthwise layers directly, the others never materialize the
+    // whole unfolded input; the bias is added in the kernel.
+    return conv_node(x, w, b, g, groups, oh, ow, loc);
+  }
+  if (depthwise && !pointwise) {
+    Tensor y = depthwise_conv2d(x, w, g, loc);
+    return b.defined() ? y + b.reshape({1, o, 1, 1}, loc) : y;
+  }
+  if (pointwise) {  // a matmul over the channels, no unfold
+    Tensor y = matmul(w.reshape({groups, o / groups, c / groups}, loc), x.reshape({n, groups, c / groups, oh * ow}, loc),
+                      loc)
+                   .reshape({n, o, oh, ow}, loc);
+    return b.defined() ? y + b.reshape({1, o, 1, 1}, loc) : y;
   }
   const int64_t k = (c / groups) * g.kh * g.kw;
   Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], 0), loc);  // [N, C*kh*kw, L]

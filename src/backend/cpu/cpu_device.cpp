@@ -353,7 +353,7 @@ class CpuDevice final : public Device {
       }
       case OpId::Conv2d: {
         const auto& p = std::get<UnfoldParams>(n.params);
-        cpu::conv2d(in[0], in[1], p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
+        cpu::conv2d(in[0], in[1], in.size() > 2 ? &in[2] : nullptr, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
         return;
       }
       case OpId::Fold: {

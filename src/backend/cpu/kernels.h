@@ -71,12 +71,12 @@ void unfold2d(const View& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int
 void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
             int64_t dw, const View& out);
 
-// x [N, C, H, W], w [O, C/groups, kh, kw] -> out [N, O, OH, OW], groups = C / w's dim 1, zeros
-// outside the image. Depthwise layers (groups == C == O) run a direct loop vectorised over the
+// x [N, C, H, W], w [O, C/groups, kh, kw], bias [O] or null -> out [N, O, OH, OW], groups = C /
+// w's dim 1, zeros outside the image. Depthwise layers (groups == C == O) run a direct loop vectorised over the
 // output width (conv_impl.inc); the others unfold one block of output columns at a time into a
 // cache-sized buffer and multiply it (matmul), never the whole unfolded input.
-void conv2d(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
-                      int64_t dw, const View& out);
+void conv2d(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+            int64_t dw, const View& out);
 
 enum class Distribution : uint8_t { Uniform, Normal, Integer };
 // Element i of out is drawn from Philox4x32-10 (core/philox.h) with key `seed` and counter

@@ -19,9 +19,9 @@ namespace alk::cpu {
 #define ALK_DECLARE_ISA(ns)                                                                                         \
   namespace ns {                                                                                                    \
   void depthwise_plane(const float* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* w,  \
-                       int64_t kh, int64_t kw, float* out, int64_t OH, int64_t OW, const float** taps);            \
+                       int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps);            \
   void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw,                \
-                       const double* w, int64_t kh, int64_t kw, double* out, int64_t OH, int64_t OW,               \
+                       const double* w, int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW,               \
                        const double** taps);                                                                        \
   }
 ALK_DECLARE_ISA(generic)
@@ -174,16 +174,16 @@ constexpr int64_t kDepthwiseBlock = sizeof(T) == 4 ? 32 : 16;
 
 template <class T>
 void depthwise_plane_isa(const T* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const T* w,
-                         int64_t kh, int64_t kw, T* out, int64_t OH, int64_t OW, const T** taps) {
+                         int64_t kh, int64_t kw, T bias, T* out, int64_t OH, int64_t OW, const T** taps) {
   switch (isa()) {
-    case Isa::Avx512: return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
-    case Isa::Avx2: return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
+    case Isa::Avx512: return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+    case Isa::Avx2: return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
     case Isa::Generic: break;
   }
-  generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, out, OH, OW, taps);
+  generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
 }
 
-void depthwise(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                const View& out) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t kh = w.shape[2], kw = w.shape[3], K = kh * kw;
@@ -203,6 +203,9 @@ void depthwise(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph,
       const int64_t Wq = std::max((W + 2 * pw + sw - 1) / sw, max_off + (OW + B - 1) / B * B);
       const int64_t plane_size = Hp * sw * Wq;
       const bool x_rows = x.strides[3] == 1 && sw == 1;  // input rows copy as runs
+      auto bias_of = [&](int64_t c) {
+        return bias ? static_cast<T>(load_as_double(bias->data, bias->dtype, bias->offset + c * bias->strides[0])) : T(0);
+      };
       parallel_for(N * C, detail::grain_for(K * OH * OW), [&](int64_t lo, int64_t hi) {
         std::vector<T> P(static_cast<size_t>(plane_size), T(0));  // pads stay zero across planes
         std::vector<T> wk(static_cast<size_t>(K));
@@ -240,7 +243,7 @@ void depthwise(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph,
           T* dst = nullptr;
           if constexpr (kDirect<OE, T>) dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
           else dst = tmp.data();
-          depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, dst, OH, OW, taps.data());
+          depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, bias_of(c), dst, OH, OW, taps.data());
           if constexpr (!kDirect<OE, T>) {
             const int64_t at = out.offset + nc * OH * OW;
             for (int64_t e = 0; e < OH * OW; ++e) OE::store(out.data, at + e, static_cast<double>(tmp[e]));
@@ -287,7 +290,7 @@ void unfold_tile(const View& x, int64_t n, int64_t kh, int64_t kw, int64_t sh, i
 // Grouped f32 convolution: per image, blocks of output columns whose unfolded input fits in
 // kTileBytes are unfolded and multiplied by the weights as [groups, O/groups, K] x [groups,
 // K, T] (one batched matmul), so the unfolded input never leaves the cache.
-void blocked_im2col(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
                     int64_t dw, const View& out) {
   constexpr int64_t kTileBytes = 1 << 20;
   const int64_t N = x.shape[0], C = x.shape[1];
@@ -305,6 +308,16 @@ void blocked_im2col(const View& x, const View& w, int64_t sh, int64_t sw, int64_
   const int64_t T = std::min(L, std::max<int64_t>(64, kTileBytes / static_cast<int64_t>(sizeof(float)) / R / 16 * 16));
   std::vector<float> tile(static_cast<size_t>(R * T));
   std::vector<float> obuf(static_cast<size_t>(T < L ? O * T : 0));
+  std::vector<float> bv(static_cast<size_t>(O), 0.0f);
+  if (bias)
+    for (int64_t o = 0; o < O; ++o)
+      bv[static_cast<size_t>(o)] = static_cast<float>(load_as_double(bias->data, bias->dtype, bias->offset + o * bias->strides[0]));
+  // Adds the bias to rows of t columns at `at` (row stride ld) while they are still in cache.
+  auto add_bias = [&](float* at, int64_t t, int64_t ld) {
+    if (!bias) return;
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t l = 0; l < t; ++l) at[o * ld + l] += bv[static_cast<size_t>(o)];
+  };
   View a{wc.data(), DType::F32, {groups, Og, Kg}, {Og * Kg, Kg, 1}, 0};
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t l0 = 0; l0 < L; l0 += T) {
@@ -315,9 +328,11 @@ void blocked_im2col(const View& x, const View& w, int64_t sh, int64_t sw, int64_
       View b{tile.data(), DType::F32, {groups, Kg, t}, {Kg * t, t, 1}, 0};
       if (t == L) {  // one block: the product is the image's output
         matmul(a, b, View{out.data, DType::F32, {groups, Og, L}, {Og * L, L, 1}, out.offset + n * O * L});
+        add_bias(static_cast<float*>(out.data) + out.offset + n * O * L, L, L);
         continue;
       }
       matmul(a, b, View{obuf.data(), DType::F32, {groups, Og, t}, {Og * t, t, 1}, 0});
+      add_bias(obuf.data(), t, t);
       float* od = static_cast<float*>(out.data) + out.offset + n * O * L + l0;
       for (int64_t o = 0; o < O; ++o) std::copy(obuf.data() + o * t, obuf.data() + (o + 1) * t, od + o * L);
     }
@@ -326,13 +341,13 @@ void blocked_im2col(const View& x, const View& w, int64_t sh, int64_t sw, int64_
 
 }  // namespace
 
-void conv2d(const View& x, const View& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-            const View& out) {
+void conv2d(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+            int64_t dw, const View& out) {
   const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
-  if (Cg == 1 && O == C) return depthwise(x, w, sh, sw, ph, pw, dh, dw, out);
+  if (Cg == 1 && O == C) return depthwise(x, w, bias, sh, sw, ph, pw, dh, dw, out);
   if (x.dtype != DType::F32 || out.dtype != DType::F32)
     throw Error("conv2d", "internal: the cpu backend's grouped convolution takes f32 only", Loc::current());
-  blocked_im2col(x, w, sh, sw, ph, pw, dh, dw, out);
+  blocked_im2col(x, w, bias, sh, sw, ph, pw, dh, dw, out);
 }
 
 }  // namespace alk::cpu
