@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
     }
     const double am = median(a), bm = median(b);
     const double gflop = 2.0 * static_cast<double>(l.o * kg * oh * ow) / 1e9;
-    std::printf("%-26s %7.3f GFLOP  Conv2d %.3f ms (%.1f GFLOP/s)  unfold+matmul %.3f ms (%.1f GFLOP/s)\n", l.name, gflop,
-                am, gflop / am * 1e3, bm, gflop / bm * 1e3);
+    std::printf("%-26s %7.3f GFLOP  Conv2d %.3f ms (%.1f GFLOP/s)  unfold+matmul %.3f ms (%.1f GFLOP/s)\n", l.name,
+                gflop, am, gflop / am * 1e3, bm, gflop / bm * 1e3);
     std::printf("RATIO conv_%s alk=%.3fms anchor=%.3fms ratio=%.2f\n", l.name, am, bm, am / bm);
   }
   return 0;

@@ -111,7 +111,8 @@ void fold_batch_norms(ModelImpl& m) {
     auto cw = consts.find(conv.inputs[1]);
     const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
     auto cb = has_bias ? consts.find(conv.inputs[2]) : consts.end();
-    if (cw == consts.end() || !is_f32(cw->second) || cw->second.dim() < 3 || (has_bias && (cb == consts.end() || !is_f32(cb->second))))
+    if (cw == consts.end() || !is_f32(cw->second) || cw->second.dim() < 3 ||
+        (has_bias && (cb == consts.end() || !is_f32(cb->second))))
       continue;
     const Tensor& w = cw->second;
     const int64_t M = w.shape()[0], rank = w.dim();
@@ -157,7 +158,8 @@ void fold_batch_norms(ModelImpl& m) {
   std::vector<Node> kept;
   for (size_t k = 0; k < m.nodes.size(); ++k) {
     Node& n = m.nodes[k];
-    const bool dead_constant = n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && uses[n.outputs[0]] <= 0;
+    const bool dead_constant =
+        n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && uses[n.outputs[0]] <= 0;
     if (!dropped[k] && !dead_constant) kept.push_back(std::move(n));
   }
   m.nodes = std::move(kept);

@@ -33,6 +33,12 @@ struct Ctx {
   void require(bool ok, const P&... p) const {
     if (!ok) fail(kOp, loc, label(), ": ", p...);
   }
+  // require's failure, for call sites that build costly message parts (shape strings) only
+  // when the check fails: `if (!ok) c.fail_with(...)` (handlers run on every call).
+  template <class... P>
+  [[noreturn]] void fail_with(const P&... p) const {
+    fail(kOp, loc, label(), ": ", p...);
+  }
   bool has(size_t k) const { return k < in.size() && in[k].defined(); }
   const Tensor& x(size_t k) const {
     require(has(k), "input ", k, " is required");
@@ -75,7 +81,7 @@ struct Ctx {
   }
   double scalar(size_t k) const {
     const Tensor& t = x(k);
-    require(t.numel() == 1, "input ", k, " must hold one value, has shape ", to_string(t.shape()));
+    if (!(t.numel() == 1)) fail_with("input ", k, " must hold one value, has shape ", to_string(t.shape()));
     return t.to_vector<double>(loc)[0];
   }
   int64_t axis(int64_t a, int64_t rank) const {

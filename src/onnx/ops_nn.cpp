@@ -87,7 +87,8 @@ Window window_of(Ctx& c, const Tensor& x, std::vector<int64_t> kernel) {
   Window w;
   w.spatial = x.dim() - 2;
   if (w.spatial < 1 || w.spatial > 2) c.unsupported(w.spatial, "-D spatial input (only 1-D and 2-D)");
-  c.require(static_cast<int64_t>(kernel.size()) == w.spatial, "kernel_shape ", to_string(kernel), " does not match input rank");
+  if (!(static_cast<int64_t>(kernel.size()) == w.spatial))
+    c.fail_with("kernel_shape ", to_string(kernel), " does not match input rank");
   w.kernel = kernel;
   const size_t s = static_cast<size_t>(w.spatial);
   w.strides = c.ints("strides", std::vector<int64_t>(s, 1));
@@ -180,8 +181,8 @@ Outs op_conv(Ctx& c) {
   c.require(w.kernel == kernel, "kernel_shape does not match W");
   const int64_t groups = c.i("group", 1);
   const int64_t N = x.shape()[0], C = x.shape()[1], M = wt.shape()[0];
-  c.require(groups > 0 && C % groups == 0 && M % groups == 0 && wt.shape()[1] == C / groups,
-            "channels ", C, " and W ", to_string(wt.shape()), " do not fit group ", groups);
+  if (!(groups > 0 && C % groups == 0 && M % groups == 0 && wt.shape()[1] == C / groups))
+    c.fail_with("channels ", C, " and W ", to_string(wt.shape()), " do not fit group ", groups);
   Tensor bias = c.has(2) ? c.x(2) : Tensor();
   bool pointwise = true;  // 1x1, stride 1, no pads: a matmul over the channels, no unfold
   for (size_t k = 0; k < static_cast<size_t>(w.spatial); ++k)
@@ -225,7 +226,8 @@ Outs op_conv_transpose(Ctx& c) {
   std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
   const int64_t groups = c.i("group", 1);
   const int64_t N = x.shape()[0], C = x.shape()[1];
-  c.require(groups > 0 && C % groups == 0 && wt.shape()[0] == C, "W ", to_string(wt.shape()), " does not fit ", C, " channels");
+  if (!(groups > 0 && C % groups == 0 && wt.shape()[0] == C))
+    c.fail_with("W ", to_string(wt.shape()), " does not fit ", C, " channels");
   const int64_t M = wt.shape()[1] * groups;
   // The pads here crop the full output, so window_of's auto_pad (for a forward conv) is not used.
   const std::string auto_pad = c.s("auto_pad", "NOTSET");
@@ -515,8 +517,8 @@ Outs op_topk(Ctx& c) {
 
 // NegativeLogLikelihoodLoss over log-probabilities [N, C, d...] and targets [N, d...].
 Tensor nll(Ctx& c, const Tensor& logp, const Tensor& target, const Tensor& weight) {
-  c.require(logp.dim() >= 2 && target.dim() == logp.dim() - 1, "input ", to_string(logp.shape()), " and target ",
-            to_string(target.shape()), " do not fit");
+  if (!(logp.dim() >= 2 && target.dim() == logp.dim() - 1))
+    c.fail_with("input ", to_string(logp.shape()), " and target ", to_string(target.shape()), " do not fit");
   Tensor t = target.to(DType::I64);
   Tensor valid = ones(t.shape(), DType::Bool);
   if (c.attr("ignore_index")) valid = ne(t, c.i("ignore_index", 0));

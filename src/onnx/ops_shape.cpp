@@ -22,21 +22,22 @@ Outs op_reshape(Ctx& c) {
   int64_t infer = -1, known = 1;
   for (size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] == 0 && !allowzero) {
-      c.require(static_cast<int64_t>(k) < x.dim(), "shape ", to_string(shape), " copies a dim ", k, " that x lacks");
+      if (!(static_cast<int64_t>(k) < x.dim()))
+        c.fail_with("shape ", to_string(shape), " copies a dim ", k, " that x lacks");
       shape[k] = x.shape()[k];
     }
     if (shape[k] == -1) {
-      c.require(infer < 0, "shape ", to_string(shape), " has two -1 dims");
+      if (!(infer < 0)) c.fail_with("shape ", to_string(shape), " has two -1 dims");
       infer = static_cast<int64_t>(k);
     } else {
-      c.require(shape[k] >= 0, "negative dim in shape ", to_string(shape));
+      if (!(shape[k] >= 0)) c.fail_with("negative dim in shape ", to_string(shape));
     }
   }
   for (size_t k = 0; k < shape.size(); ++k)
     if (static_cast<int64_t>(k) != infer) known *= std::max<int64_t>(shape[k], 0), checked_numel({known}, c.label(), c.loc);
   if (infer >= 0) {
-    c.require(known != 0 && x.numel() % known == 0, "cannot infer the -1 dim of ", to_string(shape), " for ",
-              x.numel(), " elements");
+    if (!(known != 0 && x.numel() % known == 0))
+      c.fail_with("cannot infer the -1 dim of ", to_string(shape), " for ", x.numel(), " elements");
     shape[static_cast<size_t>(infer)] = x.numel() / known;
   }
   return {x.reshape(c.checked(shape), c.loc)};
@@ -47,7 +48,8 @@ Outs op_transpose(Ctx& c) {
   std::vector<int64_t> perm = c.ints("perm");
   if (perm.empty())
     for (int64_t d = x.dim() - 1; d >= 0; --d) perm.push_back(d);
-  c.require(static_cast<int64_t>(perm.size()) == x.dim(), "perm ", to_string(perm), " does not match rank ", x.dim());
+  if (!(static_cast<int64_t>(perm.size()) == x.dim()))
+    c.fail_with("perm ", to_string(perm), " does not match rank ", x.dim());
   return {x.permute(perm, c.loc)};
 }
 
@@ -82,7 +84,7 @@ Outs op_split(Ctx& c) {
   }
   int64_t total = 0;
   for (int64_t s : sizes) c.require(s >= 0, "negative split size"), total += s;
-  c.require(total == n, "split sizes ", to_string(sizes), " do not add up to ", n);
+  if (!(total == n)) c.fail_with("split sizes ", to_string(sizes), " do not add up to ", n);
   Outs out;
   int64_t at = 0;
   for (int64_t s : sizes) {
@@ -224,7 +226,8 @@ Outs op_expand(Ctx& c) {
 Outs op_tile(Ctx& c) {
   const Tensor& x = c.x(0);
   std::vector<int64_t> reps = c.values(1);
-  c.require(static_cast<int64_t>(reps.size()) == x.dim(), "repeats ", to_string(reps), " do not match rank ", x.dim());
+  if (!(static_cast<int64_t>(reps.size()) == x.dim()))
+    c.fail_with("repeats ", to_string(reps), " do not match rank ", x.dim());
   Shape inter, expanded, out;
   for (int64_t d = 0; d < x.dim(); ++d) {
     c.require(reps[static_cast<size_t>(d)] >= 0, "negative repeat");
@@ -312,7 +315,7 @@ Outs op_pad(Ctx& c) {
   const int64_t r = x.dim();
   if (axes.empty())
     for (int64_t d = 0; d < r; ++d) axes.push_back(d);
-  c.require(pads.size() == 2 * axes.size(), "pads ", to_string(pads), " do not match ", axes.size(), " axes");
+  if (!(pads.size() == 2 * axes.size())) c.fail_with("pads ", to_string(pads), " do not match ", axes.size(), " axes");
   std::vector<int64_t> before(static_cast<size_t>(r), 0), after(static_cast<size_t>(r), 0);
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t a = c.axis(axes[k], r);

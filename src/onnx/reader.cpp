@@ -58,14 +58,16 @@ std::string onnx_type_name(int t) {
 }
 
 int64_t checked_numel(const Shape& shape, const std::string& what, Loc loc) {
-  check(static_cast<int>(shape.size()) <= kMaxRank, kOp, loc, what, ": rank ", shape.size(), " exceeds ", kMaxRank);
-  for (int64_t d : shape) check(d >= 0, kOp, loc, what, ": negative dim in ", to_string(shape));
+  // Messages are built on failure only: this runs for every node output of every call.
+  if (static_cast<int>(shape.size()) > kMaxRank) fail(kOp, loc, what, ": rank ", shape.size(), " exceeds ", kMaxRank);
+  for (int64_t d : shape)
+    if (d < 0) fail(kOp, loc, what, ": negative dim in ", to_string(shape));
   for (int64_t d : shape)
     if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : shape) {
-    check(d <= kMaxElements && n <= kMaxElements / d, kOp, loc, what, ": shape ", to_string(shape), " has more than ",
-          kMaxElements, " elements");
+    if (d > kMaxElements || n > kMaxElements / d)
+      fail(kOp, loc, what, ": shape ", to_string(shape), " has more than ", kMaxElements, " elements");
     n *= d;
   }
   return n;

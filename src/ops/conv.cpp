@@ -15,6 +15,13 @@
 
 namespace alk {
 
+// check() builds its message (shape strings) even when the condition holds; these checks run
+// for every convolution an imported model builds, per call, so the message is made on failure only.
+#define ALK_CONV_CHECK(cond, ...)   \
+  do {                              \
+    if (!(cond)) fail(__VA_ARGS__); \
+  } while (0)
+
 namespace {
 
 std::string describe(const Conv2dGeometry& g) {
@@ -32,20 +39,22 @@ int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 // Checks the geometry against a spatial size (h, w); returns the window grid (OH, OW).
 std::pair<int64_t, int64_t> check_geometry(const Conv2dGeometry& g, int64_t h, int64_t w, const Shape& shape,
                                            const char* op, Loc loc) {
-  check(g.kh > 0 && g.kw > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0, op, loc,
-        "kernel size, stride and dilation must be positive, got ", describe(g), " for input shape ", to_string(shape));
-  check(g.pad_h >= 0 && g.pad_w >= 0, op, loc, "padding must be non-negative, got ", describe(g), " for input shape ",
-        to_string(shape));
+  ALK_CONV_CHECK(g.kh > 0 && g.kw > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0, op,
+                 loc, "kernel size, stride and dilation must be positive, got ", describe(g), " for input shape ",
+                 to_string(shape));
+  ALK_CONV_CHECK(g.pad_h >= 0 && g.pad_w >= 0, op, loc, "padding must be non-negative, got ", describe(g),
+                 " for input shape ", to_string(shape));
   const int64_t oh = out_size(h, g.kh, g.stride_h, g.pad_h, g.dilation_h);
   const int64_t ow = out_size(w, g.kw, g.stride_w, g.pad_w, g.dilation_w);
-  check(oh > 0 && ow > 0, op, loc, "output size would be ", oh, " x ", ow, " (must be positive) for spatial size ", h,
-        " x ", w, " with ", describe(g), "; input shape ", to_string(shape));
+  ALK_CONV_CHECK(oh > 0 && ow > 0, op, loc, "output size would be ", oh, " x ", ow,
+                 " (must be positive) for spatial size ", h, " x ", w, " with ", describe(g), "; input shape ",
+                 to_string(shape));
   return {oh, ow};
 }
 
 void check_rank4(const Tensor& x, const char* what, const char* op, Loc loc) {
   check_defined(x, op, loc);
-  check(x.dim() == 4, op, loc, what, " must be 4-D [N, C, H, W], got shape ", to_string(x.shape()));
+  ALK_CONV_CHECK(x.dim() == 4, op, loc, what, " must be 4-D [N, C, H, W], got shape ", to_string(x.shape()));
 }
 
 UnfoldParams params_of(const Conv2dGeometry& g, int64_t h, int64_t w, double pad_value) {
@@ -92,8 +101,8 @@ Tensor pool_windows(const Tensor& x, int64_t kernel, int64_t& stride, int64_t pa
   if (stride == -1) stride = kernel;
   Conv2dGeometry g = square(kernel, stride, padding, 1);
   std::tie(oh, ow) = check_geometry(g, x.shape()[2], x.shape()[3], x.shape(), op, loc);
-  check(2 * padding <= kernel, op, loc, "padding should be at most half of the kernel size, got ", describe(g),
-        " for input shape ", to_string(x.shape()));
+  ALK_CONV_CHECK(2 * padding <= kernel, op, loc, "padding should be at most half of the kernel size, got ", describe(g),
+                 " for input shape ", to_string(x.shape()));
   const int64_t n = x.shape()[0], c = x.shape()[1];
   Tensor cols = unfold_node(x, params_of(g, x.shape()[2], x.shape()[3], pad_value), loc);
   return cols.reshape({n, c, kernel * kernel, oh * ow}, loc);
@@ -143,9 +152,9 @@ Tensor depthwise_conv2d(const Tensor& x0, const Tensor& w0, const Conv2dGeometry
   check_rank4(x0, "input", op, loc);
   check_rank4(w0, "weight", op, loc);
   const int64_t c = x0.shape()[1];
-  check(w0.shape()[0] == c && w0.shape()[1] == 1 && w0.shape()[2] == g.kh && w0.shape()[3] == g.kw, op, loc,
-        "weight must have shape [", c, ", 1, ", g.kh, ", ", g.kw, "] for input shape ", to_string(x0.shape()),
-        " and ", describe(g), ", got ", to_string(w0.shape()));
+  ALK_CONV_CHECK(w0.shape()[0] == c && w0.shape()[1] == 1 && w0.shape()[2] == g.kh && w0.shape()[3] == g.kw, op, loc,
+                 "weight must have shape [", c, ", 1, ", g.kh, ", ", g.kw, "] for input shape ", to_string(x0.shape()),
+                 " and ", describe(g), ", got ", to_string(w0.shape()));
   auto [oh, ow] = check_geometry(g, x0.shape()[2], x0.shape()[3], x0.shape(), op, loc);
   const DType t = to_floating(promote(x0.dtype(), w0.dtype()));
   Tensor x = cast(x0, t, loc), w = cast(w0, t, loc);
@@ -164,14 +173,16 @@ Tensor unfold2d(const Tensor& x, const Conv2dGeometry& g, double pad_value, Loc 
 
 Tensor fold2d(const Tensor& cols, int64_t h, int64_t w, const Conv2dGeometry& g, Loc loc) {
   check_defined(cols, "fold2d", loc);
-  check(cols.dim() == 3, "fold2d", loc, "input must be 3-D [N, C*kh*kw, L], got shape ", to_string(cols.shape()));
-  check(h > 0 && w > 0, "fold2d", loc, "output size must be positive, got ", h, " x ", w);
+  ALK_CONV_CHECK(cols.dim() == 3, "fold2d", loc, "input must be 3-D [N, C*kh*kw, L], got shape ",
+                 to_string(cols.shape()));
+  ALK_CONV_CHECK(h > 0 && w > 0, "fold2d", loc, "output size must be positive, got ", h, " x ", w);
   auto [oh, ow] = check_geometry(g, h, w, cols.shape(), "fold2d", loc);
   const int64_t k = g.kh * g.kw;
-  check(cols.shape()[1] % k == 0, "fold2d", loc, "dim 1 of input shape ", to_string(cols.shape()),
-        " must be a multiple of kh*kw = ", k, " (", describe(g), ")");
-  check(cols.shape()[2] == oh * ow, "fold2d", loc, "dim 2 of input shape ", to_string(cols.shape()), " must be ",
-        oh * ow, " (", oh, " x ", ow, " windows of output ", h, " x ", w, " with ", describe(g), ")");
+  ALK_CONV_CHECK(cols.shape()[1] % k == 0, "fold2d", loc, "dim 1 of input shape ", to_string(cols.shape()),
+                 " must be a multiple of kh*kw = ", k, " (", describe(g), ")");
+  ALK_CONV_CHECK(cols.shape()[2] == oh * ow, "fold2d", loc, "dim 2 of input shape ", to_string(cols.shape()),
+                 " must be ", oh * ow, " (", oh, " x ", ow, " windows of output ", h, " x ", w, " with ", describe(g),
+                 ")");
   return fold_node(cols, cols.shape()[1] / k, params_of(g, h, w, 0), loc);
 }
 
@@ -180,20 +191,20 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
   const char* op = "conv2d";
   check_rank4(x0, "input", op, loc);
   check_defined(w0, op, loc);
-  check(w0.dim() == 4, op, loc, "weight must be 4-D [O, C/groups, kh, kw], got shape ", to_string(w0.shape()),
-        " (input shape ", to_string(x0.shape()), ")");
+  ALK_CONV_CHECK(w0.dim() == 4, op, loc, "weight must be 4-D [O, C/groups, kh, kw], got shape ", to_string(w0.shape()),
+                 " (input shape ", to_string(x0.shape()), ")");
   const int64_t n = x0.shape()[0], c = x0.shape()[1], o = w0.shape()[0];
-  check(groups > 0, op, loc, "groups must be positive, got ", groups);
-  check(c % groups == 0, op, loc, "input channels ", c, " (input shape ", to_string(x0.shape()),
-        ") are not divisible by groups = ", groups);
-  check(o % groups == 0, op, loc, "output channels ", o, " (weight shape ", to_string(w0.shape()),
-        ") are not divisible by groups = ", groups);
-  check(w0.shape()[1] == c / groups, op, loc, "weight shape ", to_string(w0.shape()), " expects ",
-        w0.shape()[1] * groups, " input channels (", w0.shape()[1], " per group x ", groups,
-        " groups) but input shape ", to_string(x0.shape()), " has ", c);
+  ALK_CONV_CHECK(groups > 0, op, loc, "groups must be positive, got ", groups);
+  ALK_CONV_CHECK(c % groups == 0, op, loc, "input channels ", c, " (input shape ", to_string(x0.shape()),
+                 ") are not divisible by groups = ", groups);
+  ALK_CONV_CHECK(o % groups == 0, op, loc, "output channels ", o, " (weight shape ", to_string(w0.shape()),
+                 ") are not divisible by groups = ", groups);
+  ALK_CONV_CHECK(w0.shape()[1] == c / groups, op, loc, "weight shape ", to_string(w0.shape()), " expects ",
+                 w0.shape()[1] * groups, " input channels (", w0.shape()[1], " per group x ", groups,
+                 " groups) but input shape ", to_string(x0.shape()), " has ", c);
   if (b0.defined())
-    check(b0.dim() == 1 && b0.shape()[0] == o, op, loc, "bias must have shape [", o, "] (weight shape ",
-          to_string(w0.shape()), "), got ", to_string(b0.shape()));
+    ALK_CONV_CHECK(b0.dim() == 1 && b0.shape()[0] == o, op, loc, "bias must have shape [", o, "] (weight shape ",
+                   to_string(w0.shape()), "), got ", to_string(b0.shape()));
   Conv2dGeometry g;
   g.kh = w0.shape()[2];
   g.kw = w0.shape()[3];
@@ -219,9 +230,9 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
     return b.defined() ? y + b.reshape({1, o, 1, 1}, loc) : y;
   }
   if (pointwise) {  // a matmul over the channels, no unfold
-    Tensor y = matmul(w.reshape({groups, o / groups, c / groups}, loc), x.reshape({n, groups, c / groups, oh * ow}, loc),
-                      loc)
-                   .reshape({n, o, oh, ow}, loc);
+    Tensor y =
+        matmul(w.reshape({groups, o / groups, c / groups}, loc), x.reshape({n, groups, c / groups, oh * ow}, loc), loc)
+            .reshape({n, o, oh, ow}, loc);
     return b.defined() ? y + b.reshape({1, o, 1, 1}, loc) : y;
   }
   const int64_t k = (c / groups) * g.kh * g.kw;

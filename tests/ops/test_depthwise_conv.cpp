@@ -41,7 +41,8 @@ std::vector<double> ref_depthwise(const std::vector<double>& x, const std::vecto
               const int64_t iy = oy * g.stride_h - g.pad_h + i * g.dilation_h;
               const int64_t ix = ox * g.stride_w - g.pad_w + j * g.dilation_w;
               if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-              acc += w[static_cast<size_t>((c * g.kh + i) * g.kw + j)] * x[static_cast<size_t>(((n * C + c) * H + iy) * W + ix)];
+              acc += w[static_cast<size_t>((c * g.kh + i) * g.kw + j)] *
+                     x[static_cast<size_t>(((n * C + c) * H + iy) * W + ix)];
             }
           out[static_cast<size_t>(((n * C + c) * OH + oy) * OW + ox)] = acc;
         }
@@ -60,7 +61,8 @@ void expect_error(F&& f, const std::vector<std::string>& needles) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     std::string what = e.what();
-    for (const std::string& s : needles) EXPECT_NE(what.find(s), std::string::npos) << "missing '" << s << "' in " << what;
+    for (const std::string& s : needles)
+      EXPECT_NE(what.find(s), std::string::npos) << "missing '" << s << "' in " << what;
     EXPECT_NE(what.find("test_depthwise_conv.cpp"), std::string::npos) << what;  // the caller's line
   }
 }
@@ -72,14 +74,14 @@ struct Case {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
-      {2, 3, 6, 7, {3, 3, 1, 1, 1, 1, 1, 1}},     // 3x3 same
-      {1, 5, 9, 70, {5, 5, 1, 1, 2, 2, 1, 1}},    // 5x5 same, rows of 2 blocks + a tail
-      {1, 4, 11, 67, {1, 25, 1, 1, 0, 12, 1, 1}}, // 1x25 (PaddleOCR's rec)
-      {2, 3, 10, 45, {3, 3, 2, 2, 1, 1, 1, 1}},   // stride 2
-      {1, 2, 13, 40, {3, 5, 3, 2, 0, 2, 2, 3}},   // stride (3, 2), dilation (2, 3)
-      {1, 3, 7, 33, {2, 4, 1, 3, 1, 3, 1, 2}},    // stride 3, even kernel, pad > kernel/2
-      {3, 1, 1, 1, {1, 1, 1, 1, 0, 0, 1, 1}},     // 1x1 image
-      {1, 2, 4, 5, {3, 3, 1, 1, 2, 2, 1, 1}},     // more padding than image
+      {2, 3, 6, 7, {3, 3, 1, 1, 1, 1, 1, 1}},      // 3x3 same
+      {1, 5, 9, 70, {5, 5, 1, 1, 2, 2, 1, 1}},     // 5x5 same, rows of 2 blocks + a tail
+      {1, 4, 11, 67, {1, 25, 1, 1, 0, 12, 1, 1}},  // 1x25 (PaddleOCR's rec)
+      {2, 3, 10, 45, {3, 3, 2, 2, 1, 1, 1, 1}},    // stride 2
+      {1, 2, 13, 40, {3, 5, 3, 2, 0, 2, 2, 3}},    // stride (3, 2), dilation (2, 3)
+      {1, 3, 7, 33, {2, 4, 1, 3, 1, 3, 1, 2}},     // stride 3, even kernel, pad > kernel/2
+      {3, 1, 1, 1, {1, 1, 1, 1, 0, 0, 1, 1}},      // 1x1 image
+      {1, 2, 4, 5, {3, 3, 1, 1, 2, 2, 1, 1}},      // more padding than image
   };
   return c;
 }
@@ -116,8 +118,8 @@ TEST(DepthwiseConv, MatchesNaiveReferenceOnEveryIsa) {
       Tensor xh = x.to(DType::F16), wh = w.to(DType::F16);
       Tensor yh = depthwise_conv2d(xh, wh, g);
       EXPECT_EQ(yh.dtype(), DType::F16);
-      const std::vector<double> want_h = ref_depthwise(xh.to_vector<double>(), wh.to_vector<double>(), k.N, k.C, k.H,
-                                                       k.W, g);
+      const std::vector<double> want_h =
+          ref_depthwise(xh.to_vector<double>(), wh.to_vector<double>(), k.N, k.C, k.H, k.W, g);
       std::vector<double> got_h = yh.to_vector<double>();
       for (size_t i = 0; i < got_h.size(); ++i) ASSERT_NEAR(got_h[i], want_h[i], 2e-3 * (1 + std::abs(want_h[i])));
     }
@@ -176,15 +178,27 @@ TEST(DepthwiseConv, BlockedGroupedConvolutionMatchesFloat64) {
 TEST(DepthwiseConv, GradcheckAndErrors) {
   std::mt19937 rng(24);
   auto leaf = [](Tensor t) { return t.requires_grad_(); };
-  gradcheck([](auto& v) { return depthwise_conv2d(v[0], v[1], Conv2dGeometry{2, 3, 1, 2, 1, 1, 2, 1}); },
-            {leaf(f64_tensor({2, 2, 5, 7}, Domain::Any, rng)), leaf(f64_tensor({2, 1, 2, 3}, Domain::Any, rng))});
+  gradcheck(
+      [](auto& v) {
+        return depthwise_conv2d(v[0], v[1], Conv2dGeometry{2, 3, 1, 2, 1, 1, 2, 1});
+      },
+      {leaf(f64_tensor({2, 2, 5, 7}, Domain::Any, rng)), leaf(f64_tensor({2, 1, 2, 3}, Domain::Any, rng))});
   Tensor x = zeros({1, 3, 5, 5}, DType::F32);
-  expect_error([&] { depthwise_conv2d(x, zeros({3, 2, 3, 3}), Conv2dGeometry{3, 3}); },
-                        {"depthwise_conv2d", "weight must have shape [3, 1, 3, 3]", "[3, 2, 3, 3]"});
-  expect_error([&] { depthwise_conv2d(x, zeros({3, 1, 7, 7}), Conv2dGeometry{7, 7}); },
-                        {"depthwise_conv2d", "output size"});
-  expect_error([&] { depthwise_conv2d(zeros({3, 5, 5}), zeros({3, 1, 3, 3}), Conv2dGeometry{3, 3}); },
-                        {"depthwise_conv2d", "input must be 4-D"});
+  expect_error(
+      [&] {
+        depthwise_conv2d(x, zeros({3, 2, 3, 3}), Conv2dGeometry{3, 3});
+      },
+      {"depthwise_conv2d", "weight must have shape [3, 1, 3, 3]", "[3, 2, 3, 3]"});
+  expect_error(
+      [&] {
+        depthwise_conv2d(x, zeros({3, 1, 7, 7}), Conv2dGeometry{7, 7});
+      },
+      {"depthwise_conv2d", "output size"});
+  expect_error(
+      [&] {
+        depthwise_conv2d(zeros({3, 5, 5}), zeros({3, 1, 3, 3}), Conv2dGeometry{3, 3});
+      },
+      {"depthwise_conv2d", "input must be 4-D"});
 }
 
 }  // namespace

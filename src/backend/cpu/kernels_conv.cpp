@@ -16,13 +16,12 @@
 
 namespace alk::cpu {
 
-#define ALK_DECLARE_ISA(ns)                                                                                         \
-  namespace ns {                                                                                                    \
-  void depthwise_plane(const float* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* w,  \
-                       int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps);            \
-  void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw,                \
-                       const double* w, int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW,               \
-                       const double** taps);                                                                        \
+#define ALK_DECLARE_ISA(ns)                                                                                            \
+  namespace ns {                                                                                                       \
+  void depthwise_plane(const float* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* w,     \
+                       int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps);    \
+  void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const double* w,   \
+                       int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps); \
   }
 ALK_DECLARE_ISA(generic)
 ALK_DECLARE_ISA(avx2)
@@ -173,18 +172,21 @@ template <class T>
 constexpr int64_t kDepthwiseBlock = sizeof(T) == 4 ? 32 : 16;
 
 template <class T>
-void depthwise_plane_isa(const T* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const T* w,
-                         int64_t kh, int64_t kw, T bias, T* out, int64_t OH, int64_t OW, const T** taps) {
+void depthwise_plane_isa(const T* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const T* w, int64_t kh,
+                         int64_t kw, T bias, T* out, int64_t OH, int64_t OW, const T** taps) {
   switch (isa()) {
-    case Isa::Avx512: return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
-    case Isa::Avx2: return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
-    case Isa::Generic: break;
+    case Isa::Avx512:
+      return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+    case Isa::Avx2:
+      return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+    case Isa::Generic:
+      break;
   }
   generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
 }
 
-void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-               const View& out) {
+void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+               int64_t dh, int64_t dw, const View& out) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t kh = w.shape[2], kw = w.shape[3], K = kh * kw;
   const int64_t OH = out.shape[2], OW = out.shape[3];
@@ -204,7 +206,8 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
       const int64_t plane_size = Hp * sw * Wq;
       const bool x_rows = x.strides[3] == 1 && sw == 1;  // input rows copy as runs
       auto bias_of = [&](int64_t c) {
-        return bias ? static_cast<T>(load_as_double(bias->data, bias->dtype, bias->offset + c * bias->strides[0])) : T(0);
+        return bias ? static_cast<T>(load_as_double(bias->data, bias->dtype, bias->offset + c * bias->strides[0]))
+                    : T(0);
       };
       parallel_for(N * C, detail::grain_for(K * OH * OW), [&](int64_t lo, int64_t hi) {
         std::vector<T> P(static_cast<size_t>(plane_size), T(0));  // pads stay zero across planes
@@ -237,12 +240,13 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
           }
           for (int64_t i = 0; i < kh; ++i)
             for (int64_t j = 0; j < kw; ++j)
-              wk[static_cast<size_t>(i * kw + j)] =
-                  static_cast<T>(load_as_double(w.data, w.dtype, w.offset + c * w.strides[0] + i * w.strides[2] +
-                                                                     j * w.strides[3]));
+              wk[static_cast<size_t>(i * kw + j)] = static_cast<T>(
+                  load_as_double(w.data, w.dtype, w.offset + c * w.strides[0] + i * w.strides[2] + j * w.strides[3]));
           T* dst = nullptr;
-          if constexpr (kDirect<OE, T>) dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
-          else dst = tmp.data();
+          if constexpr (kDirect<OE, T>)
+            dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
+          else
+            dst = tmp.data();
           depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, bias_of(c), dst, OH, OW, taps.data());
           if constexpr (!kDirect<OE, T>) {
             const int64_t at = out.offset + nc * OH * OW;
@@ -290,8 +294,8 @@ void unfold_tile(const View& x, int64_t n, int64_t kh, int64_t kw, int64_t sh, i
 // Grouped f32 convolution: per image, blocks of output columns whose unfolded input fits in
 // kTileBytes are unfolded and multiplied by the weights as [groups, O/groups, K] x [groups,
 // K, T] (one batched matmul), so the unfolded input never leaves the cache.
-void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
-                    int64_t dw, const View& out) {
+void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                    int64_t dh, int64_t dw, const View& out) {
   constexpr int64_t kTileBytes = 1 << 20;
   const int64_t N = x.shape[0], C = x.shape[1];
   const int64_t O = w.shape[0], Cg = w.shape[1], kh = w.shape[2], kw = w.shape[3];
@@ -311,7 +315,8 @@ void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, 
   std::vector<float> bv(static_cast<size_t>(O), 0.0f);
   if (bias)
     for (int64_t o = 0; o < O; ++o)
-      bv[static_cast<size_t>(o)] = static_cast<float>(load_as_double(bias->data, bias->dtype, bias->offset + o * bias->strides[0]));
+      bv[static_cast<size_t>(o)] =
+          static_cast<float>(load_as_double(bias->data, bias->dtype, bias->offset + o * bias->strides[0]));
   // Adds the bias to rows of t columns at `at` (row stride ld) while they are still in cache.
   auto add_bias = [&](float* at, int64_t t, int64_t ld) {
     if (!bias) return;
