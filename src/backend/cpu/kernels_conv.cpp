@@ -309,39 +309,34 @@ void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, 
         for (int64_t j = 0; j < kw; ++j)
           wc[static_cast<size_t>(((o * Cg + c) * kh + i) * kw + j)] = static_cast<float>(load_as_double(
               w.data, w.dtype, w.offset + o * w.strides[0] + c * w.strides[1] + i * w.strides[2] + j * w.strides[3]));
-  const int64_t T = std::min(L, std::max<int64_t>(64, kTileBytes / static_cast<int64_t>(sizeof(float)) / R / 16 * 16));
-  std::vector<float> tile(static_cast<size_t>(R * T));
-  std::vector<float> obuf(static_cast<size_t>(T < L ? O * T : 0));
+  // Blocks of T output columns, at least 4 of them when the image allows (T >= 64), so both
+  // threads get work: each task unfolds and multiplies its own blocks (the matmul inside a
+  // task runs on that thread), the unfolded block staying in that core's cache.
+  int64_t T = std::min(L, std::max<int64_t>(64, kTileBytes / static_cast<int64_t>(sizeof(float)) / R / 16 * 16));
+  if (N * ((L + T - 1) / T) < 4) T = std::min(T, std::max<int64_t>(64, (L + 3) / 4 + 15) / 16 * 16);
+  const int64_t blocks = (L + T - 1) / T;
   std::vector<float> bv(static_cast<size_t>(O), 0.0f);
   if (bias)
     for (int64_t o = 0; o < O; ++o)
       bv[static_cast<size_t>(o)] =
           static_cast<float>(load_as_double(bias->data, bias->dtype, bias->offset + o * bias->strides[0]));
-  // Adds the bias to rows of t columns at `at` (row stride ld) while they are still in cache.
-  auto add_bias = [&](float* at, int64_t t, int64_t ld) {
-    if (!bias) return;
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t l = 0; l < t; ++l) at[o * ld + l] += bv[static_cast<size_t>(o)];
-  };
-  View a{wc.data(), DType::F32, {groups, Og, Kg}, {Og * Kg, Kg, 1}, 0};
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t l0 = 0; l0 < L; l0 += T) {
-      const int64_t l1 = std::min(L, l0 + T), t = l1 - l0;
-      parallel_for(R, detail::grain_for(t), [&](int64_t r0, int64_t r1) {
-        unfold_tile(x, n, kh, kw, sh, sw, ph, pw, dh, dw, OW, l0, l1, r0, r1, tile.data() + r0 * t);
-      });
-      View b{tile.data(), DType::F32, {groups, Kg, t}, {Kg * t, t, 1}, 0};
-      if (t == L) {  // one block: the product is the image's output
-        matmul(a, b, View{out.data, DType::F32, {groups, Og, L}, {Og * L, L, 1}, out.offset + n * O * L});
-        add_bias(static_cast<float*>(out.data) + out.offset + n * O * L, L, L);
-        continue;
-      }
-      matmul(a, b, View{obuf.data(), DType::F32, {groups, Og, t}, {Og * t, t, 1}, 0});
-      add_bias(obuf.data(), t, t);
+  const View a{wc.data(), DType::F32, {groups, Og, Kg}, {Og * Kg, Kg, 1}, 0};
+  parallel_for(N * blocks, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> tile(static_cast<size_t>(R * T)), obuf(static_cast<size_t>(O * T));
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t n = item / blocks, l0 = item % blocks * T, l1 = std::min(L, l0 + T), t = l1 - l0;
+      unfold_tile(x, n, kh, kw, sh, sw, ph, pw, dh, dw, OW, l0, l1, 0, R, tile.data());
+      matmul(a, View{tile.data(), DType::F32, {groups, Kg, t}, {Kg * t, t, 1}, 0},
+             View{obuf.data(), DType::F32, {groups, Og, t}, {Og * t, t, 1}, 0});
       float* od = static_cast<float*>(out.data) + out.offset + n * O * L + l0;
-      for (int64_t o = 0; o < O; ++o) std::copy(obuf.data() + o * t, obuf.data() + (o + 1) * t, od + o * L);
+      for (int64_t o = 0; o < O; ++o) {  // with the bias, while the block is in cache
+        const float* src = obuf.data() + o * t;
+        float* dst = od + o * L;
+        const float b = bv[static_cast<size_t>(o)];
+        for (int64_t l = 0; l < t; ++l) dst[l] = src[l] + b;
+      }
     }
-  }
+  });
 }
 
 }  // namespace
