@@ -32,6 +32,16 @@ int64_t whole_factor(const std::vector<std::vector<std::pair<int64_t, double>>>&
 // Repeats each element factor[d] times along every dim d: one broadcast view of x copied once
 // (a plain elementwise kernel; a gather per axis was slower).
 Tensor repeat_elements(const Tensor& x, const std::vector<int64_t>& factor) {
+  const size_t r = factor.size();
+  if (r == 4 && factor[0] == 1 && factor[1] == 1 && is_floating(x.dtype())) {
+    // Images [N, C, H, W] repeated over H and W (a feature pyramid's nearest upsampling): fold2d
+    // with kernel = stride = the factors sums exactly one tap into each output, so the input
+    // broadcast over the taps (its rows stay contiguous) folds into the upsampled image.
+    const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+    const int64_t fh = factor[2], fw = factor[3];
+    Tensor cols = broadcast_to(x.reshape({N, C, 1, H * W}), {N, C, fh * fw, H * W}).contiguous();
+    return fold2d(cols.reshape({N, C * fh * fw, H * W}), H * fh, W * fw, Conv2dGeometry{fh, fw, fh, fw, 0, 0, 1, 1});
+  }
   Shape view, wide, out;
   for (size_t d = 0; d < factor.size(); ++d) {
     const int64_t n = x.shape()[d];
