@@ -79,8 +79,8 @@ template std::vector<uint8_t> Tensor::to_vector(Loc) const;
 
 double Tensor::item(Loc loc) const {
   check(defined(), "item", loc, "undefined tensor");
-  check(numel() == 1, "item", loc, "only one-element tensors can be converted to a number; got shape ",
-        to_string(shape()));
+  if (!(numel() == 1))
+    fail("item", loc, "only one-element tensors can be converted to a number; got shape ", to_string(shape()));
   return to_vector<double>(loc)[0];
 }
 
@@ -117,25 +117,26 @@ std::optional<Shape> view_strides(const Shape& shape, const Shape& strides, cons
   return out;
 }
 
+// Checks whose messages format shapes are written `if (!ok) fail(...)`: check() would build the
+// strings on every call (every reshape, view and expand), not only when it fails.
 Shape infer_shape(const Shape& shape, int64_t numel, const char* op, Loc loc) {
   Shape out = shape;
   int64_t known = 1, infer = -1;
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == -1) {
-      check(infer < 0, op, loc, "only one dimension can be -1 in ", to_string(shape));
+      if (!(infer < 0)) fail(op, loc, "only one dimension can be -1 in ", to_string(shape));
       infer = static_cast<int64_t>(d);
     } else {
-      check(out[d] >= 0, op, loc, "invalid size ", out[d], " in ", to_string(shape));
+      if (!(out[d] >= 0)) fail(op, loc, "invalid size ", out[d], " in ", to_string(shape));
       known *= out[d];
     }
   }
   if (infer >= 0) {
-    check(known != 0 && numel % known == 0, op, loc, "cannot infer -1 in shape ", to_string(shape),
-          " for ", numel, " elements");
+    if (!(known != 0 && numel % known == 0))
+      fail(op, loc, "cannot infer -1 in shape ", to_string(shape), " for ", numel, " elements");
     out[infer] = numel / known;
   } else {
-    check(known == numel, op, loc, "shape ", to_string(shape), " is invalid for input of ", numel,
-          " elements");
+    if (!(known == numel)) fail(op, loc, "shape ", to_string(shape), " is invalid for input of ", numel, " elements");
   }
   return out;
 }
@@ -146,8 +147,9 @@ Tensor Tensor::view(Shape new_shape, Loc loc) const {
   check_defined(*this, "view", loc);
   new_shape = infer_shape(new_shape, numel(), "view", loc);
   auto strides = view_strides(shape(), this->strides(), new_shape);
-  check(strides.has_value(), "view", loc, "cannot view a tensor of shape ", to_string(shape()), " and strides ",
-        to_string(this->strides()), " as ", to_string(new_shape), ": call reshape() (it copies)");
+  if (!(strides.has_value()))
+    fail("view", loc, "cannot view a tensor of shape ", to_string(shape()), " and strides ", to_string(this->strides()),
+         " as ", to_string(new_shape), ": call reshape() (it copies)");
   Tensor out = make_view(*this, new_shape, *strides, offset());
   Shape old = shape();
   return with_grad(out, "view", {*this}, [old](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
@@ -162,14 +164,15 @@ Tensor Tensor::reshape(Shape new_shape, Loc loc) const {
 
 Tensor Tensor::permute(std::vector<int64_t> dims, Loc loc) const {
   check_defined(*this, "permute", loc);
-  check(static_cast<int64_t>(dims.size()) == dim(), "permute", loc, "got ", dims.size(),
-        " dims for a tensor of rank ", dim(), " (shape ", to_string(shape()), ")");
+  if (!(static_cast<int64_t>(dims.size()) == dim()))
+    fail("permute", loc, "got ", dims.size(), " dims for a tensor of rank ", dim(), " (shape ", to_string(shape()),
+         ")");
   std::vector<bool> seen(dims.size(), false);
   Shape sh(dims.size()), st(dims.size());
   std::vector<int64_t> inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
     int64_t d = normalize_axis(dims[i], dim(), "permute", loc);
-    check(!seen[d], "permute", loc, "dim ", dims[i], " repeated in ", to_string(dims));
+    if (!(!seen[d])) fail("permute", loc, "dim ", dims[i], " repeated in ", to_string(dims));
     seen[d] = true;
     sh[i] = shape()[d];
     st[i] = strides()[d];
@@ -243,8 +246,8 @@ Tensor Tensor::select(int64_t d, int64_t index, Loc loc) const {
 
 Tensor Tensor::expand(Shape new_shape, Loc loc) const {
   check_defined(*this, "expand", loc);
-  check(new_shape.size() >= shape().size(), "expand", loc, "cannot expand shape ", to_string(shape()), " to ",
-        to_string(new_shape), ": fewer dims");
+  if (!(new_shape.size() >= shape().size()))
+    fail("expand", loc, "cannot expand shape ", to_string(shape()), " to ", to_string(new_shape), ": fewer dims");
   const size_t lead = new_shape.size() - shape().size();
   Shape st(new_shape.size(), 0);
   for (size_t i = 0; i < new_shape.size(); ++i) {
@@ -254,8 +257,9 @@ Tensor Tensor::expand(Shape new_shape, Loc loc) const {
     }
     int64_t have = shape()[i - lead];
     if (new_shape[i] == -1) new_shape[i] = have;
-    check(have == new_shape[i] || have == 1, "expand", loc, "cannot expand shape ", to_string(shape()), " to ",
-          to_string(new_shape), ": dim ", i, " has size ", have, " (only size 1 can expand)");
+    if (!(have == new_shape[i] || have == 1))
+      fail("expand", loc, "cannot expand shape ", to_string(shape()), " to ", to_string(new_shape), ": dim ", i,
+           " has size ", have, " (only size 1 can expand)");
     st[i] = have == new_shape[i] ? strides()[i - lead] : 0;
   }
   Tensor out = make_view(*this, new_shape, st, offset());
@@ -344,9 +348,9 @@ Tensor Tensor::to(std::string_view name, Loc loc) const { return to(get_device(n
 Tensor& Tensor::assign_(const Tensor& value, Loc loc) {
   check_defined(*this, "assign_", loc);
   check_defined(value, "assign_", loc);
-  check(value.shape() == shape() && value.dtype() == dtype(), "assign_", loc, "cannot assign a ",
-        dtype_name(value.dtype()), " tensor of shape ", to_string(value.shape()), " to a ", dtype_name(dtype()),
-        " tensor of shape ", to_string(shape()));
+  if (!(value.shape() == shape() && value.dtype() == dtype()))
+    fail("assign_", loc, "cannot assign a ", dtype_name(value.dtype()), " tensor of shape ", to_string(value.shape()),
+         " to a ", dtype_name(dtype()), " tensor of shape ", to_string(shape()));
   check(&value.device() == &device(), "assign_", loc, "cannot assign a tensor on ", value.device().name(),
         " to a tensor on ", device().name(), "; move it with .to(device) first");
   if (TraceRecorder* trace = active_trace();
@@ -371,7 +375,8 @@ std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, 
   std::vector<int> out;
   for (int64_t a : axes) {
     int d = static_cast<int>(normalize_axis(a, rank, op, loc));
-    check(std::find(out.begin(), out.end(), d) == out.end(), op, loc, "dim ", a, " repeated in ", to_string(axes));
+    if (!(std::find(out.begin(), out.end(), d) == out.end()))
+      fail(op, loc, "dim ", a, " repeated in ", to_string(axes));
     out.push_back(d);
   }
   std::sort(out.begin(), out.end());
@@ -390,8 +395,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, Loc loc) {
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t x = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
     int64_t y = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
-    check(x == y || x == 1 || y == 1, "broadcast", loc, "shapes ", to_string(a), " and ", to_string(b),
-          " are not broadcastable (dim ", i, ": ", x, " vs ", y, ")");
+    if (!(x == y || x == 1 || y == 1))
+      fail("broadcast", loc, "shapes ", to_string(a), " and ", to_string(b), " are not broadcastable (dim ", i, ": ", x,
+           " vs ", y, ")");
     out[i] = x == 1 ? y : x;
   }
   return out;
