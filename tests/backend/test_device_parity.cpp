@@ -838,6 +838,10 @@ TEST(DeviceParity, Conv) {
        {x, randt({6, 1, 3, 3}, rng)},
        {true, true},
        [](const V& v) { return conv2d(v[0], v[1], Tensor(), 2, 2, 2, 3); }},
+      {"conv2d depthwise 3 k3 s2 p1 + bias",
+       {x, randt({3, 1, 3, 3}, rng), randt({3}, rng)},
+       {true, true, true},
+       [](const V& v) { return conv2d(v[0], v[1], v[2], 2, 1, 1, 3); }},
       {"max_pool2d k2", {x}, {true}, [](const V& v) { return max_pool2d(v[0], 2); }},
       {"max_pool2d k3 s2 p1", {x}, {true}, [](const V& v) { return max_pool2d(v[0], 3, 2, 1); }},
       {"avg_pool2d k2", {x}, {true}, [](const V& v) { return avg_pool2d(v[0], 2); }},
@@ -1103,6 +1107,7 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
       "Attention",    "AttentionBackward",  // Attention
       "Unfold",       "Fold",               // Conv
       "CrossEntropy", "CrossEntropyBackward",  // FusedCrossEntropy
+      "Conv2d",  // Conv: the CPU's conv2d (other devices compose unfold + matmul), compared with them
   };
   std::vector<std::string> all;
 #define ALK_X(name, differentiable) all.push_back(#name);
