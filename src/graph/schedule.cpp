@@ -122,7 +122,7 @@ void record_kernel_time(const Kernel& k, double seconds) {
       if (r >= 2 && a.strides[r - 1] != 1 && a.strides[r - 2] == 1) name += "^T";
     }
   }
-  if (k.op == OpId::Conv2d && k.inputs.size() == 2)  // input and weight shapes: a depthwise layer's weight is [C, 1, kh, kw]
+  if (k.op == OpId::Conv2d && k.inputs.size() >= 2)  // input and weight shapes: a depthwise layer's weight is [C, 1, kh, kw]
     name += " " + to_string(k.inputs[0].shape) + " * " + to_string(k.inputs[1].shape);
   std::lock_guard<std::mutex> lock(times.mu);
   auto& t = times.by_op[name];
@@ -278,12 +278,12 @@ class Scheduler {
     return synthetic_.back().get();
   }
 
-  // A Reduce or Matmul whose only reader is one fused Map, reading all of it in order,
-  // can hand its result straight to that Map as an epilogue.
+  // A Reduce, Matmul or Conv2d (the CPU's) whose only reader is one fused Map, reading all of it
+  // in order, can hand its result straight to that Map as an epilogue.
   bool epilogue_core(const TensorImpl* leaf) {
     const Node* p = leaf->node.get();
     if (p->realized() || info_[p].external || info_[p].users != 1 || !linear_view(leaf)) return false;
-    return p->op == OpId::Reduce || p->op == OpId::Matmul;
+    return p->op == OpId::Reduce || p->op == OpId::Matmul || p->op == OpId::Conv2d;
   }
 
   void build_kernels() {
