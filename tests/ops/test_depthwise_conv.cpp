@@ -175,6 +175,31 @@ TEST(DepthwiseConv, BlockedGroupedConvolutionMatchesFloat64) {
   }
 }
 
+// fold2d of f32 windows that do not overlap (ConvTranspose with stride = kernel, nearest
+// upsampling) stores each tap in place; the float64 path sums into a plane: same values.
+TEST(DepthwiseConv, DisjointFoldMatchesTheSummingPath) {
+  std::mt19937 rng(26);
+  struct FoldCase {
+    int64_t h, w;
+    Conv2dGeometry g;
+  };
+  const FoldCase fold_cases[] = {
+      {8, 10, {2, 2, 2, 2, 0, 0, 1, 1}},  // windows tile the image
+      {9, 11, {2, 3, 3, 4, 1, 1, 1, 1}},  // gaps between windows, padding
+      {10, 9, {2, 2, 3, 3, 0, 1, 2, 1}},  // dilation 2 inside stride 3
+      {12, 12, {4, 4, 4, 4, 0, 0, 1, 1}},
+  };
+  for (const FoldCase& f : fold_cases) {
+    const int64_t oh = osize(f.h, f.g.kh, f.g.stride_h, f.g.pad_h, f.g.dilation_h);
+    const int64_t ow = osize(f.w, f.g.kw, f.g.stride_w, f.g.pad_w, f.g.dilation_w);
+    std::vector<double> v = random_values(static_cast<size_t>(2 * 3 * f.g.kh * f.g.kw * oh * ow), rng);
+    Tensor cols = tensor(v, {2, 3 * f.g.kh * f.g.kw, oh * ow});
+    const std::vector<double> want = fold2d(cols, f.h, f.w, f.g).to_vector<double>();
+    const std::vector<double> got = fold2d(cols.to(DType::F32), f.h, f.w, f.g).to_vector<double>();
+    expect_close(got, want, 1e-6);
+  }
+}
+
 TEST(DepthwiseConv, GradcheckAndErrors) {
   std::mt19937 rng(24);
   auto leaf = [](Tensor t) { return t.requires_grad_(); };

@@ -107,12 +107,54 @@ void unfold2d(const View& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int
   });
 }
 
+namespace {
+
+// fold2d when no two windows overlap (stride >= the dilated kernel: a ConvTranspose with stride =
+// kernel, nearest upsampling) and both sides are f32 with contiguous rows: each output element
+// gets at most one tap, stored in place (no private plane to sum into). False: not that case.
+bool fold_disjoint(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                   int64_t dw, const View& out) {
+  if (cols.dtype != DType::F32 || out.dtype != DType::F32 || cols.strides[2] != 1 || sh < (kh - 1) * dh + 1 ||
+      sw < (kw - 1) * dw + 1)
+    return false;
+  const int64_t N = out.shape[0], C = out.shape[1], H = out.shape[2], W = out.shape[3];
+  const int64_t OH = out_size(H, kh, sh, ph, dh), OW = out_size(W, kw, sw, pw, dw), K = kh * kw;
+  if (OH <= 0 || OW <= 0) return false;
+  // Every output element is some window's tap only when the windows tile the image exactly.
+  const bool tiled = dh == 1 && dw == 1 && sh == kh && sw == kw && ph == 0 && pw == 0 && OH * sh == H && OW * sw == W;
+  const float* cd = static_cast<const float*>(cols.data);
+  float* od = static_cast<float*>(out.data);
+  parallel_for(N * C, detail::grain_for(H * W), [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      float* plane = od + out.offset + nc * H * W;
+      if (!tiled) std::fill(plane, plane + H * W, 0.0f);
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          const float* r = cd + cols.offset + n * cols.strides[0] + (c * K + i * kw + j) * cols.strides[1];
+          int64_t ox_lo, ox_hi;
+          valid_range(j * dw - pw, sw, W, OW, ox_lo, ox_hi);
+          for (int64_t oy = 0; oy < OH; ++oy, r += OW) {
+            const int64_t iy = oy * sh - ph + i * dh;
+            if (iy < 0 || iy >= H) continue;
+            float* dst = plane + iy * W + j * dw - pw;
+            for (int64_t ox = ox_lo; ox < ox_hi; ++ox) dst[ox * sw] = r[ox];
+          }
+        }
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
 void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
             int64_t dw, const View& out) {
   const int64_t N = out.shape[0], C = out.shape[1], H = out.shape[2], W = out.shape[3];
   const int64_t OH = out_size(H, kh, sh, ph, dh), OW = out_size(W, kw, sw, pw, dw);
   const int64_t L = std::max<int64_t>(OH, 0) * std::max<int64_t>(OW, 0), K = kh * kw;
   if (N * C * H * W == 0) return;
+  if (fold_disjoint(cols, kh, kw, sh, sw, ph, pw, dh, dw, out)) return;
   const int64_t s0 = cols.strides[0], s1 = cols.strides[1], s2 = cols.strides[2];
   dispatch(cols.dtype, [&](auto ce) {
     using CE = decltype(ce);
