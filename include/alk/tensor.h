@@ -279,6 +279,22 @@ class Autocast {
 // The autocast dtype of this thread, when inside an Autocast scope.
 std::optional<DType> autocast_dtype();
 
+// Inside a PortableOps scope (this thread), ops that have a fused kernel on some devices only
+// (the CPU's Conv2d, CUDA's fused cross-entropy) build their portable composition instead,
+// so a program traced here runs on every backend: trace under it what you export
+// (the WebGPU bundle's step is traced so).
+class PortableOps {
+ public:
+  PortableOps();
+  ~PortableOps();
+  PortableOps(const PortableOps&) = delete;
+  PortableOps& operator=(const PortableOps&) = delete;
+
+ private:
+  bool previous_;
+};
+bool portable_ops();  // whether this thread is inside a PortableOps scope
+
 // Realizes several tensors in one schedule (shared work is computed once).
 void realize(const std::vector<Tensor>& ts);
 

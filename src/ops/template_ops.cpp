@@ -79,6 +79,11 @@ Autocast::Autocast(DType dtype, Loc loc) : previous_(t_autocast) {
 Autocast::~Autocast() { t_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return t_autocast; }
 
+thread_local bool t_portable = false;
+PortableOps::PortableOps() : previous_(t_portable) { t_portable = true; }
+PortableOps::~PortableOps() { t_portable = previous_; }
+bool portable_ops() { return t_portable; }
+
 Tensor matmul(const Tensor& a0, const Tensor& b0, Loc loc) {
   check_defined(a0, "matmul", loc);
   check_defined(b0, "matmul", loc);

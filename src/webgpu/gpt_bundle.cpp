@@ -60,6 +60,7 @@ GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
   check(config.compute == DType::F32 || config.compute == DType::F16 || config.compute == DType::BF16, "export", loc,
         "webgpu: compute dtype ", dtype_name(config.compute), " is not f32, f16 or bf16");
   step = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
+    PortableOps portable;  // only kernels the WGSL side has
     std::optional<Autocast> mixed;
     if (config.compute != DType::F32) mixed.emplace(config.compute);
     Tensor loss = nn::cross_entropy((*model)(in[0]), in[1]);
@@ -72,6 +73,7 @@ GptBundle::GptBundle(GptBundleConfig c, Loc loc) : config(std::move(c)) {
   (*step)({x, y});  // eager: creates the optimizer state
   (*step)({x, y});  // traced
   forward = std::make_unique<Program>(compile([this](const std::vector<Tensor>& in) {
+    PortableOps portable;
     NoGradGuard no_grad;
     std::optional<Autocast> mixed;
     if (config.compute != DType::F32) mixed.emplace(config.compute);

@@ -364,6 +364,7 @@ void template_parity(const std::string& adapter_env) {
       {"grad_attention_v", [&] { return gsum(scaled_dot_product_attention(qg, kg, vg, true), vg); }},
   };
   Program prog = compile([&](const std::vector<Tensor>&) {
+    PortableOps portable;  // conv2d as unfold + matmul: the kernels the WGSL side has
     for (const auto& [name, f] : cases) capture(name, f());
   });
   prog({});
