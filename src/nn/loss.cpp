@@ -1,6 +1,4 @@
 // Losses, composed from table ops (the scheduler fuses the elementwise parts).
-#include <algorithm>
-
 #include "alk/nn.h"
 #include "ops/ops.h"
 
@@ -17,8 +15,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   check(targets.shape() == lead, "cross_entropy", loc, "targets shape ", to_string(targets.shape()),
         " must be the logits shape without the class dim ", to_string(lead));
   check(smoothing >= 0 && smoothing <= 1, "cross_entropy", loc, "label_smoothing must be in [0, 1], got ", smoothing);
-  const std::vector<std::string>& features = logits.device().info().features;
-  if (smoothing == 0 && !portable_ops() && std::find(features.begin(), features.end(), "cross_entropy") != features.end()) {
+  if (smoothing == 0 && fused_kernel_on(logits, "cross_entropy")) {
     // The device's fused kernel: the logits are read in their dtype, no log-probabilities kept.
     const Tensor t = targets.reshape({-1}, loc);
     const Tensor rows = cross_entropy_rows(logits.reshape({-1, c}, loc), t, ignore_index, loc);

@@ -143,8 +143,8 @@ Tensor conv_node(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2d
   });
 }
 
-// Where the CPU's Conv2d kernel may be used (not while tracing a portable program).
-bool on_cpu(const Tensor& t) { return t.device().info().kind == "cpu" && !portable_ops(); }
+// Where the CPU's Conv2d kernel runs (not while tracing a portable program).
+bool on_cpu(const Tensor& t) { return fused_kernel_on(t, "conv2d"); }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Internal helpers shared by the op implementations in src/ops/.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/graph.h"
@@ -18,6 +19,11 @@ Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, 
 
 // Wraps a possibly negative axis into [0, rank); errors name the op.
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, Loc loc);
+// Whether t's device has the fused kernel that `feature` names in its DeviceInfo::features
+// ("conv2d" on the CPU, "cross_entropy" on CUDA), outside a PortableOps scope: the one rule
+// by which an op chooses its fused kernel over its portable composition.
+bool fused_kernel_on(const Tensor& t, std::string_view feature);
+
 // Fused softmax cross-entropy over the rows of logits [N, C] (any float dtype) with targets
 // [N] (i64/i32): [N, 2] f32 of (-log softmax(x)[target], logsumexp(x)) per row, (0, lse) for
 // rows whose target is ignore_index; other targets must lie in [0, C). One kernel reads the

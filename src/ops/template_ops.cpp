@@ -83,6 +83,11 @@ thread_local bool t_portable = false;
 PortableOps::PortableOps() : previous_(t_portable) { t_portable = true; }
 PortableOps::~PortableOps() { t_portable = previous_; }
 bool portable_ops() { return t_portable; }
+bool fused_kernel_on(const Tensor& t, std::string_view feature) {
+  if (t_portable) return false;
+  const std::vector<std::string>& f = t.device().info().features;
+  return std::find(f.begin(), f.end(), feature) != f.end();
+}
 
 Tensor matmul(const Tensor& a0, const Tensor& b0, Loc loc) {
   check_defined(a0, "matmul", loc);

@@ -163,7 +163,7 @@ DeviceInfo cpu_info() {
   if (info.description.empty()) info.description = "host CPU";
   info.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   info.alignment = kAlign;
-  info.features = {"f64", "i64", "f16", "bf16"};
+  info.features = {"f64", "i64", "f16", "bf16", "conv2d"};  // conv2d: the fused Conv2d kernel (ops/conv.cpp)
   return info;
 }
 
