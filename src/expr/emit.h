@@ -46,7 +46,12 @@ struct MapSignature {
 };
 
 // A complete kernel: input k (Expr Input slot k) has storage dtype sig.inputs[k].
-std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t);
+// uniform_inputs[k] (optional): input k has one value for the whole launch (every stride 0);
+// where a kernel loops over elements (CUDA), that value is loaded, and everything computed
+// from such inputs alone (an optimizer's bias corrections, a learning-rate cast) is computed,
+// once per thread before the loop instead of once per element.
+std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t,
+                            const std::vector<bool>& uniform_inputs = {});
 // How GLSL stores a dtype in a buffer ("uint16_t" bit patterns for bf16): the emitter's and
 // the Vulkan template kernels' one spelling.
 std::string glsl_storage_type(alk::DType t);
@@ -116,6 +121,9 @@ struct Lang {
   // True when a is NaN (a floating value): x != x, except where the language says NaN
   // compares ordered (GLSL's != may compile to an ordered compare; it has isnan).
   virtual std::string is_nan(const std::string& a) const { return "(" + a + " != " + a + ")"; }
+  // An f32 value's bits as a 32-bit unsigned integer, and back (RoundBf16 works on them).
+  virtual std::string f32_bits(const std::string& a) const = 0;
+  virtual std::string f32_from_bits(const std::string& u) const = 0;
   virtual std::string let(Type t, const std::string& name, const std::string& value) const = 0;
   // Statements that define `in<k>` (compute type of `storage`) from input k at offset
   // `idx`, and that store `value` (compute type of `storage`) to output element i.
@@ -128,6 +136,11 @@ struct Lang {
                                const std::vector<bool>& used) const = 0;
   virtual std::string epilogue() const = 0;
   virtual std::string offset_call(int k) const = 0;  // the index helper's call for input k
+  // Languages whose kernel loops over elements: the prologue stops before the loop, which
+  // loop_open() opens, so values of uniform inputs go between (uniform_offset(k): where
+  // input k's one element is). Others keep "" / "" and hoist nothing.
+  virtual std::string loop_open() const { return ""; }
+  virtual std::string uniform_offset(int) const { return ""; }
   // The opening line of a function (emit_function): C-like by default.
   virtual std::string function_head(const std::string& name, const std::vector<Type>& params, Type ret) const {
     std::string s = type(ret) + " " + name + "(";
@@ -137,7 +150,7 @@ struct Lang {
   std::string indent = "    ";
 };
 
-std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig);
+std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig, const std::vector<bool>& uniform_inputs = {});
 std::string emit_function(const Lang& lang, const Expr& e, const MapSignature& sig);
 // Shortest text that reads back as the same value, always with '.' or 'e'.
 std::string float_text(double v, Type t);

@@ -11,7 +11,7 @@ namespace alk::expr {
 
 // Adding an Fn must fail the build until the walk below (and each language's
 // fn_name) handles it.
-static_assert(kFnCount == 35, "a new Fn needs emitter support: update emit_*.cpp, then this count");
+static_assert(kFnCount == 36, "a new Fn needs emitter support: update emit_*.cpp, then this count");
 
 namespace {
 
@@ -198,7 +198,7 @@ std::string_view target_name(Target t) {
   return "?";
 }
 
-std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
+std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, const std::vector<bool>& uniform_inputs) {
   std::unique_ptr<emit_detail::Lang> lang;
   switch (t) {
     case Target::Cpp: lang = emit_detail::make_cpp(); break;
@@ -206,7 +206,7 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t) {
     case Target::Glsl: lang = emit_detail::make_glsl(); break;
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
-  return emit_detail::emit(*lang, e, sig);
+  return emit_detail::emit(*lang, e, sig, uniform_inputs);
 }
 
 std::string emit_function(const Expr& e, const MapSignature& sig, Target t) {
@@ -272,6 +272,13 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
     case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sqrt: case Fn::Rsqrt: case Fn::Sin:
     case Fn::Cos: case Fn::Tanh: case Fn::Erf: case Fn::Abs: case Fn::Floor: case Fn::Ceil: case Fn::Round:
       return call(1);
+    case Fn::RoundBf16: {
+      // To the nearest bf16 value, ties to even, kept as f32: a bf16 intermediate inlined
+      // into a fused kernel rounds exactly as a stored one would (NaN stays NaN).
+      const std::string u = lang.f32_bits(a(0));
+      return lang.select(lang.is_nan(a(0)), a(0),
+                         lang.f32_from_bits("((" + u + " + 0x7fffu + ((" + u + " >> 16u) & 1u)) & 0xffff0000u)"));
+    }
     case Fn::Pow: return call(2);
     case Fn::Max: case Fn::Min: {
       // NaN wins, as on the CPU and in PyTorch's maximum/minimum (fmax and GLSL's max
@@ -313,6 +320,23 @@ void add_lines(std::string& out, const std::string& indent, const std::string& t
   }
 }
 
+// The walk for the computed nodes with now[i] set (inputs and literals are named whenever
+// met; v holds the names of the nodes walked before, next numbers the values).
+void emit_nodes(const Lang& lang, const Expr& e, const std::vector<bool>& now, const std::string& indent,
+                std::string& out, std::vector<std::string>& v, int& next) {
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = e.nodes[i];
+    if (x.fn == Fn::Input) {
+      v[i] = "in" + std::to_string(x.slot);
+    } else if (x.fn == Fn::Const) {
+      v[i] = value_text(lang, x);
+    } else if (now[i]) {
+      v[i] = "v" + std::to_string(next++);
+      add_lines(out, indent, lang.let(x.type, v[i], node_text(lang, x, v)));
+    }
+  }
+}
+
 }  // namespace
 
 // Names every node's value once (inputs in0.., literals inline, the rest v0, v1, ... in
@@ -321,30 +345,52 @@ void add_lines(std::string& out, const std::string& indent, const std::string& t
 std::vector<std::string> emit_values(const Lang& lang, const Expr& e, const std::string& indent, std::string& out) {
   std::vector<std::string> v(e.nodes.size());
   int next = 0;
-  for (size_t i = 0; i < e.nodes.size(); ++i) {
-    const Node& x = e.nodes[i];
-    if (x.fn == Fn::Input) {
-      v[i] = "in" + std::to_string(x.slot);
-    } else if (x.fn == Fn::Const) {
-      v[i] = value_text(lang, x);
-    } else {
-      v[i] = "v" + std::to_string(next++);
-      add_lines(out, indent, lang.let(x.type, v[i], node_text(lang, x, v)));
-    }
-  }
+  emit_nodes(lang, e, std::vector<bool>(e.nodes.size(), true), indent, out, v, next);
   return v;
 }
 
-std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig) {
+
+std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, const std::vector<bool>& uniform_inputs) {
   if (e0.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
   Expr e = rewrite(conform(e0, sig), lang.rewrites());
   std::vector<bool> used(sig.inputs.size());
   for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
+  // A node is uniform when it reads only uniform inputs and constants (and reads one input
+  // at least: constants alone are folded already); the root never is (it is stored per element).
+  const bool hoisting = !lang.loop_open().empty();
+  auto uniform_input = [&](int k) {
+    return hoisting && static_cast<size_t>(k) < uniform_inputs.size() && uniform_inputs[static_cast<size_t>(k)];
+  };
+  std::vector<bool> uniform(e.nodes.size(), false), reads_input(e.nodes.size(), false);
+  for (size_t i = 0; i + 1 < e.nodes.size() && hoisting; ++i) {
+    const Node& x = e.nodes[i];
+    if (x.fn == Fn::Input) {
+      uniform[i] = reads_input[i] = uniform_input(x.slot);
+    } else if (x.fn != Fn::Const) {
+      bool all = true, any = false;
+      for (int a = 0; a < fn_arity(x.fn); ++a) {
+        const size_t j = static_cast<size_t>(x.args[a]);
+        all = all && (uniform[j] || e.nodes[j].fn == Fn::Const);
+        any = any || reads_input[j];
+      }
+      uniform[i] = reads_input[i] = all && any;
+    }
+  }
 
   std::string out = lang.prologue(e0, e, sig, used);
+  std::vector<std::string> v(e.nodes.size());
+  int next = 0;
   for (size_t k = 0; k < used.size(); ++k)
-    if (used[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
-  const std::vector<std::string> v = emit_values(lang, e, lang.indent, out);
+    if (used[k] && uniform_input(static_cast<int>(k)))
+      add_lines(out, "  ", lang.load(static_cast<int>(k), sig.inputs[k], lang.uniform_offset(static_cast<int>(k))));
+  emit_nodes(lang, e, uniform, "  ", out, v, next);
+  out += lang.loop_open();
+  for (size_t k = 0; k < used.size(); ++k)
+    if (used[k] && !uniform_input(static_cast<int>(k)))
+      add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
+  std::vector<bool> rest(e.nodes.size());
+  for (size_t i = 0; i < rest.size(); ++i) rest[i] = !uniform[i];
+  emit_nodes(lang, e, rest, lang.indent, out, v, next);
   add_lines(out, lang.indent, lang.store(sig.output, v.back()));
   return out + lang.epilogue();
 }

@@ -76,6 +76,7 @@ struct Cpp final : Lang {
       case Fn::Ceil: return "std::ceil";
       case Fn::Round: return "std::nearbyint";  // half to even in the default rounding mode
       case Fn::Pow: return "std::pow";
+      case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
@@ -83,6 +84,8 @@ struct Cpp final : Lang {
     return "";
   }
 
+  std::string f32_bits(const std::string& a) const override { return "__builtin_bit_cast(unsigned, " + a + ")"; }
+  std::string f32_from_bits(const std::string& u) const override { return "__builtin_bit_cast(float, " + u + ")"; }
   std::string cast(Type to, const std::string& a) const override {
     return "static_cast<" + type(to) + ">(" + a + ")";
   }

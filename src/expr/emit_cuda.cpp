@@ -65,6 +65,7 @@ struct Cuda final : Lang {
       case Fn::Ceil: return "ceil" + sfx;
       case Fn::Round: return "rint" + sfx;  // half to even
       case Fn::Pow: return "pow" + sfx;
+      case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
@@ -73,6 +74,8 @@ struct Cuda final : Lang {
   }
 
   std::string cast(Type to, const std::string& a) const override { return "((" + type(to) + ")" + a + ")"; }
+  std::string f32_bits(const std::string& a) const override { return "__float_as_uint(" + a + ")"; }
+  std::string f32_from_bits(const std::string& u) const override { return "__uint_as_float(" + u + ")"; }
 
   std::string let(Type t, const std::string& name, const std::string& value) const override {
     return "const " + type(t) + " " + name + " = " + value + ";";
@@ -162,11 +165,18 @@ struct Cuda final : Lang {
       s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
     s += storage(sig.output) + "* __restrict__ out_data, const " + params + " p) {\n";
     s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
-    s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n";
-    s += "    const long long o = p.offset[" + std::to_string(sig.inputs.size()) + "] + i;\n";
-    s += "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
+    output_slot_ = sig.inputs.size();
     return s;
   }
+
+  // A grid-stride loop: what only uniform inputs decide is computed before it (emit()).
+  std::string loop_open() const override {
+    return "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
+           "    const long long o = p.offset[" + std::to_string(output_slot_) + "] + i;\n"
+           "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
+  }
+  std::string uniform_offset(int k) const override { return "p.offset[" + std::to_string(k) + "]"; }
+  mutable size_t output_slot_ = 0;  // the output's index in p.offset (set by prologue)
 
   std::string epilogue() const override { return "  }\n}\n"; }
 };

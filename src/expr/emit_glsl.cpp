@@ -63,6 +63,7 @@ struct Glsl final : Lang {
       case Fn::Round: return "roundEven";  // GLSL round() may round halves either way
       case Fn::Pow: return "pow";
       case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
+      case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
@@ -73,6 +74,8 @@ struct Glsl final : Lang {
   std::string is_nan(const std::string& a) const override { return "isnan(" + a + ")"; }
 
   std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
+  std::string f32_bits(const std::string& a) const override { return "floatBitsToUint(" + a + ")"; }
+  std::string f32_from_bits(const std::string& u) const override { return "uintBitsToFloat(" + u + ")"; }
 
   std::string let(Type t, const std::string& name, const std::string& value) const override {
     return type(t) + " " + name + " = " + value + ";";

@@ -98,6 +98,7 @@ struct Wgsl final : Lang {
       case Fn::Round: return "round";  // WGSL's round is half to even
       case Fn::Pow: return "pow";
       case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
+      case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
       case Fn::And: case Fn::Or: case Fn::Select: return "";
@@ -106,6 +107,8 @@ struct Wgsl final : Lang {
   }
 
   std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
+  std::string f32_bits(const std::string& a) const override { return "bitcast<u32>(" + a + ")"; }
+  std::string f32_from_bits(const std::string& u) const override { return "bitcast<f32>(" + u + ")"; }
 
   std::string select(const std::string& c, const std::string& a, const std::string& b) const override {
     return "select(" + b + ", " + a + ", " + c + ")";  // WGSL: select(false_value, true_value, cond)

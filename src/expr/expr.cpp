@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "alk/error.h"
+#include "core/half.h"
 
 namespace alk::expr {
 
@@ -17,7 +18,7 @@ namespace {
 
 constexpr std::string_view kFnNames[] = {
     "input", "const", "neg", "not", "cast", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin",
-    "cos", "tanh", "erf", "abs", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "max",
+    "cos", "tanh", "erf", "abs", "floor", "ceil", "round", "round_bf16", "add", "sub", "mul", "div", "pow", "max",
     "min", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "select"};
 static_assert(std::size(kFnNames) == kFnCount, "every Fn needs a name");
 
@@ -152,6 +153,7 @@ double eval_scalar(Fn f, Type t, double a, double b, double c) {
     case Fn::Floor: r = std::floor(a); break;
     case Fn::Ceil: r = std::ceil(a); break;
     case Fn::Round: r = std::nearbyint(a); break;  // default rounding mode: half to even
+    case Fn::RoundBf16: r = bf16_to_f32(f32_to_bf16(static_cast<float>(a))); break;
     case Fn::Add: r = a + b; break;
     case Fn::Sub: r = a - b; break;
     case Fn::Mul: r = a * b; break;
@@ -285,6 +287,10 @@ int Builder::unary(Fn f, int a) {
       break;
     case Fn::Floor: case Fn::Ceil: case Fn::Round:
       if (t == Type::Bool || t == Type::I64) return a;  // already integral
+      break;
+    case Fn::RoundBf16:  // an f32 value rounded to bf16's precision, still f32; rounding twice is once
+      if (t != Type::F32) a = cast(a, Type::F32), t = Type::F32;
+      if (nodes_[a].fn == Fn::RoundBf16) return a;
       break;
     default:
       if (float_only(f) && (t == Type::Bool || t == Type::I64)) a = cast(a, Type::F32), t = Type::F32;

@@ -20,7 +20,7 @@ namespace alk::expr {
   X(Input, 0) X(Const, 0)                                                                      \
   X(Neg, 1) X(Not, 1) X(Cast, 1) X(Exp, 1) X(Log, 1) X(Log1p, 1) X(Expm1, 1) X(Sqrt, 1)       \
   X(Rsqrt, 1) X(Sin, 1) X(Cos, 1) X(Tanh, 1) X(Erf, 1) X(Abs, 1) X(Floor, 1) X(Ceil, 1)        \
-  X(Round, 1)                                                                                  \
+  X(Round, 1) X(RoundBf16, 1)                                                                  \
   X(Add, 2) X(Sub, 2) X(Mul, 2) X(Div, 2) X(Pow, 2) X(Max, 2) X(Min, 2)                        \
   X(Lt, 2) X(Le, 2) X(Gt, 2) X(Ge, 2) X(Eq, 2) X(Ne, 2) X(And, 2) X(Or, 2)                     \
   X(Select, 3)

@@ -30,7 +30,7 @@ constexpr Call kCalls[] = {
     {"exp", Fn::Exp},       {"log", Fn::Log},     {"log1p", Fn::Log1p}, {"expm1", Fn::Expm1},
     {"sqrt", Fn::Sqrt},     {"rsqrt", Fn::Rsqrt}, {"sin", Fn::Sin},     {"cos", Fn::Cos},
     {"tanh", Fn::Tanh},     {"erf", Fn::Erf},     {"abs", Fn::Abs},     {"floor", Fn::Floor},
-    {"ceil", Fn::Ceil},     {"round", Fn::Round}};
+    {"ceil", Fn::Ceil},     {"round", Fn::Round}, {"round_bf16", Fn::RoundBf16}};
 
 class Parser {
  public:

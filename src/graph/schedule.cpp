@@ -224,8 +224,10 @@ class Scheduler {
     const NodeInfo& pi = info_[p];
     if (!is_map(p) || pi.external || pi.users != 1) return false;
     // The IR computes f16/bf16 values in f32: inlined, a 16-bit intermediate would skip its
-    // rounding. Such results are stored (rounded) and read back, as eager execution does.
-    if (p->dtype == DType::F16 || p->dtype == DType::BF16) return false;
+    // rounding. A bf16 one is rounded in the kernel (RoundBf16, leaf_or_inline), the bits a
+    // stored one would have; f16 results are stored (rounded) and read back, as eager
+    // execution does.
+    if (p->dtype == DType::F16) return false;
     // A one-element producer (a learning rate cast, a bias correction) fits any view too:
     // recomputing a scalar per element costs less than a kernel launch.
     return (identity_view(impl) && impl->shape == consumer_shape) || p->numel() == 1;
@@ -250,10 +252,11 @@ class Scheduler {
       if (p->op == OpId::Const)
         return b.constant(round_to(std::get<ConstParams>(p->params).value, p->dtype), compute_type(p->dtype));
       info_[p].fused = true;
+      auto rounded = [&](int id) { return p->dtype == DType::BF16 ? b.unary(expr::Fn::RoundBf16, id) : id; };
       if (p->numel() != 1 || broadcast_shape_ || (impl->shape == shape && identity_view(impl)))
-        return build_expr(b, p, leaves);
+        return rounded(build_expr(b, p, leaves));
       broadcast_shape_ = &shape;
-      int id = build_expr(b, p, leaves);
+      int id = rounded(build_expr(b, p, leaves));
       broadcast_shape_ = nullptr;
       return id;
     }

@@ -28,7 +28,14 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 
 Tensor Linear::forward(const Tensor& x, Loc loc) {
   Tensor y = matmul(x, weight.t(), loc);
-  return bias.defined() ? add(y, bias, loc) : y;
+  if (!bias.defined()) return y;
+  // Under bf16 autocast the product is bf16 and the bias joins it in bf16 (PyTorch's addmm
+  // under autocast does the same): the activation stays bf16, not widened to f32 by type
+  // promotion, so what follows (GELU, the next product's input, the saved values for
+  // backward) reads and writes half the bytes. Not under f16: the bias gradient would then
+  // be an f16 sum, whose small values underflow without loss scaling (bf16 has f32's range).
+  const bool half = autocast_dtype() == DType::BF16 && y.dtype() == DType::BF16 && bias.dtype() != y.dtype();
+  return add(y, half ? cast(bias, y.dtype(), loc) : bias, loc);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim) {

@@ -49,13 +49,23 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   // the backward needs to more than bf16's 8 bits. The products themselves may run in bf16
   // (reduced_precision), as PyTorch's autocast runs attention on half inputs.
   const bool reduced_precision = autocast_dtype() && t != DType::F64;
-  if (autocast_dtype() && (t == DType::BF16 || t == DType::F16)) t = DType::F32;
   int64_t B = 1;
   for (int64_t s : lead) B *= s;
+  // Where the device's kernels read 16-bit q, k, v and output gradient themselves (feature
+  // "attention_16bit": CUDA's tensor-core kernels, head dims a multiple of 16 up to 128),
+  // autocast keeps those operands 16-bit and the gradients come back 16-bit, as PyTorch's
+  // flash attention does: no widened copies of q, k, v, dout or dq/dk/dv are written. The
+  // packed output stays f32 either way.
+  const bool half_operands = reduced_precision && (t == DType::BF16 || t == DType::F16) && D % 16 == 0 && D >= 16 &&
+                             D <= 128 && B <= 65535 && fused_kernel_on(q0, "attention_16bit");
+  if (autocast_dtype() && (t == DType::BF16 || t == DType::F16)) t = DType::F32;
+  const DType operand_t = half_operands ? to_floating(promote(promote(q0.dtype(), k0.dtype()), v0.dtype())) : t;
   // The kernels read q, k and v through their strides, batch dims included (a [B, H, T, D]
   // view of a fused qkv projection is read in place, not copied); a rank-2 input gets a
   // batch dim of 1, the output's batch dims are flattened.
-  auto operand = [&](const Tensor& x) { return r == 2 ? cast(x, t, loc).unsqueeze(0, loc) : cast(x, t, loc); };
+  auto operand = [&](const Tensor& x) {
+    return r == 2 ? cast(x, operand_t, loc).unsqueeze(0, loc) : cast(x, operand_t, loc);
+  };
   Tensor q = operand(q0), k = operand(k0), v = operand(v0);
 
   const AttentionParams params{causal, scale, reduced_precision};
@@ -63,10 +73,11 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   Tensor out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
   if (needs_grad({&q, &k, &v})) {
     Tensor sq = alias(q), sk = alias(k), sv = alias(v), sfwd = alias(packed);
-    out = with_grad(out, kOp, {q, k, v}, [sq, sk, sv, sfwd, params, B, T, S, D, t, loc](const Tensor& g0) {
-      Tensor g = cast(g0, t, loc).contiguous(loc);
+    out = with_grad(out, kOp, {q, k, v}, [sq, sk, sv, sfwd, params, B, T, S, D, operand_t, loc](const Tensor& g0) {
+      Tensor g = cast(g0, operand_t, loc).contiguous(loc);
       const int64_t M = std::max(T, S);
-      Tensor grads = make_node(OpId::AttentionBackward, {3, B, M, D}, t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
+      Tensor grads =
+          make_node(OpId::AttentionBackward, {3, B, M, D}, operand_t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
       // The backward kernel has no gradient of its own: under create_graph, differentiating
       // these gradients again is an error that says so, not a silent zero.
       grads = with_grad(grads, "scaled_dot_product_attention backward", {sq, sk, sv, g0},

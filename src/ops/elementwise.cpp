@@ -127,6 +127,7 @@ Tensor eval_with_ops(const expr::Expr& e, const std::vector<Tensor>& inputs) {
       case Fn::Floor: v[i] = floor(a(0)); break;
       case Fn::Ceil: v[i] = ceil(a(0)); break;
       case Fn::Round: v[i] = round(a(0)); break;
+      case Fn::RoundBf16: v[i] = cast(cast(a(0), DType::BF16), a(0).dtype()); break;  // the scheduler's; no table op spells it
       case Fn::Add: v[i] = add(a(0), a(1)); break;
       case Fn::Sub: v[i] = sub(a(0), a(1)); break;
       case Fn::Mul: v[i] = mul(a(0), a(1)); break;

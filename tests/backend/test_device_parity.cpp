@@ -453,6 +453,21 @@ TEST(DeviceParity, Casts) {
           [mid](const std::vector<Tensor>& xs) { return cast(cast(xs[0], mid) * 3.0, DType::F32); },
           [&](DType o) { return template_tol(*dev, o, false); }, kGradTol, true, tally, rng);
     }
+    // A chain of bf16 ops fuses into one kernel whose bf16 intermediates are rounded in the
+    // kernel (RoundBf16): exactly the CPU's bits, infinities and NaN included.
+    if (device_declares(*dev, DType::BF16)) {
+      std::vector<double> v = kSigned;
+      v.insert(v.end(), kFloatOnly.begin(), kFloatOnly.end());
+      Tensor xb = cast(tensor(v, {static_cast<int64_t>(v.size())}), DType::BF16);
+      xb.realize();
+      check_parity(
+          *dev, "bf16 chain", {xb}, {false},
+          [](const std::vector<Tensor>& xs) {
+            Tensor a = xs[0] * 1.37 + 0.5;
+            return maximum(a * a - 3.0, -a);
+          },
+          [](DType) { return exact(); }, kGradTol, true, tally, rng);
+    }
     tally.print(*dev);
   }
 }

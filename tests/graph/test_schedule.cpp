@@ -309,5 +309,35 @@ TEST(Schedule, SixteenBitIntermediatesRoundTheSameFusedOrEager) {
   EXPECT_EQ(eq(tensor(std::vector<float>{0.1f}, {1}).to(DType::F16), 0.1).item(), 1.0);  // PyTorch: True
 }
 
+// bf16 intermediates are inlined and rounded in the kernel (RoundBf16): a chain of bf16 ops
+// is one kernel, bit for bit the op-by-op result, over values that round up, down, to even
+// on ties, overflow to infinity, and NaN.
+TEST(Schedule, Bf16ChainsFuseAndRoundAsEager) {
+  std::vector<float> v;
+  for (int i = 0; i < 2000; ++i) v.push_back(static_cast<float>(std::ldexp(1.0 + i / 2000.0, i % 40 - 20)) * (i % 3 ? 1 : -1));
+  v.insert(v.end(), {1.00390625f, 1.01171875f, 3.0e38f, -3.0e38f, INFINITY, NAN, 0.0f, -0.0f});  // ties, overflow
+  auto compute = [&] {
+    Tensor x = tensor(v, {static_cast<int64_t>(v.size())}).to(DType::BF16);
+    x.realize();
+    Tensor a = x * 1.37 + 0.5;
+    Tensor y = maximum(exp(-(square(a) - 3.0)), x) * 0.75;
+    std::vector<float> out = y.to(DType::F32).to_vector<float>();
+    return std::make_pair(out, last_schedule_stats().kernels);
+  };
+  auto [lazy, kernels] = compute();
+  EXPECT_EQ(kernels, 1);
+  set_eager_mode(true);
+  auto [eager, eager_kernels] = compute();
+  set_eager_mode(false);
+  ASSERT_EQ(lazy.size(), eager.size());
+  for (size_t i = 0; i < lazy.size(); ++i) {
+    if (std::isnan(eager[i])) {
+      EXPECT_TRUE(std::isnan(lazy[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(lazy[i], eager[i]) << "element " << i << " (x = " << v[i] << ")";
+  }
+}
+
 }  // namespace
 }  // namespace alk

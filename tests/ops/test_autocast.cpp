@@ -63,5 +63,28 @@ TEST(Autocast, GradientsOfF32ParametersAreF32AndCloseToTheF32Ones) {
   EXPECT_LT(max_rel(w.grad(), exact_grad), 3e-2);
 }
 
+// A Linear under autocast adds its bias in the 16-bit dtype (PyTorch's addmm does): the
+// activation stays bf16; the f32 bias's gradient is f32 and close to the f32 one.
+TEST(Autocast, LinearKeepsItsOutputIn16Bits) {
+  manual_seed(3);
+  nn::Linear lin(32, 8);
+  Tensor x = randn({16, 32});
+  Tensor exact = lin(x);
+  sum(square(exact)).backward();
+  const Tensor exact_bias_grad = lin.bias.grad().detach();
+  lin.zero_grad();
+  Tensor y;
+  {
+    Autocast scope;
+    y = lin(x);
+  }
+  EXPECT_EQ(y.dtype(), DType::BF16);
+  EXPECT_LT(max_rel(y, exact), 2e-2);
+  sum(square(cast(y, DType::F32))).backward();
+  ASSERT_TRUE(lin.bias.grad().defined());
+  EXPECT_EQ(lin.bias.grad().dtype(), DType::F32);
+  EXPECT_LT(max_rel(lin.bias.grad(), exact_bias_grad), 3e-2);
+}
+
 }  // namespace
 }  // namespace alk

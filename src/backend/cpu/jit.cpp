@@ -198,6 +198,10 @@ class Generator {
       case Fn::Floor: x = flt ? (f32 ? "__builtin_floorf(" : "__builtin_floor(") + a + ")" : a; break;
       case Fn::Ceil: x = flt ? (f32 ? "__builtin_ceilf(" : "__builtin_ceil(") + a + ")" : a; break;
       case Fn::Round: x = flt ? (f32 ? "__builtin_nearbyintf(" : "__builtin_nearbyint(") + a + ")" : a; break;
+      case Fn::RoundBf16:
+        if (!f32) return "";
+        x = "alk_round_bf16(" + a + ")";
+        break;
       case Fn::Sqrt:
         if (!flt) return "";
         x = (f32 ? "__builtin_sqrtf(" : "__builtin_sqrt(") + a + ")";
@@ -227,6 +231,9 @@ class Generator {
         "static inline int64_t alk_int_div(int64_t a, int64_t b) {\n"
         "  return b == 0 || (b == -1 && a == -9223372036854775807LL - 1) ? 0 : a / b;\n}\n"
         "template <class T> static inline T alk_max(T a, T b) { return (a != a || a > b) ? a : b; }\n"
+        "static inline float alk_round_bf16(float x) {  // to the nearest bf16, ties to even\n"
+        "  const unsigned u = __builtin_bit_cast(unsigned, x);\n"
+        "  return x != x ? x : __builtin_bit_cast(float, (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);\n}\n"
         "template <class T> static inline T alk_min(T a, T b) { return (a != a || a < b) ? a : b; }\n"
         "typedef float alk_vf __attribute__((vector_size(" + bytes + ")));\n"
         "typedef double alk_vd __attribute__((vector_size(" + bytes + ")));\n";

@@ -173,7 +173,12 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   }
   std::string defs = "#define ALK_RANK " + std::to_string(std::max<size_t>(1, shape.size())) + "\n";
   if (index32) defs += "#define ALK_INDEX32 1\n";
-  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda), "map");
+  // Inputs with one value for the launch (a learning rate, a step count): loaded, and what
+  // they alone decide computed, once per thread (emit_map_kernel).
+  std::vector<bool> uniform(in.size());
+  for (size_t k = 0; k < in.size(); ++k)
+    uniform[k] = std::all_of(strides[k].begin(), strides[k].end(), [](int64_t s) { return s == 0; });
+  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform), "map");
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
   std::vector<int64_t> p;
   p.push_back(n);
@@ -1194,20 +1199,32 @@ std::string attention_source(DType t, int64_t D, bool tiled = false) {
 }
 
 // The tensor-core kernels (kernels/attention_mma.cu): bf16 products, for ops that allow
-// them (AttentionParams::reduced_precision), head dims a multiple of 16 up to 128.
-std::string attention_mma_source(DType t, int64_t D) {
-  return kernel_source(defines({{"T", storage(t)}, {"ACC", "float"}, {"HD", std::to_string(D)}}),
+// them (AttentionParams::reduced_precision), head dims a multiple of 16 up to 128. t: the
+// storage of q, k, v and dout; fwd: the packed forward output's; grads: the gradients'
+// (under autocast q, k, v may be bf16 while the packed output is f32).
+std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D) {
+  return kernel_source(defines({{"T", storage(t)},
+                                {"TF", storage(fwd)},
+                                {"TG", storage(grads)},
+                                {"T_BF16", t == DType::BF16 ? "1" : "0"},
+                                {"ACC", "float"},
+                                {"HD", std::to_string(D)}}),
                        std::string(sources::attention_shared) + std::string(sources::attention_mma));
 }
 bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
          D <= 128 && B <= 65535;
 }
-// Shared memory in bytes: bf16 rows of D + 8 elements, 128 queries + 2 x 64 keys (forward)
-// or 4 tiles of 64 rows (backward), then the backward's per-row f32 statistics.
+// Shared memory in bytes: bf16 rows of D + 8 elements. Forward (0): 128 queries and two
+// stages of 64 keys and 64 values; one-pass backward (1): 64 keys, 64 values, two stages of
+// 64 queries and 64 output gradients, the 64 x 64 dS^T tile (rows of 64 + 8), and two
+// stages of per-query f32 statistics; two-pass backward (2): four tiles of 64 rows and one
+// set of statistics.
 int attention_mma_shared(int64_t D, int which) {
   const int64_t row = (D + 8) * 2;
-  return static_cast<int>(which == 0 ? 256 * row : 256 * row + 2 * 64 * 4);
+  if (which == 0) return static_cast<int>(384 * row);
+  if (which == 1) return static_cast<int>(384 * row + 64 * (64 + 8) * 2 + 4 * 64 * 4);
+  return static_cast<int>(256 * row + 2 * 64 * 4);
 }
 
 // The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
@@ -1264,7 +1281,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const int shared = attention_mma_shared(ap.D, 0);
-    ctx.launch(ctx.function(attention_mma_source(q.dtype, ap.D), "attention_forward_mma", shared),
+    ctx.launch(ctx.function(attention_mma_source(q.dtype, out.dtype, out.dtype, ap.D), "attention_forward_mma", shared),
                static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
                args);
     return;
@@ -1292,8 +1309,8 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
-  // Each variant runs two kernels with the same arguments: dq (which also writes delta),
-  // then dk/dv (which reads it).
+  // The two-pass variants run two kernels with the same arguments: dq (which also writes
+  // delta), then dk/dv (which reads it).
   auto pass = [&](const std::string& src, const char* name, int shared, unsigned grid_x, unsigned grid_y, unsigned block) {
     Args args;
     args.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
@@ -1303,10 +1320,35 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   auto tiles = [](int64_t rows, int64_t per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); };
   const auto batch = static_cast<unsigned>(ap.B);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
-    const std::string src = attention_mma_source(q.dtype, ap.D);
+    const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D);
+    static const bool two_pass = [] {
+      const char* e = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
+      return e && std::string(e) == "two-pass";
+    }();
+    if (two_pass) {
+      const int shared = attention_mma_shared(ap.D, 2);
+      pass(src, "attention_backward_dq_mma", shared, tiles(ap.Tq, 64), batch, 128);
+      pass(src, "attention_backward_dkdv_mma", shared, tiles(ap.S, 64), batch, 128);
+      return;
+    }
+    // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
+    const CUdeviceptr dq_acc = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq * ap.D)) * 4);
+    Args prep;
+    prep.add(fwd.ptr).add(dout.ptr).add(delta).add(dq_acc);
+    add_attention(prep, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0,
+               prep);
     const int shared = attention_mma_shared(ap.D, 1);
-    pass(src, "attention_backward_dq_mma", shared, tiles(ap.Tq, 64), batch, 128);
-    pass(src, "attention_backward_dkdv_mma", shared, tiles(ap.S, 64), batch, 128);
+    Args main;
+    main.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta).add(dq_acc);
+    add_attention(main, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 64), batch, 1, 128,
+               static_cast<unsigned>(shared), main);
+    Args finish;
+    finish.add(dq_acc).add(out.ptr);
+    add_attention(finish, ap, q.dtype, scale);
+    ctx.launch(ctx.function(src, "attention_backward_dq_finish"), blocks_for(ctx, ap.B * ap.Tq * ap.D), 1, 1, kBlock, 0,
+               finish);
     return;
   }
   if (attention_tiled_ok(ap)) {
@@ -1447,7 +1489,7 @@ DeviceInfo device_info(const DeviceProps& p) {
                 " SMs";
   info.memory_bytes = static_cast<int64_t>(p.memory_bytes);
   info.alignment = 256;
-  info.features = {"f64", "i64", "f16", "bf16", "tensor_cores", "cross_entropy"};
+  info.features = {"f64", "i64", "f16", "bf16", "tensor_cores", "cross_entropy", "attention_16bit"};
   return info;
 }
 
@@ -1631,8 +1673,11 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));
       if (t != DType::F64) {
-        out.emplace_back("attention (tensor cores) " + name + " D=64", attention_mma_source(t, 64));
-        out.emplace_back("attention (tensor cores) " + name + " D=128", attention_mma_source(t, 128));
+        out.emplace_back("attention (tensor cores) " + name + " D=64", attention_mma_source(t, t, t, 64));
+        out.emplace_back("attention (tensor cores) " + name + " D=128", attention_mma_source(t, t, t, 128));
+        if (t != DType::F32)  // autocast's 16-bit operands with the f32 packed output
+          out.emplace_back("attention (tensor cores) " + name + " in, f32 out, D=64",
+                           attention_mma_source(t, DType::F32, t, 64));
       }
     }
   }

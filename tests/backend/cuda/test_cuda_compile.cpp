@@ -77,6 +77,31 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
   EXPECT_GT(compiled, 100);
 }
 
+// Uniform inputs (every stride 0): their loads and what they alone decide come before the
+// grid-stride loop, once per thread (AdamW's bias corrections, pow in f64, were computed per
+// element); the kernel still compiles, and without the flags it is the plain kernel.
+TEST(CudaCompile, UniformSubexpressionsAreHoistedOutOfTheLoop) {
+  ALK_NEED_NVRTC();
+  expr::Builder b;
+  const int p = b.input(0, expr::Type::F32), t = b.input(1, expr::Type::F64), lr = b.input(2, expr::Type::F32);
+  const int corr = b.cast(b.binary(expr::Fn::Div, b.constant(1, expr::Type::F64),
+                                   b.binary(expr::Fn::Sub, b.constant(1, expr::Type::F64),
+                                            b.binary(expr::Fn::Pow, b.constant(0.9, expr::Type::F64), t))),
+                          expr::Type::F32);
+  const expr::Expr e = b.finish(b.binary(expr::Fn::Sub, p, b.binary(expr::Fn::Mul, lr, b.binary(expr::Fn::Mul, corr, p))));
+  const expr::MapSignature sig{"map", {DType::F32, DType::F64, DType::F32}, DType::F32};
+  const std::string hoisted = expr::emit_map_kernel(e, sig, expr::Target::Cuda, {false, true, true});
+  const size_t loop = hoisted.find("for (long long i");
+  ASSERT_NE(loop, std::string::npos) << hoisted;
+  EXPECT_LT(hoisted.find(" = pow("), loop) << hoisted;
+  EXPECT_LT(hoisted.find("in1_data[p.offset[1]]"), loop) << hoisted;
+  EXPECT_GT(hoisted.find("in0_data["), loop) << hoisted;  // the per-element input stays inside
+  EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n" + hoisted, "sm_90a")) << hoisted;
+  const std::string plain = expr::emit_map_kernel(e, sig, expr::Target::Cuda);
+  EXPECT_GT(plain.find(" = pow("), plain.find("for (long long i")) << plain;
+  EXPECT_EQ(plain, expr::emit_map_kernel(e, sig, expr::Target::Cuda, {false, false, false}));
+}
+
 TEST(CudaCompile, DivisionByMagicNumbersIsExact) {
   // What the Map kernels compute per dim, emulated on the host (umulhi = high half of the
   // 64-bit product), against plain division, over divisors and dividends up to 2^31.

@@ -105,18 +105,30 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
 // Under autocast attention multiplies on the tensor cores in bf16 (kernels/attention_mma.cu):
 // output and q/k/v gradients against the CPU in f32 within bf16's rounding, for causal and
 // full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.
+// With bf16 q, k, v (a bf16 projection under autocast) the kernels read them as they are and
+// return bf16 gradients (feature "attention_16bit"); the CPU reference widens them.
 TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
   ALK_CUDA_OR_SKIP(dev);
-  struct Case { int64_t B, H, T, S, D; bool causal; };
-  for (const Case& c : {Case{2, 3, 100, 100, 64, true}, Case{1, 2, 70, 130, 64, true}, Case{2, 1, 129, 129, 32, false},
-                        Case{1, 1, 150, 80, 64, true}}) {
+  struct Case { int64_t B, H, T, S, D; bool causal, half; };
+  for (const Case& c : {Case{2, 3, 100, 100, 64, true, false}, Case{1, 2, 70, 130, 64, true, false},
+                        Case{2, 1, 129, 129, 32, false, false}, Case{1, 1, 150, 80, 64, true, false},
+                        Case{2, 3, 200, 200, 64, true, true}, Case{1, 2, 70, 130, 64, true, true},
+                        Case{2, 1, 129, 129, 32, false, true}, Case{1, 2, 150, 80, 128, true, true}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " D " +
-                 std::to_string(c.D) + (c.causal ? " causal" : ""));
-    Tensor q = randn({c.B, c.H, c.T, c.D}), k = randn({c.B, c.H, c.S, c.D}), v = randn({c.B, c.H, c.S, c.D});
+                 std::to_string(c.D) + (c.causal ? " causal" : "") + (c.half ? " bf16 operands" : ""));
+    auto operand = [&](int64_t rows) {
+      Tensor x = randn({c.B, c.H, rows, c.D});
+      return c.half ? cast(x, DType::BF16) : x;
+    };
+    Tensor q = operand(c.T), k = operand(c.S), v = operand(c.S);
     Tensor w = randn({c.B, c.H, c.T, c.D});
     auto run = [&](Device& d, bool autocast, std::vector<Tensor>& grads) {
       Tensor qd = q.to(d).detach().requires_grad_(), kd = k.to(d).detach().requires_grad_(),
              vd = v.to(d).detach().requires_grad_();
+      if (&d == &cpu_device() && c.half) {  // the reference in f32 from the same bf16 values
+        qd = cast(q, DType::F32).detach().requires_grad_(), kd = cast(k, DType::F32).detach().requires_grad_(),
+        vd = cast(v, DType::F32).detach().requires_grad_();
+      }
       Tensor out;
       {
         std::optional<Autocast> scope;
@@ -133,12 +145,43 @@ TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
     Tensor tc = run(*dev, true, tc_grads);
     expect_close(tc, ref, 3e-2, 3e-2);
     for (int i = 0; i < 3; ++i) expect_close(tc_grads[i], ref_grads[i], 5e-2, 5e-2);
+    if (c.half) {
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(tc_grads[i].dtype(), DType::BF16);
+      continue;  // without autocast, bf16 operands take the bf16 kernels: covered by the parity suite
+    }
     Tensor f32 = run(*dev, false, f32_grads);
     expect_close(f32, ref, 1e-4, 1e-4);
     // The autocast run really took the bf16 path: it differs from f32 by bf16 rounding.
     const double diff = max(abs(tc.to(cpu_device()) - ref)).item();
     EXPECT_GT(diff, 1e-5);
   }
+}
+
+// The GPT's case: q, k and v are strided views of one bf16 projection [B, T, 3, H, D] (read
+// in place, by cp.async), the gradient flows back into the packed tensor as bf16.
+TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
+  ALK_CUDA_OR_SKIP(dev);
+  const int64_t B = 2, T = 300, H = 3, D = 64;
+  const Tensor packed = cast(randn({B, T, 3, H, D}), DType::BF16), w = randn({B, T, H * D});
+  auto run = [&](Device& d, Tensor& grad) {
+    Tensor p = (&d == &cpu_device() ? cast(packed, DType::F32) : packed.to(d)).detach().requires_grad_();
+    auto part = [&](int64_t i) { return p.select(2, i).transpose(1, 2); };
+    Tensor y;
+    {
+      std::optional<Autocast> scope;
+      if (&d != &cpu_device()) scope.emplace(DType::BF16);
+      y = scaled_dot_product_attention(part(0), part(1), part(2), true);
+    }
+    y = cast(y.transpose(1, 2).reshape({B, T, H * D}), DType::F32);
+    sum(y * w.to(d)).backward();
+    grad = p.grad();
+    return y;
+  };
+  Tensor ref_grad, grad;
+  const Tensor ref = run(cpu_device(), ref_grad), out = run(*dev, grad);
+  EXPECT_EQ(grad.dtype(), DType::BF16);
+  expect_close(out, ref, 3e-2, 3e-2);
+  expect_close(grad, ref_grad, 5e-2, 5e-2);
 }
 
 TEST(CudaDevice, BadIndicesRaiseTheCpusErrorAtTheNextRead) {

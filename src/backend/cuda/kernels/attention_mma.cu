@@ -1,15 +1,21 @@
 // Scaled dot-product attention on the tensor cores, for ops that allow bf16 products
 // (AttentionParams::reduced_precision, set under autocast): q, k, v and dout are read in
 // their storage type T and rounded to bf16 as tiles enter shared memory; every product is an
-// mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax, the logsumexp, the output
-// and the gradients stay f32 (T). Defines: T (storage, f32/bf16/f16), HD (the head dim, a
-// multiple of 16 up to 128). AttnParams and limit_of(): attention_shared.cuh.
+// mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax, the logsumexp and the
+// accumulators stay f32. Defines: T (the storage of q, k, v and dout: f32/bf16/f16), TF (the
+// packed forward output's, f32 under autocast), TG (the gradients'), HD (the head dim, a
+// multiple of 16 up to 128), T_BF16 (1 when T is bf16: tiles are then copied to shared
+// memory as they are, by cp.async, while the previous tile is being multiplied).
+// AttnParams and limit_of(): attention_shared.cuh.
 //
 // The FlashAttention-2 arrangement. Forward: a block of 8 warps owns 128 queries (16 rows
-// per warp, the m of every mma) and walks the keys in tiles of 64; dq: the same with 4 warps
-// and 64 queries. dk/dv: 4 warps own 64 keys and walk the queries, computing the transposed scores
+// per warp, the m of every mma) and walks the keys in tiles of 64. Backward, one pass: 4
+// warps own 64 keys and walk the query tiles that see them, computing the transposed scores
 // K Q^T so that P^T and dS^T come out of the accumulators already in the A-operand layout
-// (an m16n8 accumulator pair is an m16k16 A fragment), so P never touches shared memory.
+// (an m16n8 accumulator pair is an m16k16 A fragment) for dV += P^T dO and dK += dS^T Q;
+// dS^T goes through shared memory once for dQ += dS K, which every key block adds into an
+// f32 accumulator with atomic adds (attention_backward_prep zeroes it and computes delta =
+// rowsum(dO * O) before; attention_backward_dq_finish scales and stores it after).
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + c; an accumulator holds rows g and
 // g + 8, columns 2c and 2c + 1. Masks are computed only on tiles that cross the causal
 // diagonal (or the end of the rows); a warp skips a tile none of whose columns it sees.
@@ -20,10 +26,20 @@
 #define BTHREADS 128      // the backward's 4 warps (more accumulators per thread: fewer warps per block)
 #define STREAM 64         // rows of the tiles a block walks through: keys (forward, dq) or queries (dk/dv)
 #define LDS (HD + 8)      // shared-memory row pitch in elements: 16 bytes of padding keeps ldmatrix conflict-free
+#define DLS (STREAM + 8)  // the same for the backward's dS^T tile, whose rows are STREAM queries
 #define NT (STREAM / 8)   // n-tiles of 8 across a streamed tile
 #define KD (HD / 16)      // k-steps of 16 across the head dim
 #define DT (HD / 8)       // n-tiles of 8 across the head dim
 #define LOG2E 1.4426950408889634f
+#ifndef TF
+#define TF T
+#endif
+#ifndef TG
+#define TG T
+#endif
+#ifndef T_BF16
+#define T_BF16 0
+#endif
 #define LN2 0.6931471805599453f
 
 __device__ __forceinline__ void mma_bf16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
@@ -86,6 +102,31 @@ __device__ __forceinline__ void load_tile(h16* dst, const T* __restrict__ src, i
   }
 }
 
+// Whether rows of a view go to shared memory as they are, by 16-byte cp.async: bf16 storage,
+// contiguous rows starting on 16-byte boundaries (base and row stride in elements).
+__device__ __forceinline__ bool rows_async(i64 base, i64 rs, i64 cs) {
+  return T_BF16 && cs == 1 && rs % 8 == 0 && base % 8 == 0;
+}
+
+// load_tile's rows by cp.async when `async` (rows_async; the caller commits and waits),
+// else through registers.
+template <int N, int NTH>
+__device__ __forceinline__ void fetch_tile(h16* dst, const T* __restrict__ src, i64 base, i64 rs, i64 cs, i64 r0, i64 rows,
+                                           bool async) {
+#if T_BF16
+  if (async) {
+    constexpr int chunks = HD / 8;  // 16-byte chunks per row
+    for (int e = threadIdx.x; e < N * chunks; e += NTH) {
+      const int r = e / chunks, d = (e % chunks) * 8;
+      const bool ok = r0 + r < rows;
+      cp_async16(smem_u32(dst + r * LDS + d), ok ? (const void*)(src + base + (r0 + r) * rs + d) : (const void*)src, ok);
+    }
+    return;
+  }
+#endif
+  load_tile<N, NTH>(dst, src, base, rs, cs, r0, rows);
+}
+
 // A fragments of the warp's 16 rows of a tile (rows 16 w ..), all KD k-steps of the head dim.
 __device__ __forceinline__ void load_a_rows(unsigned f[KD][4], const h16* tile, int warp, int lane) {
 #pragma unroll
@@ -106,6 +147,18 @@ __device__ __forceinline__ void mul_tile_t(float acc[NT][4], const unsigned f[KD
     }
 }
 
+// acc[n] (16 x 8, n < DT) += A (16 x 16, fragment a) times rows [16 kc, 16 kc + 16) of tile:
+// the tile's rows are the k index, its head dim the n index.
+__device__ __forceinline__ void mul_rows(float acc[DT][4], const unsigned a[4], const h16* tile, int kc, int lane) {
+#pragma unroll
+  for (int n = 0; n < DT; n += 2) {
+    unsigned r[4];
+    ldmatrix_x4_trans(r, tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + n * 8 + (lane >> 4) * 8);
+    mma_bf16(acc[n], a, r[0], r[1]);
+    mma_bf16(acc[n + 1], a, r[2], r[3]);
+  }
+}
+
 // acc[n] (16 x 8, n < DT) += P (16 x STREAM, accumulators p) times tile: the streamed
 // tile's rows are the k index, its head dim the n index.
 __device__ __forceinline__ void mul_tile(float acc[DT][4], const float p[NT][4], const h16* tile, int lane) {
@@ -113,13 +166,7 @@ __device__ __forceinline__ void mul_tile(float acc[DT][4], const float p[NT][4],
   for (int kc = 0; kc < STREAM / 16; ++kc) {
     unsigned a[4];
     acc_to_a(a, p[2 * kc], p[2 * kc + 1]);
-#pragma unroll
-    for (int n = 0; n < DT; n += 2) {
-      unsigned r[4];
-      ldmatrix_x4_trans(r, tile + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + n * 8 + (lane >> 4) * 8);
-      mma_bf16(acc[n], a, r[0], r[1]);
-      mma_bf16(acc[n + 1], a, r[2], r[3]);
-    }
+    mul_rows(acc, a, tile, kc, lane);
   }
 }
 
@@ -146,19 +193,77 @@ __device__ __forceinline__ bool masked(int j, int e, int c, int lo, int hi) {
 }
 __device__ __forceinline__ int clamp_cols(i64 x) { return (int)min((i64)STREAM, max((i64)0, x)); }
 
+// One key/value tile of the forward for the warp's 16 rows: scores, the online softmax's
+// running max m and sum l (this thread's columns), and o rescaled and accumulated.
+__device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[2], const unsigned qf[KD][4],
+                                            const h16* K_tile, const h16* V_tile, i64 s0, i64 warp_all,
+                                            const i64 lim[2], float sl2, int lane, int c) {
+  float s[NT][4];
+  zero<NT>(s);
+  mul_tile_t(s, qf, K_tile, lane);
+  float mx[2] = {m[0], m[1]};
+  if (s0 + STREAM - 1 <= warp_all) {  // no key of the tile is masked for the warp
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] *= sl2;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+      }
+  } else {
+    const int hi[2] = {clamp_cols(lim[0] - s0 + 1), clamp_cols(lim[1] - s0 + 1)};
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = masked(j, e, c, 0, hi[e >> 1]) ? -(float)ALK_INF : s[j][e] * sl2;
+        s[j][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+  }
+  float corr[2], shift[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = quad_max(mx[r]);
+    // Nothing seen yet (max -inf): every term is 0; shift by 0 so no -inf - -inf NaN appears.
+    shift[r] = mx[r] == -(float)ALK_INF ? 0.0f : mx[r];
+    corr[r] = exp2f(m[r] - shift[r]);
+    m[r] = mx[r];
+    l[r] *= corr[r];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = exp2f(s[j][e] - shift[e >> 1]);
+      s[j][e] = x;
+      l[e >> 1] += x;
+    }
+#pragma unroll
+  for (int n = 0; n < DT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+  mul_tile(o, s, V_tile, lane);
+}
+
 // out [B, Tq, HD + 1]: the output rows and each row's logsumexp of scaled scores.
 extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attention_forward_mma(const T* __restrict__ q,
                                                                            const T* __restrict__ k,
-                                                                           const T* __restrict__ v, T* __restrict__ out,
+                                                                           const T* __restrict__ v, TF* __restrict__ out,
                                                                            const AttnParams p) {
   extern __shared__ __align__(16) h16 smem[];
-  h16* Qs = smem;               // [OWN][LDS]
-  h16* Ks = Qs + OWN * LDS;     // [STREAM][LDS]
-  h16* Vs = Ks + STREAM * LDS;  // [STREAM][LDS]
+  h16* Qs = smem;                   // [OWN][LDS]
+  h16* Ks = Qs + OWN * LDS;         // [2][STREAM][LDS]: the tile in use and the next
+  h16* Vs = Ks + 2 * STREAM * LDS;  // [2][STREAM][LDS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
   const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * OWN;
   const i64 kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
+  const bool async = rows_async(kb, p.k_rs, p.k_cs) && rows_async(vb, p.v_rs, p.v_cs);
   load_tile<OWN, THREADS>(Qs, q, lead_offset(p.q, b), p.q_rs, p.q_cs, t0, p.Tq);
+  auto fetch = [&](i64 s0, int stage) {  // key/value tile s0 into `stage`, one commit group
+    fetch_tile<STREAM, THREADS>(Ks + stage * STREAM * LDS, k, kb, p.k_rs, p.k_cs, s0, p.S, async);
+    fetch_tile<STREAM, THREADS>(Vs + stage * STREAM * LDS, v, vb, p.v_rs, p.v_cs, s0, p.S, async);
+    cp_async_commit();
+  };
+  fetch(0, 0);
   __syncthreads();
   unsigned qf[KD][4];
   load_a_rows(qf, Qs, warp, lane);
@@ -171,56 +276,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
   float o[DT][4];
   zero<DT>(o);
   const i64 block_last = limit_of(p, min(p.Tq - 1, t0 + OWN - 1));
-  for (i64 s0 = 0; s0 <= block_last; s0 += STREAM) {
-    __syncthreads();  // the previous tile is consumed
-    load_tile<STREAM, THREADS>(Ks, k, kb, p.k_rs, p.k_cs, s0, p.S);
-    load_tile<STREAM, THREADS>(Vs, v, vb, p.v_rs, p.v_cs, s0, p.S);
+  int stage = 0;
+  for (i64 s0 = 0; s0 <= block_last; s0 += STREAM, stage ^= 1) {
+    const bool more = s0 + STREAM <= block_last;
+    if (more) fetch(s0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
+    if (more) cp_async_wait<1>();
+    else cp_async_wait<0>();
     __syncthreads();
-    if (s0 > warp_any) continue;  // every key of this tile is past the warp's rows
-    float s[NT][4];
-    zero<NT>(s);
-    mul_tile_t(s, qf, Ks, lane);
-    float mx[2] = {m[0], m[1]};
-    if (s0 + STREAM - 1 <= warp_all) {  // no key of the tile is masked for the warp
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] *= sl2;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-        }
-    } else {
-      const int hi[2] = {clamp_cols(lim[0] - s0 + 1), clamp_cols(lim[1] - s0 + 1)};
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = masked(j, e, c, 0, hi[e >> 1]) ? -(float)ALK_INF : s[j][e] * sl2;
-          s[j][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    }
-    float corr[2], shift[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = quad_max(mx[r]);
-      // Nothing seen yet (max -inf): every term is 0; shift by 0 so no -inf - -inf NaN appears.
-      shift[r] = mx[r] == -(float)ALK_INF ? 0.0f : mx[r];
-      corr[r] = exp2f(m[r] - shift[r]);
-      m[r] = mx[r];
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x = exp2f(s[j][e] - shift[e >> 1]);
-        s[j][e] = x;
-        l[e >> 1] += x;
-      }
-#pragma unroll
-    for (int n = 0; n < DT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-    mul_tile(o, s, Vs, lane);
+    const h16* K_tile = Ks + stage * STREAM * LDS;
+    const h16* V_tile = Vs + stage * STREAM * LDS;
+    if (s0 <= warp_any) attend_tile(o, m, l, qf, K_tile, V_tile, s0, warp_all, lim, sl2, lane, c);
+    __syncthreads();  // the stage is consumed before the next iteration refills it
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -228,21 +294,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
     if (row[r] >= p.Tq) continue;
     // A row that sees no key (causal with S < Tq) is 0, its logsumexp -inf (the CPU's rule).
     const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-    T* dst = out + p.out_offset + (b * p.Tq + row[r]) * (HD + 1);
+    TF* dst = out + p.out_offset + (b * p.Tq + row[r]) * (HD + 1);
 #pragma unroll
     for (int n = 0; n < DT; ++n) {
-      dst[n * 8 + 2 * c] = cvt<T>(o[n][2 * r] * inv);
-      dst[n * 8 + 2 * c + 1] = cvt<T>(o[n][2 * r + 1] * inv);
+      dst[n * 8 + 2 * c] = cvt<TF>(o[n][2 * r] * inv);
+      dst[n * 8 + 2 * c + 1] = cvt<TF>(o[n][2 * r + 1] * inv);
     }
-    if (c == 0) dst[HD] = cvt<T>(sum > 0 ? (m[r] + log2f(sum)) * LN2 : -(float)ALK_INF);
+    if (c == 0) dst[HD] = cvt<TF>(sum > 0 ? (m[r] + log2f(sum)) * LN2 : -(float)ALK_INF);
   }
 }
 
-// dq into out[0] ([3, B, rows_out, HD]); also writes delta[b * Tq + t] = sum_d dout * o,
-// which the dk/dv kernel reads after it.
+// The two-pass backward (ALK_CUDA_ATTENTION_BACKWARD=two-pass, for comparison): dq into out[0]
+// ([3, B, rows_out, HD]); also writes delta[b * Tq + t] = sum_d dout * o, which the dk/dv
+// kernel reads after it.
 extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_dq_mma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ fwd,
-    const T* __restrict__ dout, T* __restrict__ out, float* __restrict__ delta, const AttnParams p) {
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const TF* __restrict__ fwd,
+    const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ delta, const AttnParams p) {
   extern __shared__ __align__(16) h16 smem[];
   h16* Qs = smem;               // [BOWN][LDS]
   h16* Gs = Qs + BOWN * LDS;    // dout, [BOWN][LDS]
@@ -313,19 +380,19 @@ extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_dq_mma
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= p.Tq) continue;
-    T* dst = out + p.out_offset + (b * p.rows_out + row[r]) * HD;
+    TG* dst = out + p.out_offset + (b * p.rows_out + row[r]) * HD;
 #pragma unroll
     for (int n = 0; n < DT; ++n) {
-      dst[n * 8 + 2 * c] = cvt<T>(dq[n][2 * r] * (float)p.scale);
-      dst[n * 8 + 2 * c + 1] = cvt<T>(dq[n][2 * r + 1] * (float)p.scale);
+      dst[n * 8 + 2 * c] = cvt<TG>(dq[n][2 * r] * (float)p.scale);
+      dst[n * 8 + 2 * c + 1] = cvt<TG>(dq[n][2 * r + 1] * (float)p.scale);
     }
   }
 }
 
 // dk into out[1], dv into out[2]; reads delta from the dq kernel.
 extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_dkdv_mma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ fwd,
-    const T* __restrict__ dout, T* __restrict__ out, const float* __restrict__ delta, const AttnParams p) {
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const TF* __restrict__ fwd,
+    const T* __restrict__ dout, TG* __restrict__ out, const float* __restrict__ delta, const AttnParams p) {
   extern __shared__ __align__(16) h16 smem[];
   h16* Ks = smem;               // [BOWN][LDS]
   h16* Vs = Ks + BOWN * LDS;    // [BOWN][LDS]
@@ -386,14 +453,171 @@ extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_dkdv_m
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (key[r] >= p.S) continue;
-    T* dkr = out + p.out_offset + plane + (b * p.rows_out + key[r]) * HD;
-    T* dvr = dkr + plane;
+    TG* dkr = out + p.out_offset + plane + (b * p.rows_out + key[r]) * HD;
+    TG* dvr = dkr + plane;
 #pragma unroll
     for (int n = 0; n < DT; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        dkr[n * 8 + 2 * c + e] = cvt<T>(dk[n][2 * r + e] * (float)p.scale);
-        dvr[n * 8 + 2 * c + e] = cvt<T>(dv[n][2 * r + e]);
+        dkr[n * 8 + 2 * c + e] = cvt<TG>(dk[n][2 * r + e] * (float)p.scale);
+        dvr[n * 8 + 2 * c + e] = cvt<TG>(dv[n][2 * r + e]);
       }
+  }
+}
+
+// ---- the one-pass backward ----
+
+// delta[b * Tq + t] = sum_d dout * o (f32, from the stored values) and the f32 dq
+// accumulator's row zeroed: a warp per query row.
+extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, const T* __restrict__ dout,
+                                                   float* __restrict__ delta, float* __restrict__ dq_acc, const AttnParams p) {
+  const int lane = threadIdx.x % 32;
+  const i64 warps = (i64)gridDim.x * (blockDim.x / 32);
+  for (i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < p.B * p.Tq; row += warps) {
+    const i64 b = row / p.Tq, t = row % p.Tq;
+    const i64 ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
+    float acc = 0.0f;
+    for (int d = lane; d < HD; d += 32) {
+      acc += cvt<float>(dout[db + t * p.d_rs + d * p.d_cs]) * cvt<float>(fwd[ob + t * p.o_rs + d * p.o_cs]);
+      dq_acc[row * HD + d] = 0.0f;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) delta[row] = acc;
+  }
+}
+
+// dk into out[1], dv into out[2]; dq accumulated into dq_acc ([B, Tq, HD], f32, unscaled).
+// A block owns BOWN keys (16 per warp) and walks the query tiles that see them; the next
+// tile's q and dout are copied while this one is multiplied (cp.async where rows_async).
+extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_mma(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const TF* __restrict__ fwd,
+    const T* __restrict__ dout, TG* __restrict__ out, const float* __restrict__ delta, float* __restrict__ dq_acc,
+    const AttnParams p) {
+  extern __shared__ __align__(16) h16 smem[];
+  h16* Ks = smem;                        // [BOWN][LDS]
+  h16* Vs = Ks + BOWN * LDS;             // [BOWN][LDS]
+  h16* Qs = Vs + BOWN * LDS;             // [2][STREAM][LDS]: the tile in use and the next
+  h16* Gs = Qs + 2 * STREAM * LDS;       // dout, [2][STREAM][LDS]
+  h16* Ds = Gs + 2 * STREAM * LDS;       // dS^T of the tile in bf16, [BOWN][DLS]: rows keys, columns queries
+  float* col_lse2 = (float*)(Ds + BOWN * DLS);  // [2][STREAM], log2 domain
+  float* col_delta = col_lse2 + 2 * STREAM;      // [2][STREAM]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
+  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * BOWN;
+  const i64 qb = lead_offset(p.q, b), ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
+  const bool async = rows_async(qb, p.q_rs, p.q_cs) && rows_async(db, p.d_rs, p.d_cs);
+  load_tile<BOWN, BTHREADS>(Ks, k, lead_offset(p.k, b), p.k_rs, p.k_cs, s0, p.S);
+  load_tile<BOWN, BTHREADS>(Vs, v, lead_offset(p.v, b), p.v_rs, p.v_cs, s0, p.S);
+  auto fetch = [&](i64 t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`
+    fetch_tile<STREAM, BTHREADS>(Qs + stage * STREAM * LDS, q, qb, p.q_rs, p.q_cs, t0, p.Tq, async);
+    fetch_tile<STREAM, BTHREADS>(Gs + stage * STREAM * LDS, dout, db, p.d_rs, p.d_cs, t0, p.Tq, async);
+    cp_async_commit();
+    for (int r = threadIdx.x; r < STREAM; r += BTHREADS) {
+      const i64 t = t0 + r;
+      // Rows past Tq: +inf logsumexp, so exp2(x - inf) = 0: no probability.
+      col_lse2[stage * STREAM + r] = t < p.Tq ? cvt<float>(fwd[ob + t * p.o_rs + HD * p.o_cs]) * LOG2E : (float)ALK_INF;
+      col_delta[stage * STREAM + r] = t < p.Tq ? delta[b * p.Tq + t] : 0.0f;
+    }
+  };
+  const i64 key[2] = {s0 + warp * 16 + g, s0 + warp * 16 + g + 8};
+  // Query t sees key s when s <= limit_of(t): causal, t >= s - (S - Tq).
+  const i64 shift = p.causal ? p.S - p.Tq : (i64)1 << 62;  // non-causal: every query sees every key
+  const i64 warp_first = s0 + warp * 16 - shift, warp_last = s0 + warp * 16 + 15 - shift;  // first queries seeing them
+  const float sl2 = (float)p.scale * LOG2E;
+  const i64 first = max((i64)0, p.causal ? s0 - shift : (i64)0);  // the first query that sees the block's first key
+  const i64 t_first = first / STREAM * STREAM;
+  if (t_first < p.Tq) fetch(t_first, 0);
+  __syncthreads();
+  unsigned kf[KD][4], vf[KD][4];
+  load_a_rows(kf, Ks, warp, lane);
+  load_a_rows(vf, Vs, warp, lane);
+  float dk[DT][4], dv[DT][4];
+  zero<DT>(dk);
+  zero<DT>(dv);
+  int stage = 0;
+  for (i64 t0 = t_first; t0 < p.Tq; t0 += STREAM, stage ^= 1) {
+    const bool more = t0 + STREAM < p.Tq;
+    if (more) fetch(t0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
+    if (more) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    const h16* Q_tile = Qs + stage * STREAM * LDS;
+    const h16* G_tile = Gs + stage * STREAM * LDS;
+    const float* lse2 = col_lse2 + stage * STREAM;
+    const float* dlt = col_delta + stage * STREAM;
+    float st[NT][4], dpt[NT][4];
+    zero<NT>(st);
+    zero<NT>(dpt);
+    if (t0 + STREAM - 1 >= warp_first) {  // some query of the tile sees the warp's keys
+      mul_tile_t(st, kf, Q_tile, lane);   // K Q^T: rows keys, columns queries
+      mul_tile_t(dpt, vf, G_tile, lane);  // V dO^T
+      const bool full = t0 >= warp_last && t0 + STREAM <= p.Tq;
+      const int hi = clamp_cols(p.Tq - t0);
+      const int lo[2] = {clamp_cols(key[0] - shift - t0), clamp_cols(key[1] - shift - t0)};
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j * 8 + 2 * c + (e & 1);
+          const float pr = full || !masked(j, e, c, lo[e >> 1], hi) ? exp2f(st[j][e] * sl2 - lse2[col]) : 0.0f;
+          st[j][e] = pr;
+          dpt[j][e] = pr * (dpt[j][e] - dlt[col]);  // dS^T
+        }
+      mul_tile(dv, st, G_tile, lane);   // P^T dO
+      mul_tile(dk, dpt, Q_tile, lane);  // dS^T Q
+    }
+    // dS^T to shared memory (zeros where the warp's keys are unseen), for dQ = dS K.
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *(unsigned*)(Ds + (warp * 16 + g + 8 * r) * DLS + j * 8 + 2 * c) = pack_bf16(dpt[j][2 * r], dpt[j][2 * r + 1]);
+    __syncthreads();
+    // The warp's 16 queries of the tile: dQ (16 x HD) = dS (16 x BOWN keys) K (BOWN x HD), the
+    // A fragments read transposed from Ds; added into dq_acc.
+    const i64 t_row = t0 + warp * 16 + g;
+    if (t0 + warp * 16 < p.Tq && t0 + warp * 16 + 15 >= first) {
+      float dq[DT][4];
+      zero<DT>(dq);
+#pragma unroll
+      for (int kc = 0; kc < BOWN / 16; ++kc) {
+        unsigned a[4];
+        ldmatrix_x4_trans(a, Ds + (kc * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * DLS + warp * 16 + ((lane >> 3) & 1) * 8);
+        mul_rows(dq, a, Ks, kc, lane);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (t_row + 8 * r >= p.Tq) continue;
+        float* dst = dq_acc + (b * p.Tq + t_row + 8 * r) * HD + 2 * c;
+#pragma unroll
+        for (int n = 0; n < DT; ++n) {
+          atomicAdd(dst + n * 8, dq[n][2 * r]);
+          atomicAdd(dst + n * 8 + 1, dq[n][2 * r + 1]);
+        }
+      }
+    }
+    __syncthreads();  // Ds and the stage are consumed before the next iteration refills them
+  }
+  const i64 plane = p.B * p.rows_out * HD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= p.S) continue;
+    TG* dkr = out + p.out_offset + plane + (b * p.rows_out + key[r]) * HD;
+    TG* dvr = dkr + plane;
+#pragma unroll
+    for (int n = 0; n < DT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        dkr[n * 8 + 2 * c + e] = cvt<TG>(dk[n][2 * r + e] * (float)p.scale);
+        dvr[n * 8 + 2 * c + e] = cvt<TG>(dv[n][2 * r + e]);
+      }
+  }
+}
+
+// dq = scale * dq_acc into out[0].
+extern "C" __global__ void attention_backward_dq_finish(const float* __restrict__ dq_acc, TG* __restrict__ out,
+                                                        const AttnParams p) {
+  ALK_FOR(i, p.B * p.Tq * HD) {
+    const i64 row = i / HD, b = row / p.Tq, t = row % p.Tq;
+    out[p.out_offset + (b * p.rows_out + t) * HD + i % HD] = cvt<TG>(dq_acc[i] * (float)p.scale);
   }
 }

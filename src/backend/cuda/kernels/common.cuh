@@ -114,6 +114,17 @@ __device__ __forceinline__ double warp_max(double v) {
 typedef unsigned short h16;  // 16-bit elements as raw bits
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// A 16-byte copy from global to shared memory that the thread does not wait for (cp.async,
+// sm_80+); valid == false reads nothing and writes zeros. Groups of copies are committed and
+// waited for with cp_async_commit / cp_async_wait<N> (at most N groups still in flight).
+__device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 __device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const h16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

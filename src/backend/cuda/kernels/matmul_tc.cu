@@ -33,10 +33,6 @@
 #define B_STAGE (BK * B_LD)
 #endif
 
-__device__ __forceinline__ void cp_async16(h16* smem, const TA* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0));
-}
-
 // One stage: the A tile (128 rows of M x 32 of K: 512 16-byte vectors, two per thread) and
 // the B tile (32 x BN of N: 4 BN vectors, BN / 64 per thread).
 __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restrict__ a, const TA* __restrict__ b,
@@ -49,12 +45,12 @@ __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restric
     const int r = v / 4, c = (v % 4) * 8;
     const i64 gm = m0 + r, gk = k0 + c;
     const bool ok = gm < p.M && gk < p.K;
-    cp_async16(as + r * A_LD + c, ok ? a + abase + gm * p.a_rs + gk : a, ok);
+    cp_async16(smem_u32(as + r * A_LD + c), ok ? a + abase + gm * p.a_rs + gk : a, ok);
 #else
     const int r = v / 16, c = (v % 16) * 8;
     const i64 gk = k0 + r, gm = m0 + c;
     const bool ok = gm < p.M && gk < p.K;
-    cp_async16(as + r * A_LD + c, ok ? a + abase + gk * p.a_cs + gm : a, ok);
+    cp_async16(smem_u32(as + r * A_LD + c), ok ? a + abase + gk * p.a_cs + gm : a, ok);
 #endif
   }
 #pragma unroll
@@ -64,12 +60,12 @@ __device__ __forceinline__ void load_stage(h16* as, h16* bs, const TA* __restric
     const int rb = v / 4, cb = (v % 4) * 8;
     const i64 gn = n0 + rb, gkb = k0 + cb;
     const bool okb = gn < p.N && gkb < p.K;
-    cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gn * p.b_cs + gkb : b, okb);
+    cp_async16(smem_u32(bs + rb * B_LD + cb), okb ? b + bbase + gn * p.b_cs + gkb : b, okb);
 #else
     const int rb = v / (BN / 8), cb = (v % (BN / 8)) * 8;
     const i64 gkb = k0 + rb, gn = n0 + cb;
     const bool okb = gn < p.N && gkb < p.K;
-    cp_async16(bs + rb * B_LD + cb, okb ? b + bbase + gkb * p.b_rs + gn : b, okb);
+    cp_async16(smem_u32(bs + rb * B_LD + cb), okb ? b + bbase + gkb * p.b_rs + gn : b, okb);
 #endif
   }
 }
@@ -96,17 +92,17 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < ktiles) load_stage(as_all + s * A_STAGE, bs_all + s * B_STAGE, a, b, p, abase, bbase, m0, n0, (i64)s * BK);
-      asm volatile("cp.async.commit_group;\n" ::);
+      cp_async_commit();
     }
     for (i64 kt = 0; kt < ktiles; ++kt) {
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
+      cp_async_wait<STAGES - 2>();
       __syncthreads();  // stage kt has landed for every thread; stage kt - 1 is free again
       const i64 next = kt + STAGES - 1;
       if (next < ktiles) {
         const int s = (int)(next % STAGES);
         load_stage(as_all + s * A_STAGE, bs_all + s * B_STAGE, a, b, p, abase, bbase, m0, n0, next * BK);
       }
-      asm volatile("cp.async.commit_group;\n" ::);
+      cp_async_commit();
       const h16* as = as_all + (kt % STAGES) * A_STAGE;
       const h16* bs = bs_all + (kt % STAGES) * B_STAGE;
 #pragma unroll
@@ -145,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_tc(const TA* __restrict
           }
       }
     }
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    cp_async_wait<0>();
     __syncthreads();  // the next batch item refills the ring
     EPI_BASES(z);
 #pragma unroll

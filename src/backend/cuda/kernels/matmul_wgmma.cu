@@ -35,10 +35,6 @@
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
 #define LOOKAHEAD (STAGES - 1 - WAIT_DEPTH)
 
-__device__ __forceinline__ void cp_async16(unsigned smem, const TA* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
-}
-
 // Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows, 128-byte swizzle.
 __device__ __forceinline__ unsigned swizzled(int r, int c) { return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4)); }
 
@@ -125,10 +121,10 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
       if (s < ktiles)
         load_stage(base + s * STAGE_BYTES, base + s * STAGE_BYTES + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0,
                    (i64)s * BK);
-      asm volatile("cp.async.commit_group;\n" ::);
+      cp_async_commit();
     }
     for (i64 kt = 0; kt < ktiles; ++kt) {
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(LOOKAHEAD - 1));
+      cp_async_wait<LOOKAHEAD - 1>();
       // cp.async wrote through the generic proxy; the tensor cores read through the async one.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();
@@ -137,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
         const unsigned slot = base + (unsigned)(next % STAGES) * STAGE_BYTES;
         load_stage(slot, slot + A_STAGE_BYTES, a, b, p, abase, bbase, m0, n0, next * BK);
       }
-      asm volatile("cp.async.commit_group;\n" ::);
+      cp_async_commit();
       const unsigned as = base + (unsigned)(kt % STAGES) * STAGE_BYTES, bs = as + A_STAGE_BYTES;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -146,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
       asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(WAIT_DEPTH) : "memory");
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    cp_async_wait<0>();
     __syncthreads();  // the ring is free: it takes the results now
     // Accumulator i: row 16 wr + g (+ 8 when bit 1 of i is set), column 8 (i / 4) + 2 t (+ 1
     // for odd i), within the warpgroup's slab.
