@@ -141,6 +141,13 @@ struct Lang {
   // input k's one element is). Others keep "" / "" and hoist nothing.
   virtual std::string loop_open() const { return ""; }
   virtual std::string uniform_offset(int) const { return ""; }
+  // Languages that may also walk contiguous operands a vector of elements per iteration
+  // (CUDA under ALK_VEC): the text that opens that loop (vector loads of the per-element
+  // inputs; inside, in<k>_data and out_data name the vector's registers and o the element
+  // in it, so load() and store() spell the same statements) and closes it (the vector
+  // store). "" where there is no such loop.
+  virtual std::string vector_loop_open(const MapSignature&, const std::vector<bool>&) const { return ""; }
+  virtual std::string vector_loop_close(const MapSignature&) const { return ""; }
   // The opening line of a function (emit_function): C-like by default.
   virtual std::string function_head(const std::string& name, const std::vector<Type>& params, Type ret) const {
     std::string s = type(ret) + " " + name + "(";

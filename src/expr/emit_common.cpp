@@ -384,12 +384,24 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, cons
     if (used[k] && uniform_input(static_cast<int>(k)))
       add_lines(out, "  ", lang.load(static_cast<int>(k), sig.inputs[k], lang.uniform_offset(static_cast<int>(k))));
   emit_nodes(lang, e, uniform, "  ", out, v, next);
+  std::vector<bool> rest(e.nodes.size()), per_element(used.size());
+  for (size_t i = 0; i < rest.size(); ++i) rest[i] = !uniform[i];
+  for (size_t k = 0; k < used.size(); ++k) per_element[k] = used[k] && !uniform_input(static_cast<int>(k));
+  if (const std::string open = lang.vector_loop_open(sig, per_element); !open.empty()) {
+    // The same per-element statements over a vector's elements (their own scope and names).
+    out += open;
+    const std::string inner = lang.indent + "  ";
+    for (size_t k = 0; k < used.size(); ++k)
+      if (per_element[k]) add_lines(out, inner, lang.load(static_cast<int>(k), sig.inputs[k], "o"));
+    std::vector<std::string> vv = v;
+    int vnext = next;
+    emit_nodes(lang, e, rest, inner, out, vv, vnext);
+    add_lines(out, inner, lang.store(sig.output, vv.back()));
+    out += lang.vector_loop_close(sig);
+  }
   out += lang.loop_open();
   for (size_t k = 0; k < used.size(); ++k)
-    if (used[k] && !uniform_input(static_cast<int>(k)))
-      add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
-  std::vector<bool> rest(e.nodes.size());
-  for (size_t i = 0; i < rest.size(); ++i) rest[i] = !uniform[i];
+    if (per_element[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
   emit_nodes(lang, e, rest, lang.indent, out, v, next);
   add_lines(out, lang.indent, lang.store(sig.output, v.back()));
   return out + lang.epilogue();

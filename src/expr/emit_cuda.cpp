@@ -127,9 +127,11 @@ struct Cuda final : Lang {
          "// GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.\n"
          "// A launch may define ALK_RANK (the rank, so the loops fold) and ALK_INDEX32 (every\n"
          "// operand's element offsets and the element count fit 31 bits: 32-bit index math, a\n"
-         "// quarter of the instructions of 64-bit multiplies).\n"
+         "// quarter of the instructions of 64-bit multiplies), and ALK_VEC (elements per thread\n"
+         "// and iteration of the vector loop, for contiguous operands).\n"
          "#ifdef ALK_RANK\n#define ALK_RANK_OF(p) ALK_RANK\n#else\n#define ALK_RANK_OF(p) (p).rank\n#endif\n"
          "#ifdef ALK_INDEX32\ntypedef int alk_idx;\n#else\ntypedef long long alk_idx;\n#endif\n"
+         "#ifdef ALK_VEC\ntemplate <class T>\nstruct alignas(sizeof(T) * ALK_VEC) alk_vec {\n  T x[ALK_VEC];\n};\n#endif\n"
          "__device__ __forceinline__ void alk_coords(long long i, const " + params + "& p, alk_idx c[8]) {\n"
          "  if (ALK_RANK_OF(p) == 1) {  // contiguous: the common case, no divisions at all\n"
          "    c[0] = (alk_idx)i;\n"
@@ -170,10 +172,38 @@ struct Cuda final : Lang {
   }
 
   // A grid-stride loop: what only uniform inputs decide is computed before it (emit()).
+  // Under ALK_VEC the vector loop has done the elements below alk_first.
   std::string loop_open() const override {
-    return "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
+    return "#ifdef ALK_VEC\n  const long long alk_first = p.n / ALK_VEC * ALK_VEC;\n#else\n  const long long alk_first = 0;\n#endif\n"
+           "  for (long long i = alk_first + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
            "    const long long o = p.offset[" + std::to_string(output_slot_) + "] + i;\n"
            "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
+  }
+
+  // ALK_VEC (set by a launch whose per-element operands are contiguous, rank 1, and whose
+  // offsets are multiples of ALK_VEC): each thread moves up to 16 bytes per operand per
+  // iteration, enough bytes in flight for the memory system (a 2-byte load per thread is not).
+  std::string vector_loop_open(const MapSignature& sig, const std::vector<bool>& per_element) const override {
+    std::string s = "#ifdef ALK_VEC\n"
+                    "  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n";
+    for (size_t k = 0; k < per_element.size(); ++k)
+      if (per_element[k]) {
+        const std::string n = std::to_string(k), t = storage(sig.inputs[k]);
+        s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + p.offset[" + n +
+             "] + iv * ALK_VEC);\n";
+      }
+    s += "    alk_vec<" + storage(sig.output) + "> alk_vo;\n#pragma unroll\n    for (int o = 0; o < ALK_VEC; ++o) {\n";
+    for (size_t k = 0; k < per_element.size(); ++k)
+      if (per_element[k]) {
+        const std::string n = std::to_string(k);
+        s += "      const " + storage(sig.inputs[k]) + "* in" + n + "_data = alk_v" + n + ".x;\n";
+      }
+    s += "      " + storage(sig.output) + "* out_data = alk_vo.x;\n";
+    return s;
+  }
+  std::string vector_loop_close(const MapSignature& sig) const override {
+    const std::string t = storage(sig.output), slot = std::to_string(sig.inputs.size());
+    return "    }\n    *(alk_vec<" + t + ">*)(out_data + p.offset[" + slot + "] + iv * ALK_VEC) = alk_vo;\n  }\n#endif\n";
   }
   std::string uniform_offset(int k) const override { return "p.offset[" + std::to_string(k) + "]"; }
   mutable size_t output_slot_ = 0;  // the output's index in p.offset (set by prologue)

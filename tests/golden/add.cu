@@ -14,7 +14,8 @@ struct golden_add_params {
 // GPUs); the outermost coordinate is what remains. Unrolled, so c stays in registers.
 // A launch may define ALK_RANK (the rank, so the loops fold) and ALK_INDEX32 (every
 // operand's element offsets and the element count fit 31 bits: 32-bit index math, a
-// quarter of the instructions of 64-bit multiplies).
+// quarter of the instructions of 64-bit multiplies), and ALK_VEC (elements per thread
+// and iteration of the vector loop, for contiguous operands).
 #ifdef ALK_RANK
 #define ALK_RANK_OF(p) ALK_RANK
 #else
@@ -24,6 +25,12 @@ struct golden_add_params {
 typedef int alk_idx;
 #else
 typedef long long alk_idx;
+#endif
+#ifdef ALK_VEC
+template <class T>
+struct alignas(sizeof(T) * ALK_VEC) alk_vec {
+  T x[ALK_VEC];
+};
 #endif
 __device__ __forceinline__ void alk_coords(long long i, const golden_add_params& p, alk_idx c[8]) {
   if (ALK_RANK_OF(p) == 1) {  // contiguous: the common case, no divisions at all
@@ -59,7 +66,30 @@ __device__ __forceinline__ alk_idx alk_dot(const alk_idx c[8], const long long* 
 
 extern "C" __global__ void golden_add(const float* __restrict__ in0_data, const float* __restrict__ in1_data, float* __restrict__ out_data, const golden_add_params p) {
   const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
+#ifdef ALK_VEC
+  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
+    const alk_vec<float> alk_v0 = *(const alk_vec<float>*)(in0_data + p.offset[0] + iv * ALK_VEC);
+    const alk_vec<float> alk_v1 = *(const alk_vec<float>*)(in1_data + p.offset[1] + iv * ALK_VEC);
+    alk_vec<float> alk_vo;
+#pragma unroll
+    for (int o = 0; o < ALK_VEC; ++o) {
+      const float* in0_data = alk_v0.x;
+      const float* in1_data = alk_v1.x;
+      float* out_data = alk_vo.x;
+      const float in0 = in0_data[o];
+      const float in1 = in1_data[o];
+      const float v0 = (in0 + in1);
+      out_data[o] = v0;
+    }
+    *(alk_vec<float>*)(out_data + p.offset[2] + iv * ALK_VEC) = alk_vo;
+  }
+#endif
+#ifdef ALK_VEC
+  const long long alk_first = p.n / ALK_VEC * ALK_VEC;
+#else
+  const long long alk_first = 0;
+#endif
+  for (long long i = alk_first + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const long long o = p.offset[2] + i;
     alk_idx c[8];
     alk_coords(i, p, c);

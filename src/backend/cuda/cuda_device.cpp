@@ -178,6 +178,16 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   std::vector<bool> uniform(in.size());
   for (size_t k = 0; k < in.size(); ++k)
     uniform[k] = std::all_of(strides[k].begin(), strides[k].end(), [](int64_t s) { return s == 0; });
+  // Contiguous operands (rank 1, stride 1, offsets on vector boundaries) go 16 bytes per
+  // thread and load: vec elements of the widest per-element operand's type.
+  size_t widest = dtype_size(out.dtype);
+  bool contiguous = shape.size() <= 1;
+  for (size_t k = 0; k < in.size() && contiguous; ++k)
+    if (!uniform[k]) contiguous = strides[k].empty() || strides[k][0] == 1, widest = std::max(widest, dtype_size(in[k].dtype));
+  const int64_t vec = static_cast<int64_t>(16 / widest);
+  bool aligned = contiguous && vec > 1 && n >= 4 * vec && out.offset % vec == 0;
+  for (size_t k = 0; k < in.size() && aligned; ++k) aligned = uniform[k] || in[k].offset % vec == 0;
+  if (aligned) defs += "#define ALK_VEC " + std::to_string(vec) + "\n";
   CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform), "map");
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
   std::vector<int64_t> p;
@@ -197,7 +207,7 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   for (const Arg& a : in) args.add(a.ptr);
   args.add(out.ptr);
   args.add_bytes(p.data(), bytes + 64);
-  ctx.launch(f, blocks_for(ctx, n), 1, 1, kBlock, 0, args);
+  ctx.launch(f, blocks_for(ctx, aligned ? (n + vec - 1) / vec : n), 1, 1, kBlock, 0, args);
 }
 
 // ---- Reduce (with its prologue) ----
@@ -1202,13 +1212,15 @@ std::string attention_source(DType t, int64_t D, bool tiled = false) {
 // them (AttentionParams::reduced_precision), head dims a multiple of 16 up to 128. t: the
 // storage of q, k, v and dout; fwd: the packed forward output's; grads: the gradients'
 // (under autocast q, k, v may be bf16 while the packed output is f32).
-std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D) {
+// kwarps: the one-pass backward's warps per block (4, or 8 where D % 32 == 0).
+std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D, int kwarps = 4) {
   return kernel_source(defines({{"T", storage(t)},
                                 {"TF", storage(fwd)},
                                 {"TG", storage(grads)},
                                 {"T_BF16", t == DType::BF16 ? "1" : "0"},
                                 {"ACC", "float"},
-                                {"HD", std::to_string(D)}}),
+                                {"HD", std::to_string(D)},
+                                {"KWARPS", std::to_string(kwarps)}}),
                        std::string(sources::attention_shared) + std::string(sources::attention_mma));
 }
 bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
@@ -1216,14 +1228,14 @@ bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
          D <= 128 && B <= 65535;
 }
 // Shared memory in bytes: bf16 rows of D + 8 elements. Forward (0): 128 queries and two
-// stages of 64 keys and 64 values; one-pass backward (1): 64 keys, 64 values, two stages of
-// 64 queries and 64 output gradients, the 64 x 64 dS^T tile (rows of 64 + 8), and two
-// stages of per-query f32 statistics; two-pass backward (2): four tiles of 64 rows and one
+// stages of 64 keys and 64 values; one-pass backward (1): 16 kwarps keys and as many values,
+// two stages of 64 queries and 64 output gradients, the keys x 64 dS^T tile (rows of 64 + 8),
+// and two stages of per-query f32 statistics; two-pass backward (2): four tiles of 64 rows and one
 // set of statistics.
-int attention_mma_shared(int64_t D, int which) {
-  const int64_t row = (D + 8) * 2;
+int attention_mma_shared(int64_t D, int which, int kwarps = 4) {
+  const int64_t row = (D + 8) * 2, keys = 16 * kwarps;
   if (which == 0) return static_cast<int>(384 * row);
-  if (which == 1) return static_cast<int>(384 * row + 64 * (64 + 8) * 2 + 4 * 64 * 4);
+  if (which == 1) return static_cast<int>((2 * keys + 256) * row + keys * (64 + 8) * 2 + 4 * 64 * 4);
   return static_cast<int>(256 * row + 2 * 64 * 4);
 }
 
@@ -1320,11 +1332,14 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   auto tiles = [](int64_t rows, int64_t per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); };
   const auto batch = static_cast<unsigned>(ap.B);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
-    const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D);
-    static const bool two_pass = [] {
+    static const std::string variant = [] {
       const char* e = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
-      return e && std::string(e) == "two-pass";
+      return std::string(e ? e : "");
     }();
+    const bool two_pass = variant == "two-pass";
+    // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
+    const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
+    const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
     if (two_pass) {
       const int shared = attention_mma_shared(ap.D, 2);
       pass(src, "attention_backward_dq_mma", shared, tiles(ap.Tq, 64), batch, 128);
@@ -1338,12 +1353,12 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     add_attention(prep, ap, q.dtype, scale);
     ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0,
                prep);
-    const int shared = attention_mma_shared(ap.D, 1);
+    const int shared = attention_mma_shared(ap.D, 1, kwarps);
     Args main;
     main.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta).add(dq_acc);
     add_attention(main, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 64), batch, 1, 128,
-               static_cast<unsigned>(shared), main);
+    ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
+               static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);
     Args finish;
     finish.add(dq_acc).add(out.ptr);
     add_attention(finish, ap, q.dtype, scale);
@@ -1677,7 +1692,7 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
         out.emplace_back("attention (tensor cores) " + name + " D=128", attention_mma_source(t, t, t, 128));
         if (t != DType::F32)  // autocast's 16-bit operands with the f32 packed output
           out.emplace_back("attention (tensor cores) " + name + " in, f32 out, D=64",
-                           attention_mma_source(t, DType::F32, t, 64));
+                           attention_mma_source(t, DType::F32, t, 64, 8));
       }
     }
   }

@@ -71,6 +71,9 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
       if (t == DType::F32) {
         EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 3\n#define ALK_INDEX32 1\n" + src, "sm_90a"));
       }
+      // Contiguous operands: the vector loop (16 bytes per operand; 8 bf16 or 2 i64).
+      const std::string vec = t == DType::BF16 ? "8" : t == DType::I64 ? "2" : "4";
+      EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_VEC " + vec + "\n" + src, "sm_90a"));
       ++compiled;
     }
   }

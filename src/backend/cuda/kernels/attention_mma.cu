@@ -467,6 +467,14 @@ extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_dkdv_m
 
 // ---- the one-pass backward ----
 
+#ifndef KWARPS
+#define KWARPS 4  // the one-pass backward's warps per block
+#endif
+#define KOWN (16 * KWARPS)
+#define KTHREADS (32 * KWARPS)
+#define NDT (DT / (KWARPS / 4))  // head-dim n-tiles of a warp's dq share
+
+
 // delta[b * Tq + t] = sum_d dout * o (f32, from the stored values) and the f32 dq
 // accumulator's row zeroed: a warp per query row.
 extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, const T* __restrict__ dout,
@@ -487,31 +495,32 @@ extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, c
 }
 
 // dk into out[1], dv into out[2]; dq accumulated into dq_acc ([B, Tq, HD], f32, unscaled).
-// A block owns BOWN keys (16 per warp) and walks the query tiles that see them; the next
+// A block owns KOWN keys (16 per warp, KWARPS warps: 4, or 8 where HD % 32 == 0 so that
+// two warps can split each 16-query group's dq over halves of the head dim) and walks the query tiles that see them; the next
 // tile's q and dout are copied while this one is multiplied (cp.async where rows_async).
-extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_mma(
+extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const TF* __restrict__ fwd,
     const T* __restrict__ dout, TG* __restrict__ out, const float* __restrict__ delta, float* __restrict__ dq_acc,
     const AttnParams p) {
   extern __shared__ __align__(16) h16 smem[];
-  h16* Ks = smem;                        // [BOWN][LDS]
-  h16* Vs = Ks + BOWN * LDS;             // [BOWN][LDS]
-  h16* Qs = Vs + BOWN * LDS;             // [2][STREAM][LDS]: the tile in use and the next
+  h16* Ks = smem;                        // [KOWN][LDS]
+  h16* Vs = Ks + KOWN * LDS;             // [KOWN][LDS]
+  h16* Qs = Vs + KOWN * LDS;             // [2][STREAM][LDS]: the tile in use and the next
   h16* Gs = Qs + 2 * STREAM * LDS;       // dout, [2][STREAM][LDS]
-  h16* Ds = Gs + 2 * STREAM * LDS;       // dS^T of the tile in bf16, [BOWN][DLS]: rows keys, columns queries
-  float* col_lse2 = (float*)(Ds + BOWN * DLS);  // [2][STREAM], log2 domain
+  h16* Ds = Gs + 2 * STREAM * LDS;       // dS^T of the tile in bf16, [KOWN][DLS]: rows keys, columns queries
+  float* col_lse2 = (float*)(Ds + KOWN * DLS);  // [2][STREAM], log2 domain
   float* col_delta = col_lse2 + 2 * STREAM;      // [2][STREAM]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * BOWN;
+  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * KOWN;
   const i64 qb = lead_offset(p.q, b), ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
   const bool async = rows_async(qb, p.q_rs, p.q_cs) && rows_async(db, p.d_rs, p.d_cs);
-  load_tile<BOWN, BTHREADS>(Ks, k, lead_offset(p.k, b), p.k_rs, p.k_cs, s0, p.S);
-  load_tile<BOWN, BTHREADS>(Vs, v, lead_offset(p.v, b), p.v_rs, p.v_cs, s0, p.S);
+  load_tile<KOWN, KTHREADS>(Ks, k, lead_offset(p.k, b), p.k_rs, p.k_cs, s0, p.S);
+  load_tile<KOWN, KTHREADS>(Vs, v, lead_offset(p.v, b), p.v_rs, p.v_cs, s0, p.S);
   auto fetch = [&](i64 t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`
-    fetch_tile<STREAM, BTHREADS>(Qs + stage * STREAM * LDS, q, qb, p.q_rs, p.q_cs, t0, p.Tq, async);
-    fetch_tile<STREAM, BTHREADS>(Gs + stage * STREAM * LDS, dout, db, p.d_rs, p.d_cs, t0, p.Tq, async);
+    fetch_tile<STREAM, KTHREADS>(Qs + stage * STREAM * LDS, q, qb, p.q_rs, p.q_cs, t0, p.Tq, async);
+    fetch_tile<STREAM, KTHREADS>(Gs + stage * STREAM * LDS, dout, db, p.d_rs, p.d_cs, t0, p.Tq, async);
     cp_async_commit();
-    for (int r = threadIdx.x; r < STREAM; r += BTHREADS) {
+    for (int r = threadIdx.x; r < STREAM; r += KTHREADS) {
       const i64 t = t0 + r;
       // Rows past Tq: +inf logsumexp, so exp2(x - inf) = 0: no probability.
       col_lse2[stage * STREAM + r] = t < p.Tq ? cvt<float>(fwd[ob + t * p.o_rs + HD * p.o_cs]) * LOG2E : (float)ALK_INF;
@@ -572,24 +581,31 @@ extern "C" __global__ void __launch_bounds__(BTHREADS) attention_backward_mma(
       for (int r = 0; r < 2; ++r)
         *(unsigned*)(Ds + (warp * 16 + g + 8 * r) * DLS + j * 8 + 2 * c) = pack_bf16(dpt[j][2 * r], dpt[j][2 * r + 1]);
     __syncthreads();
-    // The warp's 16 queries of the tile: dQ (16 x HD) = dS (16 x BOWN keys) K (BOWN x HD), the
-    // A fragments read transposed from Ds; added into dq_acc.
-    const i64 t_row = t0 + warp * 16 + g;
-    if (t0 + warp * 16 < p.Tq && t0 + warp * 16 + 15 >= first) {
-      float dq[DT][4];
-      zero<DT>(dq);
+    // dQ (64 x HD) = dS (64 x KOWN keys) K (KOWN x HD), the A fragments read transposed from Ds,
+    // added into dq_acc: a warp takes 16 queries (qg) and NDT n-tiles of the head dim from n0.
+    const int qg = warp % 4, n0 = (warp / 4) * NDT;
+    const i64 t_row = t0 + qg * 16 + g;
+    if (t0 + qg * 16 < p.Tq && t0 + qg * 16 + 15 >= first) {
+      float dq[NDT][4];
+      zero<NDT>(dq);
 #pragma unroll
-      for (int kc = 0; kc < BOWN / 16; ++kc) {
+      for (int kc = 0; kc < KOWN / 16; ++kc) {
         unsigned a[4];
-        ldmatrix_x4_trans(a, Ds + (kc * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * DLS + warp * 16 + ((lane >> 3) & 1) * 8);
-        mul_rows(dq, a, Ks, kc, lane);
+        ldmatrix_x4_trans(a, Ds + (kc * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * DLS + qg * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int n = 0; n < NDT; n += 2) {
+          unsigned r[4];
+          ldmatrix_x4_trans(r, Ks + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + (n0 + n) * 8 + (lane >> 4) * 8);
+          mma_bf16(dq[n], a, r[0], r[1]);
+          mma_bf16(dq[n + 1], a, r[2], r[3]);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (t_row + 8 * r >= p.Tq) continue;
-        float* dst = dq_acc + (b * p.Tq + t_row + 8 * r) * HD + 2 * c;
+        float* dst = dq_acc + (b * p.Tq + t_row + 8 * r) * HD + n0 * 8 + 2 * c;
 #pragma unroll
-        for (int n = 0; n < DT; ++n) {
+        for (int n = 0; n < NDT; ++n) {
           atomicAdd(dst + n * 8, dq[n][2 * r]);
           atomicAdd(dst + n * 8 + 1, dq[n][2 * r + 1]);
         }
