@@ -180,17 +180,19 @@ struct Cuda final : Lang {
            "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
   }
 
-  // ALK_VEC (set by a launch whose per-element operands are contiguous, rank 1, and whose
-  // offsets are multiples of ALK_VEC): each thread moves up to 16 bytes per operand per
-  // iteration, enough bytes in flight for the memory system (a 2-byte load per thread is not).
+  // ALK_VEC (set by a launch whose per-element operands are contiguous along the innermost
+  // dim, vectors never straddling a row, and start on vector boundaries): each thread moves
+  // up to 16 bytes per operand per iteration, enough bytes in flight for the memory system
+  // (a 2-byte load per thread is not); coordinates are computed once per vector.
   std::string vector_loop_open(const MapSignature& sig, const std::vector<bool>& per_element) const override {
     std::string s = "#ifdef ALK_VEC\n"
-                    "  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n";
+                    "  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n"
+                    "    alk_idx c[8];\n    alk_coords(iv * ALK_VEC, p, c);\n";
     for (size_t k = 0; k < per_element.size(); ++k)
       if (per_element[k]) {
         const std::string n = std::to_string(k), t = storage(sig.inputs[k]);
-        s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + p.offset[" + n +
-             "] + iv * ALK_VEC);\n";
+        s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + " +
+             offset_call(static_cast<int>(k)) + ");\n";
       }
     s += "    alk_vec<" + storage(sig.output) + "> alk_vo;\n#pragma unroll\n    for (int o = 0; o < ALK_VEC; ++o) {\n";
     for (size_t k = 0; k < per_element.size(); ++k)

@@ -68,7 +68,9 @@ extern "C" __global__ void golden_relu(const float* __restrict__ in0_data, float
   const long long step = (long long)gridDim.x * blockDim.x;
 #ifdef ALK_VEC
   for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
-    const alk_vec<float> alk_v0 = *(const alk_vec<float>*)(in0_data + p.offset[0] + iv * ALK_VEC);
+    alk_idx c[8];
+    alk_coords(iv * ALK_VEC, p, c);
+    const alk_vec<float> alk_v0 = *(const alk_vec<float>*)(in0_data + p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p)));
     alk_vec<float> alk_vo;
 #pragma unroll
     for (int o = 0; o < ALK_VEC; ++o) {

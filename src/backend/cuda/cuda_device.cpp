@@ -178,15 +178,20 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   std::vector<bool> uniform(in.size());
   for (size_t k = 0; k < in.size(); ++k)
     uniform[k] = std::all_of(strides[k].begin(), strides[k].end(), [](int64_t s) { return s == 0; });
-  // Contiguous operands (rank 1, stride 1, offsets on vector boundaries) go 16 bytes per
-  // thread and load: vec elements of the widest per-element operand's type.
+  // Operands contiguous along the innermost dim go 16 bytes per thread and load: vec
+  // elements of the widest per-element operand's type, each vector inside one row (the
+  // innermost size a multiple of vec, unless the launch is one row) and on a vector
+  // boundary (offsets and outer strides multiples of vec).
   size_t widest = dtype_size(out.dtype);
-  bool contiguous = shape.size() <= 1;
-  for (size_t k = 0; k < in.size() && contiguous; ++k)
-    if (!uniform[k]) contiguous = strides[k].empty() || strides[k][0] == 1, widest = std::max(widest, dtype_size(in[k].dtype));
+  for (size_t k = 0; k < in.size(); ++k)
+    if (!uniform[k]) widest = std::max(widest, dtype_size(in[k].dtype));
   const int64_t vec = static_cast<int64_t>(16 / widest);
-  bool aligned = contiguous && vec > 1 && n >= 4 * vec && out.offset % vec == 0;
-  for (size_t k = 0; k < in.size() && aligned; ++k) aligned = uniform[k] || in[k].offset % vec == 0;
+  bool aligned = vec > 1 && n >= 4 * vec && out.offset % vec == 0 && (shape.size() <= 1 || shape.back() % vec == 0);
+  for (size_t k = 0; k < in.size() && aligned; ++k) {
+    if (uniform[k] || strides[k].empty()) continue;
+    aligned = strides[k].back() == 1 && in[k].offset % vec == 0;
+    for (size_t d = 0; d + 1 < strides[k].size() && aligned; ++d) aligned = strides[k][d] % vec == 0;
+  }
   if (aligned) defs += "#define ALK_VEC " + std::to_string(vec) + "\n";
   CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform), "map");
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].

@@ -74,6 +74,9 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
       // Contiguous operands: the vector loop (16 bytes per operand; 8 bf16 or 2 i64).
       const std::string vec = t == DType::BF16 ? "8" : t == DType::I64 ? "2" : "4";
       EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_VEC " + vec + "\n" + src, "sm_90a"));
+      if (t == DType::BF16) {  // rows of a rank-4 view, contiguous along the innermost dim
+        EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 4\n#define ALK_VEC 8\n" + src, "sm_90a"));
+      }
       ++compiled;
     }
   }

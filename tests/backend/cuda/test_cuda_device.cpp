@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include "alk/alk.h"
@@ -58,6 +59,36 @@ TEST(CudaDevice, FusedMapOverBroadcastAndTransposedViews) {
     Tensor x = cast(randn({5, 7}) * 4.0, t), y = cast(randn({7}) * 4.0, t);
     expect_close((x + y * x).to(cpu_device()), x + y * x, 1e-2, 1e-2);
     expect_close(x.to(*dev) + y.to(*dev) * x.to(*dev), x + y * x, 1e-2, 1e-2);
+  }
+}
+
+// Map kernels walk operands that are contiguous along the innermost dim a vector per
+// iteration (ALK_VEC: 16 bytes per operand): rank 1, rows of transposed and broadcast views
+// (a [B, H, T, D] view of [B, T, H, D], a bias row), a tail past the last whole vector, and
+// views that do not qualify (an odd innermost size, an offset off the vector boundary, a
+// column broadcast), each exactly the CPU's values (the ops are exact or rounded alike).
+TEST(CudaDevice, VectorizedMapsOverRowsAndTails) {
+  ALK_CUDA_OR_SKIP(dev);
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I64, DType::U8}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    auto make = [t](Shape s) {  // no negatives for u8 (a negative float to u8 is undefined)
+      Tensor r = randn(std::move(s)) * 8.0;
+      return cast(t == DType::U8 ? abs(r) : r, t);
+    };
+    Tensor x = make({4, 6, 5, 64}), bias = make({64}), odd = make({4, 6, 5, 63}), flat = make({1003}),
+           col = make({4, 6, 5, 1});
+    auto check = [&](const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)>& f) {
+      const Tensor want = f(x, bias, odd, flat, col);
+      const Tensor got = f(x.to(*dev), bias.to(*dev), odd.to(*dev), flat.to(*dev), col.to(*dev));
+      expect_close(got, want, 0, 0);
+    };
+    check([](const Tensor& a, const Tensor& b, const Tensor&, const Tensor&, const Tensor&) { return a + b; });
+    check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return a.transpose(1, 2).contiguous(); });
+    check([](const Tensor& a, const Tensor& b, const Tensor&, const Tensor&, const Tensor&) { return a.transpose(1, 2) * 2.0 + b; });
+    check([](const Tensor&, const Tensor&, const Tensor& o, const Tensor&, const Tensor&) { return o.transpose(0, 1) - o.transpose(0, 1); });
+    check([](const Tensor&, const Tensor&, const Tensor&, const Tensor& f, const Tensor&) { return f * 3.0; });
+    check([](const Tensor&, const Tensor&, const Tensor&, const Tensor& f, const Tensor&) { return f.slice(0, 1, 1003) + 1.0; });
+    check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor& c) { return a + c; });
   }
 }
 
