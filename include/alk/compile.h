@@ -53,4 +53,9 @@ Program compile(StepFn fn);
 // Inside a step: makes t readable after each call as program.captured(name).
 void capture(const std::string& name, const Tensor& t, Loc loc = Loc::current());
 
+// Whether this thread is inside a Program's step (its warm-up call or its trace): code that
+// keeps Programs of its own (alk::onnx::Model's per-shape cache) runs uncached there, so the
+// outer step sees and records every kernel.
+bool inside_compiled_step();
+
 }  // namespace alk

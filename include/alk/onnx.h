@@ -48,13 +48,23 @@ class Model {
   const ModelInfo& info() const;
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
-  // Lazy outputs by name; inputs by name (every graph input without an initializer is required).
+  // Outputs by name; inputs by name (every graph input without an initializer is required).
+  // Calls are cached per input signature (names, dtypes, shapes, devices): the second call with
+  // a signature records the kernels it runs (alk::compile), later ones replay them, with realized
+  // outputs (copies, which later calls do not change). Uncached, with lazy outputs that fuse with
+  // what follows: set_replay(false), the environment variable ALK_ONNX_EAGER=1, inputs that
+  // require grad, calls inside an alk::compile step, and models whose host reads depend on the
+  // input data (found on the first call).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, Loc loc = Loc::current()) const;
   // Positional: inputs in input_names() order, outputs in output_names() order.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
+  // Whether this handle's calls go through the per-signature program cache (default true).
+  void set_replay(bool on) { replay_ = on; }
+  bool replay() const { return replay_; }
 
  private:
   std::shared_ptr<const ModelImpl> impl_;
+  bool replay_ = true;
 };
 
 // External data files are looked up next to the model file (never outside its directory).

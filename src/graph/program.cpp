@@ -26,6 +26,8 @@ void capture(const std::string& name, const Tensor& t, Loc loc) {
   if (g_captures) (*g_captures)[name] = t;
 }
 
+bool inside_compiled_step() { return g_captures != nullptr || active_trace() != nullptr; }
+
 struct Program::State {
   StepFn fn;
   int calls = 0;

@@ -7,9 +7,13 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <cstring>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "alk/compile.h"
+#include "graph/graph.h"
 #include "onnx/ops.h"
 
 namespace alk::onnx {
@@ -39,8 +43,12 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
-std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc) {
+std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
+                                        bool* reads_data) {
   std::unordered_map<std::string, Tensor> env;
+  // Names whose values depend on the inputs' data (see Ctx::from_data): the inputs, and what
+  // is computed from them, except Shape and Size, whose results depend on shapes only.
+  std::unordered_set<std::string> from_data;
   Device* device = nullptr;
   for (const auto& name : m.input_names) {
     auto it = inputs.find(name);
@@ -48,21 +56,31 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
     if (!device) device = &it->second.device();
     env[name] = it->second;
   }
-  for (const auto& [name, t] : inputs)
+  for (const auto& [name, t] : inputs) {
     check(env.count(name) || m.initializers.count(name), kOp, loc, "'", name, "' is not an input of the model");
+    from_data.insert(name);
+  }
   if (!device) device = &default_device();
   DeviceGuard on(*device);
   for (const auto& [name, t] : m.initializers) {
     auto it = inputs.find(name);  // an input may override an initializer's default
     env[name] = it != inputs.end() ? it->second : t.to(*device);
   }
+  if (reads_data) *reads_data = false;
   for (const auto& node : m.nodes) {
     if (!node.domain.empty()) fail(kUnsupported, loc, "node '", node.name, "': domain ", node.domain, " is not supported");
     auto h = handlers().find(node.op_type);
     if (h == handlers().end()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
     Ctx c{node, m.info.opset, {}, loc};
-    for (const auto& name : node.inputs) c.in.push_back(name.empty() ? Tensor() : env.at(name));
+    bool any_from_data = false;
+    for (const auto& name : node.inputs) {
+      c.in.push_back(name.empty() ? Tensor() : env.at(name));
+      c.from_data.push_back(!name.empty() && from_data.count(name) != 0);
+      any_from_data = any_from_data || c.from_data.back();
+    }
     Outs outs = h->second(c);
+    if (reads_data && c.reads_data) *reads_data = true;
+    const bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (k >= outs.size() || !outs[k].defined()) c.unsupported("output ", k, " ('", node.outputs[k], "')");
@@ -71,10 +89,86 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
       if (outs[k].numel() == 0 && !outs[k].is_realized())
         outs[k] = zeros(outs[k].shape(), outs[k].dtype()).contiguous();
       env[node.outputs[k]] = outs[k];
+      if (any_from_data && !shape_only) from_data.insert(node.outputs[k]);
     }
   }
   std::map<std::string, Tensor> out;
   for (const auto& name : m.output_names) out[name] = env.at(name);
+  return out;
+}
+
+namespace {
+
+bool replay_disabled_by_env() {
+  static const bool off = [] {
+    const char* v = std::getenv("ALK_ONNX_EAGER");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return off;
+}
+
+// The cache key: each given input's name, dtype, shape and device.
+std::string signature(const std::map<std::string, Tensor>& inputs) {
+  std::string key;
+  for (const auto& [name, t] : inputs) {
+    key += name;
+    key += '\0';
+    key += std::to_string(static_cast<int>(t.dtype()));
+    for (int64_t d : t.shape()) key += ',' + std::to_string(d);
+    key += '@' + std::to_string(reinterpret_cast<uintptr_t>(&t.device()));
+    key += '\n';
+  }
+  return key;
+}
+
+// A private copy of an input for the traced call: the program keeps the buffers it traced
+// with and each replay copies its new inputs into them, which must not be the caller's.
+Tensor private_copy(const Tensor& t) {
+  const std::vector<unsigned char> bytes = host_bytes(t);
+  return tensor_from_host(bytes.data(), t.shape(), t.dtype(), t.device());
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> run_cached(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc) {
+  bool eligible = !replay_disabled_by_env() && !inside_compiled_step();
+  for (const auto& [name, t] : inputs) eligible = eligible && t.defined() && !(t.requires_grad() && is_grad_enabled());
+  ProgramCache& cache = m.programs;
+  std::unique_lock lock(cache.mutex, std::try_to_lock);  // busy (another thread's call): run uncached
+  if (!eligible || !lock.owns_lock()) return run_graph(m, inputs, loc, nullptr);
+  const std::string key = signature(inputs);
+  auto it = cache.entries.find(key);
+  if (it == cache.entries.end()) {
+    if (cache.entries.size() >= ProgramCache::kMaxEntries) {
+      auto oldest = std::min_element(cache.entries.begin(), cache.entries.end(),
+                                     [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+      cache.entries.erase(oldest);
+    }
+    it = cache.entries.emplace(key, ProgramCache::Entry{}).first;
+  }
+  ProgramCache::Entry& e = it->second;
+  e.last_use = ++cache.uses;
+  if (e.data_dependent) return run_graph(m, inputs, loc, nullptr);
+  if (!e.program) {
+    // The names of the inputs, in the map's (sorted) order, for the step's positional inputs.
+    auto names = std::make_shared<std::vector<std::string>>();
+    for (const auto& [name, t] : inputs) names->push_back(name);
+    bool* data_dependent = &e.data_dependent;
+    e.program = std::make_unique<Program>([&m, names, data_dependent, loc](const std::vector<Tensor>& in) {
+      std::map<std::string, Tensor> named;
+      for (size_t k = 0; k < in.size(); ++k) named[(*names)[k]] = in[k];
+      bool reads = false;
+      for (auto& [name, t] : run_graph(m, named, loc, &reads)) capture(name, t);
+      *data_dependent = *data_dependent || reads;
+    });
+  }
+  std::vector<Tensor> positional;
+  for (const auto& [name, t] : inputs) positional.push_back(e.calls == 1 ? private_copy(t) : t);
+  (*e.program)(positional, loc);
+  ++e.calls;
+  std::map<std::string, Tensor> out;
+  for (const auto& name : m.output_names) out[name] = e.program->captured(name, loc);
+  if (e.data_dependent) e.program.reset();  // found on the warm-up call: every later call runs uncached
   return out;
 }
 
@@ -89,7 +183,7 @@ std::vector<std::string> Model::output_names() const { return impl_ ? impl_->out
 
 std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& inputs, Loc loc) const {
   check(impl_ != nullptr, kOp, loc, "empty model (not loaded)");
-  return run_graph(*impl_, inputs, loc);
+  return replay_ ? run_cached(*impl_, inputs, loc) : run_graph(*impl_, inputs, loc, nullptr);
 }
 
 std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -98,7 +192,7 @@ std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs, Loc loc
         " inputs, got ", inputs.size());
   std::map<std::string, Tensor> named;
   for (size_t k = 0; k < inputs.size(); ++k) named[impl_->input_names[k]] = inputs[k];
-  std::map<std::string, Tensor> out = run_graph(*impl_, named, loc);
+  std::map<std::string, Tensor> out = run(named, loc);
   std::vector<Tensor> result;
   for (const auto& name : impl_->output_names) result.push_back(out.at(name));
   return result;

@@ -23,6 +23,16 @@ struct Ctx {
   int64_t opset;
   std::vector<Tensor> in;
   Loc loc;
+  // Which inputs carry values computed from the graph inputs' data (not only from their shapes
+  // or the initializers), and whether a handler read one of those to the host: a model that
+  // does cannot replay a recorded program (the read values may differ next call).
+  std::vector<char> from_data = {};
+  bool reads_data = false;
+
+  // Every host read of an input's values goes through here (values() and scalar() do).
+  void note_read(size_t k) {
+    if (k < from_data.size() && from_data[k]) reads_data = true;
+  }
 
   std::string label() const { return "node '" + node.name + "' (" + node.op_type + ")"; }
   template <class... P>
@@ -73,13 +83,15 @@ struct Ctx {
     return a->ints;
   }
   // An integer tensor's values (shapes, axes, repeats), read back to the host.
-  std::vector<int64_t> values(size_t k) const {
+  std::vector<int64_t> values(size_t k) {
+    note_read(k);
     const Tensor& t = x(k);
     require(is_integral(t.dtype()), "input ", k, " must be an integer tensor, got ", dtype_name(t.dtype()));
     require(t.numel() <= kMaxShapeValues, "input ", k, " holds ", t.numel(), " values, too many for a shape");
     return t.to_vector<int64_t>(loc);
   }
-  double scalar(size_t k) const {
+  double scalar(size_t k) {
+    note_read(k);
     const Tensor& t = x(k);
     if (!(t.numel() == 1)) fail_with("input ", k, " must hold one value, has shape ", to_string(t.shape()));
     return t.to_vector<double>(loc)[0];

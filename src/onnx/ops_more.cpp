@@ -106,6 +106,7 @@ Outs op_resize(Ctx& c) {
   std::vector<double> scales, roi;
   std::vector<int64_t> sizes;
   auto floats = [&](size_t k) {
+    c.note_read(k);
     const Tensor& t = c.x(k);
     c.require(t.numel() <= kMaxShapeValues, "input ", k, " too large");
     return t.to_vector<double>(c.loc);
@@ -454,6 +455,7 @@ Outs op_lrn(Ctx& c) {
 Outs op_nonzero(Ctx& c) {
   const Tensor& x = c.x(0);
   c.require(x.numel() <= kMaxShapeValues, "input too large for NonZero");
+  c.note_read(0);
   const std::vector<double> v = x.to_vector<double>();
   std::vector<int64_t> hits;
   for (size_t k = 0; k < v.size(); ++k)
@@ -476,6 +478,7 @@ Outs op_compress(Ctx& c) {
   Tensor x = c.x(0);
   const Tensor& cond = c.x(1);
   c.require(cond.dim() == 1 && cond.numel() <= kMaxShapeValues, "condition must be 1-D");
+  c.note_read(1);
   const std::vector<double> v = cond.to_vector<double>();
   int64_t axis = 0;
   if (c.attr("axis")) axis = c.axis(c.i("axis", 0), x.dim());
@@ -539,6 +542,7 @@ Outs op_nms(Ctx& c) {
   const bool has_thr = c.has(4);
   const double thr = has_thr ? c.scalar(4) : 0.0;
   const bool center = c.i("center_point_box", 0) != 0;
+  c.note_read(0), c.note_read(1);
   const std::vector<double> bx = boxes.to_vector<double>(), sc = scores.to_vector<double>();
   const int64_t B = boxes.shape()[0], N = boxes.shape()[1], C = scores.shape()[1];
   auto corners = [&](int64_t b, int64_t i, double out[4]) {
@@ -650,6 +654,7 @@ Outs op_unique(Ctx& c) {
   Tensor moved = has_axis ? x.transpose(0, axis).contiguous() : x.reshape({x.numel()});
   const int64_t n = moved.dim() == 0 ? 1 : moved.shape()[0];
   const int64_t width = n == 0 ? 0 : moved.numel() / n;
+  c.note_read(0);
   const std::vector<double> v = moved.to_vector<double>();
   auto slice_less = [&](int64_t a, int64_t b) {
     for (int64_t k = 0; k < width; ++k) {
@@ -731,6 +736,7 @@ Outs op_det(Ctx& c) {
   c.require(x.dim() >= 2 && x.shape()[x.dim() - 1] == x.shape()[x.dim() - 2], "input must be [..., n, n]");
   c.require(x.numel() <= kMaxShapeValues && is_float(x), "Det needs a small floating-point input");
   const int64_t n = x.shape().back(), batch = n == 0 ? 0 : x.numel() / (n * n);
+  c.note_read(0);
   std::vector<double> a = x.to_vector<double>(), dets(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     double* m = &a[static_cast<size_t>(b * n * n)];

@@ -105,8 +105,9 @@ int run_info(const std::string& path, const std::vector<std::string>& dim_args) 
 }
 
 int run_model(const std::string& path, const std::vector<std::string>& input_args, const std::string& device_name,
-              const std::string& out_dir, int repeat, bool compiled) {
+              const std::string& out_dir, int repeat, bool compiled, bool eager) {
   onnx::Model m = onnx::load(path);
+  m.set_replay(!eager);
   Device& device = get_device(device_name);
   std::map<std::string, Tensor> inputs;
   for (const auto& arg : input_args) {
@@ -193,7 +194,7 @@ void add_onnx_command(CLI::App& app) {
   static std::string run_path, device_name = "cpu", out_dir;
   static std::vector<std::string> input_args;
   static int repeat = 1;
-  static bool compiled = false;
+  static bool compiled = false, eager = false;
   auto* run = cmd->add_subcommand("run", "run a model on .npy inputs");
   run->add_option("model", run_path, "a .onnx file")->required();
   run->add_option("--input", input_args, "NAME=FILE.npy, once per graph input");
@@ -203,8 +204,10 @@ void add_onnx_command(CLI::App& app) {
   run->add_flag("--compile", compiled,
                 "trace the model once and replay its kernels (alk::compile); only for models whose "
                 "host reads (shapes, axes) do not depend on input values");
+  run->add_flag("--eager", eager,
+                "import and schedule the graph on every call (no per-shape program cache; for debugging)");
   run->callback([] {
-    int rc = run_model(run_path, input_args, device_name, out_dir, repeat, compiled);
+    int rc = run_model(run_path, input_args, device_name, out_dir, repeat, compiled, eager);
     if (rc) throw CLI::RuntimeError(rc);
   });
   add_onnx_export_subcommand(*cmd);
