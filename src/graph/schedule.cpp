@@ -263,9 +263,12 @@ class Scheduler {
     if (broadcast_shape_) impl = broadcast_view(impl, *broadcast_shape_);
     for (size_t k = 0; k < leaves.size(); ++k)
       if (leaves[k] == impl || (leaves[k]->node == impl->node && leaves[k]->shape == impl->shape &&
-                                leaves[k]->strides == impl->strides && leaves[k]->offset == impl->offset))
+                                leaves[k]->strides == impl->strides && leaves[k]->offset == impl->offset)) {
+        ++leaf_reads_[leaves[k]];
         return b.input(static_cast<int>(k), compute_type(impl->dtype));
+      }
     leaves.push_back(impl);
+    leaf_reads_[impl] = 1;
     return b.input(static_cast<int>(leaves.size() - 1), compute_type(impl->dtype));
   }
 
@@ -282,10 +285,14 @@ class Scheduler {
   }
 
   // A Reduce, Matmul or Conv2d (the CPU's) whose only reader is one fused Map, reading all of it
-  // in order, can hand its result straight to that Map as an epilogue.
+  // in order, can hand its result straight to that Map as an epilogue. The Map may read it more
+  // than once (x * clamp(x / 6 + 0.5, 0, 1), a hardswish): every graph reader of the core is then
+  // inside this kernel's expression, reading the same view, which the epilogue gets as one value.
   bool epilogue_core(const TensorImpl* leaf) {
     const Node* p = leaf->node.get();
-    if (p->realized() || info_[p].external || info_[p].users != 1 || !linear_view(leaf)) return false;
+    if (p->realized() || info_[p].external || !linear_view(leaf)) return false;
+    auto reads = leaf_reads_.find(leaf);
+    if (info_[p].users != 1 && (reads == leaf_reads_.end() || reads->second != info_[p].users)) return false;
     return p->op == OpId::Reduce || p->op == OpId::Matmul || p->op == OpId::Conv2d;
   }
 
@@ -305,6 +312,7 @@ class Scheduler {
       } else {
         expr::Builder b;
         std::vector<const TensorImpl*> leaves;
+        leaf_reads_.clear();
         int root = build_expr(b, n, leaves);
         auto core = std::find_if(leaves.begin(), leaves.end(), [this](auto* l) { return epilogue_core(l); });
         if (core == leaves.end()) {
@@ -603,6 +611,8 @@ class Scheduler {
   std::map<Device*, Arena> arenas_;
   const Shape* broadcast_shape_ = nullptr;
   std::vector<std::unique_ptr<TensorImpl>> synthetic_;
+  // How often the Map kernel being built reads each of its leaves (epilogue_core).
+  std::unordered_map<const TensorImpl*, int> leaf_reads_;
 };
 
 }  // namespace

@@ -154,6 +154,40 @@ TEST(Schedule, MatmulBiasAndResidualEpiloguesMatchSeparateKernels) {
   }
 }
 
+// An epilogue may read its core more than once (a hardswish written out, x * clamp(x / 6 + 0.5,
+// 0, 1), after a matmul and after the CPU's Conv2d): one kernel, the same bits as the core
+// realized alone and the activation applied by a separate kernel. A core with a reader outside
+// the kernel is stored and the result is still right.
+TEST(Schedule, EpilogueReadingItsCoreTwiceMatchesSeparateKernels) {
+  manual_seed(8);
+  auto hardswish = [](const Tensor& x) { return x * clamp(x / 6.0 + 0.5, 0.0, 1.0); };
+  Tensor a = randn({37, 20}) * 4.0, b = randn({20, 45}), x = randn({1, 5, 9, 11}) * 4.0, w = randn({7, 5, 3, 3}),
+         bias = randn({7});
+  realize({a, b, x, w, bias});
+  const std::vector<std::function<Tensor()>> cores = {
+      [&] { return matmul(a, b); },
+      [&] { return conv2d(x, w, bias, 1, 1, 1, 1); },
+      [&] { return conv2d(x, w, bias, 2, 1, 1, 1); },
+  };
+  for (size_t i = 0; i < cores.size(); ++i) {
+    SCOPED_TRACE("core " + std::to_string(i));
+    Tensor fused = hardswish(cores[i]());
+    fused.realize();
+    EXPECT_EQ(last_schedule_stats().kernels, 1);
+    Tensor core = cores[i]();
+    core.realize();
+    const auto want = hardswish(core).to_vector<float>(), got = fused.to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], want[j]) << "element " << j;
+    // A third reader in another kernel (a sum): the core is stored, both results right.
+    Tensor c = cores[i]();
+    Tensor act = hardswish(c), total = sum(c * c);
+    realize({act, total});
+    EXPECT_EQ(act.to_vector<float>(), want);
+    EXPECT_NEAR(total.item(), sum(core * core).item(), 1e-3 * std::abs(total.item()));
+  }
+}
+
 TEST(Schedule, ReductionEpilogueAndPrologueTogether) {
   auto av = iota_values(20);
   Tensor a = tensor(av, {4, 5});
