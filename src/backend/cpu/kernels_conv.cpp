@@ -6,6 +6,7 @@
 // does not depend on the thread count. depthwise_conv2d is a direct convolution (no unfold):
 // each task lays a padded plane out once, then conv_impl.inc's per-ISA loop runs the taps.
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -22,6 +23,11 @@ namespace alk::cpu {
                        int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps);    \
   void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const double* w,   \
                        int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps); \
+  int64_t dense_out_block();                                                                                           \
+  int64_t dense_col_block();                                                                                           \
+  void dense_row(const float* P, int64_t Wp, int64_t plane, int64_t C, int64_t kh, int64_t kw, int64_t dh, int64_t dw, \
+                 const float* wp, int64_t O, int64_t Opad, const float* bias, float* out, int64_t out_plane,           \
+                 int64_t OW);                                                                                          \
   }
 ALK_DECLARE_ISA(generic)
 ALK_DECLARE_ISA(avx2)
@@ -381,12 +387,97 @@ void blocked_im2col(const View& x, const View& w, const View* bias, int64_t sh, 
   });
 }
 
+// The widest column block of conv_impl.inc's dense_row over the instruction sets (AVX-512: 2 x 16
+// floats): the padded rows' slack is sized for it whatever the ISA.
+constexpr int64_t kDenseMaxCols = 32;
+// Up to this many output channels the direct dense kernel beats blocked im2col + GEMM (the
+// GEMM's M side is the output channels; bench/onnx/NOTES.md).
+constexpr int64_t kDenseMaxO = 48;
+
+bool dense_direct_fits(const View& x, const View& w, int64_t sh, int64_t sw, const View& out) {
+  const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
+  return Cg == C && sh == 1 && sw == 1 && O <= kDenseMaxO && w.shape[2] * w.shape[3] > 1 && x.dtype == DType::F32 &&
+         out.dtype == DType::F32 && out.strides == detail::contiguous_strides(out.shape);
+}
+
+// Dense stride-1 f32 convolution with few output channels: the input padded once ([N][C][Hp][Wp]
+// with zero borders and slack), the weights packed as [C][kh * kw][Opad], then one task per
+// output row runs conv_impl.inc's dense_row (every output channel of that row).
+void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                  const View& out) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t O = w.shape[0], kh = w.shape[2], kw = w.shape[3], K = kh * kw;
+  const int64_t OH = out.shape[2], OW = out.shape[3];
+  if (N * O == 0 || OH <= 0 || OW <= 0) return;
+  int64_t kO = 0;
+  switch (isa()) {
+    case Isa::Avx512: kO = avx512::dense_out_block(); break;
+    case Isa::Avx2: kO = avx2::dense_out_block(); break;
+    case Isa::Generic: kO = generic::dense_out_block(); break;
+  }
+  const int64_t Opad = (O + kO - 1) / kO * kO;
+  const int64_t Hp = std::max(H + 2 * ph, OH + (kh - 1) * dh);
+  const int64_t Wp = std::max(W + 2 * pw, (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols + (kw - 1) * dw);
+  const int64_t plane = Hp * Wp;
+  std::unique_ptr<float[]> P(new float[static_cast<size_t>(N * C * plane)]);
+  std::vector<float> wp(static_cast<size_t>(C * K * Opad), 0.0f), bv(static_cast<size_t>(Opad), 0.0f);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j)
+          wp[static_cast<size_t>((c * K + i * kw + j) * Opad + o)] = static_cast<float>(load_as_double(
+              w.data, w.dtype, w.offset + o * w.strides[0] + c * w.strides[1] + i * w.strides[2] + j * w.strides[3]));
+  if (bias)
+    for (int64_t o = 0; o < O; ++o)
+      bv[static_cast<size_t>(o)] =
+          static_cast<float>(load_as_double(bias->data, bias->dtype, bias->offset + o * bias->strides[0]));
+  const float* xd = static_cast<const float*>(x.data);
+  parallel_for(N * C, detail::grain_for(plane), [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      float* dst = P.get() + nc * plane;
+      const float* src = xd + x.offset + nc / C * x.strides[0] + nc % C * x.strides[1];
+      std::fill(dst, dst + ph * Wp, 0.0f);
+      for (int64_t y = 0; y < H; ++y) {
+        float* row = dst + (y + ph) * Wp;
+        std::fill(row, row + pw, 0.0f);
+        const float* s = src + y * x.strides[2];
+        if (x.strides[3] == 1)
+          std::copy(s, s + W, row + pw);
+        else
+          for (int64_t xx = 0; xx < W; ++xx) row[pw + xx] = s[xx * x.strides[3]];
+        std::fill(row + pw + W, row + Wp, 0.0f);
+      }
+      std::fill(dst + (H + ph) * Wp, dst + plane, 0.0f);
+    }
+  });
+  float* od = static_cast<float*>(out.data) + out.offset;
+  parallel_for(N * OH, detail::grain_for(C * K * O * OW), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t n = r / OH, oy = r % OH;
+      const float* p = P.get() + n * C * plane + oy * Wp;
+      float* o = od + n * O * OH * OW + oy * OW;
+      switch (isa()) {
+        case Isa::Avx512:
+          avx512::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
+          break;
+        case Isa::Avx2:
+          avx2::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
+          break;
+        case Isa::Generic:
+          generic::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
+          break;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void conv2d(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
             int64_t dw, const View& out) {
   const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
   if (Cg == 1 && O == C) return depthwise(x, w, bias, sh, sw, ph, pw, dh, dw, out);
+  if (dense_direct_fits(x, w, sh, sw, out)) return dense_direct(x, w, bias, ph, pw, dh, dw, out);
   if (x.dtype != DType::F32 || out.dtype != DType::F32)
     throw Error("conv2d", "internal: the cpu backend's grouped convolution takes f32 only", Loc::current());
   blocked_im2col(x, w, bias, sh, sw, ph, pw, dh, dw, out);
