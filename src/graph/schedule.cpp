@@ -222,7 +222,8 @@ class Scheduler {
     if (p->realized()) return false;
     if (p->op == OpId::Const) return true;  // a uniform value fits any view
     const NodeInfo& pi = info_[p];
-    if (!is_map(p) || pi.external || pi.users != 1) return false;
+    if (!is_map(p) || pi.external) return false;
+    if (pi.users != 1) return shared_inline_.count(p) && identity_view(impl) && impl->shape == consumer_shape;
     // The IR computes f16/bf16 values in f32: inlined, a 16-bit intermediate would skip its
     // rounding. A bf16 one is rounded in the kernel (RoundBf16, leaf_or_inline), the bits a
     // stored one would have; f16 results are stored (rounded) and read back, as eager
@@ -284,6 +285,33 @@ class Scheduler {
     return synthetic_.back().get();
   }
 
+  // Maps read more than once whose every reader is inlined into the Map kernel rooted at root
+  // (add(matmul, bias) read twice by the hardswish after it): they are inlined too, once per
+  // read (recomputed: cheaper than storing them and a second kernel). Only one level: nothing
+  // under such a map is shared again, so the expression grows linearly.
+  void find_shared_inlines(const Node* root) {
+    shared_inline_.clear();
+    std::unordered_map<const Node*, int> reads;
+    std::vector<std::pair<const Node*, bool>> stack{{root, false}};  // (inlined node, under a shared one)
+    while (!stack.empty()) {
+      auto [n, under_shared] = stack.back();
+      stack.pop_back();
+      for (auto& in : n->inputs) {
+        Node* p = in->node.get();
+        if (p->realized() || !is_map(p) || p->op == OpId::Const || p->dtype == DType::F16 || p->dtype == DType::BF16)
+          continue;
+        const NodeInfo& pi = info_[p];
+        if (pi.external || !identity_view(in.get()) || in->shape != n->shape) continue;
+        if (pi.users == 1) {
+          stack.push_back({p, under_shared});
+        } else if (!under_shared && ++reads[p] == pi.users) {
+          shared_inline_.insert(p);
+          stack.push_back({p, true});
+        }
+      }
+    }
+  }
+
   // A Reduce, Matmul or Conv2d (the CPU's) whose only reader is one fused Map, reading all of it
   // in order, can hand its result straight to that Map as an epilogue. The Map may read it more
   // than once (x * clamp(x / 6 + 0.5, 0, 1), a hardswish): every graph reader of the core is then
@@ -313,6 +341,7 @@ class Scheduler {
         expr::Builder b;
         std::vector<const TensorImpl*> leaves;
         leaf_reads_.clear();
+        find_shared_inlines(n);
         int root = build_expr(b, n, leaves);
         auto core = std::find_if(leaves.begin(), leaves.end(), [this](auto* l) { return epilogue_core(l); });
         if (core == leaves.end()) {
@@ -611,6 +640,8 @@ class Scheduler {
   std::map<Device*, Arena> arenas_;
   const Shape* broadcast_shape_ = nullptr;
   std::vector<std::unique_ptr<TensorImpl>> synthetic_;
+  // Maps with several readers inlined into the Map kernel being built (find_shared_inlines).
+  std::unordered_set<const Node*> shared_inline_;
   // How often the Map kernel being built reads each of its leaves (epilogue_core).
   std::unordered_map<const TensorImpl*, int> leaf_reads_;
 };

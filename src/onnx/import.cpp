@@ -64,7 +64,7 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
   DeviceGuard on(*device);
   for (const auto& [name, t] : m.initializers) {
     auto it = inputs.find(name);  // an input may override an initializer's default
-    env[name] = it != inputs.end() ? it->second : t.to(*device);
+    env[name] = it != inputs.end() ? it->second : scalar_as_constant(t).to(*device);
   }
   if (reads_data) *reads_data = false;
   for (const auto& node : m.nodes) {

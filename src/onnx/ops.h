@@ -111,6 +111,14 @@ using Handler = std::function<Outs(Ctx&)>;
 
 inline bool is_float(const Tensor& t) { return is_floating(t.dtype()); }
 
+// A one-element floating-point constant (a Constant node's or an initializer's: the 3 and 6 of
+// a hardswish written out, an epsilon) as alk's lazy constant, which fusion writes into a kernel
+// as a literal instead of reading a one-element buffer broadcast over the output.
+inline Tensor scalar_as_constant(const Tensor& t) {
+  if (!t.defined() || t.numel() != 1 || !is_float(t)) return t;
+  return full(t.shape(), t.to_vector<double>()[0], t.dtype());
+}
+
 inline Tensor reverse(const Tensor& x, int64_t dim) {
   const int64_t n = x.shape()[static_cast<size_t>(dim)];
   if (n <= 1) return x;

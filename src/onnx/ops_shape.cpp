@@ -255,10 +255,7 @@ Outs op_shape(Ctx& c) {
 
 Outs op_size(Ctx& c) { return {tensor(std::vector<int64_t>{c.x(0).numel()}, {})}; }
 
-Tensor attr_tensor_value(const Attr& a) {
-  Tensor t = a.t;
-  return t.to(default_device());
-}
+Tensor attr_tensor_value(const Attr& a) { return scalar_as_constant(a.t).to(default_device()); }
 
 Outs op_constant(Ctx& c) {
   if (const Attr* a = c.attr("value")) {

@@ -164,8 +164,11 @@ TEST(Schedule, EpilogueReadingItsCoreTwiceMatchesSeparateKernels) {
   Tensor a = randn({37, 20}) * 4.0, b = randn({20, 45}), x = randn({1, 5, 9, 11}) * 4.0, w = randn({7, 5, 3, 3}),
          bias = randn({7});
   realize({a, b, x, w, bias});
+  Tensor row_bias = randn({45});
+  realize({row_bias});
   const std::vector<std::function<Tensor()>> cores = {
       [&] { return matmul(a, b); },
+      [&] { return matmul(a, b) + row_bias; },  // the add, read twice, is inlined twice
       [&] { return conv2d(x, w, bias, 1, 1, 1, 1); },
       [&] { return conv2d(x, w, bias, 2, 1, 1, 1); },
   };
@@ -186,6 +189,31 @@ TEST(Schedule, EpilogueReadingItsCoreTwiceMatchesSeparateKernels) {
     EXPECT_EQ(act.to_vector<float>(), want);
     EXPECT_NEAR(total.item(), sum(core * core).item(), 1e-3 * std::abs(total.item()));
   }
+}
+
+// Maps read twice inside one kernel are inlined once per read, one level deep: a chain where
+// each value is read twice by the next stays right (and does not grow exponentially).
+TEST(Schedule, MapsReadTwiceInsideOneKernelAreInlined) {
+  manual_seed(9);
+  Tensor x = randn({5, 7}), y = randn({5, 7});
+  realize({x, y});
+  Tensor s = x + y;
+  Tensor fused = s * tanh(s);
+  fused.realize();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  Tensor sum_xy = x + y;
+  sum_xy.realize();
+  EXPECT_EQ(fused.to_vector<float>(), (sum_xy * tanh(sum_xy)).to_vector<float>());
+  Tensor v = x.to(DType::F64);
+  for (int i = 0; i < 24; ++i) v = v * v * 0.5 + v;  // each value read twice by the next
+  const std::vector<double> got = v.to_vector<double>();
+  std::vector<double> want = x.to(DType::F64).to_vector<double>();
+  for (double& w : want)
+    for (int i = 0; i < 24; ++i) w = w * w * 0.5 + w;
+  for (size_t k = 0; k < got.size(); ++k)
+    if (std::isfinite(want[k])) {
+      EXPECT_NEAR(got[k], want[k], 1e-12 * std::abs(want[k])) << k;
+    }
 }
 
 TEST(Schedule, ReductionEpilogueAndPrologueTogether) {

@@ -6,7 +6,6 @@
 // does not depend on the thread count. depthwise_conv2d is a direct convolution (no unfold):
 // each task lays a padded plane out once, then conv_impl.inc's per-ISA loop runs the taps.
 #include <algorithm>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -419,7 +418,15 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, in
   const int64_t Hp = std::max(H + 2 * ph, OH + (kh - 1) * dh);
   const int64_t Wp = std::max(W + 2 * pw, (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols + (kw - 1) * dw);
   const int64_t plane = Hp * Wp;
-  std::unique_ptr<float[]> P(new float[static_cast<size_t>(N * C * plane)]);
+  // The padded input lives in a buffer kept per launching thread up to kKeepBytes (a replayed
+  // model calls this with the same sizes every time: no fresh pages to fault in per call).
+  constexpr size_t kKeepBytes = size_t{32} << 20;
+  thread_local std::vector<float> kept;
+  std::vector<float> own;
+  const size_t need = static_cast<size_t>(N * C * plane);
+  std::vector<float>& buffer = need * sizeof(float) <= kKeepBytes ? kept : own;
+  if (buffer.size() < need) buffer.resize(need);
+  float* const padded = buffer.data();
   std::vector<float> wp(static_cast<size_t>(C * K * Opad), 0.0f), bv(static_cast<size_t>(Opad), 0.0f);
   for (int64_t o = 0; o < O; ++o)
     for (int64_t c = 0; c < C; ++c)
@@ -434,7 +441,7 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, in
   const float* xd = static_cast<const float*>(x.data);
   parallel_for(N * C, detail::grain_for(plane), [&](int64_t lo, int64_t hi) {
     for (int64_t nc = lo; nc < hi; ++nc) {
-      float* dst = P.get() + nc * plane;
+      float* dst = padded + nc * plane;
       const float* src = xd + x.offset + nc / C * x.strides[0] + nc % C * x.strides[1];
       std::fill(dst, dst + ph * Wp, 0.0f);
       for (int64_t y = 0; y < H; ++y) {
@@ -454,7 +461,7 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, in
   parallel_for(N * OH, detail::grain_for(C * K * O * OW), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t n = r / OH, oy = r % OH;
-      const float* p = P.get() + n * C * plane + oy * Wp;
+      const float* p = padded + n * C * plane + oy * Wp;
       float* o = od + n * O * OH * OW + oy * OW;
       switch (isa()) {
         case Isa::Avx512:
