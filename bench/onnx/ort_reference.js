@@ -1,4 +1,5 @@
-// The reference for alk's ONNX import: runs a model with onnxruntime-node (CPU, 2 threads) on
+// The reference for alk's ONNX import: runs a model with onnxruntime-node (CPU, 2 threads, or
+// $ORT_THREADS) on
 // .npy inputs, writes each output as <out dir>/<output name>.npy and prints the best wall
 // time of N runs as "ORT_MS <ms>".
 //   node bench/onnx/ort_reference.js MODEL.onnx OUT_DIR REPEAT NAME=FILE.npy ...
@@ -47,7 +48,7 @@ async function main() {
   const [model, outDir, repeatText, ...inputs] = process.argv.slice(2);
   const repeat = Math.max(1, Number(repeatText));
   const session = await ort.InferenceSession.create(model, {
-    executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    executionProviders: ['cpu'], intraOpNumThreads: Number(process.env.ORT_THREADS || 2), interOpNumThreads: 1, graphOptimizationLevel: 'all',
   });
   const feeds = {};
   for (const arg of inputs) {
