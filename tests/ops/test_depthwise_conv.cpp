@@ -175,37 +175,39 @@ TEST(DepthwiseConv, BlockedGroupedConvolutionMatchesFloat64) {
   }
 }
 
-// The CPU's direct f32 convolution for few output channels (groups 1, stride 1, O <= 48,
-// conv_impl.inc's dense_row) on every ISA path this CPU has, against the float64 path: output
-// channels around the register blocks (1, 5, 6, 13, 24, 48), odd widths with a partial column
-// block, rows wider than two blocks, dilation, padding larger than the kernel's half, 1xK and
-// Kx1 kernels, a bias or none, a batch, and a non-contiguous input.
+// The CPU's direct f32 convolution for few output channels (groups 1, O <= 48, conv_impl.inc's
+// dense_row) on every ISA path this CPU has, against the float64 path: output channels around
+// the register blocks (1, 5, 6, 13, 24, 48), odd widths with a partial column block, rows wider
+// than two blocks, strides 2 and 3 (the phase layout), dilation, padding larger than the
+// kernel's half, 1xK and Kx1 kernels, a bias or none, a batch, and a non-contiguous input.
 TEST(DepthwiseConv, DenseFewOutputChannelsMatchFloat64OnEveryIsa) {
   RestoreIsa restore;
   std::mt19937 rng(26);
   struct DenseCase {
-    int64_t N, C, H, W, O, kh, kw, pad, dilation;
+    int64_t N, C, H, W, O, kh, kw, stride, pad, dilation;
     bool bias, permuted;
   };
   const DenseCase dense_cases[] = {
-      {1, 96, 10, 10, 24, 3, 3, 1, 1, true, false}, {2, 5, 9, 71, 13, 3, 3, 1, 1, true, false},
-      {1, 3, 7, 33, 1, 5, 5, 2, 1, false, false},   {1, 4, 12, 40, 6, 3, 3, 2, 2, true, false},
-      {1, 7, 5, 17, 5, 1, 5, 0, 1, true, true},     {1, 6, 11, 9, 48, 5, 1, 3, 1, false, false},
-      {1, 2, 3, 3, 24, 3, 3, 3, 1, true, false},
+      {1, 96, 10, 10, 24, 3, 3, 1, 1, 1, true, false}, {2, 5, 9, 71, 13, 3, 3, 1, 1, 1, true, false},
+      {1, 3, 7, 33, 1, 5, 5, 1, 2, 1, false, false},   {1, 4, 12, 40, 6, 3, 3, 1, 2, 2, true, false},
+      {1, 7, 5, 17, 5, 1, 5, 1, 0, 1, true, true},     {1, 6, 11, 9, 48, 5, 1, 1, 3, 1, false, false},
+      {1, 2, 3, 3, 24, 3, 3, 1, 3, 1, true, false},    {1, 3, 48, 97, 8, 3, 3, 2, 1, 1, true, false},
+      {2, 3, 13, 70, 16, 3, 3, 2, 1, 1, false, true},  {1, 5, 14, 41, 7, 3, 3, 3, 2, 2, true, false},
   };
   for (cpu::Isa isa : {cpu::Isa::Generic, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
     if (!cpu::isa_supported(isa)) continue;
     cpu::set_isa(isa);
     for (const DenseCase& k : dense_cases) {
       SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + to_string({k.N, k.C, k.H, k.W}) + " O " +
-                   std::to_string(k.O) + " k " + std::to_string(k.kh) + "x" + std::to_string(k.kw));
+                   std::to_string(k.O) + " k " + std::to_string(k.kh) + "x" + std::to_string(k.kw) + " s " +
+                   std::to_string(k.stride));
       std::vector<double> xv = random_values(static_cast<size_t>(k.N * k.C * k.H * k.W), rng);
       std::vector<double> wv = random_values(static_cast<size_t>(k.O * k.C * k.kh * k.kw), rng);
       std::vector<double> bv = random_values(static_cast<size_t>(k.O), rng);
       Tensor x = k.permuted ? tensor(xv, {k.N, k.H, k.W, k.C}).permute({0, 3, 1, 2}) : tensor(xv, {k.N, k.C, k.H, k.W});
       Tensor w = tensor(wv, {k.O, k.C, k.kh, k.kw}), b = k.bias ? tensor(bv, {k.O}) : Tensor();
-      Tensor want = conv2d(x, w, b, 1, k.pad, k.dilation, 1);
-      Tensor got = conv2d(x.to(DType::F32), w.to(DType::F32), k.bias ? b.to(DType::F32) : Tensor(), 1, k.pad,
+      Tensor want = conv2d(x, w, b, k.stride, k.pad, k.dilation, 1);
+      Tensor got = conv2d(x.to(DType::F32), w.to(DType::F32), k.bias ? b.to(DType::F32) : Tensor(), k.stride, k.pad,
                           k.dilation, 1);
       ASSERT_EQ(got.shape(), want.shape());
       expect_close(got.to_vector<double>(), want.to_vector<double>(), 1e-4 * std::sqrt(double(k.C * k.kh * k.kw)));

@@ -23,10 +23,8 @@ namespace alk::cpu {
   void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const double* w,   \
                        int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps); \
   int64_t dense_out_block();                                                                                           \
-  int64_t dense_col_block();                                                                                           \
-  void dense_row(const float* P, int64_t Wp, int64_t plane, int64_t C, int64_t kh, int64_t kw, int64_t dh, int64_t dw, \
-                 const float* wp, int64_t O, int64_t Opad, const float* bias, float* out, int64_t out_plane,           \
-                 int64_t OW);                                                                                          \
+  void dense_row(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
+                 int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t OW);                          \
   }
 ALK_DECLARE_ISA(generic)
 ALK_DECLARE_ISA(avx2)
@@ -393,17 +391,18 @@ constexpr int64_t kDenseMaxCols = 32;
 // GEMM's M side is the output channels; bench/onnx/NOTES.md).
 constexpr int64_t kDenseMaxO = 48;
 
-bool dense_direct_fits(const View& x, const View& w, int64_t sh, int64_t sw, const View& out) {
+bool dense_direct_fits(const View& x, const View& w, const View& out) {
   const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
-  return Cg == C && sh == 1 && sw == 1 && O <= kDenseMaxO && w.shape[2] * w.shape[3] > 1 && x.dtype == DType::F32 &&
+  return Cg == C && O <= kDenseMaxO && w.shape[2] * w.shape[3] > 1 && x.dtype == DType::F32 &&
          out.dtype == DType::F32 && out.strides == detail::contiguous_strides(out.shape);
 }
 
-// Dense stride-1 f32 convolution with few output channels: the input padded once ([N][C][Hp][Wp]
-// with zero borders and slack), the weights packed as [C][kh * kw][Opad], then one task per
-// output row runs conv_impl.inc's dense_row (every output channel of that row).
-void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-                  const View& out) {
+// Dense f32 convolution with few output channels: the input padded once into [N][C][Hp][sw][Wq]
+// (as depthwise lays a plane out: phase q of padded row y holds columns q, q + sw, ..., so every
+// tap of an output row reads a contiguous run, whatever the stride), the weights packed as
+// [C][kh * kw][Opad], then one task per output row runs conv_impl.inc's dense_row.
+void dense_direct(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                  int64_t dh, int64_t dw, const View& out) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t O = w.shape[0], kh = w.shape[2], kw = w.shape[3], K = kh * kw;
   const int64_t OH = out.shape[2], OW = out.shape[3];
@@ -415,9 +414,13 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, in
     case Isa::Generic: kO = generic::dense_out_block(); break;
   }
   const int64_t Opad = (O + kO - 1) / kO * kO;
-  const int64_t Hp = std::max(H + 2 * ph, OH + (kh - 1) * dh);
-  const int64_t Wp = std::max(W + 2 * pw, (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols + (kw - 1) * dw);
-  const int64_t plane = Hp * Wp;
+  const int64_t Hp = std::max(H + 2 * ph, (OH - 1) * sh + (kh - 1) * dh + 1);
+  const int64_t max_off = ((kw - 1) * dw) / sw;
+  const int64_t Wq = std::max((W + 2 * pw + sw - 1) / sw, max_off + (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols);
+  const int64_t row = sw * Wq, plane = Hp * row;
+  std::vector<int64_t> taps(static_cast<size_t>(K));
+  for (int64_t i = 0; i < kh; ++i)
+    for (int64_t j = 0; j < kw; ++j) taps[static_cast<size_t>(i * kw + j)] = i * dh * row + (j * dw) % sw * Wq + (j * dw) / sw;
   // The padded input lives in a buffer kept per launching thread up to kKeepBytes (a replayed
   // model calls this with the same sizes every time: no fresh pages to fault in per call).
   constexpr size_t kKeepBytes = size_t{32} << 20;
@@ -443,35 +446,37 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t ph, in
     for (int64_t nc = lo; nc < hi; ++nc) {
       float* dst = padded + nc * plane;
       const float* src = xd + x.offset + nc / C * x.strides[0] + nc % C * x.strides[1];
-      std::fill(dst, dst + ph * Wp, 0.0f);
+      std::fill(dst, dst + plane, 0.0f);
       for (int64_t y = 0; y < H; ++y) {
-        float* row = dst + (y + ph) * Wp;
-        std::fill(row, row + pw, 0.0f);
+        float* r = dst + (y + ph) * row;
         const float* s = src + y * x.strides[2];
-        if (x.strides[3] == 1)
-          std::copy(s, s + W, row + pw);
-        else
-          for (int64_t xx = 0; xx < W; ++xx) row[pw + xx] = s[xx * x.strides[3]];
-        std::fill(row + pw + W, row + Wp, 0.0f);
+        if (sw == 1 && x.strides[3] == 1) {
+          std::copy(s, s + W, r + pw);
+          continue;
+        }
+        // Column xx + pw goes to phase (xx + pw) % sw, position (xx + pw) / sw: counted, not divided.
+        int64_t q = pw % sw, u = pw / sw;
+        for (int64_t xx = 0; xx < W; ++xx) {
+          r[q * Wq + u] = s[xx * x.strides[3]];
+          if (++q == sw) {
+            q = 0;
+            ++u;
+          }
+        }
       }
-      std::fill(dst + (H + ph) * Wp, dst + plane, 0.0f);
     }
   });
   float* od = static_cast<float*>(out.data) + out.offset;
   parallel_for(N * OH, detail::grain_for(C * K * O * OW), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t n = r / OH, oy = r % OH;
-      const float* p = padded + n * C * plane + oy * Wp;
+      const float* p = padded + n * C * plane + oy * sh * row;
       float* o = od + n * O * OH * OW + oy * OW;
       switch (isa()) {
-        case Isa::Avx512:
-          avx512::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
-          break;
-        case Isa::Avx2:
-          avx2::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
-          break;
+        case Isa::Avx512: avx512::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW); break;
+        case Isa::Avx2: avx2::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW); break;
         case Isa::Generic:
-          generic::dense_row(p, Wp, plane, C, kh, kw, dh, dw, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
+          generic::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
           break;
       }
     }
@@ -484,7 +489,7 @@ void conv2d(const View& x, const View& w, const View* bias, int64_t sh, int64_t 
             int64_t dw, const View& out) {
   const int64_t C = x.shape[1], O = w.shape[0], Cg = w.shape[1];
   if (Cg == 1 && O == C) return depthwise(x, w, bias, sh, sw, ph, pw, dh, dw, out);
-  if (dense_direct_fits(x, w, sh, sw, out)) return dense_direct(x, w, bias, ph, pw, dh, dw, out);
+  if (dense_direct_fits(x, w, out)) return dense_direct(x, w, bias, sh, sw, ph, pw, dh, dw, out);
   if (x.dtype != DType::F32 || out.dtype != DType::F32)
     throw Error("conv2d", "internal: the cpu backend's grouped convolution takes f32 only", Loc::current());
   blocked_im2col(x, w, bias, sh, sw, ph, pw, dh, dw, out);
