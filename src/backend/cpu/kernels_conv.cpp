@@ -19,9 +19,11 @@ namespace alk::cpu {
 #define ALK_DECLARE_ISA(ns)                                                                                            \
   namespace ns {                                                                                                       \
   void depthwise_plane(const float* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* w,     \
-                       int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps);    \
+                       int64_t kh, int64_t kw, float bias, float* out, int64_t OH, int64_t OW, const float** taps,     \
+                       float* row_w, int64_t y_lo, int64_t y_hi);                                                      \
   void depthwise_plane(const double* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const double* w,   \
-                       int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps); \
+                       int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps,  \
+                       double* row_w, int64_t y_lo, int64_t y_hi);                                                     \
   int64_t dense_out_block();                                                                                           \
   void dense_row(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
                  int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t OW);                          \
@@ -218,16 +220,17 @@ constexpr int64_t kDepthwiseBlock = sizeof(T) == 4 ? 32 : 16;
 
 template <class T>
 void depthwise_plane_isa(const T* P, int64_t Wq, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const T* w, int64_t kh,
-                         int64_t kw, T bias, T* out, int64_t OH, int64_t OW, const T** taps) {
+                         int64_t kw, T bias, T* out, int64_t OH, int64_t OW, const T** taps, T* row_w, int64_t y_lo,
+                         int64_t y_hi) {
   switch (isa()) {
     case Isa::Avx512:
-      return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+      return avx512::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps, row_w, y_lo, y_hi);
     case Isa::Avx2:
-      return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+      return avx2::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps, row_w, y_lo, y_hi);
     case Isa::Generic:
       break;
   }
-  generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps);
+  generic::depthwise_plane(P, Wq, sh, sw, dh, dw, w, kh, kw, bias, out, OH, OW, taps, row_w, y_lo, y_hi);
 }
 
 void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
@@ -259,6 +262,7 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
         std::vector<T> wk(static_cast<size_t>(K));
         std::vector<T> tmp;
         std::vector<const T*> taps(static_cast<size_t>(K));
+        std::vector<T> row_w(static_cast<size_t>(K));
         if constexpr (!kDirect<OE, T>) tmp.resize(static_cast<size_t>(OH * OW));
         for (int64_t nc = lo; nc < hi; ++nc) {
           const int64_t n = nc / C, c = nc % C;
@@ -292,7 +296,8 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
             dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
           else
             dst = tmp.data();
-          depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, bias_of(c), dst, OH, OW, taps.data());
+          depthwise_plane_isa<T>(P.data(), Wq, sh, sw, dh, dw, wk.data(), kh, kw, bias_of(c), dst, OH, OW, taps.data(),
+                                 row_w.data(), ph, ph + H);
           if constexpr (!kDirect<OE, T>) {
             const int64_t at = out.offset + nc * OH * OW;
             for (int64_t e = 0; e < OH * OW; ++e) OE::store(out.data, at + e, static_cast<double>(tmp[e]));
