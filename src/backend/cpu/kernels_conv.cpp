@@ -25,8 +25,9 @@ namespace alk::cpu {
                        int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps,  \
                        double* row_w, int64_t y_lo, int64_t y_hi);                                                     \
   int64_t dense_out_block();                                                                                           \
-  void dense_row(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
-                 int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t OW);                          \
+  void dense_run(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
+                 int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t v_begin, int64_t v_end,       \
+                 int64_t Wrow, int64_t OW);                                                                            \
   }
 ALK_DECLARE_ISA(generic)
 ALK_DECLARE_ISA(avx2)
@@ -405,7 +406,10 @@ bool dense_direct_fits(const View& x, const View& w, const View& out) {
 // Dense f32 convolution with few output channels: the input padded once into [N][C][Hp][sw][Wq]
 // (as depthwise lays a plane out: phase q of padded row y holds columns q, q + sw, ..., so every
 // tap of an output row reads a contiguous run, whatever the stride), the weights packed as
-// [C][kh * kw][Opad], then one task per output row runs conv_impl.inc's dense_row.
+// [C][kh * kw][Opad], then conv_impl.inc's dense_run over runs of output positions. With stride
+// 1 a run covers the whole image: position v = oy * Wq + ox reads padded input v + tap offset,
+// so rows of any width fill whole vector blocks (the Wq - OW columns per row past the output are
+// computed and dropped: (kw - 1) * dw of them); with a stride, a run is one output row.
 void dense_direct(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                   int64_t dh, int64_t dw, const View& out) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
@@ -418,11 +422,16 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t sh, in
     case Isa::Avx2: kO = avx2::dense_out_block(); break;
     case Isa::Generic: kO = generic::dense_out_block(); break;
   }
+  const bool flat = sh == 1 && sw == 1;
   const int64_t Opad = (O + kO - 1) / kO * kO;
   const int64_t Hp = std::max(H + 2 * ph, (OH - 1) * sh + (kh - 1) * dh + 1);
   const int64_t max_off = ((kw - 1) * dw) / sw;
-  const int64_t Wq = std::max((W + 2 * pw + sw - 1) / sw, max_off + (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols);
-  const int64_t row = sw * Wq, plane = Hp * row;
+  const int64_t Wq = flat ? W + 2 * pw
+                          : std::max((W + 2 * pw + sw - 1) / sw,
+                                     max_off + (OW + kDenseMaxCols - 1) / kDenseMaxCols * kDenseMaxCols);
+  const int64_t row = sw * Wq;
+  // A flat run's last block reads up to a block past the last row's taps: one more zero row.
+  const int64_t plane = flat ? (Hp + 1) * Wq + kDenseMaxCols : Hp * row;
   std::vector<int64_t> taps(static_cast<size_t>(K));
   for (int64_t i = 0; i < kh; ++i)
     for (int64_t j = 0; j < kw; ++j) taps[static_cast<size_t>(i * kw + j)] = i * dh * row + (j * dw) % sw * Wq + (j * dw) / sw;
@@ -472,18 +481,33 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t sh, in
     }
   });
   float* od = static_cast<float*>(out.data) + out.offset;
+  auto run = [&](const float* p, float* o, int64_t v_begin, int64_t v_end, int64_t Wrow) {
+    switch (isa()) {
+      case Isa::Avx512:
+        return avx512::dense_run(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, v_begin, v_end,
+                                 Wrow, OW);
+      case Isa::Avx2:
+        return avx2::dense_run(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, v_begin, v_end,
+                               Wrow, OW);
+      case Isa::Generic:
+        return generic::dense_run(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, v_begin,
+                                  v_end, Wrow, OW);
+    }
+  };
+  if (flat) {  // tasks of one 32-position block of one image
+    const int64_t V = OH * Wq, blocks = (V + kDenseMaxCols - 1) / kDenseMaxCols;
+    parallel_for(N * blocks, detail::grain_for(C * K * O * kDenseMaxCols), [&](int64_t lo, int64_t hi) {
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t n = item / blocks, v0 = item % blocks * kDenseMaxCols;
+        run(padded + n * C * plane, od + n * O * OH * OW, v0, std::min(V, v0 + kDenseMaxCols), Wq);
+      }
+    });
+    return;
+  }
   parallel_for(N * OH, detail::grain_for(C * K * O * OW), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t n = r / OH, oy = r % OH;
-      const float* p = padded + n * C * plane + oy * sh * row;
-      float* o = od + n * O * OH * OW + oy * OW;
-      switch (isa()) {
-        case Isa::Avx512: avx512::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW); break;
-        case Isa::Avx2: avx2::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW); break;
-        case Isa::Generic:
-          generic::dense_row(p, plane, C, taps.data(), K, wp.data(), O, Opad, bv.data(), o, OH * OW, OW);
-          break;
-      }
+      run(padded + n * C * plane + oy * sh * row, od + n * O * OH * OW + oy * OW, 0, OW, OW);
     }
   });
 }
