@@ -3,10 +3,10 @@
 // 64-byte aligned), each task copies a block of A into MR-tall panels one KC-deep slice
 // at a time, and an MR x NR register-blocked micro-kernel runs over them, so the hot loop
 // reads only memory that sits in L1/L2. Strides (transposed, strided, broadcast-0) and
-// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: an f32 A
-// with either unit stride is read in place (column-major: a weight gradient's x^T;
-// row-major: by rows), its last partial panel copied; anything else is transposed into
-// panels. A weight
+// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: a
+// column-major f32 A (a weight gradient's x^T) packed into micro panels once for all
+// tasks; a row-major f32 A read by rows in place, its last partial panel copied; anything
+// else transposed into panels per task. A weight
 // shared over a contiguous batch runs as one [batch * m, k] product. bf16 x bf16 uses the
 // CPU's bf16 dot products when it has them (matmul_bf16). Add-only epilogues (a bias, a
 // residual) are added to each tile in registers before it is stored.
@@ -171,10 +171,47 @@ int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 // Copies column panels [j0, j1) of rows [p0, p0 + k) of one batch matrix of B: panel j
 // (at dst + (j - j0) * k * NR) holds columns [j*NR, j*NR + NR) as k rows of NR floats,
 // zero-padded past n.
+// pack_b's row-major f32 case. Panels are filled a group at a time, walking B's rows in
+// order: each row contributes one contiguous run (kGroup panels wide) to the group. Filling
+// one panel at a time read one 64-byte line per B row, rows 4 KiB apart at n = 1024 (one L1
+// set, an L1 DTLB miss per row, and the next panel's lines fetched again): at 1024^3 that
+// pass took ~5% of the product's time against OpenBLAS's ~1.7%.
+void pack_b_rows_f32(const float* src, int64_t rs, int64_t n, int64_t j0, int64_t j1, int64_t NR, int64_t k,
+                     float* dst) {
+  constexpr int64_t kGroup = 4, kAhead = 8;
+  for (int64_t g0 = j0; g0 < j1; g0 += kGroup) {
+    const int64_t g1 = std::min(j1, g0 + kGroup);
+    const int64_t full_end = std::min(g1, std::max(g0, n / NR));  // panels [g0, full_end) are NR wide
+    for (int64_t p = 0; p < k; ++p) {
+      const float* row = src + p * rs;
+      float* out = dst + (g0 - j0) * k * NR + p * NR;
+      // The rows are far apart (no hardware stream to follow): fetch a few rows ahead.
+      if (p + kAhead < k)
+        for (int64_t f = g0 * NR; f < std::min(n, g1 * NR); f += 16) __builtin_prefetch(row + kAhead * rs + f);
+      int64_t j = g0;
+      // Fixed-size copies of a full panel row compile to a few vector moves; a memcpy call
+      // per 64-byte row cost as much as the copy itself.
+      if (NR == 16)
+        for (; j < full_end; ++j, out += k * NR) std::memcpy(out, row + j * 16, 16 * sizeof(float));
+      else if (NR == 32)
+        for (; j < full_end; ++j, out += k * NR) std::memcpy(out, row + j * 32, 32 * sizeof(float));
+      for (; j < g1; ++j, out += k * NR) {
+        const int64_t w = std::min<int64_t>(NR, n - j * NR);
+        std::memcpy(out, row + j * NR, static_cast<size_t>(w) * sizeof(float));
+        std::fill(out + w, out + NR, 0.0f);
+      }
+    }
+  }
+}
+
 void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, int64_t NR, int64_t p0, int64_t k,
             float* dst) {
   const int64_t n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
   base += p0 * rs;  // rows [p0, p0 + k) of B
+  if (b.dtype == DType::F32 && cs == 1 && abs64(rs) >= 1) {
+    pack_b_rows_f32(static_cast<const float*>(b.data) + base, rs, n, j0, j1, NR, k, dst);
+    return;
+  }
   dispatch(b.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t j = j0; j < j1; ++j) {
@@ -294,6 +331,38 @@ void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, 
   }
 }
 
+// Copies micro panels [q0, q1) of a column-major f32 A (rows [q*MR, q*MR + MR), all k
+// columns) into the packed layout the micro-kernel reads with a_step = MR: KC-deep block
+// kb at dst + kb * KC * m_pad, panel q of it at + q * kc * MR (kc the block's depth),
+// zero-padded past m. Read in place instead, each k-step of a micro-kernel was a new line
+// one column stride (512 bytes for m = 128) apart: 8 L1 sets for the whole A micro panel,
+// which evicted the B micro panel that should stay in L1 (the 128xNx1024 weight gradients
+// at 1.05-1.1x OpenBLAS, which packs its A).
+void pack_a_cols_f32(const float* src, int64_t cs, int64_t m, int64_t p0, int64_t kc, int64_t q0, int64_t q1,
+                     int64_t MR, float* dst) {
+  // Panels a group at a time, each k-step one contiguous run of A (as pack_b_rows_f32).
+  constexpr int64_t kGroup = 8;
+  const int64_t q_full = m / MR;  // panels [0, q_full) are MR tall
+  for (int64_t g0 = q0; g0 < q1; g0 += kGroup) {
+    const int64_t g1 = std::min(q1, g0 + kGroup), full_end = std::min(g1, std::max(g0, q_full));
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* col = src + (p0 + p) * cs;
+      float* out = dst + (g0 - q0) * kc * MR + p * MR;
+      int64_t q = g0;
+      // Fixed-size copies compile to a few moves; a memcpy call per k-step cost more than the copy.
+      if (MR == 6)
+        for (; q < full_end; ++q, out += kc * MR) std::memcpy(out, col + q * 6, 6 * sizeof(float));
+      else if (MR == 14)
+        for (; q < full_end; ++q, out += kc * MR) std::memcpy(out, col + q * 14, 14 * sizeof(float));
+      for (; q < g1; ++q, out += kc * MR) {
+        const int64_t h = std::min(MR, m - q * MR);
+        std::memcpy(out, col + q * MR, static_cast<size_t>(h) * sizeof(float));
+        std::fill(out + h, out + MR, 0.0f);
+      }
+    }
+  }
+}
+
 // Whether MR rows row_floats apart spread over the L1 sets (32 KiB, 8-way, 64-byte lines:
 // 64 sets) at least as well as a packed panel's rows (KC floats apart, <= 4 rows per set).
 // A row-major A read in place with rows 4 KiB apart put all 14 rows of an AVX-512 panel in
@@ -339,8 +408,9 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   int64_t b_copies = shared_b ? 1 : batches;
   const Grid grid(m, MR, kern.mc, panels, batches);
   // One row block per matrix and a B per matrix: each B panel is used by one block, which
-  // packs its KC-deep slice just before use (into L1, no pass over all of B up front, whose
-  // copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product).
+  // packs its KC-deep slice of all its panels just before use (into L2, no pass over all of
+  // B up front, whose copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product;
+  // and B's rows read in order, not one line per row for each 16-wide panel).
   const bool b_in_block = grid.mb == 1 && (!shared_b || batches == 1);
   Floats bpack(static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
   // Packed per panel rather than per matrix so a single large B is also split over threads.
@@ -359,19 +429,37 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
                           static_cast<double>(mb * nb);
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
   bool direct = out.dtype == DType::F32;
-  // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
-  // k-step's MR values side by side: the micro-kernel reads it where it is.
-  const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
+  // A column-major f32 A (a transposed view: the weight gradient's x^T) is packed into
+  // micro panels with runs of columns (pack_a_cols_f32): when its rows fit one block (the
+  // 128-row weight gradients, whose threads split the columns), once for all tasks before
+  // they start; otherwise by each row block, one KC-deep slice at a time (into L2, where
+  // the micro-kernel reads it next).
+  const bool a_cols = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
+  const bool a_prepacked = a_cols && mb == 1;
+  const int64_t m_pad = micro_rows * MR, a_copies = oa.batch_broadcast() ? 1 : batches;
+  Floats acols(static_cast<size_t>(a_prepacked ? a_copies * k * m_pad : 0));
+  if (a_prepacked)
+    parallel_for(a_copies * micro_rows, detail::grain_for(k * MR), [&](int64_t lo, int64_t hi) {
+      for (int64_t item = lo; item < hi;) {
+        const int64_t bi = item / micro_rows, q0 = item % micro_rows, q1 = std::min(micro_rows, q0 + (hi - item));
+        const float* src = static_cast<const float*>(a.data) + oa.batch.offset_of(bi);
+        for (int64_t p0 = 0; p0 < k; p0 += KC)  // block p0 at p0 * m_pad, its panel q at + q * kc * MR
+          pack_a_cols_f32(src, oa.col_stride, m, p0, std::min(KC, k - p0), q0, q1, MR,
+                          acols.get() + bi * k * m_pad + p0 * m_pad + q0 * std::min(KC, k - p0) * MR);
+        item += q1 - q0;
+      }
+    });
   // A row-major f32 A is read by rows in place when its rows spread over the L1 sets (its
   // partial panel, or all of it otherwise, copied by rows), anything else transposed into panels.
-  const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
+  const bool a_by_rows = !a_cols && a.dtype == DType::F32 && oa.col_stride == 1;
   const bool a_rows_in_place = a_by_rows && rows_spread(oa.row_stride, MR);
   std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
   for (const View& v : addends) adds.emplace_back(v);
   const float* a_data = static_cast<const float*>(a.data);
-  int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
+  const int64_t max_panels = (panels + nb - 1) / nb;
+  int64_t max_cols = direct ? 0 : std::min(n, max_panels * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
-    Floats apack(static_cast<size_t>(max_rows * KC)), bslice(static_cast<size_t>(b_in_block ? KC * NR : 0));
+    Floats apack(static_cast<size_t>(max_rows * KC)), bslice(static_cast<size_t>(b_in_block ? KC * max_panels * NR : 0));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
@@ -386,20 +474,33 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
-        if (full_end < r1) {
+        const int64_t full_end = a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        const float* a_block =
+            a_prepacked ? acols.get() + (oa.batch_broadcast() ? 0 : bi) * k * m_pad + p0 * m_pad + r0 * kc : apack.get();
+        if (a_cols && !a_prepacked)
+          pack_a_cols_f32(a_data + a_base, oa.col_stride, m, p0, kc, r0 / MR, (r1 + MR - 1) / MR, MR, apack.get());
+        else if (!a_cols && full_end < r1) {
           if (a_by_rows)
             pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
           else
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         }
+        if (b_in_block) pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, p0, kc, bslice.get());
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
-          const float* bs = b_in_block ? bslice.get() : bp + j * k * NR + p0 * NR;
-          if (b_in_block) pack_b(b, ob, ob.batch.offset_of(bi), j, j + 1, NR, p0, kc, bslice.get());
+          const float* bs = b_in_block ? bslice.get() + (j - j0) * kc * NR : bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
+          // The next B micro panel comes from L3 (a packed B of MBs): each micro-kernel call
+          // brings in its share of it, so the first call on it does not wait for each line.
+          const float* next_bs = j + 1 < j1 ? (b_in_block ? bs + kc * NR : bs + k * NR) : nullptr;
+          const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
+          const int64_t lines_per_call = (next_lines + calls - 1) / calls;
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
             int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
+            if (next_bs != nullptr) {
+              const int64_t l0 = (i0 - r0) / MR * lines_per_call, l1 = std::min(next_lines, l0 + lines_per_call);
+              for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next_bs + l * 16);
+            }
             float* ci = cj + (i0 - r0) * ldc;
             gemm::Addends tile;
             if (p0 + KC >= k)
@@ -419,8 +520,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
             if (i0 < full_end && a_rows_in_place)
               run_rows(kc, a_data + a_base + i0 * oa.row_stride + p0, oa.row_stride, bs, ci, ldc, mr, nr, p0 > 0,
                        tile_adds);
-            else if (i0 < full_end)
-              run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
+            else if (a_cols)
+              run(kc, a_block + ((i0 - r0) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else if (a_by_rows)
               run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, KC, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else
