@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <numeric>
 #include <vector>
@@ -143,6 +144,36 @@ class Aligned {
   T* p_;
 };
 using Floats = Aligned<float>;
+
+// Packing scratch kept per thread between calls (grow-only, up to 8 MiB per slot): a fresh
+// buffer of a few hundred KiB per call came from mmap and cost a page fault per 4 KiB
+// (~3% of a 128x128x1024 product). Larger requests get a buffer of their own.
+class Scratch {
+ public:
+  enum Slot { kApack, kBslice, kBpack, kAcols, kSlots };
+  Scratch(Slot slot, size_t n) {
+    constexpr size_t kMaxCached = (size_t{8} << 20) / sizeof(float);
+    if (n == 0) return;
+    if (n > kMaxCached) {
+      own_ = std::make_unique<Floats>(n);
+      p_ = own_->get();
+      return;
+    }
+    thread_local std::unique_ptr<Floats> cache[kSlots];
+    thread_local size_t size[kSlots] = {};
+    if (size[slot] < n) {
+      cache[slot].reset();
+      cache[slot] = std::make_unique<Floats>(n);
+      size[slot] = n;
+    }
+    p_ = cache[slot]->get();
+  }
+  float* get() const { return p_; }
+
+ private:
+  std::unique_ptr<Floats> own_;
+  float* p_ = nullptr;
+};
 
 // The element layout of one operand of a batched matmul.
 struct Operand {
@@ -412,7 +443,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // B up front, whose copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product;
   // and B's rows read in order, not one line per row for each 16-wide panel).
   const bool b_in_block = grid.mb == 1 && (!shared_b || batches == 1);
-  Floats bpack(static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
+  Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
   // Packed per panel rather than per matrix so a single large B is also split over threads.
   if (!b_in_block)
     parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
@@ -437,7 +468,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   const bool a_cols = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
   const bool a_prepacked = a_cols && mb == 1;
   const int64_t m_pad = micro_rows * MR, a_copies = oa.batch_broadcast() ? 1 : batches;
-  Floats acols(static_cast<size_t>(a_prepacked ? a_copies * k * m_pad : 0));
+  Scratch acols(Scratch::kAcols, static_cast<size_t>(a_prepacked ? a_copies * k * m_pad : 0));
   if (a_prepacked)
     parallel_for(a_copies * micro_rows, detail::grain_for(k * MR), [&](int64_t lo, int64_t hi) {
       for (int64_t item = lo; item < hi;) {
@@ -459,7 +490,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   const int64_t max_panels = (panels + nb - 1) / nb;
   int64_t max_cols = direct ? 0 : std::min(n, max_panels * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
-    Floats apack(static_cast<size_t>(max_rows * KC)), bslice(static_cast<size_t>(b_in_block ? KC * max_panels * NR : 0));
+    Scratch apack(Scratch::kApack, static_cast<size_t>(max_rows * KC)),
+        bslice(Scratch::kBslice, static_cast<size_t>(b_in_block ? KC * max_panels * NR : 0));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
