@@ -150,7 +150,7 @@ using Floats = Aligned<float>;
 // (~3% of a 128x128x1024 product). Larger requests get a buffer of their own.
 class Scratch {
  public:
-  enum Slot { kApack, kBslice, kBpack, kAcols, kSlots };
+  enum Slot { kApack, kBslice, kBpack, kSlots };
   Scratch(Slot slot, size_t n) {
     constexpr size_t kMaxCached = (size_t{8} << 20) / sizeof(float);
     if (n == 0) return;
@@ -362,13 +362,9 @@ void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, 
   }
 }
 
-// Copies micro panels [q0, q1) of a column-major f32 A (rows [q*MR, q*MR + MR), all k
-// columns) into the packed layout the micro-kernel reads with a_step = MR: KC-deep block
-// kb at dst + kb * KC * m_pad, panel q of it at + q * kc * MR (kc the block's depth),
-// zero-padded past m. Read in place instead, each k-step of a micro-kernel was a new line
-// one column stride (512 bytes for m = 128) apart: 8 L1 sets for the whole A micro panel,
-// which evicted the B micro panel that should stay in L1 (the 128xNx1024 weight gradients
-// at 1.05-1.1x OpenBLAS, which packs its A).
+// Copies micro panels [q0, q1) (rows [q * MR, q * MR + MR)) x columns [p0, p0 + kc) of a
+// column-major f32 A into kc x MR panels, panel q at dst + (q - q0) * kc * MR, zero-padded
+// past m.
 void pack_a_cols_f32(const float* src, int64_t cs, int64_t m, int64_t p0, int64_t kc, int64_t q0, int64_t q1,
                      int64_t MR, float* dst) {
   // Panels a group at a time, each k-step one contiguous run of A (as pack_b_rows_f32).
@@ -460,29 +456,14 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
                           static_cast<double>(mb * nb);
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
   bool direct = out.dtype == DType::F32;
-  // A column-major f32 A (a transposed view: the weight gradient's x^T) is packed into
-  // micro panels with runs of columns (pack_a_cols_f32): when its rows fit one block (the
-  // 128-row weight gradients, whose threads split the columns), once for all tasks before
-  // they start; otherwise by each row block, one KC-deep slice at a time (into L2, where
-  // the micro-kernel reads it next).
-  const bool a_cols = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
-  const bool a_prepacked = a_cols && mb == 1;
-  const int64_t m_pad = micro_rows * MR, a_copies = oa.batch_broadcast() ? 1 : batches;
-  Scratch acols(Scratch::kAcols, static_cast<size_t>(a_prepacked ? a_copies * k * m_pad : 0));
-  if (a_prepacked)
-    parallel_for(a_copies * micro_rows, detail::grain_for(k * MR), [&](int64_t lo, int64_t hi) {
-      for (int64_t item = lo; item < hi;) {
-        const int64_t bi = item / micro_rows, q0 = item % micro_rows, q1 = std::min(micro_rows, q0 + (hi - item));
-        const float* src = static_cast<const float*>(a.data) + oa.batch.offset_of(bi);
-        for (int64_t p0 = 0; p0 < k; p0 += KC)  // block p0 at p0 * m_pad, its panel q at + q * kc * MR
-          pack_a_cols_f32(src, oa.col_stride, m, p0, std::min(KC, k - p0), q0, q1, MR,
-                          acols.get() + bi * k * m_pad + p0 * m_pad + q0 * std::min(KC, k - p0) * MR);
-        item += q1 - q0;
-      }
-    });
+  // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
+  // k-step's MR values side by side: the micro-kernel reads its full panels where they are,
+  // its partial last panel is packed (pack_a_cols_f32). Packing all of it instead (once for
+  // all tasks, or per row block) measured 0-8% slower on the weight-gradient shapes.
+  const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
   // A row-major f32 A is read by rows in place when its rows spread over the L1 sets (its
   // partial panel, or all of it otherwise, copied by rows), anything else transposed into panels.
-  const bool a_by_rows = !a_cols && a.dtype == DType::F32 && oa.col_stride == 1;
+  const bool a_by_rows = !a_in_place && a.dtype == DType::F32 && oa.col_stride == 1;
   const bool a_rows_in_place = a_by_rows && rows_spread(oa.row_stride, MR);
   std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
   for (const View& v : addends) adds.emplace_back(v);
@@ -506,13 +487,12 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
-        const float* a_block =
-            a_prepacked ? acols.get() + (oa.batch_broadcast() ? 0 : bi) * k * m_pad + p0 * m_pad + r0 * kc : apack.get();
-        if (a_cols && !a_prepacked)
-          pack_a_cols_f32(a_data + a_base, oa.col_stride, m, p0, kc, r0 / MR, (r1 + MR - 1) / MR, MR, apack.get());
-        else if (!a_cols && full_end < r1) {
-          if (a_by_rows)
+        const int64_t full_end = a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        if (full_end < r1) {
+          if (a_in_place)
+            pack_a_cols_f32(a_data + a_base, oa.col_stride, m, p0, kc, full_end / MR, (r1 + MR - 1) / MR, MR,
+                            apack.get());
+          else if (a_by_rows)
             pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
           else
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
@@ -552,8 +532,8 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
             if (i0 < full_end && a_rows_in_place)
               run_rows(kc, a_data + a_base + i0 * oa.row_stride + p0, oa.row_stride, bs, ci, ldc, mr, nr, p0 > 0,
                        tile_adds);
-            else if (a_cols)
-              run(kc, a_block + ((i0 - r0) / MR) * kc * MR, MR, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
+            else if (i0 < full_end)
+              run(kc, a_data + a_base + i0 + p0 * oa.col_stride, oa.col_stride, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else if (a_by_rows)
               run_rows(kc, apack.get() + ((i0 - full_end) / MR) * MR * KC, KC, bs, ci, ldc, mr, nr, p0 > 0, tile_adds);
             else
