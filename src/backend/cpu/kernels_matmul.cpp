@@ -439,6 +439,9 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // B up front, whose copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product;
   // and B's rows read in order, not one line per row for each 16-wide panel).
   const bool b_in_block = grid.mb == 1 && (!shared_b || batches == 1);
+  // ... a group of panels at a time, 128 KiB of them (8 AVX2 panels of KC = 256), so the
+  // slice stays in L2 beside A and C: all of a 512-wide B's slice (512 KiB) measured slower.
+  const int64_t b_group = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(KC * NR * sizeof(float)));
   Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
   // Packed per panel rather than per matrix so a single large B is also split over threads.
   if (!b_in_block)
@@ -472,7 +475,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   int64_t max_cols = direct ? 0 : std::min(n, max_panels * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
     Scratch apack(Scratch::kApack, static_cast<size_t>(max_rows * KC)),
-        bslice(Scratch::kBslice, static_cast<size_t>(b_in_block ? KC * max_panels * NR : 0));
+        bslice(Scratch::kBslice, static_cast<size_t>(b_in_block ? KC * b_group * NR : 0));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
@@ -497,14 +500,16 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
           else
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         }
-        if (b_in_block) pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, p0, kc, bslice.get());
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
-          const float* bs = b_in_block ? bslice.get() + (j - j0) * kc * NR : bp + j * k * NR + p0 * NR;
+          if (b_in_block && (j - j0) % b_group == 0)
+            pack_b(b, ob, ob.batch.offset_of(bi), j, std::min(j1, j + b_group), NR, p0, kc, bslice.get());
+          const float* bs = b_in_block ? bslice.get() + (j - j0) % b_group * kc * NR : bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
           // The next B micro panel comes from L3 (a packed B of MBs): each micro-kernel call
           // brings in its share of it, so the first call on it does not wait for each line.
-          const float* next_bs = j + 1 < j1 ? (b_in_block ? bs + kc * NR : bs + k * NR) : nullptr;
+          const bool next_packed = j + 1 < j1 && (!b_in_block || (j + 1 - j0) % b_group != 0);
+          const float* next_bs = next_packed ? (b_in_block ? bs + kc * NR : bs + k * NR) : nullptr;
           const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
           const int64_t lines_per_call = (next_lines + calls - 1) / calls;
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
