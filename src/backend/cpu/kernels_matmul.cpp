@@ -3,10 +3,10 @@
 // 64-byte aligned), each task copies a block of A into MR-tall panels one KC-deep slice
 // at a time, and an MR x NR register-blocked micro-kernel runs over them, so the hot loop
 // reads only memory that sits in L1/L2. Strides (transposed, strided, broadcast-0) and
-// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: a
-// column-major f32 A (a weight gradient's x^T) packed into micro panels once for all
-// tasks; a row-major f32 A read by rows in place, its last partial panel copied; anything
-// else transposed into panels per task. A weight
+// f16/bf16 -> f32 conversion are handled while packing. Three ways to present A: an f32 A
+// with either unit stride is read in place (column-major: a weight gradient's x^T;
+// row-major: by rows), its last partial panel copied; anything else is transposed into
+// panels. A weight
 // shared over a contiguous batch runs as one [batch * m, k] product. bf16 x bf16 uses the
 // CPU's bf16 dot products when it has them (matmul_bf16). Add-only epilogues (a bias, a
 // residual) are added to each tile in registers before it is stored.
@@ -199,10 +199,7 @@ struct Operand {
 
 int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 
-// Copies column panels [j0, j1) of rows [p0, p0 + k) of one batch matrix of B: panel j
-// (at dst + (j - j0) * k * NR) holds columns [j*NR, j*NR + NR) as k rows of NR floats,
-// zero-padded past n.
-// pack_b's row-major f32 case. Panels are filled a group at a time, walking B's rows in
+// pack_b's row-major f32 case (rows [0, k) from src, row stride rs). Panels are filled a group at a time, walking B's rows in
 // order: each row contributes one contiguous run (kGroup panels wide) to the group. Filling
 // one panel at a time read one 64-byte line per B row, rows 4 KiB apart at n = 1024 (one L1
 // set, an L1 DTLB miss per row, and the next panel's lines fetched again): at 1024^3 that
@@ -235,6 +232,9 @@ void pack_b_rows_f32(const float* src, int64_t rs, int64_t n, int64_t j0, int64_
   }
 }
 
+// Copies column panels [j0, j1) of rows [p0, p0 + k) of one batch matrix of B: panel j
+// (at dst + (j - j0) * k * NR) holds columns [j*NR, j*NR + NR) as k rows of NR floats,
+// zero-padded past n.
 void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t j1, int64_t NR, int64_t p0, int64_t k,
             float* dst) {
   const int64_t n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
