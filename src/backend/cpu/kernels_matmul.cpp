@@ -199,11 +199,12 @@ struct Operand {
 
 int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 
-// pack_b's row-major f32 case (rows [0, k) from src, row stride rs). Panels are filled a group at a time, walking B's rows in
-// order: each row contributes one contiguous run (kGroup panels wide) to the group. Filling
-// one panel at a time read one 64-byte line per B row, rows 4 KiB apart at n = 1024 (one L1
-// set, an L1 DTLB miss per row, and the next panel's lines fetched again): at 1024^3 that
-// pass took ~5% of the product's time against OpenBLAS's ~1.7%.
+// pack_b's row-major f32 case (rows [0, k) from src, row stride rs). Panels are filled a
+// group at a time, walking B's rows in order: each row contributes one contiguous run
+// (kGroup panels wide) to the group. Filling one panel at a time read one 64-byte line per
+// B row, rows 4 KiB apart at n = 1024 (one L1 set, an L1 DTLB miss per row, and the next
+// panel's lines fetched again): at 1024^3 that pass took ~5% of the product's time against
+// OpenBLAS's ~1.7%.
 void pack_b_rows_f32(const float* src, int64_t rs, int64_t n, int64_t j0, int64_t j1, int64_t NR, int64_t k,
                      float* dst) {
   constexpr int64_t kGroup = 4, kAhead = 8;
