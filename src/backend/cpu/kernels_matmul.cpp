@@ -29,6 +29,9 @@
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -130,29 +133,39 @@ namespace {
 using detail::dispatch;
 
 // 64-byte aligned scratch of n T.
+// From 4 MiB on (a packed B of 1024 x 1024 floats), 2 MiB-aligned and advised for
+// transparent huge pages, as the CPU device's large buffers (cpu_device.cpp): the
+// micro-kernels stream B panels from it, a TLB miss per 4 KiB otherwise.
 template <class T>
 class Aligned {
  public:
   explicit Aligned(size_t n)
-      : p_(static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T), std::align_val_t{64}))) {}
-  ~Aligned() { ::operator delete[](p_, std::align_val_t{64}); }
+      : bytes_(std::max<size_t>(n, 1) * sizeof(T)),
+        align_(bytes_ >= (size_t{4} << 20) ? size_t{2} << 20 : 64),
+        p_(static_cast<T*>(::operator new[](bytes_, std::align_val_t{align_}))) {
+#if defined(__linux__)
+    if (align_ > 64) ::madvise(p_, bytes_, MADV_HUGEPAGE);
+#endif
+  }
+  ~Aligned() { ::operator delete[](p_, std::align_val_t{align_}); }
   Aligned(const Aligned&) = delete;
   Aligned& operator=(const Aligned&) = delete;
   T* get() const { return p_; }
 
  private:
+  size_t bytes_, align_;
   T* p_;
 };
 using Floats = Aligned<float>;
 
-// Packing scratch kept per thread between calls (grow-only, up to 8 MiB per slot): a fresh
+// Packing scratch kept per thread between calls (grow-only, up to 32 MiB per slot): a fresh
 // buffer of a few hundred KiB per call came from mmap and cost a page fault per 4 KiB
 // (~3% of a 128x128x1024 product). Larger requests get a buffer of their own.
 class Scratch {
  public:
   enum Slot { kApack, kBslice, kBpack, kSlots };
   Scratch(Slot slot, size_t n) {
-    constexpr size_t kMaxCached = (size_t{8} << 20) / sizeof(float);
+    constexpr size_t kMaxCached = (size_t{32} << 20) / sizeof(float);
     if (n == 0) return;
     if (n > kMaxCached) {
       own_ = std::make_unique<Floats>(n);
