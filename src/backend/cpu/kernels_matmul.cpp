@@ -221,14 +221,16 @@ int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 void pack_b_rows_f32(const float* src, int64_t rs, int64_t n, int64_t j0, int64_t j1, int64_t NR, int64_t k,
                      float* dst) {
   constexpr int64_t kGroup = 4, kAhead = 8;
+  const bool far = k * abs64(rs) * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
   for (int64_t g0 = j0; g0 < j1; g0 += kGroup) {
     const int64_t g1 = std::min(j1, g0 + kGroup);
     const int64_t full_end = std::min(g1, std::max(g0, n / NR));  // panels [g0, full_end) are NR wide
     for (int64_t p = 0; p < k; ++p) {
       const float* row = src + p * rs;
       float* out = dst + (g0 - j0) * k * NR + p * NR;
-      // The rows are far apart (no hardware stream to follow): fetch a few rows ahead.
-      if (p + kAhead < k)
+      // The rows are far apart (no hardware stream to follow): fetch a few rows ahead, when
+      // B is larger than L2 (a small B is in cache already and the prefetches cost time).
+      if (far && p + kAhead < k)
         for (int64_t f = g0 * NR; f < std::min(n, g1 * NR); f += 16) __builtin_prefetch(row + kAhead * rs + f);
       int64_t j = g0;
       // Fixed-size copies of a full panel row compile to a few vector moves; a memcpy call
@@ -457,6 +459,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // slice stays in L2 beside A and C: all of a 512-wide B's slice (512 KiB) measured slower.
   const int64_t b_group = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(KC * NR * sizeof(float)));
   Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
+  const bool b_far = !b_in_block && panel_floats * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
   // Packed per panel rather than per matrix so a single large B is also split over threads.
   if (!b_in_block)
     parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
@@ -520,10 +523,10 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
             pack_b(b, ob, ob.batch.offset_of(bi), j, std::min(j1, j + b_group), NR, p0, kc, bslice.get());
           const float* bs = b_in_block ? bslice.get() + (j - j0) % b_group * kc * NR : bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
-          // The next B micro panel comes from L3 (a packed B of MBs): each micro-kernel call
-          // brings in its share of it, so the first call on it does not wait for each line.
-          const bool next_packed = j + 1 < j1 && (!b_in_block || (j + 1 - j0) % b_group != 0);
-          const float* next_bs = next_packed ? (b_in_block ? bs + kc * NR : bs + k * NR) : nullptr;
+          // The next B micro panel comes from L3 when the packed B is larger than L2: each
+          // micro-kernel call brings in its share of it, so the first call on it does not
+          // wait for each line. (A block's own B slice was just packed: in cache.)
+          const float* next_bs = b_far && j + 1 < j1 ? bs + k * NR : nullptr;
           const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
           const int64_t lines_per_call = (next_lines + calls - 1) / calls;
           for (int64_t i0 = r0; i0 < r1; i0 += MR) {
