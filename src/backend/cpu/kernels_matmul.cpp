@@ -501,13 +501,29 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       int64_t c0 = j0 * NR, c1 = std::min(n, j1 * NR);
       if (r0 >= r1 || j0 >= j1) continue;
       int64_t a_base = oa.batch.offset_of(bi);
+      // An A read in place whose block ends 1 or 2 rows past a whole panel (a 128-row A on
+      // the 6- or 14-row tile): its last MR + rem rows run as two panels of half as many
+      // rows (4 or 8), each at the full FMA rate, instead of a full panel plus a 1-2 row
+      // one, which waits on its few accumulators' FMA latency (~4 cycles a k-step). The
+      // sums are the same (each element's, in k order), only the tiling differs.
+      int64_t split_at = r1, split_rows = MR;
+      if (a_in_place || a_rows_in_place) {
+        const int64_t rem = (r1 - r0) % MR, half = (MR + rem) / 2;
+        bool edge = false;
+        for (int e = 0; e < gemm::Kernel::kEdges; ++e) edge = edge || kern.edge_rows[e] == half;
+        if (rem > 0 && rem <= 2 && (MR + rem) % 2 == 0 && r1 - r0 > MR && edge) {
+          split_at = r1 - MR - rem;
+          split_rows = half;
+        }
+      }
       const float* bp = b_in_block ? nullptr : bpack.get() + (shared_b ? 0 : bi) * panel_floats;
       int64_t ldc = direct ? n : c1 - c0;
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        const int64_t full_end =
+            split_at < r1 ? r1 : a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
         if (full_end < r1) {
           if (a_in_place)
             pack_a_cols_f32(a_data + a_base, oa.col_stride, m, p0, kc, full_end / MR, (r1 + MR - 1) / MR, MR,
@@ -529,8 +545,9 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
           const float* next_bs = b_far && j + 1 < j1 ? bs + k * NR : nullptr;
           const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
           const int64_t lines_per_call = (next_lines + calls - 1) / calls;
-          for (int64_t i0 = r0; i0 < r1; i0 += MR) {
-            int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
+          for (int64_t i0 = r0, step = MR; i0 < r1; i0 += step) {
+            step = i0 < split_at ? MR : split_rows;
+            int mr = static_cast<int>(std::min<int64_t>(step, r1 - i0));
             if (next_bs != nullptr) {
               const int64_t l0 = (i0 - r0) / MR * lines_per_call, l1 = std::min(next_lines, l0 + lines_per_call);
               for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next_bs + l * 16);
