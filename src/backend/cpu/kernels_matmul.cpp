@@ -22,11 +22,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <numeric>
 #include <vector>
 #if defined(__SSE2__)
 #include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 #include "backend/cpu/cpu_features.h"
@@ -129,20 +133,60 @@ namespace {
 using detail::dispatch;
 
 // 64-byte aligned scratch of n T.
+// From 4 MiB on (a packed B of 1024 x 1024 floats), 2 MiB-aligned and advised for
+// transparent huge pages, as the CPU device's large buffers (cpu_device.cpp): the
+// micro-kernels stream B panels from it, a TLB miss per 4 KiB otherwise.
 template <class T>
 class Aligned {
  public:
   explicit Aligned(size_t n)
-      : p_(static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T), std::align_val_t{64}))) {}
-  ~Aligned() { ::operator delete[](p_, std::align_val_t{64}); }
+      : bytes_(std::max<size_t>(n, 1) * sizeof(T)),
+        align_(bytes_ >= (size_t{4} << 20) ? size_t{2} << 20 : 64),
+        p_(static_cast<T*>(::operator new[](bytes_, std::align_val_t{align_}))) {
+#if defined(__linux__)
+    if (align_ > 64) ::madvise(p_, bytes_, MADV_HUGEPAGE);
+#endif
+  }
+  ~Aligned() { ::operator delete[](p_, std::align_val_t{align_}); }
   Aligned(const Aligned&) = delete;
   Aligned& operator=(const Aligned&) = delete;
   T* get() const { return p_; }
 
  private:
+  size_t bytes_, align_;
   T* p_;
 };
 using Floats = Aligned<float>;
+
+// Packing scratch kept per thread between calls (grow-only, up to 32 MiB per slot): a fresh
+// buffer of a few hundred KiB per call came from mmap and cost a page fault per 4 KiB
+// (~3% of a 128x128x1024 product). Larger requests get a buffer of their own.
+class Scratch {
+ public:
+  enum Slot { kApack, kBslice, kBpack, kSlots };
+  Scratch(Slot slot, size_t n) {
+    constexpr size_t kMaxCached = (size_t{32} << 20) / sizeof(float);
+    if (n == 0) return;
+    if (n > kMaxCached) {
+      own_ = std::make_unique<Floats>(n);
+      p_ = own_->get();
+      return;
+    }
+    thread_local std::unique_ptr<Floats> cache[kSlots];
+    thread_local size_t size[kSlots] = {};
+    if (size[slot] < n) {
+      cache[slot].reset();
+      cache[slot] = std::make_unique<Floats>(n);
+      size[slot] = n;
+    }
+    p_ = cache[slot]->get();
+  }
+  float* get() const { return p_; }
+
+ private:
+  std::unique_ptr<Floats> own_;
+  float* p_ = nullptr;
+};
 
 // The element layout of one operand of a batched matmul.
 struct Operand {
@@ -168,6 +212,42 @@ struct Operand {
 
 int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
 
+// pack_b's row-major f32 case (rows [0, k) from src, row stride rs). Panels are filled a
+// group at a time, walking B's rows in order: each row contributes one contiguous run
+// (kGroup panels wide) to the group. Filling one panel at a time read one 64-byte line per
+// B row, rows 4 KiB apart at n = 1024 (one L1 set, an L1 DTLB miss per row, and the next
+// panel's lines fetched again): at 1024^3 that pass took ~5% of the product's time against
+// OpenBLAS's ~1.7%.
+void pack_b_rows_f32(const float* src, int64_t rs, int64_t n, int64_t j0, int64_t j1, int64_t NR, int64_t k,
+                     float* dst) {
+  constexpr int64_t kGroup = 4, kAhead = 8;
+  const bool far = k * abs64(rs) * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
+  for (int64_t g0 = j0; g0 < j1; g0 += kGroup) {
+    const int64_t g1 = std::min(j1, g0 + kGroup);
+    const int64_t full_end = std::min(g1, std::max(g0, n / NR));  // panels [g0, full_end) are NR wide
+    for (int64_t p = 0; p < k; ++p) {
+      const float* row = src + p * rs;
+      float* out = dst + (g0 - j0) * k * NR + p * NR;
+      // The rows are far apart (no hardware stream to follow): fetch a few rows ahead, when
+      // B is larger than L2 (a small B is in cache already and the prefetches cost time).
+      if (far && p + kAhead < k)
+        for (int64_t f = g0 * NR; f < std::min(n, g1 * NR); f += 16) __builtin_prefetch(row + kAhead * rs + f);
+      int64_t j = g0;
+      // Fixed-size copies of a full panel row compile to a few vector moves; a memcpy call
+      // per 64-byte row cost as much as the copy itself.
+      if (NR == 16)
+        for (; j < full_end; ++j, out += k * NR) std::memcpy(out, row + j * 16, 16 * sizeof(float));
+      else if (NR == 32)
+        for (; j < full_end; ++j, out += k * NR) std::memcpy(out, row + j * 32, 32 * sizeof(float));
+      for (; j < g1; ++j, out += k * NR) {
+        const int64_t w = std::min<int64_t>(NR, n - j * NR);
+        std::memcpy(out, row + j * NR, static_cast<size_t>(w) * sizeof(float));
+        std::fill(out + w, out + NR, 0.0f);
+      }
+    }
+  }
+}
+
 // Copies column panels [j0, j1) of rows [p0, p0 + k) of one batch matrix of B: panel j
 // (at dst + (j - j0) * k * NR) holds columns [j*NR, j*NR + NR) as k rows of NR floats,
 // zero-padded past n.
@@ -175,6 +255,10 @@ void pack_b(const View& b, const Operand& ob, int64_t base, int64_t j0, int64_t 
             float* dst) {
   const int64_t n = ob.cols, rs = ob.row_stride, cs = ob.col_stride;
   base += p0 * rs;  // rows [p0, p0 + k) of B
+  if (b.dtype == DType::F32 && cs == 1 && abs64(rs) >= 1) {
+    pack_b_rows_f32(static_cast<const float*>(b.data) + base, rs, n, j0, j1, NR, k, dst);
+    return;
+  }
   dispatch(b.dtype, [&](auto e) {
     using E = decltype(e);
     for (int64_t j = j0; j < j1; ++j) {
@@ -294,6 +378,34 @@ void pack_a_by_rows(const View& a, const Operand& oa, int64_t base, int64_t r0, 
   }
 }
 
+// Copies micro panels [q0, q1) (rows [q * MR, q * MR + MR)) x columns [p0, p0 + kc) of a
+// column-major f32 A into kc x MR panels, panel q at dst + (q - q0) * kc * MR, zero-padded
+// past m.
+void pack_a_cols_f32(const float* src, int64_t cs, int64_t m, int64_t p0, int64_t kc, int64_t q0, int64_t q1,
+                     int64_t MR, float* dst) {
+  // Panels a group at a time, each k-step one contiguous run of A (as pack_b_rows_f32).
+  constexpr int64_t kGroup = 8;
+  const int64_t q_full = m / MR;  // panels [0, q_full) are MR tall
+  for (int64_t g0 = q0; g0 < q1; g0 += kGroup) {
+    const int64_t g1 = std::min(q1, g0 + kGroup), full_end = std::min(g1, std::max(g0, q_full));
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* col = src + (p0 + p) * cs;
+      float* out = dst + (g0 - q0) * kc * MR + p * MR;
+      int64_t q = g0;
+      // Fixed-size copies compile to a few moves; a memcpy call per k-step cost more than the copy.
+      if (MR == 6)
+        for (; q < full_end; ++q, out += kc * MR) std::memcpy(out, col + q * 6, 6 * sizeof(float));
+      else if (MR == 14)
+        for (; q < full_end; ++q, out += kc * MR) std::memcpy(out, col + q * 14, 14 * sizeof(float));
+      for (; q < g1; ++q, out += kc * MR) {
+        const int64_t h = std::min(MR, m - q * MR);
+        std::memcpy(out, col + q * MR, static_cast<size_t>(h) * sizeof(float));
+        std::fill(out + h, out + MR, 0.0f);
+      }
+    }
+  }
+}
+
 // Whether MR rows row_floats apart spread over the L1 sets (32 KiB, 8-way, 64-byte lines:
 // 64 sets) at least as well as a packed panel's rows (KC floats apart, <= 4 rows per set).
 // A row-major A read in place with rows 4 KiB apart put all 14 rows of an AVX-512 panel in
@@ -339,10 +451,15 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   int64_t b_copies = shared_b ? 1 : batches;
   const Grid grid(m, MR, kern.mc, panels, batches);
   // One row block per matrix and a B per matrix: each B panel is used by one block, which
-  // packs its KC-deep slice just before use (into L1, no pass over all of B up front, whose
-  // copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product).
+  // packs its KC-deep slice of all its panels just before use (into L2, no pass over all of
+  // B up front, whose copy of a 2 MB B cost ~8% of a [128, 1024] x [1024, 512] product;
+  // and B's rows read in order, not one line per row for each 16-wide panel).
   const bool b_in_block = grid.mb == 1 && (!shared_b || batches == 1);
-  Floats bpack(static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
+  // ... a group of panels at a time, 128 KiB of them (8 AVX2 panels of KC = 256), so the
+  // slice stays in L2 beside A and C: all of a 512-wide B's slice (512 KiB) measured slower.
+  const int64_t b_group = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(KC * NR * sizeof(float)));
+  Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
+  const bool b_far = !b_in_block && panel_floats * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
   // Packed per panel rather than per matrix so a single large B is also split over threads.
   if (!b_in_block)
     parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
@@ -360,7 +477,9 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>((1 << 21) / std::max(1.0, flops_per_item)));
   bool direct = out.dtype == DType::F32;
   // A column-major f32 A (a transposed view: the weight gradient's x^T) already has each
-  // k-step's MR values side by side: the micro-kernel reads it where it is.
+  // k-step's MR values side by side: the micro-kernel reads its full panels where they are,
+  // its partial last panel is packed (pack_a_cols_f32). Packing all of it instead (once for
+  // all tasks, or per row block) measured 0-8% slower on the weight-gradient shapes.
   const bool a_in_place = a.dtype == DType::F32 && oa.row_stride == 1 && oa.col_stride > 0;
   // A row-major f32 A is read by rows in place when its rows spread over the L1 sets (its
   // partial panel, or all of it otherwise, copied by rows), anything else transposed into panels.
@@ -369,9 +488,11 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   std::vector<Operand> adds;  // added to each tile on its last k block (direct output only)
   for (const View& v : addends) adds.emplace_back(v);
   const float* a_data = static_cast<const float*>(a.data);
-  int64_t max_cols = direct ? 0 : std::min(n, (panels + nb - 1) / nb * NR);
+  const int64_t max_panels = (panels + nb - 1) / nb;
+  int64_t max_cols = direct ? 0 : std::min(n, max_panels * NR);
   parallel_for(batches * mb * nb, grain, [&](int64_t lo, int64_t hi) {
-    Floats apack(static_cast<size_t>(max_rows * KC)), bslice(static_cast<size_t>(b_in_block ? KC * NR : 0));
+    Scratch apack(Scratch::kApack, static_cast<size_t>(max_rows * KC)),
+        bslice(Scratch::kBslice, static_cast<size_t>(b_in_block ? KC * b_group * NR : 0));
     std::vector<float> cbuf(static_cast<size_t>(direct ? 0 : max_rows * max_cols));
     for (int64_t item = lo; item < hi; ++item) {
       int64_t bi = item / (mb * nb), mbi = item % (mb * nb) / nb, nbi = item % nb;
@@ -380,26 +501,57 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
       int64_t c0 = j0 * NR, c1 = std::min(n, j1 * NR);
       if (r0 >= r1 || j0 >= j1) continue;
       int64_t a_base = oa.batch.offset_of(bi);
+      // An A read in place whose block ends 1 or 2 rows past a whole panel (a 128-row A on
+      // the 6- or 14-row tile): its last MR + rem rows run as two panels of half as many
+      // rows (4 or 8), each at the full FMA rate, instead of a full panel plus a 1-2 row
+      // one, which waits on its few accumulators' FMA latency (~4 cycles a k-step). The
+      // sums are the same (each element's, in k order), only the tiling differs.
+      int64_t split_at = r1, split_rows = MR;
+      if (a_in_place || a_rows_in_place) {
+        const int64_t rem = (r1 - r0) % MR, half = (MR + rem) / 2;
+        bool edge = false;
+        for (int e = 0; e < gemm::Kernel::kEdges; ++e) edge = edge || kern.edge_rows[e] == half;
+        if (rem > 0 && rem <= 2 && (MR + rem) % 2 == 0 && r1 - r0 > MR && edge) {
+          split_at = r1 - MR - rem;
+          split_rows = half;
+        }
+      }
       const float* bp = b_in_block ? nullptr : bpack.get() + (shared_b ? 0 : bi) * panel_floats;
       int64_t ldc = direct ? n : c1 - c0;
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
         int64_t kc = std::min(KC, k - p0);
         // Full panels of a column-major A are read in place; the rest is packed.
-        const int64_t full_end = a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
+        const int64_t full_end =
+            split_at < r1 ? r1 : a_in_place || a_rows_in_place ? r0 + (r1 - r0) / MR * MR : r0;
         if (full_end < r1) {
-          if (a_by_rows)
+          if (a_in_place)
+            pack_a_cols_f32(a_data + a_base, oa.col_stride, m, p0, kc, full_end / MR, (r1 + MR - 1) / MR, MR,
+                            apack.get());
+          else if (a_by_rows)
             pack_a_by_rows(a, oa, a_base, full_end, r1, p0, kc, MR, KC, apack.get());
           else
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         }
         for (int64_t j = j0; j < j1; ++j) {
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
-          const float* bs = b_in_block ? bslice.get() : bp + j * k * NR + p0 * NR;
-          if (b_in_block) pack_b(b, ob, ob.batch.offset_of(bi), j, j + 1, NR, p0, kc, bslice.get());
+          if (b_in_block && (j - j0) % b_group == 0)
+            pack_b(b, ob, ob.batch.offset_of(bi), j, std::min(j1, j + b_group), NR, p0, kc, bslice.get());
+          const float* bs = b_in_block ? bslice.get() + (j - j0) % b_group * kc * NR : bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
-          for (int64_t i0 = r0; i0 < r1; i0 += MR) {
-            int mr = static_cast<int>(std::min<int64_t>(MR, r1 - i0));
+          // The next B micro panel comes from L3 when the packed B is larger than L2: each
+          // micro-kernel call brings in its share of it, so the first call on it does not
+          // wait for each line. (A block's own B slice was just packed: in cache.)
+          const float* next_bs = b_far && j + 1 < j1 ? bs + k * NR : nullptr;
+          const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
+          const int64_t lines_per_call = (next_lines + calls - 1) / calls;
+          for (int64_t i0 = r0, step = MR; i0 < r1; i0 += step) {
+            step = i0 < split_at ? MR : split_rows;
+            int mr = static_cast<int>(std::min<int64_t>(step, r1 - i0));
+            if (next_bs != nullptr) {
+              const int64_t l0 = (i0 - r0) / MR * lines_per_call, l1 = std::min(next_lines, l0 + lines_per_call);
+              for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next_bs + l * 16);
+            }
             float* ci = cj + (i0 - r0) * ldc;
             gemm::Addends tile;
             if (p0 + KC >= k)

@@ -214,6 +214,27 @@ TEST(GemmIsa, LayoutsDtypesAndBroadcastBatch) {
   check_all_isas({2, 33, 130, 129, DType::BF16, DType::F32, Layout::Transposed, Layout::Transposed});
 }
 
+// A column-major f32 A (a weight gradient's x^T) is packed into micro panels: once for
+// all tasks when its rows fit one row block, else by each row block per KC-deep slice.
+// Row tails (m % MR of 6 and 14), k tails past whole KC = 256 blocks, partial column
+// panels, one and several threads, batched and broadcast A.
+TEST(GemmIsa, TransposedAPackedEveryWay) {
+  Restore restore;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    check_all_isas({0, 128, 1030, 70, DType::F32, DType::F32, Layout::Transposed, Layout::Contiguous});
+    check_all_isas({0, 130, 513, 129, DType::F32, DType::F32, Layout::Transposed, Layout::Contiguous});
+    check_all_isas({0, 611, 300, 45, DType::F32, DType::F32, Layout::Transposed, Layout::Contiguous});
+    check_all_isas({0, 601, 257, 33, DType::F32, DType::F32, Layout::Transposed, Layout::Transposed});
+    check_all_isas({3, 131, 260, 40, DType::F32, DType::F32, Layout::Transposed, Layout::Contiguous});
+    check_all_isas({2, 29, 270, 50, DType::F32, DType::F32, Layout::Broadcast, Layout::Contiguous});
+    // B packed by runs of rows a group of panels at a time: widths around the group of 4 panels.
+    for (int64_t n : {15, 64, 65, 127, 200})
+      check_all_isas({0, 150, 300, n, DType::F32, DType::F32, Layout::Contiguous, Layout::Contiguous});
+  }
+}
+
 TEST(GemmIsa, ManySmallBatches) {
   // Tiny per-batch matmuls, batch-broadcast B (one packed copy) and batched B.
   check_all_isas({40, 32, 16, 33, DType::F32, DType::F32, Layout::Contiguous, Layout::Broadcast});

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/philox.h"
@@ -50,6 +51,34 @@ TEST(Random, FollowsPhiloxConvention) {
     EXPECT_EQ(z[i], philox_normal(5, 1000 + i));
     EXPECT_EQ(k[i], philox_integer(5, 1000 + i, -3, 4));
   }
+}
+
+// The AVX2 / AVX-512 paths compute 8 / 16 counters at a time: every path must give
+// core/philox.h's scalar bits, at odd offsets and lengths (vector body plus scalar tail),
+// and across the carry from the counter's low 32-bit word into the high one.
+TEST(Random, EveryIsaPathMatchesScalarPhilox) {
+  const Isa saved = isa();
+  for (Isa path : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(path)) continue;
+    set_isa(path);
+    for (uint64_t offset : {uint64_t{0}, uint64_t{3}, uint64_t{1001}, uint64_t{0xFFFFFFF5u}, uint64_t{0x1FFFFFFFDull}})
+      for (int64_t n : {1, 7, 8, 15, 17, 33, 300, 20011}) {
+        const uint64_t seed = 0x9E3779B97F4A7C15ull + offset;
+        std::vector<double> u = draw(Distribution::Uniform, seed, offset, 0, 1, n, DType::F64);
+        std::vector<double> z = draw(Distribution::Normal, seed, offset, 0, 1, n, DType::F64);
+        std::vector<double> k = draw(Distribution::Integer, seed, offset, -5, 1000003, n, DType::I64);
+        std::vector<double> f = draw(Distribution::Uniform, seed, offset, -2, 3, n, DType::F32);
+        for (int64_t i = 0; i < n; ++i) {
+          const uint64_t c = offset + static_cast<uint64_t>(i);
+          ASSERT_EQ(u[i], philox_uniform(seed, c)) << isa_name(path) << " offset " << offset << " i " << i;
+          ASSERT_EQ(z[i], philox_normal(seed, c)) << isa_name(path) << " offset " << offset << " i " << i;
+          ASSERT_EQ(k[i], static_cast<double>(philox_integer(seed, c, -5, 1000003))) << isa_name(path) << " i " << i;
+          ASSERT_EQ(f[i], static_cast<double>(static_cast<float>(-2.0 + 5.0 * static_cast<double>(philox_uniform(seed, c)))))
+              << isa_name(path) << " i " << i;
+        }
+      }
+  }
+  set_isa(saved);
 }
 
 TEST(Random, UniformMoments) {

@@ -1,0 +1,3 @@
+// Philox words compiled for one instruction set (see random_impl.inc).
+#define ALK_RANDOM_ISA avx2
+#include "backend/cpu/random_impl.inc"
