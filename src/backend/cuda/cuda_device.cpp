@@ -474,6 +474,41 @@ struct NormLaunchParams {
   double eps;
 };
 
+// ALK_CUDA_<name>=old selects the kernels a newer path replaced (A/B runs on the device).
+bool old_path(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string_view(v) == "old";
+}
+
+// How the row-in-registers norm kernels (rows.cu, ROW_VEC) cover a row of `inner`: vectors
+// of `vec` elements (16 bytes where every row tensor is contiguous and 16-byte aligned),
+// `warps` warps per row, `items` vectors per lane: the fewest warps with at most 48 bytes of
+// the row per lane (GPT-2's 768 bf16: one warp, 24 elements, 128 registers in the backward),
+// else 64. None beyond that (inner > 8192 in bf16, 4096 in f32, 2048 in f64): the older
+// kernels run then.
+struct RowPlan {
+  int vec = 1, warps = 1;
+  int64_t items = 1;
+  std::string defines() const {
+    return "#define ROW_VEC " + std::to_string(vec) + "\n#define ROW_WARPS " + std::to_string(warps) +
+           "\n#define ROW_ITEMS " + std::to_string(items) + "\n";
+  }
+};
+std::optional<RowPlan> row_plan(int64_t inner, DType t, std::initializer_list<const Arg*> rows) {
+  const int size = static_cast<int>(dtype_size(t));
+  int vec = 16 / size;
+  bool aligned = inner % vec == 0;
+  for (const Arg* a : rows)
+    aligned = aligned && a->view().contiguous && a->offset % vec == 0 && a->ptr % 16 == 0;
+  if (!aligned) vec = 1;
+  for (int bytes_per_lane : {48, 64})
+    for (int warps = 1; warps <= 8; warps *= 2) {
+      const int64_t items = (inner + 32 * warps * vec - 1) / (32 * warps * vec);
+      if (items * vec * size <= bytes_per_lane) return RowPlan{vec, warps, std::max<int64_t>(1, items)};
+    }
+  return std::nullopt;
+}
+
 void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
   const auto& p = std::get<NormParams>(k.node.params);
   const bool rms = k.node.op == OpId::RmsNorm;
@@ -481,9 +516,18 @@ void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg b = rms ? w : arg_of(k.inputs[2]);
   NormLaunchParams np{x.view(), w.view(), b.view(), {}, numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
                       out.offset, p.eps};
-  CUfunction f = ctx.function(rows_source(x.dtype), "layer_norm_rows");
   Args args;
   args.add(x.ptr).add(w.ptr).add(b.ptr).add(out.ptr).add(np).add(static_cast<int>(rms));
+  const std::optional<RowPlan> plan = old_path("ALK_CUDA_LN_FORWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &out});
+  if (plan && np.rows > 0) {
+    // The row in registers: x read once with vector loads (a grid-stride loop over rows).
+    const int64_t groups = 8 / plan->warps;
+    const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 8 * int64_t{ctx.props().multiprocessors});
+    ctx.launch(ctx.function(plan->defines() + rows_source(x.dtype), "layer_norm_rows_fused"),
+               static_cast<unsigned>(blocks), 1, 1, kBlock, 0, args);
+    return;
+  }
+  CUfunction f = ctx.function(rows_source(x.dtype), "layer_norm_rows");
   ctx.launch(f, blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock, 0, args);
 }
 
@@ -493,6 +537,25 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   NormLaunchParams np{x.view(), w.view(), {}, g.view(), numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
                       out.offset, p.eps};
   const size_t acc_bytes = x.dtype == DType::F64 ? 8 : 4;
+  const std::optional<RowPlan> plan =
+      old_path("ALK_CUDA_LN_BACKWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &g, &out});
+  if (plan && np.rows > 0 && np.inner > 0) {
+    // One pass (rows.cu layer_norm_backward_fused): x and g read once, dx written once, each
+    // block's dweight/dbias column sums written once; then the blocks' sums in a fixed order.
+    // Two blocks per SM, each looping over rows: few partial sums (2 inner per block).
+    const int64_t groups = 8 / plan->warps;
+    const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 2 * int64_t{ctx.props().multiprocessors});
+    const std::string src = plan->defines() + rows_source(x.dtype);
+    const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(blocks * 2 * np.inner) * acc_bytes);
+    Args a1;
+    a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(partial).add(np);
+    ctx.launch(ctx.function(src, "layer_norm_backward_fused"), static_cast<unsigned>(blocks), 1, 1, kBlock, 0, a1);
+    Args a2;
+    a2.add(partial).add(out.ptr).add(np).add(blocks);
+    ctx.launch(ctx.function(src, "layer_norm_backward_fused_finish"), static_cast<unsigned>((2 * np.inner + 31) / 32), 1,
+               1, kBlock, 0, a2);
+    return;
+  }
   const std::string src = rows_source(x.dtype);
   const CUdeviceptr stats = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, np.rows)) * 2 * acc_bytes);
   Args a1;
@@ -1689,6 +1752,12 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     if (t == DType::I32) out.emplace_back("index i32 indices", index_source(DType::F32, DType::I32));
     if (is_floating(t)) {
       out.emplace_back("rows " + name, rows_source(t, {{"IS_MAX", "1"}}));
+      // The row-in-registers norms: 16-byte vectors, a warp per row (GPT-2's 768 in bf16);
+      // scalar loads, 4 warps per row, several groups per block; 8 warps per row.
+      const int vec = 16 / static_cast<int>(dtype_size(t));
+      out.emplace_back("rows " + name + " norms, vectors", RowPlan{vec, 1, 3}.defines() + rows_source(t));
+      out.emplace_back("rows " + name + " norms, scalar 4 warps", RowPlan{1, 4, 5}.defines() + rows_source(t));
+      out.emplace_back("rows " + name + " norms, vectors 8 warps", RowPlan{vec, 8, 2}.defines() + rows_source(t));
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));

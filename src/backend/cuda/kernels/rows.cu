@@ -189,3 +189,261 @@ extern "C" __global__ void layer_norm_backward_finish(const ACC* __restrict__ pa
   }
 }
 #endif  // FLOATING
+
+#if FLOATING && defined(ROW_VEC)
+// ---- norms with each row in registers (compiled with ROW_VEC, ROW_WARPS, ROW_ITEMS) ----
+// A group of ROW_WARPS warps owns a row; lane t of the group holds the vectors t, t + GROUP,
+// ... (ROW_ITEMS of them, ROW_VEC elements apiece, one 16-byte load each where the host
+// found x, g and out contiguous and aligned, else ROW_VEC = 1 and loads go through the
+// View). A lane therefore holds the same columns for every row it visits, so its share
+// of a column sum (layer-norm dweight / dbias) stays in registers across rows. Blocks are
+// 256 threads: ROW_GROUPS rows in flight per block.
+#define ROW_GROUP (32 * ROW_WARPS)
+#define ROW_GROUPS (256 / ROW_GROUP)
+#define ROW_SPAN (ROW_GROUP * ROW_VEC * ROW_ITEMS)  // columns a group covers (>= inner)
+
+struct __align__(ROW_VEC * sizeof(T)) RowVec {
+  T v[ROW_VEC];
+};
+
+// Vector k of this lane: columns row_column(k) .. + ROW_VEC - 1, all present or all absent
+// (the host picks ROW_VEC > 1 only when it divides inner).
+__device__ __forceinline__ i64 row_column(int lane, int k) { return (i64)(lane + k * ROW_GROUP) * ROW_VEC; }
+
+__device__ __forceinline__ RowVec load_row(const T* __restrict__ base, const View& v, i64 i) {
+  RowVec r;
+#if ROW_VEC > 1
+  r = *reinterpret_cast<const RowVec*>(base + v.offset + i);  // contiguous and aligned (host)
+#else
+  r.v[0] = base[at(v, i)];
+#endif
+  return r;
+}
+
+__device__ __forceinline__ void zero_row(RowVec& r) {
+#pragma unroll
+  for (int e = 0; e < ROW_VEC; ++e) r.v[e] = cvt<T>((ACC)0);
+}
+
+// The sum over the row's group; every lane gets the same value (a fixed order: the xor
+// butterfly, then the group's warps in order). Every thread of the block calls it together.
+__device__ __forceinline__ ACC group_sum(ACC v, ACC* red) {
+  v = warp_sum(v);
+#if ROW_WARPS > 1
+  const int warp = threadIdx.x / 32, first = warp / ROW_WARPS * ROW_WARPS;
+  if ((threadIdx.x & 31) == 0) red[warp] = v;
+  __syncthreads();
+  v = 0;
+#pragma unroll
+  for (int i = 0; i < ROW_WARPS; ++i) v += red[first + i];
+  __syncthreads();
+#endif
+  return v;
+}
+
+// Layer norm / RMS norm forward: x read once (kept in registers), out written once.
+extern "C" __global__ void __launch_bounds__(256) layer_norm_rows_fused(const T* __restrict__ x, const T* __restrict__ w,
+                                                                        const T* __restrict__ b, T* __restrict__ out,
+                                                                        const NormParams p, int rms) {
+  __shared__ ACC red[8];
+  // The affine parameters, read once per block (as T: 32 KB at most for 8192 columns of bf16).
+  __shared__ T wsh[ROW_SPAN], bsh[ROW_SPAN];
+  const int lane = threadIdx.x % ROW_GROUP, group = threadIdx.x / ROW_GROUP;
+  const ACC n = (ACC)p.inner;
+  for (int j = threadIdx.x; j < ROW_SPAN; j += blockDim.x) {
+    wsh[j] = j < p.inner ? w[at(p.w, j)] : cvt<T>((ACC)0);
+    bsh[j] = j < p.inner && !rms ? b[at(p.b, j)] : cvt<T>((ACC)0);
+  }
+  __syncthreads();
+  for (i64 rb = (i64)blockIdx.x * ROW_GROUPS; rb < p.rows; rb += (i64)gridDim.x * ROW_GROUPS) {
+    const i64 r = rb + group, first = r * p.inner;
+    const bool valid = r < p.rows;
+    RowVec xv[ROW_ITEMS];
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k) {
+      if (valid && row_column(lane, k) < p.inner) xv[k] = load_row(x, p.x, first + row_column(lane, k));
+      else zero_row(xv[k]);
+    }
+    ACC mean = 0;
+    if (!rms) {
+      ACC s = 0;
+#pragma unroll
+      for (int k = 0; k < ROW_ITEMS; ++k)
+#pragma unroll
+        for (int e = 0; e < ROW_VEC; ++e) s += cvt<ACC>(xv[k].v[e]);
+      mean = group_sum(s, red) / n;
+    }
+    ACC q = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k)
+      if (row_column(lane, k) < p.inner)  // absent columns hold 0, which is not x - mean
+#pragma unroll
+        for (int e = 0; e < ROW_VEC; ++e) {
+          const ACC d = cvt<ACC>(xv[k].v[e]) - mean;
+          q += d * d;
+        }
+    const ACC rstd = (ACC)1 / sqrt(group_sum(q, red) / n + (ACC)p.eps);
+    if (!valid) continue;  // (after the last group_sum: every thread reaches each barrier)
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k) {
+      const i64 j0 = row_column(lane, k);
+      if (j0 >= p.inner) continue;
+      RowVec o;
+#pragma unroll
+      for (int e = 0; e < ROW_VEC; ++e) {
+        o.v[e] = cvt<T>((cvt<ACC>(xv[k].v[e]) - mean) * rstd * cvt<ACC>(wsh[j0 + e]) + cvt<ACC>(bsh[j0 + e]));
+      }
+#if ROW_VEC > 1
+      *reinterpret_cast<RowVec*>(out + p.out_offset + first + j0) = o;
+#else
+      out[p.out_offset + first + j0] = o.v[0];
+#endif
+    }
+  }
+}
+
+// This lane's column sums added into column[] group by group, in group order.
+__device__ __forceinline__ void add_columns(ACC* column, const ACC (&acc)[ROW_ITEMS][ROW_VEC], int lane, int group,
+                                            i64 inner) {
+#if ROW_GROUPS > 1
+  for (int s = 0; s < ROW_GROUPS; ++s) {
+    if (group == s)
+#pragma unroll
+      for (int k = 0; k < ROW_ITEMS; ++k)
+        if (row_column(lane, k) < inner)
+#pragma unroll
+          for (int e = 0; e < ROW_VEC; ++e) {
+            const i64 j = row_column(lane, k) + e;
+            column[j] = (s ? column[j] : (ACC)0) + acc[k][e];
+          }
+    __syncthreads();
+  }
+#else
+#pragma unroll
+  for (int k = 0; k < ROW_ITEMS; ++k)
+    if (row_column(lane, k) < inner)
+#pragma unroll
+      for (int e = 0; e < ROW_VEC; ++e) column[row_column(lane, k) + e] = acc[k][e];
+#endif
+}
+
+// Layer norm backward in one pass: each group reads its rows of x and g once (registers),
+// writes dx, and adds g xhat and g into its lanes' column sums; at the end the block's
+// sums go to partial[block][2][inner] (dweight, dbias), summed by the finish kernel below.
+//   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
+extern "C" __global__ void __launch_bounds__(256) layer_norm_backward_fused(const T* __restrict__ x,
+                                                                            const T* __restrict__ w,
+                                                                            const T* __restrict__ g,
+                                                                            T* __restrict__ out,
+                                                                            ACC* __restrict__ partial,
+                                                                            const NormParams p) {
+  __shared__ ACC red[8];
+  __shared__ __align__(16) ACC wsh[ROW_SPAN];  // the weight (registers are short: the row and the sums)
+  const int lane = threadIdx.x % ROW_GROUP, group = threadIdx.x / ROW_GROUP;
+  const ACC n = (ACC)p.inner;
+  for (int j = threadIdx.x; j < ROW_SPAN; j += blockDim.x) wsh[j] = j < p.inner ? cvt<ACC>(w[at(p.w, j)]) : (ACC)0;
+  __syncthreads();
+  ACC dw[ROW_ITEMS][ROW_VEC], db[ROW_ITEMS][ROW_VEC];
+#pragma unroll
+  for (int k = 0; k < ROW_ITEMS; ++k)
+#pragma unroll
+    for (int e = 0; e < ROW_VEC; ++e) dw[k][e] = db[k][e] = 0;
+  for (i64 rb = (i64)blockIdx.x * ROW_GROUPS; rb < p.rows; rb += (i64)gridDim.x * ROW_GROUPS) {
+    const i64 r = rb + group, first = r * p.inner;
+    const bool valid = r < p.rows;
+    RowVec xv[ROW_ITEMS], gv[ROW_ITEMS];
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k) {
+      if (valid && row_column(lane, k) < p.inner) {
+        xv[k] = load_row(x, p.x, first + row_column(lane, k));
+        gv[k] = load_row(g, p.g, first + row_column(lane, k));
+      } else {
+        zero_row(xv[k]);
+        zero_row(gv[k]);
+      }
+    }
+    ACC s = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k)
+#pragma unroll
+      for (int e = 0; e < ROW_VEC; ++e) s += cvt<ACC>(xv[k].v[e]);
+    const ACC mean = group_sum(s, red) / n;
+    ACC q = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k)
+      if (row_column(lane, k) < p.inner)  // absent columns hold 0, which is not x - mean
+#pragma unroll
+        for (int e = 0; e < ROW_VEC; ++e) {
+          const ACC d = cvt<ACC>(xv[k].v[e]) - mean;
+          q += d * d;
+        }
+    const ACC rstd = (ACC)1 / sqrt(group_sum(q, red) / n + (ACC)p.eps);
+    // Absent columns and rows hold g = 0 (and w = 0): they add nothing below.
+    ACC a = 0, c = 0;
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k)
+#pragma unroll
+      for (int e = 0; e < ROW_VEC; ++e) {
+        const ACC xhat = (cvt<ACC>(xv[k].v[e]) - mean) * rstd, gval = cvt<ACC>(gv[k].v[e]);
+        const ACC gw = gval * wsh[row_column(lane, k) + e];
+        a += gw;
+        c += gw * xhat;
+        dw[k][e] += gval * xhat;
+        db[k][e] += gval;
+      }
+    a = group_sum(a, red) / n;
+    c = group_sum(c, red) / n;
+    if (!valid) continue;  // (after the last group_sum: every thread reaches each barrier)
+#pragma unroll
+    for (int k = 0; k < ROW_ITEMS; ++k) {
+      const i64 j0 = row_column(lane, k);
+      if (j0 >= p.inner) continue;
+      RowVec o;
+#pragma unroll
+      for (int e = 0; e < ROW_VEC; ++e) {
+        const ACC xhat = (cvt<ACC>(xv[k].v[e]) - mean) * rstd;
+        o.v[e] = cvt<T>(rstd * (cvt<ACC>(gv[k].v[e]) * wsh[j0 + e] - a - xhat * c));
+      }
+#if ROW_VEC > 1
+      *reinterpret_cast<RowVec*>(out + p.out_offset + first + j0) = o;
+#else
+      out[p.out_offset + first + j0] = o.v[0];
+#endif
+    }
+  }
+  // The block's column sums: one group's registers straight out, several through shared
+  // memory in group order (deterministic).
+#if ROW_GROUPS > 1
+  __shared__ ACC column[ROW_SPAN];
+  add_columns(column, dw, lane, group, p.inner);
+  for (i64 j = threadIdx.x; j < p.inner; j += blockDim.x) partial[(i64)blockIdx.x * 2 * p.inner + j] = column[j];
+  __syncthreads();
+  add_columns(column, db, lane, group, p.inner);
+  for (i64 j = threadIdx.x; j < p.inner; j += blockDim.x) partial[((i64)blockIdx.x * 2 + 1) * p.inner + j] = column[j];
+#else
+  add_columns(partial + (i64)blockIdx.x * 2 * p.inner, dw, lane, group, p.inner);
+  add_columns(partial + ((i64)blockIdx.x * 2 + 1) * p.inner, db, lane, group, p.inner);
+#endif
+}
+
+// The blocks' partial sums (`blocks` rows of [2][inner]) into out rows `rows` and `rows + 1`:
+// 32 columns x 8 slices per block, slice s summing blocks s, s + 8, ...; then the slices in
+// order (a fixed order: deterministic).
+extern "C" __global__ void layer_norm_backward_fused_finish(const ACC* __restrict__ partial, T* __restrict__ out,
+                                                            const NormParams p, i64 blocks) {
+  __shared__ ACC slice[8][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const i64 i = (i64)blockIdx.x * 32 + tx, width = 2 * p.inner;
+  ACC s = 0;
+  if (i < width)
+    for (i64 c = ty; c < blocks; c += 8) s += partial[c * width + i];
+  slice[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && i < width) {
+    ACC t = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) t += slice[k][tx];
+    out[p.out_offset + p.rows * p.inner + i] = cvt<T>(t);
+  }
+}
+#endif  // FLOATING && ROW_VEC
