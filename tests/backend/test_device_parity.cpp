@@ -16,11 +16,13 @@
 //                     Domain; gradients of every operand that has one, on f32
 //   Casts             every (source, destination) dtype pair, exact
 //   Reductions        sum mean max min prod var logsumexp over axes / keepdim / all, fused
-//                     prologue and epilogue, transposed input, integer sums; argmax/argmin
+//                     prologue and epilogue, transposed input, integer sums; argmax/argmin;
+//                     column sums over rows (bias gradients) at aligned, odd and sliced widths
 //   Matmul            2D, batched, broadcast batch, transposed views, matrix-vector, fused
 //                     epilogues (relu(a@b + bias), gelu(a@b + bias) + residual)
 //   SoftmaxAndNorms   softmax / log_softmax on three axes and a transposed view, layer_norm
-//                     (with and without affine, one and two normalized dims), rms_norm
+//                     (with and without affine, one and two normalized dims), rms_norm;
+//                     layer_norm's gradients in every dtype (rows of 768, 1001, 4000, views)
 //   IndexOps          gather, index_select, embedding, scatter_add (repeated ids), one_hot
 //   ShapeOps          tril/triu, cumsum, pad, cat/stack, slice_scatter (a strided slice's gradient)
 //   Random            rand/randn/randint/dropout_mask/dropout give the CPU's numbers (Philox keyed
@@ -577,6 +579,30 @@ TEST(DeviceParity, Reductions) {
       {"argmax with ties (first index)", {ints}, {}, [](const V& v) { return argmax(v[0], 1); }, kInts},
       {"argmin with ties (first index)", {ints}, {}, [](const V& v) { return argmin(v[0], 2); }, kInts},
   };
+  // Sums over the rows of a row-major matrix (bias gradients; CUDA's column mode, with a
+  // lane over 16 bytes of adjacent columns where every input allows): 768 columns (16-byte
+  // vectors in every dtype), 771 (odd: one column per lane), a two-input prologue, a
+  // column slice at an aligned and at an odd offset, a max, integer sums; row counts that
+  // are not a multiple of a chunk.
+  std::vector<double> civ(1000 * 64);
+  for (double& v : civ) v = static_cast<double>(rng() % 7) - 3;
+  const Tensor col_ints = cast(tensor(civ, {1000, 64}), DType::F32);
+  col_ints.realize();
+  const std::vector<Case> column_cases = {
+      {"column sum [1000,768] axis 0", {randt({1000, 768}, rng)}, {true}, [](const V& v) { return sum(v[0], {0}); },
+       kFloatDTypes, false, 4},
+      {"column sum [3,300,771] axes 0,1", {randt({3, 300, 771}, rng)}, {true},
+       [](const V& v) { return sum(v[0], {0, 1}); }, kFloatDTypes, false, 4},
+      {"column sum(x*y) [520,96] axis 0", {randt({520, 96}, rng), randt({520, 96}, rng)}, {true, true},
+       [](const V& v) { return sum(v[0] * v[1], {0}); }, kFloatDTypes, false, 4},
+      {"column sum of columns 8..136 of [600,144]", {randt({600, 144}, rng)}, {true},
+       [](const V& v) { return sum(v[0].slice(1, 8, 136), {0}); }, kFloatDTypes, false, 4},
+      {"column sum of columns 1..129 of [600,144]", {randt({600, 144}, rng)}, {true},
+       [](const V& v) { return sum(v[0].slice(1, 1, 129), {0}); }, kFloatDTypes, false, 4},
+      {"column max [700,136] axis 0", {randt({700, 136}, rng)}, {true}, [](const V& v) { return max(v[0], {0}); }},
+      {"integer column sum [1000,64] axis 0", {col_ints}, {}, [](const V& v) { return sum(v[0], {0}); }, kInts},
+  };
+  cases.insert(cases.end(), column_cases.begin(), column_cases.end());
   run_cases("reductions", devs, cases);
 }
 
@@ -653,6 +679,36 @@ TEST(DeviceParity, SoftmaxAndNorms) {
                      return rms_norm(v[0], {8}, v[1]);
                    }});
   cases.push_back({"rms_norm [5,8] plain", {y}, {true}, [](const V& v) { return rms_norm(v[0], {5, 8}); }});
+  // The layer-norm backward kernel in every dtype (gradients are otherwise compared on f32
+  // only): the case returns y, dx, dweight and dbias flattened into one vector. Row widths
+  // for each way a row is spread over a warp group (CUDA rows.cu ROW_VEC kernels): 768 (16-byte
+  // vectors, a warp per row), 1001 (odd: scalar loads, two warps per row), 4000 (8 warps per
+  // row in f32), a transposed view and a contiguous view at an odd offset (scalar loads);
+  // row counts that leave a block's last rows empty.
+  auto ln_with_grads = [](int64_t inner, std::function<Tensor(const Tensor&)> view) {
+    return [inner, view](const V& v) {
+      Tensor x = v[0].detach().requires_grad_(), w = v[1].detach().requires_grad_(), b = v[2].detach().requires_grad_();
+      Tensor out = layer_norm(view(x), {inner}, w, b);
+      std::vector<Tensor> g = grad({out}, {x, w, b}, {v[3]});
+      return cat({out.reshape({-1}), g[0].reshape({-1}), g[1], g[2]});
+    };
+  };
+  auto same = [](const Tensor& t) { return t; };
+  for (auto [rows, inner] : {std::pair<int64_t, int64_t>{37, 768}, {21, 1001}, {9, 4000}})
+    cases.push_back({"layer_norm gradients [" + std::to_string(rows) + "," + std::to_string(inner) + "]",
+                     {randt({rows, inner}, rng), randt({inner}, rng), randt({inner}, rng), randt({rows, inner}, rng)},
+                     {},
+                     ln_with_grads(inner, same)});
+  cases.push_back({"layer_norm gradients of a transposed view [64,40]^T",
+                   {randt({64, 40}, rng), randt({64}, rng), randt({64}, rng), randt({40, 64}, rng)},
+                   {},
+                   ln_with_grads(64, [](const Tensor& t) { return t.t(); })});
+  cases.push_back({"layer_norm gradients at an odd offset [19,256]",
+                   {randt({19 * 256 + 3}, rng), randt({256}, rng), randt({256}, rng), randt({19, 256}, rng)},
+                   {},
+                   ln_with_grads(256, [](const Tensor& t) { return t.slice(0, 3, 19 * 256 + 3).reshape({19, 256}); })});
+  cases.push_back({"rms_norm [21,1001] weight", {randt({21, 1001}, rng), randt({1001}, rng)}, {true, true},
+                   [](const V& v) { return rms_norm(v[0], {1001}, v[1]); }});
   run_cases("softmax and norms", devs, cases);
 }
 
