@@ -137,6 +137,12 @@ unsigned blocks_for(const Context& ctx, int64_t items, int64_t per_block = kBloc
   return static_cast<unsigned>(std::clamp<int64_t>(want, 1, cap));
 }
 
+// ALK_CUDA_<name>=old selects the kernels a newer path replaced (A/B runs on the device).
+bool old_path(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string_view(v) == "old";
+}
+
 // ---- Map ----
 
 void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, const Arg& out) {
@@ -237,9 +243,67 @@ std::string load_as_compute(DType t, const std::string& raw) {
   return raw;
 }
 
+// Column mode with vectors (the default; ALK_CUDA_REDUCE_COLUMNS=old runs reduce_columns):
+// a block is 8 warps over 32 x RVEC adjacent outputs, lane l owning outputs l RVEC ..
+// + RVEC - 1 and reading them with one load of RVEC elements per input and row (16 bytes
+// for bf16 x 8 or f32 x 4; the host sets RVEC = 1 where an input is not aligned for it).
+// Warp w of chunk c (blockIdx.y) takes rows r0 + w, r0 + w + 8, ...; the warps' sums are
+// combined in warp order and written once per chunk; reduce_finish_slices then combines the
+// chunks, 8 slices per output in a fixed order (deterministic).
+std::string reduce_columns_vec_source(const std::vector<DType>& inputs, DType core, const std::string& ident,
+                                      const std::string& call) {
+  const size_t K = inputs.size();
+  std::string s;
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i), t = storage(inputs[i]);
+    s += "struct __align__(RVEC * sizeof(" + t + ")) ColumnVec" + n + " { " + t + " v[RVEC]; };\n";
+  }
+  s += "extern \"C\" __global__ void __launch_bounds__(256) reduce_columns_vec(";
+  for (size_t i = 0; i < K; ++i) s += "const " + storage(inputs[i]) + "* __restrict__ in" + std::to_string(i) + ", ";
+  s += "ACC* __restrict__ partial, const ReduceParams p, i64 per_chunk) {\n";
+  s += "  __shared__ ACC part[8][32 * RVEC];\n";
+  s += "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n";
+  s += "  const i64 o0 = ((i64)blockIdx.x * 32 + lane) * RVEC;\n";
+  s += "  const i64 r0 = (i64)blockIdx.y * per_chunk, r1 = min(p.R, r0 + per_chunk);\n";
+  s += "  ACC acc[RVEC];\n#pragma unroll\n  for (int e = 0; e < RVEC; ++e) acc[e] = " + ident + ";\n";
+  s += "  if (o0 < p.outputs) {\n";  // RVEC divides the kept rows (host): all RVEC outputs exist
+  for (size_t i = 0; i < K; ++i) s += "    const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o0);\n";
+  s += "#pragma unroll 4\n    for (i64 r = r0 + warp; r < r1; r += 8) {\n";
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i);
+    s += "      const ColumnVec" + n + " v" + n + " = *reinterpret_cast<const ColumnVec" + n + "*>(in" + n + " + base" + n +
+         " + at(p.red[" + n + "], r));\n";
+  }
+  s += "#pragma unroll\n      for (int e = 0; e < RVEC; ++e) {\n";
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i);
+    s += "        const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
+         load_as_compute(inputs[i], "v" + n + ".v[e]") + ";\n";
+  }
+  s += "        acc[e] = combine(acc[e], (ACC)" + call + "));\n      }\n    }\n  }\n";
+  s += "#pragma unroll\n  for (int e = 0; e < RVEC; ++e) part[warp][lane * RVEC + e] = acc[e];\n";
+  s += "  __syncthreads();\n";
+  s += "  for (int t = threadIdx.x; t < 32 * RVEC; t += blockDim.x) {\n";
+  s += "    const i64 o = (i64)blockIdx.x * 32 * RVEC + t;\n    if (o >= p.outputs) break;\n";
+  s += "    ACC a = part[0][t];\n    for (int w = 1; w < 8; ++w) a = combine(a, part[w][t]);\n";
+  s += "    partial[(i64)blockIdx.y * p.outputs + o] = a;\n  }\n}\n";
+  s += "extern \"C\" __global__ void reduce_finish_slices(const ACC* __restrict__ partial, " + storage(core) +
+       "* __restrict__ out, const ReduceParams p, i64 chunks) {\n";
+  s += "  __shared__ ACC part[8][33];\n  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
+  s += "  const i64 o = (i64)blockIdx.x * 32 + tx;\n  ACC acc = " + ident + ";\n";
+  s += "  if (o < p.outputs)\n    for (i64 c = ty; c < chunks; c += 8) acc = combine(acc, partial[c * p.outputs + o]);\n";
+  s += "  part[ty][tx] = acc;\n  __syncthreads();\n  if (ty == 0 && o < p.outputs) {\n";
+  s += "    for (int k = 1; k < 8; ++k) acc = combine(acc, part[k][tx]);\n";
+  s += "    out[p.out_offset + o] = " +
+       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n  }\n}\n";
+  return s;
+}
+
 // The reduction kernels for one prologue and dtypes: reduce_kernel (W lanes per output),
-// reduce_columns + reduce_finish (a thread per output over chunks of rows).
-std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, DType core, ReduceOp op, int W) {
+// reduce_columns + reduce_finish (a thread per output over chunks of rows), and
+// reduce_columns_vec + reduce_finish_slices (RVEC adjacent outputs per lane).
+std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, DType core, ReduceOp op, int W,
+                          int rvec = 1) {
   const size_t K = inputs.size();
   expr::MapSignature sig{"prologue", inputs, core};
   const std::string acc = acc_type(core);
@@ -257,7 +321,7 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
       combine = "min_nan(a, b)";
       break;
   }
-  std::string s = defines({{"ACC", acc}, {"W", std::to_string(W)}, {"K", std::to_string(K)}});
+  std::string s = defines({{"ACC", acc}, {"W", std::to_string(W)}, {"K", std::to_string(K)}, {"RVEC", std::to_string(rvec)}});
   s += std::string(sources::common) + "\n";
   s += expr::emit_function(prologue, sig, expr::Target::Cuda) + "\n";
   s += "__device__ __forceinline__ ACC combine(ACC a, ACC b) { return " + combine + "; }\n";
@@ -314,8 +378,28 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
   s += "    for (i64 c = 0; c < chunks; ++c) acc = combine(acc, partial[c * p.outputs + o]);\n";
   s += "    out[p.out_offset + o] = " +
        std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n  }\n}\n";
-
+  s += reduce_columns_vec_source(inputs, core, ident, call);
   return s;
+}
+
+// Outputs per lane of reduce_columns_vec: 16 bytes of the widest input (at most 8), halved
+// until every input's rows start at that many elements' alignment: the kept rows' length,
+// every other stride and offset a multiple of it, and the pointer 16-byte aligned.
+int column_vector_width(const Kernel& k, const std::vector<KView>& kept, const std::vector<KView>& red) {
+  size_t widest = 1;
+  for (const KernelArg& a : k.inputs) widest = std::max(widest, dtype_size(a.dtype));
+  for (int vec = static_cast<int>(std::min<size_t>(8, 16 / widest)); vec > 1; vec /= 2) {
+    bool ok = true;
+    for (size_t i = 0; i < k.inputs.size() && ok; ++i) {
+      const KView& kv = kept[i];
+      ok = kv.rank >= 1 && kv.strides[kv.rank - 1] == 1 && kv.shape[kv.rank - 1] % vec == 0 && kv.offset % vec == 0 &&
+           arg_of(k.inputs[i]).ptr % 16 == 0;
+      for (int d = 0; d + 1 < kv.rank && ok; ++d) ok = kv.shape[d] == 1 || kv.strides[d] % vec == 0;
+      for (int d = 0; d < red[i].rank && ok; ++d) ok = red[i].shape[d] == 1 || red[i].strides[d] % vec == 0;
+    }
+    if (ok) return vec;
+  }
+  return 1;
 }
 
 void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
@@ -335,7 +419,6 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
     W = 1;
     while (W < 32 && W < R) W *= 2;
   }
-  const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W);
   const std::string acc = acc_type(core);
   std::vector<char> params;
   auto put = [&params](const void* data, size_t bytes) {
@@ -372,13 +455,37 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   put(red.data(), red.size() * sizeof(KView));
   const bool columns = outputs >= 64 && R >= 256 && kept[0].rank >= 1 &&
                        kept[0].strides[kept[0].rank - 1] == 1 && red[0].rank >= 1 && red[0].strides[red[0].rank - 1] != 1;
+  const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
+  if (columns && !old_path("ALK_CUDA_REDUCE_COLUMNS")) {
+    const int rvec = column_vector_width(k, kept, red);
+    const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W, rvec);
+    const int64_t blocks_x = (outputs + 32 * rvec - 1) / (32 * rvec);
+    // ~4 blocks of 8 warps per SM over all chunks, each warp with 16 rows or more.
+    const int64_t chunks = std::clamp<int64_t>(4 * int64_t{ctx.props().multiprocessors} / blocks_x, 1,
+                                               std::clamp<int64_t>(R / 128, 1, 1024));
+    const int64_t per_chunk = (R + chunks - 1) / chunks;
+    const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * outputs) * acc_bytes);
+    Args a1;
+    for (const KernelArg& a : k.inputs) a1.add(arg_of(a).ptr);
+    a1.add(partial);
+    a1.add_bytes(params.data(), params.size());
+    a1.add(per_chunk);
+    ctx.launch(ctx.function(s, "reduce_columns_vec"), static_cast<unsigned>(blocks_x), static_cast<unsigned>(chunks), 1,
+               kBlock, 0, a1);
+    Args a2;
+    a2.add(partial).add(out.ptr);
+    a2.add_bytes(params.data(), params.size());
+    a2.add(chunks);
+    ctx.launch(ctx.function(s, "reduce_finish_slices"), static_cast<unsigned>((outputs + 31) / 32), 1, 1, kBlock, 0, a2);
+    return;
+  }
+  const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W);
   if (columns) {
     const int64_t blocks_x = (outputs + kBlock - 1) / kBlock;
     // ~16 blocks per SM, so many rows' loads are in flight (each thread reads one column).
     const int64_t chunks =
         std::clamp<int64_t>(16 * ctx.props().multiprocessors / std::max<int64_t>(1, blocks_x), 1, std::min<int64_t>(1024, R / 16));
     const int64_t per_chunk = (R + chunks - 1) / chunks;
-    const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
     const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * outputs) * acc_bytes);
     Args a1;
     for (const KernelArg& a : k.inputs) a1.add(arg_of(a).ptr);
@@ -473,12 +580,6 @@ struct NormLaunchParams {
   int64_t rows, inner, out_offset;
   double eps;
 };
-
-// ALK_CUDA_<name>=old selects the kernels a newer path replaced (A/B runs on the device).
-bool old_path(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string_view(v) == "old";
-}
 
 // How the row-in-registers norm kernels (rows.cu, ROW_VEC) cover a row of `inner`: vectors
 // of `vec` elements (16 bytes where every row tensor is contiguous and 16-byte aligned),
@@ -1780,6 +1881,13 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     const expr::Expr mul = expr::parse("a * b", names, f32, expr::Type::F32);
     out.emplace_back("reduce sum(a*b) f32 W=32", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 32));
     out.emplace_back("reduce sum(a*b) f32 W=256", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 256));
+    out.emplace_back("reduce sum(a*b) f32 columns x4",
+                     reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 256, 4));
+    out.emplace_back("reduce sum bf16 -> f32 columns x8",
+                     reduce_source(expr::parse("a", one, f32_one, expr::Type::F32), {DType::BF16}, DType::F32,
+                                   ReduceOp::Sum, 256, 8));
+    out.emplace_back("reduce max f64 columns x2", reduce_source(expr::parse("a", one, f64, expr::Type::F64), {DType::F64},
+                                                                DType::F64, ReduceOp::Max, 256, 2));
     out.emplace_back("reduce max bf16", reduce_source(expr::parse("a", one, f32_one, expr::Type::F32), {DType::BF16},
                                                       DType::BF16, ReduceOp::Max, 8));
     out.emplace_back("reduce count bool -> i64",
