@@ -11,8 +11,8 @@
 #   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all]
 # Prints the CUDA tests, the op-table parity suite on cuda:0, a short `alk train --device
 # cuda`, and the GEMM and GPT-2 124M benchmarks with their RATIO lines against PyTorch.
-# Benchmarks whose binary was not carried are skipped (bench_cuda_attention, bench_cuda_map
-# fit when the others are left out).
+# Benchmarks whose binary was not carried are skipped (bench_cuda_attention, bench_cuda_map,
+# bench_cuda_rows fit when the others are left out).
 set -uo pipefail
 what=${1:-all}
 BIN=${BIN:-.devcarry/bin}  # where the carried binaries are
@@ -36,7 +36,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
   echo "==== GEMM 4096^3 vs cuBLAS"
   timeout 120 ./$BIN/bench_cuda_gemm 2>&1 | tee "$OUT/gemm.log" | tail -6
-  for b in attention map; do
+  for b in attention map rows; do
     [[ -x $BIN/bench_cuda_$b ]] || continue
     echo "==== $b vs PyTorch"
     timeout 120 ./$BIN/bench_cuda_$b 2>&1 | tee "$OUT/$b.log" | tail -6
