@@ -583,16 +583,20 @@ struct NormLaunchParams {
 
 // How the row-in-registers norm kernels (rows.cu, ROW_VEC) cover a row of `inner`: vectors
 // of `vec` elements (16 bytes where every row tensor is contiguous and 16-byte aligned),
-// `warps` warps per row, `items` vectors per lane: the fewest warps with at most 48 bytes of
-// the row per lane (GPT-2's 768 bf16: one warp, 24 elements, 128 registers in the backward),
-// else 64. None beyond that (inner > 8192 in bf16, 4096 in f32, 2048 in f64): the older
-// kernels run then.
+// `warps` warps per row, `items` vectors per lane. The fewest warps (no block barriers with
+// one) such that a lane holds at most 24 elements (12 in f64): the backward then keeps x, g
+// and two column sums per element in at most 128 registers, so 2 blocks fit an SM
+// (ROW_MIN_BLOCKS; GPT-2's 768 columns: one warp, 24 elements in f32 or bf16); else 32
+// elements (16 in f64) at one block per SM. None beyond that (inner > 8192; 4096 in f64):
+// the older kernels run then.
 struct RowPlan {
   int vec = 1, warps = 1;
   int64_t items = 1;
+  int min_blocks = 1;  // blocks per SM the backward is compiled to fit
   std::string defines() const {
     return "#define ROW_VEC " + std::to_string(vec) + "\n#define ROW_WARPS " + std::to_string(warps) +
-           "\n#define ROW_ITEMS " + std::to_string(items) + "\n";
+           "\n#define ROW_ITEMS " + std::to_string(items) + "\n#define ROW_MIN_BLOCKS " + std::to_string(min_blocks) +
+           "\n";
   }
 };
 std::optional<RowPlan> row_plan(int64_t inner, DType t, std::initializer_list<const Arg*> rows) {
@@ -602,10 +606,11 @@ std::optional<RowPlan> row_plan(int64_t inner, DType t, std::initializer_list<co
   for (const Arg* a : rows)
     aligned = aligned && a->view().contiguous && a->offset % vec == 0 && a->ptr % 16 == 0;
   if (!aligned) vec = 1;
-  for (int bytes_per_lane : {48, 64})
+  const int small = size == 8 ? 12 : 24;
+  for (int per_lane : {small, small * 4 / 3})
     for (int warps = 1; warps <= 8; warps *= 2) {
       const int64_t items = (inner + 32 * warps * vec - 1) / (32 * warps * vec);
-      if (items * vec * size <= bytes_per_lane) return RowPlan{vec, warps, std::max<int64_t>(1, items)};
+      if (items * vec <= per_lane) return RowPlan{vec, warps, std::max<int64_t>(1, items), per_lane == small ? 2 : 1};
     }
   return std::nullopt;
 }
@@ -620,7 +625,11 @@ void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(x.ptr).add(w.ptr).add(b.ptr).add(out.ptr).add(np).add(static_cast<int>(rms));
   const std::optional<RowPlan> plan = old_path("ALK_CUDA_LN_FORWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &out});
-  if (plan && np.rows > 0) {
+  // (The kernel keeps weight and bias in static shared memory: 2 x the span in T, <= 40 KB.)
+  const auto affine_bytes = [&](const RowPlan& r) {
+    return 2 * 32 * r.warps * r.vec * r.items * static_cast<int64_t>(dtype_size(x.dtype));
+  };
+  if (plan && np.rows > 0 && affine_bytes(*plan) <= 40 * 1024) {
     // The row in registers: x read once with vector loads (a grid-stride loop over rows).
     const int64_t groups = 8 / plan->warps;
     const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 8 * int64_t{ctx.props().multiprocessors});
@@ -643,9 +652,11 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (plan && np.rows > 0 && np.inner > 0) {
     // One pass (rows.cu layer_norm_backward_fused): x and g read once, dx written once, each
     // block's dweight/dbias column sums written once; then the blocks' sums in a fixed order.
-    // Two blocks per SM, each looping over rows: few partial sums (2 inner per block).
+    // As many blocks as fit the device at once (ROW_MIN_BLOCKS per SM), each looping over
+    // rows: few partial sums (2 inner per block).
     const int64_t groups = 8 / plan->warps;
-    const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 2 * int64_t{ctx.props().multiprocessors});
+    const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1,
+                                               plan->min_blocks * int64_t{ctx.props().multiprocessors});
     const std::string src = plan->defines() + rows_source(x.dtype);
     const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(blocks * 2 * np.inner) * acc_bytes);
     Args a1;
@@ -1853,12 +1864,14 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     if (t == DType::I32) out.emplace_back("index i32 indices", index_source(DType::F32, DType::I32));
     if (is_floating(t)) {
       out.emplace_back("rows " + name, rows_source(t, {{"IS_MAX", "1"}}));
-      // The row-in-registers norms: 16-byte vectors, a warp per row (GPT-2's 768 in bf16);
+      // The row-in-registers norms: 16-byte vectors, a warp per row (GPT-2's 768 columns);
       // scalar loads, 4 warps per row, several groups per block; 8 warps per row.
       const int vec = 16 / static_cast<int>(dtype_size(t));
-      out.emplace_back("rows " + name + " norms, vectors", RowPlan{vec, 1, 3}.defines() + rows_source(t));
-      out.emplace_back("rows " + name + " norms, scalar 4 warps", RowPlan{1, 4, 5}.defines() + rows_source(t));
-      out.emplace_back("rows " + name + " norms, vectors 8 warps", RowPlan{vec, 8, 2}.defines() + rows_source(t));
+      const int per_lane = t == DType::F64 ? 12 : 24;
+      out.emplace_back("rows " + name + " norms, vectors", RowPlan{vec, 1, per_lane / vec, 2}.defines() + rows_source(t));
+      out.emplace_back("rows " + name + " norms, scalar 4 warps", RowPlan{1, 4, 5, 2}.defines() + rows_source(t));
+      out.emplace_back("rows " + name + " norms, vectors 8 warps",
+                       RowPlan{vec, 8, per_lane * 4 / 3 / vec, 1}.defines() + rows_source(t));
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));

@@ -191,7 +191,8 @@ extern "C" __global__ void layer_norm_backward_finish(const ACC* __restrict__ pa
 #endif  // FLOATING
 
 #if FLOATING && defined(ROW_VEC)
-// ---- norms with each row in registers (compiled with ROW_VEC, ROW_WARPS, ROW_ITEMS) ----
+// ---- norms with each row in registers (compiled with ROW_VEC, ROW_WARPS, ROW_ITEMS, and
+// ROW_MIN_BLOCKS: the backward's blocks per SM, which bounds its registers) ----
 // A group of ROW_WARPS warps owns a row; lane t of the group holds the vectors t, t + GROUP,
 // ... (ROW_ITEMS of them, ROW_VEC elements apiece, one 16-byte load each where the host
 // found x, g and out contiguous and aligned, else ROW_VEC = 1 and loads go through the
@@ -331,12 +332,9 @@ __device__ __forceinline__ void add_columns(ACC* column, const ACC (&acc)[ROW_IT
 // writes dx, and adds g xhat and g into its lanes' column sums; at the end the block's
 // sums go to partial[block][2][inner] (dweight, dbias), summed by the finish kernel below.
 //   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
-extern "C" __global__ void __launch_bounds__(256) layer_norm_backward_fused(const T* __restrict__ x,
-                                                                            const T* __restrict__ w,
-                                                                            const T* __restrict__ g,
-                                                                            T* __restrict__ out,
-                                                                            ACC* __restrict__ partial,
-                                                                            const NormParams p) {
+extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
+    layer_norm_backward_fused(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ g,
+                              T* __restrict__ out, ACC* __restrict__ partial, const NormParams p) {
   __shared__ ACC red[8];
   __shared__ __align__(16) ACC wsh[ROW_SPAN];  // the weight (registers are short: the row and the sums)
   const int lane = threadIdx.x % ROW_GROUP, group = threadIdx.x / ROW_GROUP;
