@@ -1,8 +1,9 @@
 // Row and column kernels of the GPT-2 step on a CUDA device against PyTorch in the same
 // command, by effective bandwidth (the bytes the op must move over its time):
-//   ln-bwd   layer-norm backward of bf16 [16384, 768] (x and the output gradient read, dx
-//            written, dweight/dbias: 3 x 25.2 MB); PyTorch: autograd.grad of F.layer_norm
-//   ln-fwd   layer norm of bf16 [16384, 768] (x read, y written: 2 x 25.2 MB)
+//   ln-bwd   layer-norm backward of [16384, 768] (x and the output gradient read, dx
+//            written, dweight/dbias: 3 x 50.3 MB in f32, what the GPT-2 step runs: autocast
+//            widens layer norm to f32; 3 x 25.2 MB in bf16); PyTorch: autograd.grad of F.layer_norm
+//   ln-fwd   layer norm of [16384, 768] (x read, y written: 2 x 50.3 MB in f32)
 //   colsum   x.sum(0) over [16384, C] (bias gradients), bf16 and f32
 // Each alk case also runs on the kernels it replaced (ALK_CUDA_LN_BACKWARD=old,
 // ALK_CUDA_LN_FORWARD=old, ALK_CUDA_REDUCE_COLUMNS=old), printed as "old". alk times are
@@ -63,9 +64,11 @@ int main(int argc, char** argv) {
   const int64_t R = 16384, D = 768;
   auto bf16 = [&](alk::Shape s) { return alk::cast(alk::randn(s), DType::BF16).to(dev).detach(); };
   Tensor x = bf16({R, D}), g = bf16({R, D}), w = bf16({D}), b = bf16({D});
+  Tensor x32 = alk::randn({R, D}).to(dev), g32 = alk::randn({R, D}).to(dev), w32 = alk::randn({D}).to(dev),
+         b32 = alk::randn({D}).to(dev);
   Tensor h768 = bf16({R, 768}), h3072 = bf16({R, 3072});
   Tensor f768 = alk::randn({R, 768}).to(dev), f2304 = alk::randn({R, 2304}).to(dev);
-  for (Tensor* t : {&x, &g, &w, &b, &h768, &h3072, &f768, &f2304}) t->realize();
+  for (Tensor* t : {&x, &g, &w, &b, &x32, &g32, &w32, &b32, &h768, &h3072, &f768, &f2304}) t->realize();
 
   struct Case {
     std::string name;
@@ -74,13 +77,16 @@ int main(int argc, char** argv) {
     std::function<std::vector<Tensor>()> run;
   };
   const double row_bytes = static_cast<double>(R * D) * 2;
+  auto ln_backward = [D](const Tensor& xs, const Tensor& ws, const Tensor& bs, const Tensor& gs) {
+    Tensor xg = xs.detach().requires_grad_(), wg = ws.detach().requires_grad_(), bg = bs.detach().requires_grad_();
+    Tensor y = alk::layer_norm(xg, {D}, wg, bg);
+    return alk::grad({y}, {xg, wg, bg}, {gs});
+  };
   std::vector<Case> cases = {
-      {"ln-bwd-bf16", 3 * row_bytes, "ALK_CUDA_LN_BACKWARD",
-       [&] {
-         Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_(), bg = b.detach().requires_grad_();
-         Tensor y = alk::layer_norm(xg, {D}, wg, bg);
-         return alk::grad({y}, {xg, wg, bg}, {g});
-       }},
+      {"ln-bwd-f32", 6 * row_bytes, "ALK_CUDA_LN_BACKWARD", [&] { return ln_backward(x32, w32, b32, g32); }},
+      {"ln-bwd-bf16", 3 * row_bytes, "ALK_CUDA_LN_BACKWARD", [&] { return ln_backward(x, w, b, g); }},
+      {"ln-fwd-f32", 4 * row_bytes, "ALK_CUDA_LN_FORWARD",
+       [&] { return std::vector<Tensor>{alk::layer_norm(x32, {D}, w32, b32)}; }},
       {"ln-fwd-bf16", 2 * row_bytes, "ALK_CUDA_LN_FORWARD",
        [&] { return std::vector<Tensor>{alk::layer_norm(x, {D}, w, b)}; }},
   };
@@ -100,6 +106,11 @@ int main(int argc, char** argv) {
                                  "y=F.layer_norm(xg,(D,),wg,bg)\n"
                                  "print('ln-bwd-bf16', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
                                  "print('ln-fwd-bf16', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
+                                 "x,g,w,b=[v.float() for v in (x,g,w,b)]\n"
+                                 "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
+                                 "y=F.layer_norm(xg,(D,),wg,bg)\n"
+                                 "print('ln-bwd-f32', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
+                                 "print('ln-fwd-f32', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
                                  "h768,h3072=bf(R,768),bf(R,3072)\n"
                                  "f768,f2304=torch.randn(R,768,device='cuda'),torch.randn(R,2304,device='cuda')\n"
                                  "print('colsum-bf16-768', t(lambda: h768.sum(0)))\n"
