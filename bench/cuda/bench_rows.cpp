@@ -9,7 +9,7 @@
 // ALK_CUDA_LN_FORWARD=old, ALK_CUDA_REDUCE_COLUMNS=old), printed as "old". alk times are
 // CUDA-graph replays of a compiled program (alk::compile), 20 per synchronization, median
 // of 5; PyTorch's are CUDA events around one call, median of 10 after 3 warm-ups.
-//   bench_rows [--no-anchor]
+//   bench_rows [--no-anchor] [--device cuda:0] [--rows 16384]   (--device cpu: a smoke test)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,12 +56,17 @@ std::pair<double, double> new_and_old(alk::Device& dev, const char* old_env,
 
 int main(int argc, char** argv) {
   bool anchor = true;
-  for (int i = 1; i < argc; ++i)
+  std::string device = "cuda:0";
+  int64_t R = 16384;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
-  alk::Device& dev = alk::get_device("cuda:0");
+    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) R = std::atoll(argv[++i]);
+  }
+  alk::Device& dev = alk::get_device(device);
   using alk::DType;
   using alk::Tensor;
-  const int64_t R = 16384, D = 768;
+  const int64_t D = 768;
   auto bf16 = [&](alk::Shape s) { return alk::cast(alk::randn(s), DType::BF16).to(dev).detach(); };
   Tensor x = bf16({R, D}), g = bf16({R, D}), w = bf16({D}), b = bf16({D});
   Tensor x32 = alk::randn({R, D}).to(dev), g32 = alk::randn({R, D}).to(dev), w32 = alk::randn({D}).to(dev),
@@ -99,7 +104,7 @@ int main(int argc, char** argv) {
 
   const std::string out =
       anchor ? bench::run_python(std::string("import torch, torch.nn.functional as F\n") + bench::kTorchTimer +
-                                 "R,D=16384,768\n"
+                                 "R,D=" + std::to_string(R) + ",768\n"
                                  "bf=lambda *s: torch.randn(*s,device='cuda',dtype=torch.bfloat16)\n"
                                  "x,g,w,b=bf(R,D),bf(R,D),bf(D),bf(D)\n"
                                  "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
