@@ -8,7 +8,10 @@
 #   for b in alk_tests alk bench_cuda_gemm bench_cuda_gpt2; do strip -o .devcarry/bin/$b build/$b; done
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
-#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all]
+#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all|rows]
+# `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
+# bench_cuda_gpt2 carried): their parity families, bench_cuda_rows (new, old and PyTorch),
+# and the GPT-2 step with the new kernels and then the old ones (the ALK_CUDA_*=old switches).
 # Prints the CUDA tests, the op-table parity suite on cuda:0, a short `alk train --device
 # cuda`, and the GEMM and GPT-2 124M benchmarks with their RATIO lines against PyTorch.
 # Benchmarks whose binary was not carried are skipped (bench_cuda_attention, bench_cuda_map,
@@ -39,9 +42,22 @@ if [[ $what == bench || $what == all ]]; then
   for b in attention map rows; do
     [[ -x $BIN/bench_cuda_$b ]] || continue
     echo "==== $b vs PyTorch"
-    timeout 120 ./$BIN/bench_cuda_$b 2>&1 | tee "$OUT/$b.log" | tail -6
+    timeout 120 ./$BIN/bench_cuda_$b 2>&1 | tee "$OUT/$b.log" | tail -24
   done
   echo "==== GPT-2 124M step"
   timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
     --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | tee "$OUT/bench.log" | tail -20
+fi
+if [[ $what == rows ]]; then
+  echo "==== norm and reduction parity on cuda:0"
+  ALK_PARITY_DEVICES=cuda:0 timeout 330 ./$BIN/alk_tests --gtest_brief=1 \
+    --gtest_filter='CudaCompile*:DeviceParity.SoftmaxAndNorms:DeviceParity.Reductions:DeviceParity.LargeShapes:DeviceParity.CompiledGptSteps' \
+    2>&1 | tee "$OUT/rows-tests.log" | tail -30
+  echo "==== layer norm and column sums: new kernels, old kernels, PyTorch"
+  timeout 200 ./$BIN/bench_cuda_rows 2>&1 | tee "$OUT/rows.log" | tail -30
+  for old in "" old; do
+    echo "==== GPT-2 124M step${old:+ (old norm and column kernels)}"
+    ALK_CUDA_LN_BACKWARD=$old ALK_CUDA_LN_FORWARD=$old ALK_CUDA_REDUCE_COLUMNS=$old timeout 200 \
+      ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | tail -4
+  done
 fi
