@@ -1864,14 +1864,12 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     if (t == DType::I32) out.emplace_back("index i32 indices", index_source(DType::F32, DType::I32));
     if (is_floating(t)) {
       out.emplace_back("rows " + name, rows_source(t, {{"IS_MAX", "1"}}));
-      // The row-in-registers norms: 16-byte vectors, a warp per row (GPT-2's 768 columns);
-      // scalar loads, 4 warps per row, several groups per block; 8 warps per row.
-      const int vec = 16 / static_cast<int>(dtype_size(t));
-      const int per_lane = t == DType::F64 ? 12 : 24;
+      // The row-in-registers norms: 16-byte vectors, a warp per row, 8 rows per block (GPT-2's
+      // 768 columns); scalar loads, 8 warps per row (block barriers in the row sums).
+      const int vec = 16 / static_cast<int>(dtype_size(t)), per_lane = t == DType::F64 ? 12 : 24;
       out.emplace_back("rows " + name + " norms, vectors", RowPlan{vec, 1, per_lane / vec, 2}.defines() + rows_source(t));
-      out.emplace_back("rows " + name + " norms, scalar 4 warps", RowPlan{1, 4, 5, 2}.defines() + rows_source(t));
-      out.emplace_back("rows " + name + " norms, vectors 8 warps",
-                       RowPlan{vec, 8, per_lane * 4 / 3 / vec, 1}.defines() + rows_source(t));
+      out.emplace_back("rows " + name + " norms, scalar 8 warps",
+                       RowPlan{1, 8, per_lane * 4 / 3, 1}.defines() + rows_source(t));
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));
