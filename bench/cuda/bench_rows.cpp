@@ -95,34 +95,38 @@ int main(int argc, char** argv) {
       {"ln-fwd-bf16", 2 * row_bytes, "ALK_CUDA_LN_FORWARD",
        [&] { return std::vector<Tensor>{alk::layer_norm(x, {D}, w, b)}; }},
   };
-  for (auto [name, t, cols, size] : {std::tuple{"colsum-bf16-768", &h768, 768, 2}, {"colsum-bf16-3072", &h3072, 3072, 2},
-                                     {"colsum-f32-768", &f768, 768, 4}, {"colsum-f32-2304", &f2304, 2304, 4}}) {
+  for (auto [name, t, cols, size] : {std::tuple{"colsum-bf16-768", &h768, 768, 2},
+                                     {"colsum-bf16-3072", &h3072, 3072, 2},
+                                     {"colsum-f32-768", &f768, 768, 4},
+                                     {"colsum-f32-2304", &f2304, 2304, 4}}) {
     Tensor* src = t;  // (lambdas capture no structured bindings in clang 14)
     cases.push_back({name, static_cast<double>(R * cols * size), "ALK_CUDA_REDUCE_COLUMNS",
                      [src] { return std::vector<Tensor>{alk::sum(*src, {0})}; }});
   }
 
   const std::string out =
-      anchor ? bench::run_python(std::string("import torch, torch.nn.functional as F\n") + bench::kTorchTimer +
-                                 "R,D=" + std::to_string(R) + ",768\n"
-                                 "bf=lambda *s: torch.randn(*s,device='cuda',dtype=torch.bfloat16)\n"
-                                 "x,g,w,b=bf(R,D),bf(R,D),bf(D),bf(D)\n"
-                                 "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
-                                 "y=F.layer_norm(xg,(D,),wg,bg)\n"
-                                 "print('ln-bwd-bf16', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
-                                 "print('ln-fwd-bf16', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
-                                 "x,g,w,b=[v.float() for v in (x,g,w,b)]\n"
-                                 "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
-                                 "y=F.layer_norm(xg,(D,),wg,bg)\n"
-                                 "print('ln-bwd-f32', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
-                                 "print('ln-fwd-f32', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
-                                 "h768,h3072=bf(R,768),bf(R,3072)\n"
-                                 "f768,f2304=torch.randn(R,768,device='cuda'),torch.randn(R,2304,device='cuda')\n"
-                                 "print('colsum-bf16-768', t(lambda: h768.sum(0)))\n"
-                                 "print('colsum-bf16-3072', t(lambda: h3072.sum(0)))\n"
-                                 "print('colsum-f32-768', t(lambda: f768.sum(0)))\n"
-                                 "print('colsum-f32-2304', t(lambda: f2304.sum(0)))\n")
-             : std::string();
+      anchor
+          ? bench::run_python(std::string("import torch, torch.nn.functional as F\n") + bench::kTorchTimer +
+                              "R,D=" + std::to_string(R) +
+                              ",768\n"
+                              "bf=lambda *s: torch.randn(*s,device='cuda',dtype=torch.bfloat16)\n"
+                              "x,g,w,b=bf(R,D),bf(R,D),bf(D),bf(D)\n"
+                              "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
+                              "y=F.layer_norm(xg,(D,),wg,bg)\n"
+                              "print('ln-bwd-bf16', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
+                              "print('ln-fwd-bf16', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
+                              "x,g,w,b=[v.float() for v in (x,g,w,b)]\n"
+                              "xg,wg,bg=[v.clone().requires_grad_() for v in (x,w,b)]\n"
+                              "y=F.layer_norm(xg,(D,),wg,bg)\n"
+                              "print('ln-bwd-f32', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
+                              "print('ln-fwd-f32', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
+                              "h768,h3072=bf(R,768),bf(R,3072)\n"
+                              "f768,f2304=torch.randn(R,768,device='cuda'),torch.randn(R,2304,device='cuda')\n"
+                              "print('colsum-bf16-768', t(lambda: h768.sum(0)))\n"
+                              "print('colsum-bf16-3072', t(lambda: h3072.sum(0)))\n"
+                              "print('colsum-f32-768', t(lambda: f768.sum(0)))\n"
+                              "print('colsum-f32-2304', t(lambda: f2304.sum(0)))\n")
+          : std::string();
   if (anchor && bench::field(out, "ln-bwd-bf16") <= 0) std::printf("PyTorch anchor failed:\n%s\n", out.c_str());
   for (const Case& c : cases) {
     const auto [ms, old_ms] = new_and_old(dev, c.old_env, c.run);
@@ -130,7 +134,8 @@ int main(int argc, char** argv) {
     std::printf("rows %-17s alk %.4f ms (%.0f GB/s)  old %.4f ms (%.0f GB/s)", c.name.c_str(), ms, c.bytes / ms / 1e6,
                 old_ms, c.bytes / old_ms / 1e6);
     if (torch_ms > 0) std::printf("  torch %.4f ms (%.0f GB/s)", torch_ms, c.bytes / torch_ms / 1e6);
-    std::printf("\nRATIO rows-%s-vs-old alk=%.4fms anchor=%.4fms ratio=%.3f\n", c.name.c_str(), ms, old_ms, ms / old_ms);
+    std::printf("\nRATIO rows-%s-vs-old alk=%.4fms anchor=%.4fms ratio=%.3f\n", c.name.c_str(), ms, old_ms,
+                ms / old_ms);
     if (torch_ms > 0)
       std::printf("RATIO rows-%s alk=%.4fms anchor=%.4fms ratio=%.3f\n", c.name.c_str(), ms, torch_ms, ms / torch_ms);
   }

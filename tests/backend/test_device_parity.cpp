@@ -589,16 +589,43 @@ TEST(DeviceParity, Reductions) {
   const Tensor col_ints = cast(tensor(civ, {1000, 64}), DType::F32);
   col_ints.realize();
   const std::vector<Case> column_cases = {
-      {"column sum [1000,768] axis 0", {randt({1000, 768}, rng)}, {true}, [](const V& v) { return sum(v[0], {0}); },
-       kFloatDTypes, false, 4},
-      {"column sum [3,300,771] axes 0,1", {randt({3, 300, 771}, rng)}, {true},
-       [](const V& v) { return sum(v[0], {0, 1}); }, kFloatDTypes, false, 4},
-      {"column sum(x*y) [520,96] axis 0", {randt({520, 96}, rng), randt({520, 96}, rng)}, {true, true},
-       [](const V& v) { return sum(v[0] * v[1], {0}); }, kFloatDTypes, false, 4},
-      {"column sum of columns 8..136 of [600,144]", {randt({600, 144}, rng)}, {true},
-       [](const V& v) { return sum(v[0].slice(1, 8, 136), {0}); }, kFloatDTypes, false, 4},
-      {"column sum of columns 1..129 of [600,144]", {randt({600, 144}, rng)}, {true},
-       [](const V& v) { return sum(v[0].slice(1, 1, 129), {0}); }, kFloatDTypes, false, 4},
+      {"column sum [1000,768] axis 0",
+       {randt({1000, 768}, rng)},
+       {true},
+       [](const V& v) { return sum(v[0], {0}); },
+       kFloatDTypes,
+       false,
+       4},
+      {"column sum [3,300,771] axes 0,1",
+       {randt({3, 300, 771}, rng)},
+       {true},
+       [](const V& v) {
+         return sum(v[0], {0, 1});
+       },
+       kFloatDTypes,
+       false,
+       4},
+      {"column sum(x*y) [520,96] axis 0",
+       {randt({520, 96}, rng), randt({520, 96}, rng)},
+       {true, true},
+       [](const V& v) { return sum(v[0] * v[1], {0}); },
+       kFloatDTypes,
+       false,
+       4},
+      {"column sum of columns 8..136 of [600,144]",
+       {randt({600, 144}, rng)},
+       {true},
+       [](const V& v) { return sum(v[0].slice(1, 8, 136), {0}); },
+       kFloatDTypes,
+       false,
+       4},
+      {"column sum of columns 1..129 of [600,144]",
+       {randt({600, 144}, rng)},
+       {true},
+       [](const V& v) { return sum(v[0].slice(1, 1, 129), {0}); },
+       kFloatDTypes,
+       false,
+       4},
       {"column max [700,136] axis 0", {randt({700, 136}, rng)}, {true}, [](const V& v) { return max(v[0], {0}); }},
       {"integer column sum [1000,64] axis 0", {col_ints}, {}, [](const V& v) { return sum(v[0], {0}); }, kInts},
   };
@@ -706,9 +733,13 @@ TEST(DeviceParity, SoftmaxAndNorms) {
   cases.push_back({"layer_norm gradients at an odd offset [19,256]",
                    {randt({19 * 256 + 3}, rng), randt({256}, rng), randt({256}, rng), randt({19, 256}, rng)},
                    {},
-                   ln_with_grads(256, [](const Tensor& t) { return t.slice(0, 3, 19 * 256 + 3).reshape({19, 256}); })});
-  cases.push_back({"rms_norm [21,1001] weight", {randt({21, 1001}, rng), randt({1001}, rng)}, {true, true},
-                   [](const V& v) { return rms_norm(v[0], {1001}, v[1]); }});
+                   ln_with_grads(256, [](const Tensor& t) {
+                     return t.slice(0, 3, 19 * 256 + 3).reshape({19, 256});
+                   })});
+  cases.push_back(
+      {"rms_norm [21,1001] weight", {randt({21, 1001}, rng), randt({1001}, rng)}, {true, true}, [](const V& v) {
+         return rms_norm(v[0], {1001}, v[1]);
+       }});
   run_cases("softmax and norms", devs, cases);
 }
 
