@@ -291,7 +291,7 @@ std::string reduce_columns_vec_source(const std::vector<DType>& inputs, DType co
        "* __restrict__ out, const ReduceParams p, i64 chunks) {\n";
   s += "  __shared__ ACC part[8][33];\n  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
   s += "  const i64 o = (i64)blockIdx.x * 32 + tx;\n  ACC acc = " + ident + ";\n";
-  s += "  if (o < p.outputs)\n    for (i64 c = ty; c < chunks; c += 8) acc = combine(acc, partial[c * p.outputs + o]);\n";
+  s += "  if (o < p.outputs)\n#pragma unroll 4\n    for (i64 c = ty; c < chunks; c += 8) acc = combine(acc, partial[c * p.outputs + o]);\n";
   s += "  part[ty][tx] = acc;\n  __syncthreads();\n  if (ty == 0 && o < p.outputs) {\n";
   s += "    for (int k = 1; k < 8; ++k) acc = combine(acc, part[k][tx]);\n";
   s += "    out[p.out_offset + o] = " +

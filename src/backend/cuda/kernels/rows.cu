@@ -434,6 +434,7 @@ extern "C" __global__ void layer_norm_backward_fused_finish(const ACC* __restric
   const i64 i = (i64)blockIdx.x * 32 + tx, width = 2 * p.inner;
   ACC s = 0;
   if (i < width)
+#pragma unroll 4
     for (i64 c = ty; c < blocks; c += 8) s += partial[c * width + i];
   slice[ty][tx] = s;
   __syncthreads();
