@@ -90,10 +90,13 @@ if [[ $what == tests || $what == all ]]; then
 fi
 
 if [[ $what == bench || $what == all ]]; then
-  if [[ $cpu_impl == 1 ]]; then gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
+  # Tile variants beside the automatic choice (auto): GPU shared-memory tiles (gpu:BMxBNxBK:TMxTN)
+  # and cooperative-matrix tiles (coop:..., f16 only; refused for f32/bf16, which is printed).
+  tiles=auto,gpu:128x128x8:8x8,gpu:128x64x16:8x4,gpu:64x128x16:4x8,small,coop:128x128x32:2x4,coop:64x128x32:2x4
+  if [[ $cpu_impl == 1 ]]; then tiles=auto,large; gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
   else gemm_args="--size 4096 --iters 20"; gpt2_args="--batch ${GPT2_BATCH:-4} --steps 5"; tiny_steps=10; fi
   stamp "==== GEMM vs cuBLAS (torch.matmul, TF32 off)"
-  timeout 150 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f32,f16,bf16 2>&1 | tee "$OUT/gemm.log" | grep -v '^$' | tail -12
+  timeout 150 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f32,f16,bf16 --tiles $tiles 2>&1 | tee "$OUT/gemm.log" | grep -v '^$' | cut -c1-200 | tail -40
   stamp "==== tiny-GPT step on vulkan:0 (anchor: alk's CPU backend)"
   timeout 90 "$BIN/bench_vulkan_tiny_gpt" --device vulkan:0 --steps $tiny_steps 2>&1 | tee "$OUT/tiny_gpt.log" | tail -6
   stamp "==== GPT-2 124M step on vulkan:0 (f32; anchor: PyTorch eager f32 on CUDA, TF32 off)"
