@@ -73,6 +73,7 @@ export ALK_CACHE_DIR=${ALK_CACHE_DIR:-/tmp/alk-vk-cache-$$}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-<unset>}  BIN=$BIN  nproc=$(nproc)"
 timeout 60 "$BIN/alk" devices 2>&1 | tee "$OUT/devices.log"
+echo "alk devices exit code ${PIPESTATUS[0]}"
 # A CPU implementation (lavapipe, here) gets the small sizes: the same code, minutes not hours.
 cpu_impl=0
 grep -A1 -m1 '^vulkan:0' "$OUT/devices.log" | grep -q 'type software\|type cpu' && cpu_impl=1
@@ -86,6 +87,14 @@ if [[ $what == tests || $what == all ]]; then
   echo "alk_tests exit code $? (124: timed out; 139: segfault)"
   grep -E '^\[parity|^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]' "$OUT/tests.log" | cut -c1-400 | tail -45
   grep -A8 -m6 'Failure$' "$OUT/tests.log" | cut -c1-400 | head -60
+  stamp "==== alk train --device vulkan:0 (the default GPT, 20 steps (4 on a CPU implementation) on README.md; exit code: a crash at exit shows here)"
+  train_steps=20
+  [[ $cpu_impl == 1 ]] && train_steps=4
+  timeout 150 "$BIN/alk" train --device vulkan:0 --steps $train_steps --log-every $((train_steps / 2)) \
+    --eval-every $train_steps --sample-tokens 16 \
+    --corpus README.md --out /tmp/alk-vk-train > "$OUT/train.log" 2>&1
+  echo "alk train exit code $? (124: timed out; 139: segfault)"
+  grep -E '^device|^step|val loss' "$OUT/train.log" | cut -c1-160
   stamp "tests done"
 fi
 
