@@ -65,7 +65,8 @@ if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
   ldconfig
 fi
 NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [[ -z ${VK_DRIVER_FILES:-} && -f $NV_ICD ]]; then
+[[ -f $NV_ICD ]] || NV_ICD=$(ls /usr/share/vulkan/icd.d/nvidia*.json /etc/vulkan/icd.d/nvidia*.json 2>/dev/null | head -1)
+if [[ -z ${VK_DRIVER_FILES:-} && -n $NV_ICD && -f $NV_ICD ]]; then
   export VK_DRIVER_FILES=$NV_ICD __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 fi
 # A cold pipeline cache, as a first run on a new machine has (the compile time is reported).
