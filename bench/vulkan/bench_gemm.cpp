@@ -3,7 +3,7 @@
 // machine has no CUDA PyTorch.
 //
 //   bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] [--device vulkan:I]
-//                     [--iters R] [--tiles large|small|coop|coop:BMxBNxBK:TMxTN|auto] [--no-anchor]
+//                     [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]
 //
 // Defaults: 4096^3 (512^3 and 3 runs on a CPU implementation such as lavapipe), f32 then bf16
 // then f16 (those the device stores), vulkan:0 (discrete GPUs come first; lavapipe is the last
@@ -51,7 +51,7 @@ struct Options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "bench_vulkan_gemm: %s\nusage: bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] "
-                       "[--device vulkan:I] [--iters R] [--tiles large|small|coop|coop:BMxBNxBK:TMxTN|auto] [--no-anchor]\n", why);
+                       "[--device vulkan:I] [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]\n", why);
   std::exit(2);
 }
 
@@ -158,7 +158,8 @@ double torch_cuda_ms(const Options& o, DType t, std::string& what) {
   return ms;
 }
 
-void run(vk::Context& ctx, const Options& o, DType t) {
+// One GEMM of dtype t with tiles `spec` (see usage): median ms, after checking the result.
+double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec) {
   const size_t esz = dtype_size(t);
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
@@ -175,20 +176,26 @@ void run(vk::Context& ctx, const Options& o, DType t) {
   vk::ViewArg c{ctx.pool().allocate(static_cast<size_t>(o.m * o.n) * esz), 0, t, {o.m, o.n}, {o.n, 1}, 0};
 
   vk::MatmulKernel kernel(ctx, vk::MatmulSignature{t, t, t, std::nullopt, {}});
-  if (o.tiles == "large") kernel.force_tiles(vk::kMatmulLarge);
-  if (o.tiles == "small") kernel.force_tiles(vk::kMatmulSmall);
-  if (o.tiles == "coop") kernel.force_tiles(vk::kMatmulCoop);
-  // coop:BMxBNxBK:TMxTN, e.g. coop:128x128x32:4x4 (tile, and 16x16 accumulators per subgroup)
-  if (o.tiles.rfind("coop:", 0) == 0) {
+  if (spec == "large") kernel.force_tiles(vk::kMatmulLarge);
+  if (spec == "small") kernel.force_tiles(vk::kMatmulSmall);
+  if (spec == "coop") kernel.force_tiles(vk::kMatmulCoop);
+  // gpu:BMxBNxBK:TMxTN, e.g. gpu:128x64x16:8x4 (the shared-memory tiles GPUs run: matmul.h)
+  if (spec.rfind("gpu:", 0) == 0) {
     unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
-    if (std::sscanf(o.tiles.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
+    if (std::sscanf(spec.c_str(), "gpu:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles gpu:BMxBNxBK:TMxTN");
+    kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn});
+  }
+  // coop:BMxBNxBK:TMxTN, e.g. coop:128x128x32:4x4 (tile, and 16x16 accumulators per subgroup)
+  if (spec.rfind("coop:", 0) == 0) {
+    unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
+    if (std::sscanf(spec.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
     kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn, true});
   }
   // cpu:BMxBN:TMxTN, e.g. cpu:64x64:8x8 (register blocks for CPU implementations: matmul.h)
-  if (o.tiles == "cpu") kernel.force_tiles(vk::kMatmulCpu);
-  if (o.tiles.rfind("cpu:", 0) == 0) {
+  if (spec == "cpu") kernel.force_tiles(vk::kMatmulCpu);
+  if (spec.rfind("cpu:", 0) == 0) {
     unsigned bm = 0, bn = 0, tm = 0, tn = 0;
-    if (std::sscanf(o.tiles.c_str(), "cpu:%ux%u:%ux%u", &bm, &bn, &tm, &tn) != 4) usage("--tiles cpu:BMxBN:TMxTN");
+    if (std::sscanf(spec.c_str(), "cpu:%ux%u:%ux%u", &bm, &bn, &tm, &tn) != 4) usage("--tiles cpu:BMxBN:TMxTN");
     kernel.force_tiles(vk::MatmulTiles{bm, bn, 4, tm, tn, false, true});
   }
   for (int i = 0; i < 2; ++i) kernel.launch(ctx.stream(), a, b, c);  // compile, warm up
@@ -215,20 +222,26 @@ void run(vk::Context& ctx, const Options& o, DType t) {
     }
     worst = std::max(worst, std::fabs(cpu::load_as_double(hc.data(), t, i * o.n + j) - want) / std::max(mag, 1e-30));
   }
-  const char* tiles = o.tiles == "auto" ? "auto" : o.tiles.c_str();
   std::printf("GEMM %s %lldx%lldx%lld on %s: %.3f ms, %.3f TFLOP/s (%.1f GFLOP/s; tiles %s), max error / sum|a*b| %.2e%s\n",
               dtype_name(t).data(), static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k),
-              ctx.info().name.c_str(), alk_ms, tflops(o, alk_ms), 1e3 * tflops(o, alk_ms), tiles, worst,
+              ctx.info().name.c_str(), alk_ms, tflops(o, alk_ms), 1e3 * tflops(o, alk_ms), spec.c_str(), worst,
               worst > 1e-2 ? "  WRONG RESULTS" : "");
   std::fflush(stdout);
-  if (!o.anchor) return;
+  return alk_ms;
+}
 
+// The anchor's median ms for dtype t: cuBLAS through PyTorch, else alk's CPU GEMM.
+double anchor(const Options& o, DType t) {
   std::string what;
   double anchor_ms = torch_cuda_ms(o, t, what);
   if (anchor_ms <= 0) {
     // alk's CPU GEMM on the same operands: a few runs (it is slow at 4096^3).
     what = "alk CPU cpu::matmul";
-    std::vector<uint8_t> out(hc.size());
+    const size_t esz = dtype_size(t);
+    std::vector<uint8_t> ha(static_cast<size_t>(o.m * o.k) * esz), hb(static_cast<size_t>(o.k * o.n) * esz),
+        out(static_cast<size_t>(o.m * o.n) * esz);
+    for (int64_t i = 0; i < o.m * o.k; ++i) cpu::store_double(ha.data(), t, i, 0.5 - static_cast<double>(i % 7) / 7);
+    for (int64_t i = 0; i < o.k * o.n; ++i) cpu::store_double(hb.data(), t, i, 0.5 - static_cast<double>(i % 5) / 5);
     cpu::View va{ha.data(), t, {o.m, o.k}, {o.k, 1}, 0}, vb{hb.data(), t, {o.k, o.n}, {o.n, 1}, 0},
         vc{out.data(), t, {o.m, o.n}, {o.n, 1}, 0};
     cpu::matmul(va, vb, vc);
@@ -244,10 +257,8 @@ void run(vk::Context& ctx, const Options& o, DType t) {
   }
   std::printf("ANCHOR %s: %.3f ms, %.3f TFLOP/s (%.1f GFLOP/s)\n", what.c_str(), anchor_ms, tflops(o, anchor_ms),
               1e3 * tflops(o, anchor_ms));
-  std::printf("RATIO vk_gemm_%s_%lldx%lldx%lld alk=%.3fms anchor=%.3fms ratio=%.3f\n", dtype_name(t).data(),
-              static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k), alk_ms, anchor_ms,
-              alk_ms / anchor_ms);
   std::fflush(stdout);
+  return anchor_ms;
 }
 
 }  // namespace
@@ -264,6 +275,8 @@ int main(int argc, char** argv) {
     const vk::DeviceInfo& info = ctx->info();
     std::printf("device: %s (%s, %s %s), cooperative_matrix %s\n", info.name.c_str(), info.kind_name().c_str(),
                 info.driver_name.c_str(), info.driver_info.c_str(), info.cooperative_matrix ? "offered" : "not offered");
+    std::printf("VK_NV_cooperative_matrix 16x16x16 f16 (the f16 tensor-core path): %s\n",
+                info.cooperative_matrix_nv ? "enabled" : "not offered");
     // A CPU implementation (lavapipe) needs minutes for one 4096^3 product: a smaller default.
     if (info.kind == vk::DeviceInfo::Kind::Cpu && !o.sized) {
       o.m = o.n = o.k = 512;
@@ -279,7 +292,29 @@ int main(int argc, char** argv) {
         std::printf("GEMM %s: skipped (%s)\n", dtype_name(t).data(), why.c_str());
         continue;
       }
-      run(*ctx, o, t);
+      // --tiles a,b,...: each variant timed; the anchor once per dtype, a RATIO line per variant
+      // (named with its tiles unless auto).
+      std::vector<std::pair<std::string, double>> timed;
+      for (size_t at = 0; at <= o.tiles.size();) {
+        size_t end = o.tiles.find(',', at);
+        if (end == std::string::npos) end = o.tiles.size();
+        const std::string spec = o.tiles.substr(at, end - at);
+        at = end + 1;
+        try {
+          timed.emplace_back(spec, run(*ctx, o, t, spec));
+        } catch (const std::exception& e) {
+          std::printf("GEMM %s tiles %s: failed: %s\n", dtype_name(t).data(), spec.c_str(), e.what());
+        }
+      }
+      if (!o.anchor || timed.empty()) continue;
+      const double anchor_ms = anchor(o, t);
+      for (auto [spec, alk_ms] : timed) {
+        std::replace(spec.begin(), spec.end(), ':', '-');  // RATIO names are one word of [A-Za-z0-9_x-]
+        std::printf("RATIO vk_gemm_%s_%lldx%lldx%lld%s alk=%.3fms anchor=%.3fms ratio=%.3f\n", dtype_name(t).data(),
+                    static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k),
+                    spec == "auto" ? "" : ("_" + spec).c_str(), alk_ms, anchor_ms, alk_ms / anchor_ms);
+      }
+      std::fflush(stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_vulkan_gemm: %s\n", e.what());

@@ -222,7 +222,7 @@ class Scheduler {
     if (p->realized()) return false;
     if (p->op == OpId::Const) return true;  // a uniform value fits any view
     const NodeInfo& pi = info_[p];
-    if (!is_map(p) || pi.external) return false;
+    if (!is_map(p) || pi.external || kept_stored_.count(p)) return false;
     if (pi.users != 1) return shared_inline_.count(p) && identity_view(impl) && impl->shape == consumer_shape;
     // The IR computes f16/bf16 values in f32: inlined, a 16-bit intermediate would skip its
     // rounding. A bf16 one is rounded in the kernel (RoundBf16, leaf_or_inline), the bits a
@@ -254,11 +254,16 @@ class Scheduler {
         return b.constant(round_to(std::get<ConstParams>(p->params).value, p->dtype), compute_type(p->dtype));
       info_[p].fused = true;
       auto rounded = [&](int id) { return p->dtype == DType::BF16 ? b.unary(expr::Fn::RoundBf16, id) : id; };
-      if (p->numel() != 1 || broadcast_shape_ || (impl->shape == shape && identity_view(impl)))
-        return rounded(build_expr(b, p, leaves));
-      broadcast_shape_ = &shape;
-      int id = rounded(build_expr(b, p, leaves));
-      broadcast_shape_ = nullptr;
+      const size_t before = leaves.size();
+      int id;
+      if (p->numel() != 1 || broadcast_shape_ || (impl->shape == shape && identity_view(impl))) {
+        id = rounded(build_expr(b, p, leaves));
+      } else {
+        broadcast_shape_ = &shape;
+        id = rounded(build_expr(b, p, leaves));
+        broadcast_shape_ = nullptr;
+      }
+      inlined_.emplace_back(p, leaves.size() - before);
       return id;
     }
     if (broadcast_shape_) impl = broadcast_view(impl, *broadcast_shape_);
@@ -301,7 +306,7 @@ class Scheduler {
         if (p->realized() || !is_map(p) || p->op == OpId::Const || p->dtype == DType::F16 || p->dtype == DType::BF16)
           continue;
         const NodeInfo& pi = info_[p];
-        if (pi.external || !identity_view(in.get()) || in->shape != n->shape) continue;
+        if (pi.external || kept_stored_.count(p) || !identity_view(in.get()) || in->shape != n->shape) continue;
         if (pi.users == 1) {
           stack.push_back({p, under_shared});
         } else if (!under_shared && ++reads[p] == pi.users) {
@@ -324,6 +329,32 @@ class Scheduler {
     return p->op == OpId::Reduce || p->op == OpId::Matmul || p->op == OpId::Conv2d;
   }
 
+  // A kernel reads at most kMaxKernelLeaves stored tensors: on a GPU each is a buffer
+  // binding, and Vulkan devices allow few per shader (lavapipe 32, of which the output, the
+  // params block and a reduction's scratch take some). `build` fills `leaves` (clearing it
+  // first); while they are too many, the inlined producer bringing the most leaves that fit
+  // one kernel is stored instead and the kernel rebuilt (clip_grad_norm's sum of 54
+  // per-parameter norms is one chain of adds: it splits into a few kernels).
+  static constexpr size_t kMaxKernelLeaves = 16;
+  template <class Build>
+  void within_leaf_limit(const std::vector<const TensorImpl*>& leaves, Build build) {
+    for (;;) {
+      inlined_.clear();
+      build();
+      if (leaves.size() <= kMaxKernelLeaves) return;
+      Node* cut = nullptr;
+      size_t best = 1;  // storing a producer of one leaf would not lower the count
+      for (const auto& [p, n] : inlined_)
+        if (n > best && n < kMaxKernelLeaves) cut = p, best = n;
+      if (!cut)
+        for (const auto& [p, n] : inlined_)
+          if (n > best) cut = p, best = n;
+      if (!cut) return;  // leaves read directly: nothing to split off
+      for (const auto& [p, n] : inlined_) info_[p].fused = false;
+      kept_stored_.insert(cut);
+    }
+  }
+
   void build_kernels() {
     // Consumers before producers, so a producer knows whether it was inlined.
     std::vector<std::unique_ptr<PendingKernel>> pending;
@@ -340,10 +371,18 @@ class Scheduler {
       } else {
         expr::Builder b;
         std::vector<const TensorImpl*> leaves;
-        leaf_reads_.clear();
-        find_shared_inlines(n);
-        int root = build_expr(b, n, leaves);
-        auto core = std::find_if(leaves.begin(), leaves.end(), [this](auto* l) { return epilogue_core(l); });
+        int root = 0;
+        within_leaf_limit(leaves, [&] {
+          b = expr::Builder();
+          leaves.clear();
+          leaf_reads_.clear();
+          find_shared_inlines(n);
+          root = build_expr(b, n, leaves);
+        });
+        // An epilogue's leaves add to its core's (a Reduce prologue's up to kMaxKernelLeaves).
+        auto core = leaves.size() > kMaxKernelLeaves / 2
+                        ? leaves.end()
+                        : std::find_if(leaves.begin(), leaves.end(), [this](auto* l) { return epilogue_core(l); });
         if (core == leaves.end()) {
           k->expr = b.finish(root);
           k->leaves = std::move(leaves);
@@ -396,7 +435,12 @@ class Scheduler {
     if (core->op == OpId::Reduce) {
       // The reduced value may itself be a fused elementwise expression (the prologue).
       expr::Builder b;
-      int root = leaf_or_inline(b, core->inputs[0].get(), core->inputs[0]->shape, k.leaves);
+      int root = 0;
+      within_leaf_limit(k.leaves, [&] {
+        b = expr::Builder();
+        k.leaves.clear();
+        root = leaf_or_inline(b, core->inputs[0].get(), core->inputs[0]->shape, k.leaves);
+      });
       k.expr = b.finish(root);
     } else {
       for (auto& in : core->inputs) k.leaves.push_back(in.get());
@@ -644,6 +688,8 @@ class Scheduler {
   std::unordered_set<const Node*> shared_inline_;
   // How often the Map kernel being built reads each of its leaves (epilogue_core).
   std::unordered_map<const TensorImpl*, int> leaf_reads_;
+  std::vector<std::pair<Node*, size_t>> inlined_;  // this build's inlined producers, leaves each brought
+  std::unordered_set<const Node*> kept_stored_;     // producers stored to keep kernels within kMaxKernelLeaves
 };
 
 }  // namespace

@@ -42,6 +42,27 @@ TEST(Schedule, ElementwiseChainWithBroadcastIsOneKernel) {
   }
 }
 
+// A sum of 54 stored tensors (clip_grad_norm's chain of per-parameter norms) would be one
+// kernel reading 54 buffers, past what GPU shaders may bind: it splits into kernels of at
+// most 16 leaves, with the same value.
+TEST(Schedule, KernelsReadAtMostSixteenStoredTensors) {
+  std::vector<Tensor> parts;
+  double want = 0;
+  for (int i = 0; i < 54; ++i) {
+    auto v = iota_values(5, 0.01 * (i + 1));
+    parts.push_back(tensor(v, {5}));
+    for (double x : v) want += x * x;
+  }
+  Tensor total;
+  for (const Tensor& p : parts) total = total.defined() ? total + sum(square(p)) : sum(square(p));
+  const double got = total.item();
+  const auto& st = last_schedule_stats();
+  // 54 reductions (each takes its square as a prologue), and the adds in >= 4 kernels.
+  EXPECT_GE(st.kernels, 54 + 4);
+  EXPECT_LE(st.kernels, 54 + 8);
+  EXPECT_NEAR(got, want, 1e-9 * want);
+}
+
 TEST(Schedule, FusionReadsStridedViews) {
   auto av = iota_values(24);
   Tensor a = tensor(av, {2, 3, 4});

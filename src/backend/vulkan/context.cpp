@@ -125,6 +125,7 @@ struct Instance {
     }
     info.max_workgroup_invocations = l.maxComputeWorkGroupInvocations;
     info.max_push_constants = l.maxPushConstantsSize;
+    info.max_shared_memory = l.maxComputeSharedMemorySize;
     info.max_bound_descriptor_sets = l.maxBoundDescriptorSets;
     info.max_storage_buffers_per_stage = l.maxPerStageDescriptorStorageBuffers;
     info.subgroup_size = subgroup.subgroupSize;

@@ -37,6 +37,7 @@ struct DeviceInfo {
   uint32_t max_workgroup_size[3] = {};
   uint32_t max_workgroup_invocations = 0;
   uint32_t max_push_constants = 0;
+  uint32_t max_shared_memory = 0;  // maxComputeSharedMemorySize (bytes)
   uint32_t max_bound_descriptor_sets = 0;
   uint32_t max_storage_buffers_per_stage = 0;
   // Features (what alk enables when present).

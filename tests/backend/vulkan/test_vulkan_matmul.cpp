@@ -262,6 +262,30 @@ TEST(VulkanMatmul, BothTileShapes) {
   }
 }
 
+// The GPU tiles (shared memory, vec4 reads, double-buffered where the slices fit) that
+// discrete and integrated GPUs run, here on whatever device is under test: every float dtype,
+// both load orders of each operand, padded and offset views, batches, odd edges.
+TEST(VulkanMatmul, GpuTilesEveryDtypeAndLayout) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  const Layout plain, tr{true, 0, 0, false}, tr_pad{true, 3, 7, false}, pad{false, 5, 2, false};
+  const Layout layouts[][2] = {{plain, plain}, {tr, plain}, {plain, tr}, {tr_pad, pad}};
+  for (const MatmulTiles& tiles : {kMatmulLarge, kMatmulSmall}) {
+    for (DType t : float_dtypes(*ctx)) {
+      // f64 128x128 slices need 33 KiB of shared memory even single-buffered.
+      if (t == DType::F64 && tiles.bk * (tiles.bm + tiles.bn + 8) * 8 > ctx->info().max_shared_memory) continue;
+      MatmulKernel& k = kernel(*ctx, t);
+      k.force_tiles(tiles);
+      for (auto& l : layouts)  // every load order in f32; the 16-bit and f64 loads differ only in the element read
+        if (t == DType::F32 || &l == &layouts[0] || &l == &layouts[3])
+          check(*ctx, k, Case{{}, {}, {}, 130, 40, 129, l[0], l[1]}, t, 8);
+      check(*ctx, k, Case{{}, {}, {}, 5, 3, 7, plain, plain}, t, 9);          // one partial tile, k < BK
+      check(*ctx, k, Case{{3}, {3}, {1}, 70, 50, 66, plain, tr}, t, 10);     // a shared weight, odd k slices
+      check(*ctx, k, Case{{2, 2}, {2, 2}, {2, 2}, 33, 17, 65, tr, plain}, t, 11);  // batch matrices in one dispatch
+      k.force_tiles(std::nullopt);
+    }
+  }
+}
+
 // gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), as the op table spells it.
 int build_gelu(expr::Builder& b, int x) {
   using expr::Fn;

@@ -187,6 +187,7 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
     s += "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
          "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
          "#extension GL_KHR_shader_subgroup_basic : require\n";
+  if (!t.coop && !t.cpu) s += "#extension GL_EXT_control_flow_attributes : require\n";
   if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
   // The epilogue may compute in i64 (conform() orders bools as integers, integer pow...);
@@ -474,11 +475,23 @@ void main() {
     return s;
   }
 
-  s += R"(#define AS_STRIDE (BM + 1u)  // + 1: stores along k hit different banks
-#define BS_STRIDE (BN + 1u)
+  // GPUs (matmul.h): each invocation owns TM/4 x TN/4 blocks of 4 x 4 outputs, the blocks
+  // spread BM/(TM/4) rows and BN/(TN/4) columns apart, so a k step reads TM/4 + TN/4 vec4s
+  // of shared memory per TM x TN fmas (a warp's A reads are broadcasts, its B reads
+  // consecutive). Shared slices are double-buffered (one barrier per slice) where both fit
+  // the device's shared memory (f32 128x128 tiles: 33 KiB; lavapipe offers 32 KiB).
+  const uint32_t slice_bytes = t.bk * (t.bm + 4 + t.bn + 4) * (f64 ? 8u : 4u);
+  const bool two_buffers = 2 * slice_bytes <= ctx_.info().max_shared_memory;
+  s += std::string("#define ACC4 ") + (f64 ? "dvec4" : "vec4") + "\n#define NBUF " + (two_buffers ? "2u" : "1u") + "\n" +
+       R"(#define AS_STRIDE (BM + 4u)  // As[k][m]; + 4: rows stay 16-byte aligned, stores along k spread over banks
+#define BS_STRIDE (BN + 4u)  // Bs[k][n]
+#define A_BUF (BK * AS_STRIDE)
+#define B_BUF (BK * BS_STRIDE)
+#define RM (BM / (TM / 4u))  // distance between an invocation's row blocks
+#define CN (BN / (TN / 4u))
 
-shared ACC As[BK * AS_STRIDE];  // As[k][m]
-shared ACC Bs[BK * BS_STRIDE];  // Bs[k][n]
+shared ACC4 As4[NBUF * A_BUF / 4u];
+shared ACC4 Bs4[NBUF * B_BUF / 4u];
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
@@ -487,19 +500,20 @@ void main() {
 )";
   s += batch_head;
   s += R"(    ACC acc[TM * TN];
-    for (uint i = 0u; i < TM * TN; ++i) acc[i] = ACC(0);
+    [[unroll]] for (uint i = 0u; i < TM * TN; ++i) acc[i] = ACC(0);
     // Staged in registers, so the next slice's global loads overlap this slice's arithmetic.
     ACC ra[LA], rb[LB];
 )";
   s += tile_loads("0u", "    ", "ACC(0)", "load_a", "load_b");
-  s += R"(    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
-      for (uint i = 0u; i < LA; ++i) {
-        const uint e = tid + i * WG;
-        As[A_K(e) * AS_STRIDE + A_M(e)] = ra[i];
+  s += R"(    uint buf = 0u;
+    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
+      [[unroll]] for (uint i = 0u; i < LA; ++i) {
+        const uint e = tid + i * WG, x = buf * A_BUF + A_K(e) * AS_STRIDE + A_M(e);
+        As4[x / 4u][x % 4u] = ra[i];
       }
-      for (uint i = 0u; i < LB; ++i) {
-        const uint e = tid + i * WG;
-        Bs[B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
+      [[unroll]] for (uint i = 0u; i < LB; ++i) {
+        const uint e = tid + i * WG, x = buf * B_BUF + B_K(e) * BS_STRIDE + B_N(e);
+        Bs4[x / 4u][x % 4u] = rb[i];
       }
       barrier();
       const uint k1 = k0 + BK;
@@ -507,28 +521,31 @@ void main() {
 )";
   s += tile_loads("k1", "        ", "ACC(0)", "load_a", "load_b");
   s += R"(      }
-      for (uint kk = 0u; kk < BK; ++kk) {
-        ACC av[TM], bv[TN];
-        // Rows ty, ty + BM/TM, ...: a warp's invocations read one address (broadcast) of
-        // As and consecutive ones of Bs.
-        for (uint i = 0u; i < TM; ++i) av[i] = As[kk * AS_STRIDE + ty + i * (BM / TM)];
-        for (uint j = 0u; j < TN; ++j) bv[j] = Bs[kk * BS_STRIDE + tx + j * (BN / TN)];
-        for (uint i = 0u; i < TM; ++i)
-          for (uint j = 0u; j < TN; ++j) acc[i * TN + j] = fma(av[i], bv[j], acc[i * TN + j]);
+      [[unroll]] for (uint kk = 0u; kk < BK; ++kk) {
+        ACC4 av[TM / 4u], bv[TN / 4u];
+        [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) av[g] = As4[(buf * A_BUF + kk * AS_STRIDE + g * RM) / 4u + ty];
+        [[unroll]] for (uint h = 0u; h < TN / 4u; ++h) bv[h] = Bs4[(buf * B_BUF + kk * BS_STRIDE + h * CN) / 4u + tx];
+        [[unroll]] for (uint i = 0u; i < TM; ++i)
+          [[unroll]] for (uint j = 0u; j < TN; ++j)
+            acc[i * TN + j] = fma(av[i / 4u][i % 4u], bv[j / 4u][j % 4u], acc[i * TN + j]);
       }
-      barrier();
-    }
-    for (uint i = 0u; i < TM; ++i) {
-      const uint r = row0 + ty + i * (BM / TM);
-      if (r >= p.M) break;
-      for (uint j = 0u; j < TN; ++j) {
-        const uint c = col0 + tx + j * (BN / TN);
-        if (c >= p.N) break;
-        const ACC v = acc[i * TN + j];
-        )" + store + R"(
+)";
+  s += two_buffers ? "      buf ^= 1u;  // the next slice goes to the other buffer: no barrier before its stores\n"
+                   : "      barrier();  // one buffer: every invocation is done with it before the next stores\n";
+  s += R"(    }
+    [[unroll]] for (uint i = 0u; i < TM; ++i) {
+      const uint r = row0 + (i / 4u) * RM + ty * 4u + i % 4u;
+      [[unroll]] for (uint j = 0u; j < TN; ++j) {
+        const uint c = col0 + (j / 4u) * CN + tx * 4u + j % 4u;
+        if (r < p.M && c < p.N) {
+          const ACC v = acc[i * TN + j];
+          )" + store + R"(
+        }
       }
     }
-  }
+)";
+  s += two_buffers ? "    barrier();  // before the next batch matrix stores into the buffers\n" : "";
+  s += R"(  }
 }
 )";
   return s;
@@ -544,6 +561,8 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
         v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->tiles.cpu == t.cpu && v->a_k == a_k &&
         v->b_n == b_n && v->fused == fused && v->vec_a == vec_a && v->vec_b == vec_b)
       return *v;
+  if (!t.coop && !t.cpu && (t.tm % 4 || t.tn % 4 || t.bm % t.tm || t.bn % t.tn))
+    fail("matmul: shared-memory tiles need TM and TN multiples of 4 dividing BM and BN");
   if (t.coop && !(sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv))
     fail("matmul: cooperative-matrix tiles need f16 operands and VK_NV_cooperative_matrix");
   auto v = std::make_unique<Variant>();
