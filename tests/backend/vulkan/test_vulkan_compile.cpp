@@ -141,7 +141,10 @@ TEST(VulkanCompile, ReplayedRandomDrawsMatchTheCpuBitForBit) {
     const int64_t submits = stream_submits() - submits_before;
     EXPECT_EQ(random_offset(), after_cpu) << "step " << i;
     if (i >= 2) {
-      EXPECT_EQ(submits, 1) << "a replay is one submit of the recorded step, step " << i;
+      // A replay writes the generator's seed and offset into the step's state buffer: memcpy
+      // on unified memory, a staging copy (one more submit) on a discrete GPU (seen on the H200).
+      const int64_t state_upload = vk::Context::get(0)->unified_memory() ? 0 : 1;
+      EXPECT_EQ(submits, 1 + state_upload) << "a replay is one submit of the recorded step, step " << i;
     }
     // What an eager call draws from the same state.
     set_random_state(seed, offset);
