@@ -1407,16 +1407,14 @@ bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
          D <= 128 && B <= 65535;
 }
-// Shared memory in bytes: bf16 rows of D + 8 elements. Forward (0): 128 queries and two
-// stages of 64 keys and 64 values; one-pass backward (1): 16 kwarps keys and as many values,
+// Shared memory in bytes: bf16 rows of D + 8 elements. Forward: 128 queries and two
+// stages of 64 keys and 64 values; backward: 16 kwarps keys and as many values,
 // two stages of 64 queries and 64 output gradients, the keys x 64 dS^T tile (rows of 64 + 8),
-// and two stages of per-query f32 statistics; two-pass backward (2): four tiles of 64 rows and one
-// set of statistics.
-int attention_mma_shared(int64_t D, int which, int kwarps = 4) {
+// and two stages of per-query f32 statistics.
+int attention_mma_shared(int64_t D, bool backward, int kwarps = 4) {
   const int64_t row = (D + 8) * 2, keys = 16 * kwarps;
-  if (which == 0) return static_cast<int>(384 * row);
-  if (which == 1) return static_cast<int>((2 * keys + 256) * row + keys * (64 + 8) * 2 + 4 * 64 * 4);
-  return static_cast<int>(256 * row + 2 * 64 * 4);
+  if (!backward) return static_cast<int>(384 * row);
+  return static_cast<int>((2 * keys + 256) * row + keys * (64 + 8) * 2 + 4 * 64 * 4);
 }
 
 // The tiled kernels (kernels/attention_tiled.cu) take head dims up to 128; their shared
@@ -1472,7 +1470,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
-    const int shared = attention_mma_shared(ap.D, 0);
+    const int shared = attention_mma_shared(ap.D, false);
     ctx.launch(ctx.function(attention_mma_source(q.dtype, out.dtype, out.dtype, ap.D), "attention_forward_mma", shared),
                static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
                args);
@@ -1501,8 +1499,8 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
   const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
-  // The two-pass variants run two kernels with the same arguments: dq (which also writes
-  // delta), then dk/dv (which reads it).
+  // The tiled and per-row variants run two kernels with the same arguments: dq (which also
+  // writes delta), then dk/dv (which reads it).
   auto pass = [&](const std::string& src, const char* name, int shared, unsigned grid_x, unsigned grid_y, unsigned block) {
     Args args;
     args.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
@@ -1516,16 +1514,9 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
       const char* e = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
       return std::string(e ? e : "");
     }();
-    const bool two_pass = variant == "two-pass";
     // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
     const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
-    if (two_pass) {
-      const int shared = attention_mma_shared(ap.D, 2);
-      pass(src, "attention_backward_dq_mma", shared, tiles(ap.Tq, 64), batch, 128);
-      pass(src, "attention_backward_dkdv_mma", shared, tiles(ap.S, 64), batch, 128);
-      return;
-    }
     // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
     const CUdeviceptr dq_acc = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq * ap.D)) * 4);
     Args prep;
@@ -1533,7 +1524,7 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     add_attention(prep, ap, q.dtype, scale);
     ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0,
                prep);
-    const int shared = attention_mma_shared(ap.D, 1, kwarps);
+    const int shared = attention_mma_shared(ap.D, true, kwarps);
     Args main;
     main.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta).add(dq_acc);
     add_attention(main, ap, q.dtype, scale);
