@@ -53,11 +53,11 @@ if [[ $what == rows ]]; then
   ALK_PARITY_DEVICES=cuda:0 timeout 330 ./$BIN/alk_tests --gtest_brief=1 \
     --gtest_filter='CudaCompile*:DeviceParity.SoftmaxAndNorms:DeviceParity.Reductions:DeviceParity.LargeShapes:DeviceParity.CompiledGptSteps' \
     2>&1 | tee "$OUT/rows-tests.log" | tail -30
-  echo "==== layer norm and column sums: new kernels, old kernels, PyTorch"
+  echo "==== layer norm (new and old kernels) and column sums against PyTorch"
   timeout 200 ./$BIN/bench_cuda_rows 2>&1 | tee "$OUT/rows.log" | tail -30
   for old in "" old; do
-    echo "==== GPT-2 124M step${old:+ (old norm and column kernels)}"
-    ALK_CUDA_LN_BACKWARD=$old ALK_CUDA_LN_FORWARD=$old ALK_CUDA_REDUCE_COLUMNS=$old timeout 200 \
+    echo "==== GPT-2 124M step${old:+ (old norm kernels)}"
+    ALK_CUDA_LN_BACKWARD=$old ALK_CUDA_LN_FORWARD=$old timeout 200 \
       ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | tail -4
   done
 fi

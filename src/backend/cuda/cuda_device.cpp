@@ -243,7 +243,7 @@ std::string load_as_compute(DType t, const std::string& raw) {
   return raw;
 }
 
-// Column mode with vectors (the default; ALK_CUDA_REDUCE_COLUMNS=old runs reduce_columns):
+// Column mode (a sum over rows of a row-major matrix: bias gradients), with vectors:
 // a block is 8 warps over 32 x RVEC adjacent outputs, lane l owning outputs l RVEC ..
 // + RVEC - 1 and reading them with one load of RVEC elements per input and row (16 bytes
 // for bf16 x 8 or f32 x 4; the host sets RVEC = 1 where an input is not aligned for it).
@@ -299,8 +299,7 @@ std::string reduce_columns_vec_source(const std::vector<DType>& inputs, DType co
   return s;
 }
 
-// The reduction kernels for one prologue and dtypes: reduce_kernel (W lanes per output),
-// reduce_columns + reduce_finish (a thread per output over chunks of rows), and
+// The reduction kernels for one prologue and dtypes: reduce_kernel (W lanes per output) and
 // reduce_columns_vec + reduce_finish_slices (RVEC adjacent outputs per lane).
 std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, DType core, ReduceOp op, int W,
                           int rvec = 1) {
@@ -354,30 +353,6 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
   s += "    if (valid && lane == 0) out[p.out_offset + o] = " +
        std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n";
   s += "  }\n}\n";
-  // Column mode (a sum over rows of a row-major matrix: bias gradients): a thread per output
-  // walks a chunk of R, so a warp reads consecutive addresses; chunks (blockIdx.y) give the
-  // device enough blocks and are combined in order by reduce_finish (deterministic).
-  s += "extern \"C\" __global__ void reduce_columns(";
-  for (size_t i = 0; i < K; ++i) s += "const " + storage(inputs[i]) + "* __restrict__ in" + std::to_string(i) + ", ";
-  s += "ACC* __restrict__ partial, const ReduceParams p, i64 per_chunk) {\n";
-  s += "  const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n  if (o >= p.outputs) return;\n";
-  s += "  const i64 r0 = (i64)blockIdx.y * per_chunk, r1 = min(p.R, r0 + per_chunk);\n";
-  s += "  ACC acc = " + ident + ";\n";
-  for (size_t i = 0; i < K; ++i) s += "  const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o);\n";
-  s += "#pragma unroll 4\n  for (i64 r = r0; r < r1; ++r) {\n";
-  for (size_t i = 0; i < K; ++i) {
-    const std::string n = std::to_string(i);
-    s += "    const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
-         load_as_compute(inputs[i], "in" + n + "[base" + n + " + at(p.red[" + n + "], r)]") + ";\n";
-  }
-  s += "    acc = combine(acc, (ACC)" + call + "));\n  }\n";
-  s += "  partial[(i64)blockIdx.y * p.outputs + o] = acc;\n}\n";
-  s += "extern \"C\" __global__ void reduce_finish(const ACC* __restrict__ partial, " + storage(core) +
-       "* __restrict__ out, const ReduceParams p, i64 chunks) {\n";
-  s += "  ALK_FOR(o, p.outputs) {\n    ACC acc = " + ident + ";\n";
-  s += "    for (i64 c = 0; c < chunks; ++c) acc = combine(acc, partial[c * p.outputs + o]);\n";
-  s += "    out[p.out_offset + o] = " +
-       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n  }\n}\n";
   s += reduce_columns_vec_source(inputs, core, ident, call);
   return s;
 }
@@ -456,7 +431,7 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   const bool columns = outputs >= 64 && R >= 256 && kept[0].rank >= 1 &&
                        kept[0].strides[kept[0].rank - 1] == 1 && red[0].rank >= 1 && red[0].strides[red[0].rank - 1] != 1;
   const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
-  if (columns && !old_path("ALK_CUDA_REDUCE_COLUMNS")) {
+  if (columns) {
     const int rvec = column_vector_width(k, kept, red);
     const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W, rvec);
     const int64_t blocks_x = (outputs + 32 * rvec - 1) / (32 * rvec);
@@ -480,27 +455,6 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
     return;
   }
   const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W);
-  if (columns) {
-    const int64_t blocks_x = (outputs + kBlock - 1) / kBlock;
-    // ~16 blocks per SM, so many rows' loads are in flight (each thread reads one column).
-    const int64_t chunks =
-        std::clamp<int64_t>(16 * ctx.props().multiprocessors / std::max<int64_t>(1, blocks_x), 1, std::min<int64_t>(1024, R / 16));
-    const int64_t per_chunk = (R + chunks - 1) / chunks;
-    const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(chunks * outputs) * acc_bytes);
-    Args a1;
-    for (const KernelArg& a : k.inputs) a1.add(arg_of(a).ptr);
-    a1.add(partial);
-    a1.add_bytes(params.data(), params.size());
-    a1.add(per_chunk);
-    ctx.launch(ctx.function(s, "reduce_columns"), static_cast<unsigned>(blocks_x), static_cast<unsigned>(chunks), 1, kBlock, 0,
-               a1);
-    Args a2;
-    a2.add(partial).add(out.ptr);
-    a2.add_bytes(params.data(), params.size());
-    a2.add(chunks);
-    ctx.launch(ctx.function(s, "reduce_finish"), blocks_for(ctx, outputs), 1, 1, kBlock, 0, a2);
-    return;
-  }
   CUfunction f = ctx.function(s, "reduce_kernel");
   Args args;
   for (const KernelArg& a : k.inputs) args.add(arg_of(a).ptr);
