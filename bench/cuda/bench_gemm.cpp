@@ -5,7 +5,7 @@
 // With --gpt2: the bf16 products of a GPT-2 124M training step at B16 x T1024 (M = 16384 rows),
 // each linear layer's forward x W^T and its two backward products dY W and dY^T x, beside
 // the same products in PyTorch, so the slow layouts show.
-//   bench_gemm [--n 4096] [--no-anchor] [--gpt2]
+//   bench_gemm [--n 4096] [--no-anchor] [--gpt2] [--only qkv|proj|fc|fc2|head]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,7 +60,7 @@ constexpr int64_t kGpt2Rows = 16384;
 
 
 // Forward (x W^T), dX (dY W) and dW (dY^T x) for every shape, alk then PyTorch.
-void gpt2_products(alk::Device& dev, bool anchor) {
+void gpt2_products(alk::Device& dev, bool anchor, const std::string& only) {
   std::string script =
       std::string("import torch\n") + bench::kTorchTimer +
       "M=" + std::to_string(kGpt2Rows) + "\n";
@@ -73,14 +73,23 @@ void gpt2_products(alk::Device& dev, bool anchor) {
   }
   const std::string out = anchor ? run_python(script) : std::string();
   for (const LinearShape& s : kGpt2Shapes) {
+    if (!only.empty() && only != s.name) continue;
     alk::Tensor x = alk::cast(alk::randn({kGpt2Rows, s.K}), alk::DType::BF16).to(dev);
     alk::Tensor w = alk::cast(alk::randn({s.N, s.K}), alk::DType::BF16).to(dev);
     alk::Tensor g = alk::cast(alk::randn({kGpt2Rows, s.N}), alk::DType::BF16).to(dev);
     x.realize(), w.realize(), g.realize();
     const double flop = 2.0 * static_cast<double>(kGpt2Rows) * static_cast<double>(s.K) * static_cast<double>(s.N);
-    const std::pair<const char*, double> runs[] = {{"fwd", time_product(dev, x, w.transpose(0, 1))},
-                                                   {"dx", time_product(dev, g, w)},
-                                                   {"dw", time_product(dev, g.transpose(0, 1), x)}};
+    // With the step's epilogues fused into the store: a bias row, and the backward's product
+    // times a saved [M, N] activation (as the GELU derivative reads one).
+    alk::Tensor bias = alk::cast(alk::randn({s.N}), alk::DType::BF16).to(dev), h = alk::cast(alk::randn({kGpt2Rows, s.K}), alk::DType::BF16).to(dev);
+    bias.realize(), h.realize();
+    const alk::Tensor wt = w.transpose(0, 1);
+    const std::pair<const char*, double> runs[] = {
+        {"fwd", time_product(dev, x, wt)},
+        {"dx", time_product(dev, g, w)},
+        {"dw", time_product(dev, g.transpose(0, 1), x)},
+        {"fwd+bias", bench::time_ms(dev, [&] { (alk::matmul(x, wt) + bias).realize(); })},
+        {"dx*h", bench::time_ms(dev, [&] { (alk::matmul(g, w) * h).realize(); })}};
     for (const auto& [kind, ms] : runs) {
       const std::string key = std::string(s.name) + "-" + kind;
       const double torch_ms = field(out, key);
@@ -99,14 +108,16 @@ void gpt2_products(alk::Device& dev, bool anchor) {
 int main(int argc, char** argv) {
   int64_t n = 4096;
   bool anchor = true, gpt2 = false;
+  std::string only;  // --only NAME: one GPT-2 shape (qkv, proj, fc, fc2, head), e.g. under a profiler
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
     if (!std::strcmp(argv[i], "--gpt2")) gpt2 = true;
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i], gpt2 = true;
   }
   alk::Device& dev = alk::get_device("cuda:0");
   if (gpt2) {
-    gpt2_products(dev, anchor);
+    gpt2_products(dev, anchor, only);
     return 0;
   }
   const double flop = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);

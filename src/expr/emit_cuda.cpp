@@ -188,11 +188,16 @@ struct Cuda final : Lang {
     std::string s = "#ifdef ALK_VEC\n"
                     "  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n"
                     "    alk_idx c[8];\n    alk_coords(iv * ALK_VEC, p, c);\n";
+    // ALK_VEC_BCAST_<k>: input k is constant along the innermost dim (a per-row value, e.g. a
+    // mask or a row statistic): one load, replicated over the vector.
     for (size_t k = 0; k < per_element.size(); ++k)
       if (per_element[k]) {
-        const std::string n = std::to_string(k), t = storage(sig.inputs[k]);
-        s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + " +
-             offset_call(static_cast<int>(k)) + ");\n";
+        const std::string n = std::to_string(k), t = storage(sig.inputs[k]), at = offset_call(static_cast<int>(k));
+        s += "#ifdef ALK_VEC_BCAST_" + n + "\n    alk_vec<" + t + "> alk_v" + n + ";\n    {\n      const " + t +
+             " alk_s = in" + n + "_data[" + at + "];\n#pragma unroll\n      for (int o = 0; o < ALK_VEC; ++o) alk_v" + n +
+             ".x[o] = alk_s;\n    }\n#else\n";
+        s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + " + at +
+             ");\n#endif\n";
       }
     s += "    alk_vec<" + storage(sig.output) + "> alk_vo;\n#pragma unroll\n    for (int o = 0; o < ALK_VEC; ++o) {\n";
     for (size_t k = 0; k < per_element.size(); ++k)

@@ -70,8 +70,26 @@ extern "C" __global__ void golden_lt_bool(const float* __restrict__ in0_data, co
   for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
     alk_idx c[8];
     alk_coords(iv * ALK_VEC, p, c);
+#ifdef ALK_VEC_BCAST_0
+    alk_vec<float> alk_v0;
+    {
+      const float alk_s = in0_data[p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p))];
+#pragma unroll
+      for (int o = 0; o < ALK_VEC; ++o) alk_v0.x[o] = alk_s;
+    }
+#else
     const alk_vec<float> alk_v0 = *(const alk_vec<float>*)(in0_data + p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p)));
+#endif
+#ifdef ALK_VEC_BCAST_1
+    alk_vec<float> alk_v1;
+    {
+      const float alk_s = in1_data[p.offset[1] + alk_dot(c, p.strides[1], ALK_RANK_OF(p))];
+#pragma unroll
+      for (int o = 0; o < ALK_VEC; ++o) alk_v1.x[o] = alk_s;
+    }
+#else
     const alk_vec<float> alk_v1 = *(const alk_vec<float>*)(in1_data + p.offset[1] + alk_dot(c, p.strides[1], ALK_RANK_OF(p)));
+#endif
     alk_vec<unsigned char> alk_vo;
 #pragma unroll
     for (int o = 0; o < ALK_VEC; ++o) {

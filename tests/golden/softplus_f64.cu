@@ -70,7 +70,16 @@ extern "C" __global__ void golden_softplus_f64(const double* __restrict__ in0_da
   for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
     alk_idx c[8];
     alk_coords(iv * ALK_VEC, p, c);
+#ifdef ALK_VEC_BCAST_0
+    alk_vec<double> alk_v0;
+    {
+      const double alk_s = in0_data[p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p))];
+#pragma unroll
+      for (int o = 0; o < ALK_VEC; ++o) alk_v0.x[o] = alk_s;
+    }
+#else
     const alk_vec<double> alk_v0 = *(const alk_vec<double>*)(in0_data + p.offset[0] + alk_dot(c, p.strides[0], ALK_RANK_OF(p)));
+#endif
     alk_vec<double> alk_vo;
 #pragma unroll
     for (int o = 0; o < ALK_VEC; ++o) {

@@ -187,18 +187,27 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   // Operands contiguous along the innermost dim go 16 bytes per thread and load: vec
   // elements of the widest per-element operand's type, each vector inside one row (the
   // innermost size a multiple of vec, unless the launch is one row) and on a vector
-  // boundary (offsets and outer strides multiples of vec).
+  // boundary (offsets and outer strides multiples of vec). An operand constant along the
+  // innermost dim (stride 0 there: a mask over [B, T, 3, H, D]'s third dim, a row's
+  // statistic) is loaded once per vector (ALK_VEC_BCAST_<k>).
+  std::vector<bool> row_broadcast(in.size());
+  for (size_t k = 0; k < in.size(); ++k)
+    row_broadcast[k] = !uniform[k] && shape.size() > 1 && !strides[k].empty() && strides[k].back() == 0;
   size_t widest = dtype_size(out.dtype);
   for (size_t k = 0; k < in.size(); ++k)
-    if (!uniform[k]) widest = std::max(widest, dtype_size(in[k].dtype));
+    if (!uniform[k] && !row_broadcast[k]) widest = std::max(widest, dtype_size(in[k].dtype));
   const int64_t vec = static_cast<int64_t>(16 / widest);
   bool aligned = vec > 1 && n >= 4 * vec && out.offset % vec == 0 && (shape.size() <= 1 || shape.back() % vec == 0);
   for (size_t k = 0; k < in.size() && aligned; ++k) {
-    if (uniform[k] || strides[k].empty()) continue;
+    if (uniform[k] || row_broadcast[k] || strides[k].empty()) continue;
     aligned = strides[k].back() == 1 && in[k].offset % vec == 0;
     for (size_t d = 0; d + 1 < strides[k].size() && aligned; ++d) aligned = strides[k][d] % vec == 0;
   }
-  if (aligned) defs += "#define ALK_VEC " + std::to_string(vec) + "\n";
+  if (aligned) {
+    defs += "#define ALK_VEC " + std::to_string(vec) + "\n";
+    for (size_t k = 0; k < in.size(); ++k)
+      if (row_broadcast[k]) defs += "#define ALK_VEC_BCAST_" + std::to_string(k) + " 1\n";
+  }
   CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform), "map");
   // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
   std::vector<int64_t> p;
@@ -951,17 +960,21 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
 // 128 x bn blocks (bn 256, or 128 for narrow N) and a `stages`-deep ring. Elsewhere
 // kernels/matmul_tc.cu (mma.sync): wn m16n8 tiles per warp along N (block width 32 wn);
 // wide blocks halve the shared-memory reads per mma, narrow ones keep more blocks for small
-// N. ALK_CUDA_GEMM=wgmmatma|wgmma256|wgmma128|wide|narrow forces one (benchmarks; wgmma only
-// on sm_90a; the bulk-copy kernel only where tma_fits() holds, else the cp.async one).
+// N. ALK_CUDA_GEMM=wgmmatma|wgmmatma128|wgmmatmap|wgmma256|wgmma128|wide|narrow forces one
+// (benchmarks; wgmma only on sm_90a; the bulk-copy kernels only where tma_fits() holds, else
+// the cp.async one of the same width).
 struct TcShape {
   int wn, stages;  // wn: the block's width in 32-column units (mma.sync: m16n8 tiles per warp)
   bool wgmma = false;
   int wait_depth = 1, min_blocks = 1;  // wgmma: groups in flight per K step, blocks per SM
   bool tma = false;                    // wgmma fed by the bulk tensor copies (matmul_wgmma_tma)
+  bool persistent = false;             // tma: one block per SM looping over tiles (16-bit results, no split-K)
   int bn() const { return 32 * wn; }
 };
-constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true};
-TcShape tc_shape(const Context& ctx, int64_t N) {
+constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
+                  kWgmmaTmaPair{4, 3, true, 1, 2, true},  // 128 x 128 tiles, two blocks per SM
+                  kWgmmaTmaPersistent{8, 3, true, 1, 1, true, true};
+TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
   const char* force = std::getenv("ALK_CUDA_GEMM");
   const std::string_view f = force ? force : "";
   const DeviceProps& d = ctx.props();
@@ -969,7 +982,16 @@ TcShape tc_shape(const Context& ctx, int64_t N) {
     if (f == "wgmma256") return kWgmmaWide;
     if (f == "wgmma128") return kWgmmaNarrow;
     if (f == "wgmmatma") return kWgmmaTma;
-    return N > 128 ? kWgmmaTma : kWgmmaNarrow;
+    if (f == "wgmmatma128") return kWgmmaTmaPair;
+    if (f == "wgmmatmap") return kWgmmaTmaPersistent;
+    if (N <= 128) return kWgmmaNarrow;
+    // Short K (GPT-2's K = 768 products: 12 steps of 64 per tile): a tile's pipeline fill and
+    // epilogue are a large share of its time. Two 128 x 128 blocks per SM overlap one's
+    // epilogue with the other's main loop (in the GPT-2 step: the fc products 309 -> 248 us);
+    // very wide N (the LM head) does better persistent (its ring keeps streaming across
+    // tiles: 2.77 -> 2.38 ms). Long K keeps the 128 x 256 per-tile kernel. (bench/cuda/NOTES.md, v19.)
+    if (K <= 1024) return N > 4096 ? kWgmmaTmaPersistent : kWgmmaTmaPair;
+    return kWgmmaTma;
   }
   const bool wide = !f.empty() && f.substr(0, 5) != "wgmma" ? f == "wide" : N > 128;
   return wide ? TcShape{8, 4} : TcShape{4, 3};
@@ -1006,13 +1028,16 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"WAIT_DEPTH", std::to_string(shape.wait_depth)},
                                      {"MIN_BLOCKS", std::to_string(shape.min_blocks)},
                                      {"TMA", shape.tma ? "1" : "0"},
+                                     {"PERSIST", shape.persistent ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
   else body += std::string(sources::matmul_tc);
   return kernel_source(defs, body);
 }
-const char* tc_entry(TcShape shape) { return shape.tma ? "matmul_wgmma_tma" : shape.wgmma ? "matmul_wgmma" : "matmul_tc"; }
+const char* tc_entry(TcShape shape) {
+  return shape.persistent ? "matmul_wgmma_tma_persistent" : shape.tma ? "matmul_wgmma_tma" : shape.wgmma ? "matmul_wgmma" : "matmul_tc";
+}
 
 // A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
 // product (rounded to the node's dtype first, as the separate pass would read it back) and
@@ -1051,6 +1076,19 @@ std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vec
     call += ", in." + x;
   }
   s += "struct EpiIn {" + fields + " };\n";
+  // The inputs of W consecutive columns of one row (`count` of them in range): each input's
+  // row address computed once, then stepped by its column stride.
+  std::string load4 =
+      "template <int W>\n__device__ __forceinline__ void epilogue_load_row(const i64 base[4], i64 gm, i64 gn0, int count, "
+      "const EpiParams& e, EpiIn (&in)[W]) {\n";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1), st = storage(inputs[i]);
+    load4 += "  {\n    const " + st + "* row = (const " + st + "*)e.ptr[" + n + "] + (base[" + n + "] + gm * e.rs[" + n +
+             "] + gn0 * e.cs[" + n + "]);\n    const i64 cs = e.cs[" + n + "];\n#pragma unroll\n" +
+             "    for (int c = 0; c < W; ++c)\n      if (c < count) in[c]." + x + " = " + load_as_compute(inputs[i], "row[c * cs]") +
+             ";\n  }\n";
+  }
+  s += load4 + "}\n";
   s += "__device__ __forceinline__ EpiIn epilogue_load(const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n" +
        load + "  return in;\n}\n";
   s += "__device__ __forceinline__ float epilogue_apply(float acc, const EpiIn& in) {\n";
@@ -1100,8 +1138,8 @@ TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_st
 }
 // Whether matmul_wgmma_tma takes a product: one matrix (or split-K slices of whole 64-wide
 // K steps) at least one box in each dimension (smaller ones go to matmul_wgmma).
-bool tma_fits(const MatmulLaunchParams& mp, int splits) {
-  return mp.batch == 1 && mp.M >= 128 && mp.N >= 256 && mp.K >= 64 && (splits == 1 || (mp.K / splits) % 64 == 0);
+bool tma_fits(const MatmulLaunchParams& mp, TcShape shape, int splits) {
+  return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64 && (splits == 1 || (mp.K / splits) % 64 == 0);
 }
 // Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product).
 void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const MatmulLaunchParams& mp, int la, int lb,
@@ -1111,12 +1149,23 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const
   const TensorMap ta = la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64);
   const TensorMap tb = lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn))
                           : tensor_map(b, mp.N, k_total, mp.b_rs, 64);
-  const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
   Args args;
   args.add(ta).add(tb).add(out).add(mp);
   if (epilogue) args.add(epilogue_params(*epilogue));
-  ctx.launch(ctx.function(src, "matmul_wgmma_tma", shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
-             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), 384, static_cast<unsigned>(shared),
+  if (shape.persistent) {
+    // The ring, its barriers (in a 1 KiB slot, so the staging tile after them stays aligned)
+    // and the staging tile of 16-bit results.
+    const int shared = matmul_tc_shared_bytes(la, lb, shape) + 1024 + 128 * (static_cast<int>(bn) + 8) * 2;
+    const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
+    ctx.launch(ctx.function(src, tc_entry(shape), shared),
+               static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.props().multiprocessors))), 1, 1, 384,
+               static_cast<unsigned>(shared), args);
+    return;
+  }
+  const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
+  ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), shape.min_blocks > 1 ? 288 : 384,
+             static_cast<unsigned>(shared),
              args);
 }
 
@@ -1222,15 +1271,19 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int la = aligned(a, mp.a_batch) ? layout(mp.a_cs, mp.a_rs, mp.K, mp.M) : -1;
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
-  TcShape shape = tc_shape(ctx, mp.N);
+  TcShape shape = tc_shape(ctx, mp.N, mp.K);
   const int splits = split_k(ctx, mp, shape);
-  if (shape.tma && !tma_fits(mp, splits)) shape = kWgmmaWide;  // same block shape, same splits
+  if (shape.tma && !tma_fits(mp, shape, splits)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
+  // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
+  // per-tile kernel of the same block shape.
+  if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = kWgmmaTma;
   return TcPlan{kind, la, lb, shape, splits};
 }
 
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
-void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, const TcPlan& plan,
+void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, TcPlan plan,
                const Kernel* epilogue) {
+  if (plan.shape.persistent && dtype_size(out.dtype) != 2) plan.shape = kWgmmaTma;  // it stages 16-bit results
   std::string epi;
   if (epilogue) {
     std::vector<DType> types;
@@ -1867,9 +1920,14 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul_wgmma bf16 layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaWide));
   for (int la = 0; la < 2; ++la)
-    for (int lb = 0; lb < 2; ++lb)
+    for (int lb = 0; lb < 2; ++lb) {
       out.emplace_back("matmul_wgmma_tma bf16 layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma));
+      out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPair));
+      out.emplace_back("matmul_wgmma_tma persistent, layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPersistent));
+    }
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {
@@ -1890,6 +1948,20 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     out.emplace_back("matmul_wgmma_tma bf16 + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTma,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    out.emplace_back("matmul_wgmma_tma persistent + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPersistent,
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    out.emplace_back("matmul_wgmma_tma persistent f16 + 4-input epilogue",
+                     matmul_tc_source(DType::F16, DType::F16, "f16", 0, 0, kWgmmaTmaPersistent,
+                                      epilogue_code(sum4, DType::F16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::F16)));
+    out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPair,
+                                      epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
+    out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + 4-input epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 0, 0, kWgmmaTmaPair,
+                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::BF16)));
     out.emplace_back("matmul_wgmma narrow + 4-input epilogue",
                      matmul_tc_source(DType::BF16, DType::F32, "bf16", 1, 0, kWgmmaNarrow,
                                       epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},

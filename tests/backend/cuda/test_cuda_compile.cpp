@@ -76,6 +76,8 @@ TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
       EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_VEC " + vec + "\n" + src, "sm_90a"));
       if (t == DType::BF16) {  // rows of a rank-4 view, contiguous along the innermost dim
         EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 4\n#define ALK_VEC 8\n" + src, "sm_90a"));
+        // ... with the first operand constant along each row.
+        EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 4\n#define ALK_VEC 8\n#define ALK_VEC_BCAST_0 1\n" + src, "sm_90a"));
       }
       ++compiled;
     }

@@ -89,6 +89,13 @@ TEST(CudaDevice, VectorizedMapsOverRowsAndTails) {
     check([](const Tensor&, const Tensor&, const Tensor&, const Tensor& f, const Tensor&) { return f * 3.0; });
     check([](const Tensor&, const Tensor&, const Tensor&, const Tensor& f, const Tensor&) { return f.slice(0, 1, 1003) + 1.0; });
     check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor& c) { return a + c; });
+    // A per-row mask and value (stride 0 along the innermost dim: loaded once per vector).
+    check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor& c) {
+      return where(gt(c, 0.0), a, c * 2.0);
+    });
+    check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor& c) {
+      return where(gt(c.transpose(1, 2), 0.0), a.transpose(1, 2), 1.0);
+    });
   }
 }
 

@@ -70,12 +70,11 @@ __device__ __forceinline__ void store_tile(float* tile, TO* __restrict__ out, co
 #pragma unroll 1
   for (int pb = 0; pb < kPasses; pb += kBatch) {
     EpiIn in[kBatch][4] = {};
+    const int count = gn0 < p.N ? (int)min((i64)4, p.N - gn0) : 0;
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       const i64 gm = m0 + (pb + q) * kRowsPerPass + r0;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (gm < p.M && gn0 + c < p.N) in[q][c] = epilogue_load(eb, gm, gn0 + c, e);
+      if (gm < p.M) epilogue_load_row<4>(eb, gm, gn0, count, e, in[q]);
     }
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {

@@ -173,6 +173,18 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
 // 64 x 64 (B transposed, BN / 64 per stage), innermost dimension first.
 struct __align__(64) TensorMap { unsigned long long bits[16]; };
 
+// Output tile `pid` (in launch order) to its (M, N) tile: groups of 8 M tiles are swept
+// along N together, so the tiles in flight at once (one per SM) read a few rows of A and a
+// band of B that both stay in L2. Row by row instead, an [M, 50304] product (the LM head)
+// streams all of B from memory again for every row of tiles.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& mt, int& nt) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * tiles_n, first = pid / per_group * kGroup;
+  const int rows = min(tiles_m - first, kGroup), in_group = pid % per_group;
+  mt = first + in_group % rows;
+  nt = in_group / rows;
+}
+
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
 }
@@ -198,13 +210,28 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, uns
       : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1)
+// Two blocks per SM (128 x 128 tiles, so one block's epilogue and pipeline fill overlap the
+// other's main loop) must share the SM's 64 K registers, and ptxas compiles the whole kernel
+// under the launch bound (a 64 x 128 wgmma needs ~90 a thread): there the producer is one
+// warp after the two consumer warpgroups (288 threads, 112 registers each) instead of a
+// warpgroup that hands its registers to the consumers (setmaxnreg).
+#if MIN_BLOCKS > 1
+#define TMA_THREADS 288
+#define TMA_CONSUMER0 0
+#else
+#define TMA_THREADS 384
+#define TMA_CONSUMER0 128
+#endif
+
+#if !PERSIST
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
     matmul_wgmma_tma(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb, TO* __restrict__ out,
                      const MatmulParams p EPI_PARAM) {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-  const int wg = threadIdx.x / 128;
+  const int ct = (int)threadIdx.x - TMA_CONSUMER0;  // thread index among the 256 consumers
+  const bool producer = ct < 0 || ct >= 256;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
@@ -213,11 +240,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const int m0 = (int)blockIdx.y * BM, n0 = (int)blockIdx.x * BN, z = (int)blockIdx.z;
+  int mt, nt;
+  tile_coords((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, mt, nt);
+  const int m0 = mt * BM, n0 = nt * BN, z = (int)blockIdx.z;
   const int ktiles = (int)((p.K + BK - 1) / BK), k_begin = z * (int)p.K;
-  if (wg == 0) {
+  if (producer) {
+#if MIN_BLOCKS == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
+#endif
+    if (threadIdx.x == (TMA_CONSUMER0 ? 0 : 256)) {
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
         if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) & 1) ^ 1);
@@ -239,8 +270,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
     }
   } else {
+#if MIN_BLOCKS == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wg - 1, ct = threadIdx.x - 128;  // consumer warpgroup, thread index among consumers
+#endif
+    const int cw = ct / 128;  // consumer warpgroup
     const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
     float acc[BN / 2];
 #pragma unroll
@@ -272,4 +305,138 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     store_tile(tile, out, p, z, m0, n0, ct EPI_ARG);
   }
 }
+#endif  // !PERSIST
+
+#if PERSIST
+// The persistent form, for a whole matrix with a 16-bit result: gridDim.x blocks (one per
+// SM) take the 128 x BN output tiles in turn. The producer's ring runs on across tiles, so
+// while the consumers apply the epilogue of one tile the next tile's first steps are
+// already landing (the non-persistent kernel starts each tile with an empty ring and stages
+// its results through it). The consumers apply the epilogue to their accumulators in
+// registers, write the 16-bit results to a staging tile of their own (rows BN + 8 elements
+// apart: the 8 rows a warp writes from its fragments fall in distinct banks), then store it
+// as 16-byte row vectors.
+#define OUT_LD (BN + 8)
+extern "C" __global__ void __launch_bounds__(384, 1)
+    matmul_wgmma_tma_persistent(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
+                                TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+  TO* staging = (TO*)(smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + 1024);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int tiles_n = (int)((p.N + BN - 1) / BN), tiles_m = (int)((p.M + BM - 1) / BM), tiles = tiles_m * tiles_n;
+  const int ktiles = (int)((p.K + BK - 1) / BK);
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      int it = 0;  // K steps issued over every tile so far: slot it % STAGES, phase it / STAGES
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int mt, nt;
+        tile_coords(tile, tiles_m, tiles_n, mt, nt);
+        const int m0 = mt * BM, n0 = nt * BN;
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
+          const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+          mbar_expect_tx(full, STAGE_BYTES);
+          const int k = kt * BK;
+#if A_KMAJOR
+          tma_load(as, ta, full, k, m0);
+#else
+          tma_load(as, ta, full, m0, k);
+          tma_load(as + BK * 128, ta, full, m0 + 64, k);
+#endif
+#if B_KMAJOR
+          tma_load(bs, tb, full, k, n0);
+#else
+#pragma unroll
+          for (int q = 0; q < BN / 64; ++q) tma_load(bs + q * BK * 128, tb, full, n0 + q * 64, k);
+#endif
+        }
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int ct = threadIdx.x - 128, cw = ct / 128;  // thread among the consumers, its warpgroup
+  const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
+  EPI_BASES(0);
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int mt, nt;
+        tile_coords(tile, tiles_m, tiles_n, mt, nt);
+        const int m0 = mt * BM, n0 = nt * BN;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+      const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      // The previous step's group has retired: its slot may be refilled.
+      if (kt > 0 && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+    // Every consumer has stored the previous tile out of the staging tile.
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    // Accumulator 4 j + 2 h (+1): row 16 wr + g + 8 h, columns 8 j + 2 t (+1) of the slab.
+    const int r_base = cw * 64 + wr * 16 + g;
+#pragma unroll
+    for (int j0 = 0; j0 < BN / 8; j0 += 4) {
+#if EPILOGUE
+      EpiIn in[4][2][2] = {};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const i64 gm = m0 + r_base + 8 * h, gn = n0 + 8 * (j0 + j) + 2 * t;
+          if (gm < p.M && gn < p.N) epilogue_load_row<2>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][h]);
+        }
+#endif
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float x0 = acc[4 * (j0 + j) + 2 * h], x1 = acc[4 * (j0 + j) + 2 * h + 1];
+#if EPILOGUE
+          x0 = epilogue_apply(x0, in[j][h][0]);
+          x1 = epilogue_apply(x1, in[j][h][1]);
+#endif
+          store_pair(staging + (r_base + 8 * h) * OUT_LD + 8 * (j0 + j) + 2 * t, x0, x1);
+        }
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    // 16-byte row vectors: BN / 8 threads per row, 256 / (BN / 8) rows per pass.
+    constexpr int kPerRow = BN / 8, kRows = 256 / kPerRow;
+    const int c0 = (ct % kPerRow) * 8;
+    const i64 gn0 = n0 + c0;
+#pragma unroll 4
+    for (int r = ct / kPerRow; r < BM; r += kRows) {
+      const i64 gm = m0 + r;
+      if (gm >= p.M || gn0 >= p.N) continue;
+      const TO* v = staging + r * OUT_LD + c0;
+      const i64 at = p.out_offset + gm * p.N + gn0;
+      if (gn0 + 7 < p.N && (at & 7) == 0) {
+        *(uint4*)(out + at) = *(const uint4*)v;
+      } else {
+        for (int c = 0; c < 8 && gn0 + c < p.N; ++c) out[at + c] = v[c];
+      }
+    }
+  }
+}
+#endif  // PERSIST
 #endif
