@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   int64_t B = 16, T = 1024, layers = 12;
   int steps = 10;
   std::string anchor, dtype = "bf16";
+  std::string optimizer = "adamw";  // --optimizer none: forward and backward only (what the update costs, by difference)
   bool eager = false;  // --eager: every step scheduled and launched kernel by kernel (ALK_DEBUG=timing sees each)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tf32")) alk::set_float32_matmul_precision("high");
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--layers")) layers = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--anchor")) anchor = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[++i];
+    else if (!std::strcmp(argv[i], "--optimizer")) optimizer = argv[++i];
   }
   alk::Device& dev = alk::get_device("cuda:0");
   alk::manual_seed(0);
@@ -78,6 +80,13 @@ int main(int argc, char** argv) {
     }
     alk::capture("loss", loss);
     loss.backward();
+    if (optimizer == "none") {
+      std::vector<alk::Tensor> grads;
+      for (const alk::Tensor& p : model.parameters()) grads.push_back(p.grad());
+      alk::realize(grads);
+      opt.zero_grad();
+      return;
+    }
     opt.step();
     opt.zero_grad();
   };

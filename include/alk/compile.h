@@ -38,6 +38,9 @@ class Program {
   Tensor captured(const std::string& name, Loc loc = Loc::current()) const;
   bool traced() const;
   int64_t kernels() const;  // kernels per replay
+  // Carried tensors (parameters, optimizer state) a replay copies back into the buffers the
+  // next step reads; 0 when every update is written in place.
+  int64_t replay_copies() const;
   // Memory the program holds for replays (every buffer its kernels touch) and what one
   // buffer per intermediate tensor would need.
   MemoryPlan plan() const;

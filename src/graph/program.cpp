@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "alk/compile.h"
 #include "core/generator.h"
@@ -58,7 +59,8 @@ struct Program::State {
     std::shared_ptr<Buffer> from, to;  // the step's result -> the buffer the next step reads
     size_t bytes;
   };
-  std::vector<Carry> carries;
+  std::vector<Carry> carries;         // as traced (what an export replays)
+  std::vector<Carry> replay_carries;  // the carries a replay still copies (write_in_place took the rest)
   std::map<std::string, Tensor> captures;  // values of the latest call (their buffers are rewritten by replays)
   uint64_t rng_used = 0;                   // generator offsets one step consumes
   int64_t held_bytes = 0, naive_bytes = 0;
@@ -118,23 +120,6 @@ struct Program::State {
       reads_state.inputs = {KernelArg{it->buffer, 0, DType::I64, {2}, {1}, 0}};
       if (dev->supports(reads_state)) k = std::move(reads_state);
     }
-    auto alone = [](const Kernel& k) {
-      return k.op == OpId::ToDevice || (k.node.op == OpId::Random && k.inputs.empty());
-    };
-    for (size_t i = 0; i < run.size();) {
-      const Kernel& k = run[i];
-      if (alone(k)) {
-        segments.push_back({i, i + 1, nullptr, k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k)});
-        ++i;
-        continue;
-      }
-      Device* dev = k.output.buffer->device;
-      size_t end = i + 1;
-      while (end < run.size() && !alone(run[end]) && run[end].output.buffer->device == dev) ++end;
-      const std::vector<Kernel> part(run.begin() + static_cast<long>(i), run.begin() + static_cast<long>(end));
-      segments.push_back({i, end, dev->record(part), nullptr});
-      i = end;
-    }
     held_bytes = rec.held_bytes;
     naive_bytes = rec.naive_bytes;
     // Each carried tensor goes back to the buffer the step read it from; from now on a
@@ -157,6 +142,27 @@ struct Program::State {
       impl->node = a.before;
       impl->strides = a.strides;
       impl->offset = a.offset;
+    }
+    // Where it is safe, the kernel that makes a carried value writes it where the step read
+    // it, so a replay copies nothing for it.
+    for (const Carry& c : carries)
+      if (!write_in_place(run, c)) replay_carries.push_back(c);
+    auto alone = [](const Kernel& k) {
+      return k.op == OpId::ToDevice || (k.node.op == OpId::Random && k.inputs.empty());
+    };
+    for (size_t i = 0; i < run.size();) {
+      const Kernel& k = run[i];
+      if (alone(k)) {
+        segments.push_back({i, i + 1, nullptr, k.op == OpId::ToDevice ? nullptr : k.output.buffer->device->prepare(k)});
+        ++i;
+        continue;
+      }
+      Device* dev = k.output.buffer->device;
+      size_t end = i + 1;
+      while (end < run.size() && !alone(run[end]) && run[end].output.buffer->device == dev) ++end;
+      const std::vector<Kernel> part(run.begin() + static_cast<long>(i), run.begin() + static_cast<long>(end));
+      segments.push_back({i, end, dev->record(part), nullptr});
+      i = end;
     }
   }
 
@@ -195,7 +201,55 @@ struct Program::State {
       }
     }
     rng_base = start;
-    for (const Carry& c : carries) copy_buffer(*c.from, 0, *c.to, 0, c.bytes);
+    for (const Carry& c : replay_carries) copy_buffer(*c.from, 0, *c.to, 0, c.bytes);
+  }
+
+  // A carried value computed straight into the buffer it replaces (an optimizer's
+  // `p = p - lr * u`, its moments, its step count), instead of into `from` and copied back
+  // after every replay: possible when one kernel writes all of `from`, no kernel after it
+  // reads `to` (they would now see the new value), nothing else writes `to`, and the writer
+  // reads `to` only as a Map reads an operand it overwrites element by element (the same
+  // view as its output, as the scheduler's own in-place reuse). Later readers of `from`
+  // read `to` instead. Captured values keep their buffers (captured() reads them).
+  bool write_in_place(std::vector<Kernel>& kernels, const Carry& c) const {
+    for (const auto& [name, t] : captures)
+      if (t.defined() && t.impl()->node->buffer == c.from) return false;
+    auto same_view = [](const KernelArg& a, const KernelArg& b) {
+      return a.byte_offset == b.byte_offset && a.offset == b.offset && a.shape == b.shape && a.strides == b.strides &&
+             dtype_size(a.dtype) == dtype_size(b.dtype);
+    };
+    std::optional<size_t> writer;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const KernelArg& out = kernels[i].output;
+      if (out.buffer == c.to) return false;
+      if (out.buffer != c.from) continue;
+      size_t elements = 1;
+      for (int64_t d : out.shape) elements *= static_cast<size_t>(d);
+      if (writer || out.byte_offset != 0 || out.offset != 0 || out.strides != contiguous_strides(out.shape) ||
+          elements * dtype_size(out.dtype) != c.bytes)
+        return false;
+      writer = i;
+    }
+    if (!writer) return false;
+    const Kernel& w = kernels[*writer];
+    for (const KernelArg& a : w.epilogue_inputs)
+      if (a.buffer == c.to) return false;
+    for (const KernelArg& a : w.inputs)
+      if (a.buffer == c.to && (w.op != OpId::Map || !same_view(a, w.output))) return false;
+    for (size_t i = *writer + 1; i < kernels.size(); ++i) {
+      for (const KernelArg& a : kernels[i].inputs)
+        if (a.buffer == c.to) return false;
+      for (const KernelArg& a : kernels[i].epilogue_inputs)
+        if (a.buffer == c.to) return false;
+    }
+    kernels[*writer].output.buffer = c.to;
+    for (size_t i = *writer + 1; i < kernels.size(); ++i) {
+      for (KernelArg& a : kernels[i].inputs)
+        if (a.buffer == c.from) a.buffer = c.to;
+      for (KernelArg& a : kernels[i].epilogue_inputs)
+        if (a.buffer == c.from) a.buffer = c.to;
+    }
+    return true;
   }
 
   uint64_t rng_base = 0;  // the generator offset run's host-patched Random kernels start from
@@ -230,6 +284,7 @@ Tensor Program::captured(const std::string& name, Loc loc) const {
 
 bool Program::traced() const { return s_->calls >= 2; }
 int64_t Program::kernels() const { return static_cast<int64_t>(s_->kernels.size()); }
+int64_t Program::replay_copies() const { return static_cast<int64_t>(s_->replay_carries.size()); }
 MemoryPlan Program::plan() const {
   return {s_->held_bytes, s_->naive_bytes, 0, static_cast<int64_t>(s_->kernels.size())};
 }
