@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "alk/dist.h"
 #include "alk/dtype.h"
+#include "alk/tensor.h"
 
 namespace alk::dist {
 
@@ -31,7 +33,28 @@ class Communicator {
   virtual void abort() noexcept = 0;
   // An error the engine met in work already queued (NCCL runs asynchronously), or "".
   virtual std::string async_error() { return ""; }
+  // Whether another thread than the one that opened it may make the calls (one at a time):
+  // MPI initialized with MPI_THREAD_SERIALIZED or more. The overlapped all-reduce needs it.
+  virtual bool serialized_threads() const { return false; }
 };
+
+// The gradient all-reduce overlapped with the backward (overlap.cpp; CPU tensors over MPI).
+namespace detail {
+// A HostCall node over `staged` (1-D f32): when the scheduler runs it, its output becomes a
+// copy of `staged` whose all-reduce (average) starts at once on the communication thread.
+Tensor issue_when_made(const Tensor& staged, int bucket);
+// Waits for every all-reduce issued so far; throws the first one's error as alk::Error.
+void wait_issued();
+// For tests: an ordered log of "issue <bucket>" (the HostCall ran), "reduced <bucket>" (the
+// communication thread finished it) and whatever note_event adds (a kernel observer).
+void set_event_log(std::vector<std::string>* log);  // null: off
+void note_event(const std::string& event);
+// process_group.cpp: the engine the communication thread calls (MPI initialized with
+// MPI_THREAD_SERIALIZED, in a world of more than one), else null; and the watchdog's mark.
+Communicator* overlap_engine();
+void mark_busy(const char* what);
+void clear_busy();
+}  // namespace detail
 
 // MPI_COMM_WORLD of an mpirun launch (OMPI_COMM_WORLD_* set); initializes MPI.
 std::unique_ptr<Communicator> open_mpi();

@@ -16,10 +16,11 @@ namespace {
 using Handle = void*;  // MPI_Comm, MPI_Datatype, MPI_Op, MPI_Errhandler: pointers in OpenMPI
 void* const kInPlace = reinterpret_cast<void*>(1);  // OpenMPI's MPI_IN_PLACE
 constexpr int kMaxErrorString = 256;                 // OpenMPI's MPI_MAX_ERROR_STRING
+constexpr int kThreadSerialized = 2;                 // MPI_THREAD_SERIALIZED (the standard's order)
 
 struct Mpi {
   void* lib = nullptr;
-  int (*Init)(int*, char***) = nullptr;
+  int (*Init_thread)(int*, char***, int, int*) = nullptr;
   int (*Initialized)(int*) = nullptr;
   int (*Finalized)(int*) = nullptr;
   int (*Finalize)() = nullptr;
@@ -64,7 +65,7 @@ Mpi& mpi() {
                 "): install OpenMPI (Debian: apt-get install openmpi-bin libopenmpi-dev) or set ALK_MPI_PATH";
       return m;
     }
-    bind(m, m.Init, "MPI_Init");
+    bind(m, m.Init_thread, "MPI_Init_thread");
     bind(m, m.Initialized, "MPI_Initialized");
     bind(m, m.Finalized, "MPI_Finalized");
     bind(m, m.Finalize, "MPI_Finalize");
@@ -101,7 +102,11 @@ class MpiCommunicator final : public Communicator {
     if (!m.error.empty()) fail_collective("mpi", "open", m.error);
     int done = 0;
     m.Initialized(&done);
-    if (!done) call("MPI_Init", m.Init(nullptr, nullptr));
+    // SERIALIZED: the gradient all-reduce runs on a communication thread during the backward
+    // (overlap.cpp); the main thread calls MPI only after waiting for it.
+    int provided = 0;
+    if (!done) call("MPI_Init_thread", m.Init_thread(nullptr, nullptr, kThreadSerialized, &provided));
+    serialized_ = provided >= kThreadSerialized;
     // Errors come back as codes (then alk::Error), not as MPI's default abort.
     call("MPI_Comm_set_errhandler", m.Comm_set_errhandler(m.comm_world, m.errors_return));
     call("MPI_Comm_rank", m.Comm_rank(m.comm_world, &rank_));
@@ -140,9 +145,11 @@ class MpiCommunicator final : public Communicator {
   }
   void barrier() override { call("MPI_Barrier", mpi().Barrier(mpi().comm_world)); }
   void abort() noexcept override { mpi().Abort(mpi().comm_world, 3); }
+  bool serialized_threads() const override { return serialized_; }
 
  private:
   int rank_ = 0, size_ = 1;
+  bool serialized_ = false;
 
   static int int_count(size_t n) {
     if (n > static_cast<size_t>(INT32_MAX)) fail_collective("mpi", "count", "more than 2^31 - 1 elements in one call");

@@ -49,9 +49,20 @@ struct UnfoldParams {
   int64_t h, w;  // the spatial size of the [N, C, H, W] side
   double pad_value;
 };
+// HostCall: a function of the host run as a kernel, in graph order (src/dist hands a gradient
+// bucket to its communication thread the moment the backward has made it). It reads the
+// kernel's inputs and writes its output through their buffers' host pointers, so only the
+// CPU device runs it; another device declines it. Kept by shared pointer: a recorded step
+// replays it.
+struct Kernel;
+struct HostFunction {
+  virtual ~HostFunction() = default;
+  virtual void run(const Kernel& k) const = 0;
+};
+struct HostCallParams { std::shared_ptr<const HostFunction> fn; };
 using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
                             OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
-                            AttentionParams, UnfoldParams, CrossEntropyParams>;
+                            AttentionParams, UnfoldParams, CrossEntropyParams, HostCallParams>;
 
 Shape contiguous_strides(const Shape& shape);
 
