@@ -567,8 +567,11 @@ TEST(Dist, TwoRanksTrainLikeOneWithTheSameGlobalBatch) {
   const std::vector<double> ref = losses(dir / "one/metrics.jsonl");
   ASSERT_EQ(ref.size(), 8u);  // 6 steps, 2 validations
   expect_close(losses(dir / "two/metrics.jsonl"), ref, "2 ranks vs 1");
-  // The same without the overlap (every bucket all-reduced after the backward).
-  const Ran sync = run("env ALK_DIST_OVERLAP=0 " + train_cmd(dir, "sync", "--steps 6 --batch 4 --nproc 2"));
+  // The same without the overlap (every bucket all-reduced after the backward), launched by
+  // the README's line: mpirun -np 2 alk train ...
+  std::string sync_cmd = train_cmd(dir, "sync", "--steps 6 --batch 4");
+  sync_cmd.replace(sync_cmd.find(ALK_CLI_PATH), std::string(ALK_CLI_PATH).size(), "mpirun -np 2 " + std::string(ALK_CLI_PATH));
+  const Ran sync = run("env ALK_DIST_OVERLAP=0 " + sync_cmd);
   ASSERT_EQ(sync.status, 0) << sync.output;
   expect_close(losses(dir / "sync/metrics.jsonl"), ref, "2 ranks without overlap vs 1");
   // Resume onto another world size: 3 steps on 2 ranks, then on to step 6 on 1 rank (the
