@@ -15,6 +15,8 @@
 
 namespace alk::dist {
 
+[[noreturn]] void fail_collective(const std::string& engine, const std::string& call, const std::string& why);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -36,6 +38,12 @@ class Communicator {
   // Whether another thread than the one that opened it may make the calls (one at a time):
   // MPI initialized with MPI_THREAD_SERIALIZED or more. The overlapped all-reduce needs it.
   virtual bool serialized_threads() const { return false; }
+  // NCCL: the all-reduce queued on `stream` (a CUstream of the communicator's device) instead
+  // of the CUDA backend's stream: the overlapped gradient all-reduce's communication stream.
+  virtual void all_reduce_on(void* data, size_t count, DType dtype, ReduceOp op, void* stream) {
+    (void)data, (void)count, (void)dtype, (void)op, (void)stream;
+    fail_collective(name(), "all_reduce_on", "no stream-ordered all-reduce on this engine");
+  }
 };
 
 // The gradient all-reduce overlapped with the backward (overlap.cpp; CPU tensors over MPI).
@@ -52,6 +60,9 @@ void note_event(const std::string& event);
 // process_group.cpp: the engine the communication thread calls (MPI initialized with
 // MPI_THREAD_SERIALIZED, in a world of more than one), else null; and the watchdog's mark.
 Communicator* overlap_engine();
+// NCCL on CUDA device `device` in a world of more than one (or of one with
+// ALK_DIST_NCCL_WORLD_OF_ONE=1: the single-GPU check of the stream-ordered path), else null.
+Communicator* overlap_engine_cuda(int device);
 void mark_busy(const char* what);
 void clear_busy();
 }  // namespace detail

@@ -40,9 +40,12 @@ DataParallel::DataParallel(const nn::NamedTensors& params, int64_t bucket_bytes,
   check(bucket_bytes > 0, "dist", loc, "bucket_bytes must be positive, got ", bucket_bytes);
   Device& dev = params_.front().second.device();
   const char* overlap_env = std::getenv("ALK_DIST_OVERLAP");
-  // The HostCall reads host memory: the CPU device's. In a world of one it only copies.
-  overlap_ = dev.info().type == "cpu" && !(overlap_env && std::string(overlap_env) == "0") &&
-             (world_size() == 1 || detail::overlap_engine() != nullptr);
+  // The bucket's HostCall runs on the CPU (MPI on the communication thread) and on CUDA
+  // (NCCL on a communication stream); in a world of one it only copies.
+  const std::string kind = dev.info().kind;
+  overlap_ = !(overlap_env && std::string(overlap_env) == "0") &&
+             ((kind == "cpu" && (world_size() == 1 || detail::overlap_engine() != nullptr)) ||
+              kind == "cuda");
   for (auto& [name, p] : params_) {
     check(p.dtype() == DType::F32, "dist", loc, "parameter '", name, "' is ", dtype_name(p.dtype()),
           ": data parallel keeps f32 parameters (use --dtype for mixed precision)");

@@ -12,12 +12,19 @@
 // collective first drains the queue: wait_issued).
 #include <condition_variable>
 #include <cstring>
+#include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "dist/communicator.h"
 #include "graph/graph.h"
+
+#ifdef ALK_HAVE_CUDA
+#include "backend/cuda/context.h"
+#include "backend/cuda/driver.h"
+#endif
 
 namespace alk::dist {
 
@@ -95,6 +102,68 @@ class CommThread {
   std::thread worker_;
 };
 
+#ifdef ALK_HAVE_CUDA
+// CUDA tensors (NCCL): the HostCall runs on the host where its kernel would be queued, and
+// queues, in stream order: the copy into the bucket on the backend's stream, an event the
+// communication stream waits for, the bucket's all-reduce on that stream, and an event the
+// backend's stream waits for in wait_issued (before the update reads the buckets). The host
+// never blocks; NCCL's asynchronous errors reach the watchdog.
+using cuda::CUdeviceptr;
+using cuda::CUevent;
+using cuda::CUstream;
+struct CudaOverlap {
+  CUstream comm = nullptr;
+  CUevent ready = nullptr, done = nullptr;  // re-recorded per bucket: a wait takes the latest record
+  bool pending = false;
+};
+std::mutex g_cuda_mutex;
+std::map<int, CudaOverlap> g_cuda;
+
+void issue_cuda(const Kernel& k, int device, int bucket) {
+  const KernelArg &in = k.inputs.at(0), &out = k.output;
+  check(in.strides.at(0) == 1, "dist", Loc::current(), "a gradient bucket's staged gradients must be contiguous");
+  const size_t n = static_cast<size_t>(out.shape.at(0));
+  auto address = [](const KernelArg& a) {
+    return reinterpret_cast<CUdeviceptr>(a.buffer->handle) + a.byte_offset + static_cast<size_t>(a.offset) * sizeof(float);
+  };
+  cuda::Context& c = cuda::Context::get(device);
+  c.make_current();
+  const cuda::Driver* d = cuda::driver();
+  cuda::check(d->cuMemcpyDtoDAsync_v2(address(out), address(in), n * sizeof(float), c.stream()), "cuMemcpyDtoDAsync");
+  detail::note_event("issue " + std::to_string(bucket));
+  Communicator* engine = detail::overlap_engine_cuda(device);
+  if (!engine) return;
+  std::lock_guard lock(g_cuda_mutex);
+  CudaOverlap& o = g_cuda[device];
+  if (!o.comm) {
+    cuda::check(d->cuStreamCreate(&o.comm, cuda::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    cuda::check(d->cuEventCreate(&o.ready, cuda::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    cuda::check(d->cuEventCreate(&o.done, cuda::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  cuda::check(d->cuEventRecord(o.ready, c.stream()), "cuEventRecord");
+  cuda::check(d->cuStreamWaitEvent(o.comm, o.ready, 0), "cuStreamWaitEvent");
+  engine->all_reduce_on(reinterpret_cast<void*>(address(out)), n, DType::F32, ReduceOp::Avg, o.comm);
+  cuda::check(d->cuEventRecord(o.done, o.comm), "cuEventRecord");
+  o.pending = true;
+}
+
+void wait_cuda() {
+  std::lock_guard lock(g_cuda_mutex);
+  for (auto& [device, o] : g_cuda) {
+    if (!o.pending) continue;
+    cuda::Context& c = cuda::Context::get(device);
+    c.make_current();
+    cuda::check(cuda::driver()->cuStreamWaitEvent(c.stream(), o.done, 0), "cuStreamWaitEvent");
+    o.pending = false;
+  }
+}
+
+int cuda_device_of(const KernelArg& a) {
+  const std::string name = a.buffer->device->name();
+  return name.rfind("cuda:", 0) == 0 ? std::atoi(name.c_str() + 5) : -1;
+}
+#endif
+
 // The HostCall of bucket `bucket`: output := the staged gradients (input 0, 1-D f32), then
 // the output's memory goes to the communication thread (nothing more in a world of one).
 struct IssueBucket final : HostFunction {
@@ -104,6 +173,9 @@ struct IssueBucket final : HostFunction {
     return static_cast<char*>(a.buffer->handle) + a.byte_offset + a.offset * static_cast<int64_t>(sizeof(float));
   }
   void run(const Kernel& k) const override {
+#ifdef ALK_HAVE_CUDA
+    if (const int device = cuda_device_of(k.output); device >= 0) return issue_cuda(k, device, bucket);
+#endif
     const KernelArg &in = k.inputs.at(0), &out = k.output;
     const size_t n = static_cast<size_t>(out.shape.at(0));
     auto* dst = reinterpret_cast<float*>(address(out));
@@ -138,7 +210,12 @@ Tensor issue_when_made(const Tensor& staged, int bucket) {
                    Loc::current());
 }
 
-void wait_issued() { CommThread::get().wait(); }
+void wait_issued() {
+  CommThread::get().wait();
+#ifdef ALK_HAVE_CUDA
+  wait_cuda();
+#endif
+}
 
 }  // namespace detail
 

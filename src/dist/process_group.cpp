@@ -361,6 +361,13 @@ Communicator* overlap_engine() {
   Group& g = group();
   return g.world > 1 && g.mpi && g.mpi->serialized_threads() ? g.mpi.get() : nullptr;
 }
+Communicator* overlap_engine_cuda(int device) {
+  init();
+  Group& g = group();
+  const char* one = std::getenv("ALK_DIST_NCCL_WORLD_OF_ONE");
+  if (g.world == 1 && !(one && std::string(one) == "1")) return nullptr;
+  return &nccl_for(g, device);
+}
 }  // namespace detail
 
 // For data_parallel.cpp: in-place averages of realized tensors of one device, all queued

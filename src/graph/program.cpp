@@ -118,8 +118,10 @@ struct Program::State {
       reads_state.inputs = {KernelArg{it->buffer, 0, DType::I64, {2}, {1}, 0}};
       if (dev->supports(reads_state)) k = std::move(reads_state);
     }
+    // A HostCall runs its host function on every replay: never inside a device recording
+    // (a CUDA graph would replay only what the function queued while being captured).
     auto alone = [](const Kernel& k) {
-      return k.op == OpId::ToDevice || (k.node.op == OpId::Random && k.inputs.empty());
+      return k.op == OpId::ToDevice || k.op == OpId::HostCall || (k.node.op == OpId::Random && k.inputs.empty());
     };
     for (size_t i = 0; i < run.size();) {
       const Kernel& k = run[i];

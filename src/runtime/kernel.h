@@ -49,11 +49,11 @@ struct UnfoldParams {
   int64_t h, w;  // the spatial size of the [N, C, H, W] side
   double pad_value;
 };
-// HostCall: a function of the host run as a kernel, in graph order (src/dist hands a gradient
-// bucket to its communication thread the moment the backward has made it). It reads the
-// kernel's inputs and writes its output through their buffers' host pointers, so only the
-// CPU device runs it; another device declines it. Kept by shared pointer: a recorded step
-// replays it.
+// HostCall: a host function run as a kernel, in graph order (src/dist hands a gradient bucket to
+// its communication thread the moment the backward has made it). It gets the kernel's buffers
+// as their device holds them (CPU: host pointers; CUDA: device pointers, called where the kernel
+// would be queued, so it queues its own work on the stream); Vulkan declines it. Kept by shared
+// pointer: each replay calls it again (alk::compile launches it alone, outside recordings).
 struct Kernel;
 struct HostFunction {
   virtual ~HostFunction() = default;

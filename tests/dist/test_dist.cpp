@@ -294,6 +294,18 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
+int free_loopback_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(s);
+  return ntohs(sa.sin_port);
+}
+
 // The data-parallel step (backward program, bucket all-reduce, update program) against the
 // one-program step, on one rank: the staging of gradients into buckets and back must not
 // change a bit of training, on the CPU and on every GPU device (recorded replays).
@@ -307,7 +319,7 @@ std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel, bool staged
   // Small buckets: several of them, and a parameter alone in one.
   dist::DataParallel dp(model.named_parameters(), 4096);
   EXPECT_GT(dp.buckets(), 2u);
-  EXPECT_EQ(dp.overlapped(), dev.info().type == "cpu") << dev.name();
+  EXPECT_EQ(dp.overlapped(), dev.info().kind == "cpu" || dev.info().kind == "cuda") << dev.name();
   auto forward = [&](const std::vector<Tensor>& in) {
     Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
     capture("loss", loss);
@@ -369,6 +381,28 @@ TEST(Dist, DataParallelStepOnOneRankTrainsLikeThePlainStep) {
   }
 }
 
+// On one GPU, the overlapped step through NCCL: a world of one with
+// ALK_DIST_NCCL_WORLD_OF_ONE=1, so every bucket goes through the copy on the backend's stream,
+// ncclAllReduce on the communication stream and the events between them, in the eager call,
+// the traced call and replays. It trains like the plain step. Skipped without a CUDA device
+// or NCCL. On a GPU machine:
+//   build/alk_tests --gtest_filter='Dist.NcclOverlapOnOneGpuTrainsLikeThePlainStep:Dist.DataParallelStep*'
+TEST(Dist, NcclOverlapOnOneGpuTrainsLikeThePlainStep) {
+  if (dist::launched()) GTEST_SKIP() << "inside a launch";
+  Device* gpu = nullptr;
+  for (Device* d : available_devices())
+    if (d->name() == "cuda:0") gpu = d;
+  if (!gpu) GTEST_SKIP() << "no cuda:0";
+  if (const std::string why = dist::nccl_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  setenv("ALK_DIST_NCCL_WORLD_OF_ONE", "1", 1);
+  if (!std::getenv("MASTER_PORT")) setenv("MASTER_PORT", std::to_string(free_loopback_port()).c_str(), 1);
+  const std::vector<double> plain = tiny_gpt_losses(*gpu, false), dp = tiny_gpt_losses(*gpu, true);
+  unsetenv("ALK_DIST_NCCL_WORLD_OF_ONE");
+  ASSERT_EQ(plain.size(), dp.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], dp[i], 1e-4) << "step " << i + 1;
+  EXPECT_LT(dp.back(), dp.front()) << "it learns";
+}
+
 TEST(Dist, WorldOfOneIsTheIdentity) {
   if (dist::launched()) GTEST_SKIP() << "inside a launch";
   Tensor t = tensor(std::vector<float>{1, 2, 3}, {3});
@@ -381,17 +415,6 @@ TEST(Dist, WorldOfOneIsTheIdentity) {
   EXPECT_THROW(dist::shard_rows(7, 0, 2), Error);  // 7 rows do not split over 2 ranks
 }
 
-int free_loopback_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(s);
-  return ntohs(sa.sin_port);
-}
 
 // NCCL's unique id goes from rank 0 to every peer over MASTER_ADDR:MASTER_PORT (loopback).
 TEST(Dist, TcpRendezvousHandsRankZerosBytesToEveryPeer) {
