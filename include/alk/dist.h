@@ -67,12 +67,13 @@ std::pair<int64_t, int64_t> shard_rows(int64_t global_batch, int rank, int world
 //   backward = compile(... dp.backward(loss); ...)   // = loss.backward(); dp.stage_grads();
 //   dp.all_reduce();                                 // the averages are in the buckets
 //   update = compile(... dp.load_grads(); opt.step(); opt.zero_grad(); ...)
-// On the CPU (MPI) the all-reduce overlaps the backward: each bucket is a HostCall node
+// The all-reduce overlaps the backward (CPU tensors over MPI, CUDA tensors over NCCL): each bucket is a HostCall node
 // realized in the backward's own schedule, which the scheduler runs as soon as the backward
 // has made the bucket's gradients (buckets are in reverse parameter order, the order
 // backward makes them); it hands the bucket to a communication thread, and all_reduce()
-// only waits for the last ones. ALK_DIST_OVERLAP=0, and CUDA tensors (NCCL), all-reduce
-// every bucket in all_reduce(), after the backward (so does loss.backward(); stage_grads()).
+// only waits for the last ones. On CUDA tensors (NCCL) the same runs on a communication
+// stream, ordered by events. ALK_DIST_OVERLAP=0 (and Vulkan) all-reduces every bucket in
+// all_reduce(), after the backward (so does loss.backward(); stage_grads()).
 // The constructor broadcasts the parameters from rank 0, so every rank starts equal.
 class DataParallel {
  public:
