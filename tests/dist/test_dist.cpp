@@ -163,6 +163,11 @@ struct TinyDataParallel {
           capture("loss", loss);
           dp.backward(loss);
         })) {}
+  // One step's backward: the compiled program, or (uncompiled) the same code run directly.
+  void step(const Tensor& x, const Tensor& y, bool compiled) {
+    if (compiled) return backward({x, y});
+    dp.backward(nn::cross_entropy(model(x), y));
+  }
   // This rank's batch of a step: different rows on every rank.
   std::pair<Tensor, Tensor> batch(int step) {
     manual_seed(static_cast<uint64_t>(100 + step * 10 + dist::rank()));
@@ -182,11 +187,14 @@ TEST(DistWorker, Overlap) {
   manual_seed(5);
   nn::GPT reference({.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2});
   OverlapLog log;
-  for (int step = 0; step < 4; ++step) {
-    const std::string call = step == 0 ? "eager call" : step == 1 ? "traced call" : "replay " + std::to_string(step - 1);
+  for (int step = 0; step < 5; ++step) {
+    const std::string call = step == 0 ? "eager call"
+                             : step == 1 ? "traced call"
+                             : step == 4 ? "uncompiled step"
+                                         : "replay " + std::to_string(step - 1);
     auto [x, y] = t.batch(step);
     log.take();
-    t.backward({x, y});
+    t.step(x, y, step != 4);
     t.dp.all_reduce();
     const std::vector<std::string> ev = log.take();
     expect_bucket_zero_issued_mid_backward(ev, t.dp.buckets(), call);
@@ -526,10 +534,10 @@ TEST(Dist, BucketZeroIsIssuedBeforeTheBackwardEnds) {
   ASSERT_TRUE(t.dp.overlapped());
   ASSERT_GT(t.dp.buckets(), 2u);
   OverlapLog log;
-  for (int step = 0; step < 3; ++step) {
+  for (int step = 0; step < 4; ++step) {  // eager call, traced call, replay, uncompiled step
     auto [x, y] = t.batch(step);
     log.take();
-    t.backward({x, y});
+    t.step(x, y, step != 3);
     t.dp.all_reduce();
     const std::vector<std::string> ev = log.take();
     expect_bucket_zero_issued_mid_backward(ev, t.dp.buckets(), "call " + std::to_string(step + 1));
