@@ -38,6 +38,13 @@ class Communicator {
   // Whether another thread than the one that opened it may make the calls (one at a time):
   // MPI initialized with MPI_THREAD_SERIALIZED or more. The overlapped all-reduce needs it.
   virtual bool serialized_threads() const { return false; }
+  // The all-reduce, waited for by testing every `sleep_us` microseconds and sleeping between
+  // (MPI: MPI_Iallreduce + MPI_Test), not by the engine's own busy polling: the overlapped
+  // all-reduce's thread then leaves the cores to the backward while it waits for its peers.
+  virtual void all_reduce_sleeping(void* data, size_t count, DType dtype, ReduceOp op, int sleep_us) {
+    (void)sleep_us;
+    all_reduce(data, count, dtype, op);
+  }
   // NCCL: the all-reduce queued on `stream` (a CUstream of the communicator's device) instead
   // of the CUDA backend's stream: the overlapped gradient all-reduce's communication stream.
   virtual void all_reduce_on(void* data, size_t count, DType dtype, ReduceOp op, void* stream) {
@@ -53,6 +60,10 @@ namespace detail {
 Tensor issue_when_made(const Tensor& staged, int bucket);
 // Waits for every all-reduce issued so far; throws the first one's error as alk::Error.
 void wait_issued();
+// ALK_DIST_MPI_SLEEP_US: how a gradient all-reduce over MPI waits (all_reduce_sleeping):
+// default 50 us between tests; 0: MPI's blocking call, which spins a core while the peers
+// are still computing (on a machine whose cores the ranks share, that slows them down).
+int mpi_sleep_us();
 // For tests: an ordered log of "issue <bucket>" (the HostCall ran), "reduced <bucket>" (the
 // communication thread finished it) and whatever note_event adds (a kernel observer).
 void set_event_log(std::vector<std::string>* log);  // null: off

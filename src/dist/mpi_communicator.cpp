@@ -3,6 +3,7 @@
 // MPI_FLOAT, MPI_SUM, ...) are addresses of global objects in the library (ompi_mpi_*), so
 // they are looked up by name; the few functions used are declared here with their C types.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -30,6 +31,8 @@ struct Mpi {
   int (*Comm_set_errhandler)(Handle, Handle) = nullptr;
   int (*Error_string)(int, char*, int*) = nullptr;
   int (*Allreduce)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
+  int (*Iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*) = nullptr;
+  int (*Test)(Handle*, int*, void*) = nullptr;
   int (*Bcast)(void*, int, Handle, int, Handle) = nullptr;
   int (*Allgather)(const void*, int, Handle, void*, int, Handle, Handle) = nullptr;
   int (*Reduce_scatter_block)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
@@ -75,6 +78,8 @@ Mpi& mpi() {
     bind(m, m.Comm_set_errhandler, "MPI_Comm_set_errhandler");
     bind(m, m.Error_string, "MPI_Error_string");
     bind(m, m.Allreduce, "MPI_Allreduce");
+    bind(m, m.Iallreduce, "MPI_Iallreduce");
+    bind(m, m.Test, "MPI_Test");
     bind(m, m.Bcast, "MPI_Bcast");
     bind(m, m.Allgather, "MPI_Allgather");
     bind(m, m.Reduce_scatter_block, "MPI_Reduce_scatter_block");
@@ -126,6 +131,19 @@ class MpiCommunicator final : public Communicator {
     Mpi& m = mpi();
     call("MPI_Allreduce", m.Allreduce(kInPlace, data, int_count(count), type(dtype, true), reduce_op(op),
                                       m.comm_world));
+    if (op == ReduceOp::Avg) divide(data, count, dtype);
+  }
+  void all_reduce_sleeping(void* data, size_t count, DType dtype, ReduceOp op, int sleep_us) override {
+    if (sleep_us <= 0) return all_reduce(data, count, dtype, op);
+    Mpi& m = mpi();
+    Handle request = nullptr;
+    call("MPI_Iallreduce", m.Iallreduce(kInPlace, data, int_count(count), type(dtype, true), reduce_op(op),
+                                        m.comm_world, &request));
+    for (int done = 0;;) {
+      call("MPI_Test", m.Test(&request, &done, nullptr));  // nullptr: OpenMPI's MPI_STATUS_IGNORE
+      if (done) break;
+      usleep(static_cast<useconds_t>(sleep_us));
+    }
     if (op == ReduceOp::Avg) divide(data, count, dtype);
   }
   void broadcast(void* data, size_t count, DType dtype, int root) override {

@@ -10,6 +10,7 @@
 // MPI is called from one thread at a time (MPI_THREAD_SERIALIZED): the communication
 // thread during the step, the main thread only after waiting for it (every synchronous
 // collective first drains the queue: wait_issued).
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <cstdlib>
@@ -81,7 +82,7 @@ class CommThread {
       if (!failed_before) {
         detail::mark_busy("gradient all_reduce (overlapped with the backward)");
         try {
-          job.engine->all_reduce(job.data, job.count, DType::F32, ReduceOp::Avg);
+          job.engine->all_reduce_sleeping(job.data, job.count, DType::F32, ReduceOp::Avg, detail::mpi_sleep_us());
         } catch (const Error& e) {
           failed = e.detail();
         }
@@ -208,6 +209,14 @@ Tensor issue_when_made(const Tensor& staged, int bucket) {
   check(staged.dtype() == DType::F32 && staged.dim() == 1, "dist", Loc::current(), "a gradient bucket is 1-D f32");
   return make_node(OpId::HostCall, staged.shape(), DType::F32, {staged}, HostCallParams{std::make_shared<IssueBucket>(bucket)},
                    Loc::current());
+}
+
+int mpi_sleep_us() {
+  static const int us = [] {
+    const char* v = std::getenv("ALK_DIST_MPI_SLEEP_US");
+    return v && *v ? std::max(0, std::atoi(v)) : 50;
+  }();
+  return us;
 }
 
 void wait_issued() {

@@ -380,7 +380,7 @@ void all_reduce_in_place(const std::vector<Tensor>& flats, ReduceOp op) {
   Busy busy("gradient all_reduce");
   for (const Tensor& flat : flats) {
     Communicator& c = engine_for(g, flat, Loc::current());
-    c.all_reduce(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op);
+    c.all_reduce_sleeping(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op, detail::mpi_sleep_us());
   }
   synchronize_device(flats.front().device());
 }
