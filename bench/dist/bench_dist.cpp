@@ -46,8 +46,7 @@ int main(int argc, char** argv) {
         loss = alk::nn::cross_entropy(model(in[0]), in[1]);
       }
       alk::capture("loss", loss);
-      loss.backward();
-      dp.stage_grads();
+      dp.backward(loss);
     });
     alk::Program update = alk::compile([&](const std::vector<alk::Tensor>&) {
       dp.load_grads();

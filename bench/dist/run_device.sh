@@ -4,7 +4,7 @@
 # carried:
 #   cmake --build build --target alk_tests alk_cli bench_dist
 #   device run, kind nvidia-h200-x2, carry [build/alk_tests, build/alk, build/bench_dist]:
-#     bash bench/dist/run_device.sh [tests|bench|all]
+#     bash bench/dist/run_device.sh [tests|bench|all|onegpu]   (onegpu: kind nvidia-h200 is enough)
 # 1. NCCL collectives against computed values (tests/dist DistWorker.Collectives, 2 ranks,
 #    CUDA tensors), 2. `alk train --device cuda --nproc 2` losses vs 1 GPU with the same
 #    global batch, 3. GPT-2 124M tokens/s on 1 and 2 GPUs (bench_dist) beside PyTorch DDP
@@ -47,6 +47,16 @@ ranks() {  # ranks N PORT CMD...
   for p in "${pids[@]}"; do wait "$p" || st=1; done
   return $st
 }
+
+if [[ $what == tests || $what == all || $what == onegpu ]] && (( gpus >= 1 )); then
+  echo "==== 1 GPU: the overlapped gradient all-reduce through NCCL (a world of one) and HostCall on CUDA"
+  timeout 300 "$BIN/alk_tests" --gtest_color=no --gtest_brief=1 \
+    --gtest_filter='Dist.NcclOverlapOnOneGpuTrainsLikeThePlainStep:Dist.DataParallelStepOnOneRankTrainsLikeThePlainStep:DeviceParity.HostCall*' \
+    > "$OUT/nccl_overlap_1gpu.log" 2>&1
+  st=$?
+  tail -20 "$OUT/nccl_overlap_1gpu.log"
+  echo "dist-nccl-overlap-1gpu: exit=$st $([[ $st == 0 ]] && echo PASS || echo FAIL)"
+fi
 
 if [[ $what == tests || $what == all ]] && (( gpus >= 2 )); then
   echo "==== NCCL collectives, 2 ranks (DistWorker.Collectives on cuda:LOCAL_RANK)"

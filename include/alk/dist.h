@@ -61,19 +61,29 @@ int launch_local(int nproc, Loc loc = Loc::current());
 // (TokenDataset::batch), so a run resumes at any step and on any world size.
 std::pair<int64_t, int64_t> shard_rows(int64_t global_batch, int rank, int world, Loc loc = Loc::current());
 
-// Gradients of a model averaged over the ranks, in buckets of about bucket_bytes. The
-// training step is two compiled programs around one host call:
-//   backward = compile(... loss.backward(); dp.stage_grads(); ...)  // grads -> buckets
-//   dp.all_reduce();                                                // NCCL/MPI, in place
+// Gradients of a model averaged over the ranks, in buckets of about bucket_bytes
+// (ALK_DIST_BUCKET_BYTES overrides it; default 25 MiB). The training step is two compiled
+// programs around one wait:
+//   backward = compile(... dp.backward(loss); ...)   // = loss.backward(); dp.stage_grads();
+//   dp.all_reduce();                                 // the averages are in the buckets
 //   update = compile(... dp.load_grads(); opt.step(); opt.zero_grad(); ...)
+// The all-reduce overlaps the backward (CPU tensors over MPI, CUDA tensors over NCCL): each bucket is a HostCall node
+// realized in the backward's own schedule, which the scheduler runs as soon as the backward
+// has made the bucket's gradients (buckets are in reverse parameter order, the order
+// backward makes them); it hands the bucket to a communication thread, and all_reduce()
+// only waits for the last ones. On CUDA tensors (NCCL) the same runs on a communication
+// stream, ordered by events. ALK_DIST_OVERLAP=0 (and Vulkan) all-reduces every bucket in
+// all_reduce(), after the backward (so does loss.backward(); stage_grads()).
 // The constructor broadcasts the parameters from rank 0, so every rank starts equal.
 class DataParallel {
  public:
   explicit DataParallel(const nn::NamedTensors& params, int64_t bucket_bytes = 25 << 20, Loc loc = Loc::current());
+  void backward(const Tensor& loss, Loc loc = Loc::current());  // loss.backward() + stage_grads(), overlapped
   void stage_grads();  // inside the backward program: each bucket := its parameters' grads
   void all_reduce();   // the buckets averaged over the ranks (in place, on the buckets' device)
   void load_grads();   // inside the update program: each parameter's grad := its slice of a bucket
   size_t buckets() const { return buckets_.size(); }
+  bool overlapped() const { return overlap_; }  // all-reduce issued during the backward
 
  private:
   struct Bucket {
@@ -83,6 +93,7 @@ class DataParallel {
   };
   nn::NamedTensors params_;
   std::vector<Bucket> buckets_;
+  bool overlap_ = false;
 };
 
 // ZeRO-1 (--zero 1): the optimizer state sharded over the ranks. Each parameter has one

@@ -7,11 +7,15 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "alk/dist.h"
 #include "alk/dtype.h"
+#include "alk/tensor.h"
 
 namespace alk::dist {
+
+[[noreturn]] void fail_collective(const std::string& engine, const std::string& call, const std::string& why);
 
 class Communicator {
  public:
@@ -31,7 +35,48 @@ class Communicator {
   virtual void abort() noexcept = 0;
   // An error the engine met in work already queued (NCCL runs asynchronously), or "".
   virtual std::string async_error() { return ""; }
+  // Whether another thread than the one that opened it may make the calls (one at a time):
+  // MPI initialized with MPI_THREAD_SERIALIZED or more. The overlapped all-reduce needs it.
+  virtual bool serialized_threads() const { return false; }
+  // The all-reduce, waited for by testing every `sleep_us` microseconds and sleeping between
+  // (MPI: MPI_Iallreduce + MPI_Test), not by the engine's own busy polling: the overlapped
+  // all-reduce's thread then leaves the cores to the backward while it waits for its peers.
+  virtual void all_reduce_sleeping(void* data, size_t count, DType dtype, ReduceOp op, int sleep_us) {
+    (void)sleep_us;
+    all_reduce(data, count, dtype, op);
+  }
+  // NCCL: the all-reduce queued on `stream` (a CUstream of the communicator's device) instead
+  // of the CUDA backend's stream: the overlapped gradient all-reduce's communication stream.
+  virtual void all_reduce_on(void* data, size_t count, DType dtype, ReduceOp op, void* stream) {
+    (void)data, (void)count, (void)dtype, (void)op, (void)stream;
+    fail_collective(name(), "all_reduce_on", "no stream-ordered all-reduce on this engine");
+  }
 };
+
+// The gradient all-reduce overlapped with the backward (overlap.cpp; CPU tensors over MPI).
+namespace detail {
+// A HostCall node over `staged` (1-D f32): when the scheduler runs it, its output becomes a
+// copy of `staged` whose all-reduce (average) starts at once on the communication thread.
+Tensor issue_when_made(const Tensor& staged, int bucket);
+// Waits for every all-reduce issued so far; throws the first one's error as alk::Error.
+void wait_issued();
+// ALK_DIST_MPI_SLEEP_US: how a gradient all-reduce over MPI waits (all_reduce_sleeping):
+// default 50 us between tests; 0: MPI's blocking call, which spins a core while the peers
+// are still computing (on a machine whose cores the ranks share, that slows them down).
+int mpi_sleep_us();
+// For tests: an ordered log of "issue <bucket>" (the HostCall ran), "reduced <bucket>" (the
+// communication thread finished it) and whatever note_event adds (a kernel observer).
+void set_event_log(std::vector<std::string>* log);  // null: off
+void note_event(const std::string& event);
+// process_group.cpp: the engine the communication thread calls (MPI initialized with
+// MPI_THREAD_SERIALIZED, in a world of more than one), else null; and the watchdog's mark.
+Communicator* overlap_engine();
+// NCCL on CUDA device `device` in a world of more than one (or of one with
+// ALK_DIST_NCCL_WORLD_OF_ONE=1: the single-GPU check of the stream-ordered path), else null.
+Communicator* overlap_engine_cuda(int device);
+void mark_busy(const char* what);
+void clear_busy();
+}  // namespace detail
 
 // MPI_COMM_WORLD of an mpirun launch (OMPI_COMM_WORLD_* set); initializes MPI.
 std::unique_ptr<Communicator> open_mpi();

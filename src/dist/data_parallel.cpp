@@ -1,9 +1,18 @@
 // Data parallel: parameters broadcast from rank 0, gradients copied into flat f32 buckets
 // inside the compiled backward, the buckets averaged in place by the engine (NCCL on the
 // device's stream, MPI on host memory), and the parameters' grads set to views of the
-// buckets inside the compiled update. The buckets are realized tensors that the backward
-// program assign_s, so every replay leaves the new gradients in the same buffers.
+// buckets inside the compiled update. Overlapped (CPU), each bucket is the output of its
+// HostCall node (overlap.cpp), a stored tensor of the backward's schedule, captured so that a
+// compiled step realizes it in its one schedule and every replay rewrites the same buffer.
+// Not overlapped, the buckets are realized tensors that the backward program assign_s.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "alk/compile.h"
 #include "alk/dist.h"
+#include "dist/communicator.h"
+#include "graph/autograd.h"
 #include "graph/graph.h"
 
 namespace alk::dist {
@@ -22,8 +31,21 @@ std::pair<int64_t, int64_t> shard_rows(int64_t global_batch, int rank, int world
 
 DataParallel::DataParallel(const nn::NamedTensors& params, int64_t bucket_bytes, Loc loc) : params_(params) {
   check(!params_.empty(), "dist", loc, "DataParallel of no parameters");
+  if (const char* b = std::getenv("ALK_DIST_BUCKET_BYTES"); b && *b) {
+    char* end = nullptr;
+    const long long v = std::strtoll(b, &end, 10);
+    check(end && *end == '\0' && v > 0, "dist", loc, "ALK_DIST_BUCKET_BYTES='", b, "' is not a positive byte count");
+    bucket_bytes = v;
+  }
   check(bucket_bytes > 0, "dist", loc, "bucket_bytes must be positive, got ", bucket_bytes);
   Device& dev = params_.front().second.device();
+  const char* overlap_env = std::getenv("ALK_DIST_OVERLAP");
+  // The bucket's HostCall runs on the CPU (MPI on the communication thread) and on CUDA
+  // (NCCL on a communication stream); in a world of one it only copies.
+  const std::string kind = dev.info().kind;
+  overlap_ = !(overlap_env && std::string(overlap_env) == "0") &&
+             ((kind == "cpu" && (world_size() == 1 || detail::overlap_engine() != nullptr)) ||
+              kind == "cuda");
   for (auto& [name, p] : params_) {
     check(p.dtype() == DType::F32, "dist", loc, "parameter '", name, "' is ", dtype_name(p.dtype()),
           ": data parallel keeps f32 parameters (use --dtype for mixed precision)");
@@ -54,23 +76,55 @@ DataParallel::DataParallel(const nn::NamedTensors& params, int64_t bucket_bytes,
 
 void DataParallel::stage_grads() {
   NoGradGuard no_grad;
-  for (Bucket& b : buckets_) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
     std::vector<Tensor> parts;
     for (size_t i : b.params) {
       const Tensor& p = params_[i].second;
       Tensor g = p.grad();
       parts.push_back(g.defined() ? g.to(DType::F32).reshape({p.numel()}) : zeros({p.numel()}).to(p.device()));
     }
-    b.flat.assign_(parts.size() == 1 ? parts[0] : cat(parts, 0));
+    Tensor staged = parts.size() == 1 ? parts[0] : cat(parts, 0);
+    if (!overlap_) {
+      b.flat.assign_(staged);
+      continue;
+    }
+    b.flat = detail::issue_when_made(staged, static_cast<int>(k));
+    // Captured: a compiled step realizes its captures in one schedule, in name order, so
+    // bucket 0 is reached first and its kernels run before the rest of the backward's.
+    char name[48];
+    std::snprintf(name, sizeof name, "dist.bucket.%05zu", k);
+    capture(name, b.flat);
   }
+}
+
+void DataParallel::backward(const Tensor& loss, Loc loc) {
+  if (!overlap_) {
+    loss.backward(Tensor(), loc);
+    stage_grads();
+    return;
+  }
+  // The buckets are made once the gradients are set, and realized ahead of them in the
+  // backward's one schedule.
+  const BackwardTargets buckets = [this] {
+    stage_grads();
+    std::vector<Tensor> flats;
+    for (const Bucket& b : buckets_) flats.push_back(b.flat);
+    return flats;
+  };
+  WithBackwardTargets scope(buckets);
+  loss.backward(Tensor(), loc);
 }
 
 void DataParallel::all_reduce() {
   std::vector<Tensor> flats;
-  for (Bucket& b : buckets_) {
-    b.flat.realize();  // a no-op after the backward program's replay
-    flats.push_back(b.flat);
+  for (Bucket& b : buckets_) flats.push_back(b.flat);
+  if (overlap_) {
+    realize(flats);  // outside a compiled step: one schedule issues them in order; else a no-op
+    detail::wait_issued();
+    return;
   }
+  for (Tensor& f : flats) f.realize();  // a no-op after the backward program's replay
   detail::all_reduce_in_place(flats, ReduceOp::Avg);
 }
 

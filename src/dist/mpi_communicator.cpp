@@ -3,6 +3,7 @@
 // MPI_FLOAT, MPI_SUM, ...) are addresses of global objects in the library (ompi_mpi_*), so
 // they are looked up by name; the few functions used are declared here with their C types.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -16,10 +17,11 @@ namespace {
 using Handle = void*;  // MPI_Comm, MPI_Datatype, MPI_Op, MPI_Errhandler: pointers in OpenMPI
 void* const kInPlace = reinterpret_cast<void*>(1);  // OpenMPI's MPI_IN_PLACE
 constexpr int kMaxErrorString = 256;                 // OpenMPI's MPI_MAX_ERROR_STRING
+constexpr int kThreadSerialized = 2;                 // MPI_THREAD_SERIALIZED (the standard's order)
 
 struct Mpi {
   void* lib = nullptr;
-  int (*Init)(int*, char***) = nullptr;
+  int (*Init_thread)(int*, char***, int, int*) = nullptr;
   int (*Initialized)(int*) = nullptr;
   int (*Finalized)(int*) = nullptr;
   int (*Finalize)() = nullptr;
@@ -29,6 +31,8 @@ struct Mpi {
   int (*Comm_set_errhandler)(Handle, Handle) = nullptr;
   int (*Error_string)(int, char*, int*) = nullptr;
   int (*Allreduce)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
+  int (*Iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*) = nullptr;
+  int (*Test)(Handle*, int*, void*) = nullptr;
   int (*Bcast)(void*, int, Handle, int, Handle) = nullptr;
   int (*Allgather)(const void*, int, Handle, void*, int, Handle, Handle) = nullptr;
   int (*Reduce_scatter_block)(const void*, void*, int, Handle, Handle, Handle) = nullptr;
@@ -64,7 +68,7 @@ Mpi& mpi() {
                 "): install OpenMPI (Debian: apt-get install openmpi-bin libopenmpi-dev) or set ALK_MPI_PATH";
       return m;
     }
-    bind(m, m.Init, "MPI_Init");
+    bind(m, m.Init_thread, "MPI_Init_thread");
     bind(m, m.Initialized, "MPI_Initialized");
     bind(m, m.Finalized, "MPI_Finalized");
     bind(m, m.Finalize, "MPI_Finalize");
@@ -74,6 +78,8 @@ Mpi& mpi() {
     bind(m, m.Comm_set_errhandler, "MPI_Comm_set_errhandler");
     bind(m, m.Error_string, "MPI_Error_string");
     bind(m, m.Allreduce, "MPI_Allreduce");
+    bind(m, m.Iallreduce, "MPI_Iallreduce");
+    bind(m, m.Test, "MPI_Test");
     bind(m, m.Bcast, "MPI_Bcast");
     bind(m, m.Allgather, "MPI_Allgather");
     bind(m, m.Reduce_scatter_block, "MPI_Reduce_scatter_block");
@@ -101,7 +107,11 @@ class MpiCommunicator final : public Communicator {
     if (!m.error.empty()) fail_collective("mpi", "open", m.error);
     int done = 0;
     m.Initialized(&done);
-    if (!done) call("MPI_Init", m.Init(nullptr, nullptr));
+    // SERIALIZED: the gradient all-reduce runs on a communication thread during the backward
+    // (overlap.cpp); the main thread calls MPI only after waiting for it.
+    int provided = 0;
+    if (!done) call("MPI_Init_thread", m.Init_thread(nullptr, nullptr, kThreadSerialized, &provided));
+    serialized_ = provided >= kThreadSerialized;
     // Errors come back as codes (then alk::Error), not as MPI's default abort.
     call("MPI_Comm_set_errhandler", m.Comm_set_errhandler(m.comm_world, m.errors_return));
     call("MPI_Comm_rank", m.Comm_rank(m.comm_world, &rank_));
@@ -123,6 +133,19 @@ class MpiCommunicator final : public Communicator {
                                       m.comm_world));
     if (op == ReduceOp::Avg) divide(data, count, dtype);
   }
+  void all_reduce_sleeping(void* data, size_t count, DType dtype, ReduceOp op, int sleep_us) override {
+    if (sleep_us <= 0) return all_reduce(data, count, dtype, op);
+    Mpi& m = mpi();
+    Handle request = nullptr;
+    call("MPI_Iallreduce", m.Iallreduce(kInPlace, data, int_count(count), type(dtype, true), reduce_op(op),
+                                        m.comm_world, &request));
+    for (int done = 0;;) {
+      call("MPI_Test", m.Test(&request, &done, nullptr));  // nullptr: OpenMPI's MPI_STATUS_IGNORE
+      if (done) break;
+      usleep(static_cast<useconds_t>(sleep_us));
+    }
+    if (op == ReduceOp::Avg) divide(data, count, dtype);
+  }
   void broadcast(void* data, size_t count, DType dtype, int root) override {
     Mpi& m = mpi();
     call("MPI_Bcast", m.Bcast(data, int_count(count * dtype_size(dtype)), m.t_byte, root, m.comm_world));
@@ -140,9 +163,11 @@ class MpiCommunicator final : public Communicator {
   }
   void barrier() override { call("MPI_Barrier", mpi().Barrier(mpi().comm_world)); }
   void abort() noexcept override { mpi().Abort(mpi().comm_world, 3); }
+  bool serialized_threads() const override { return serialized_; }
 
  private:
   int rank_ = 0, size_ = 1;
+  bool serialized_ = false;
 
   static int int_count(size_t n) {
     if (n > static_cast<size_t>(INT32_MAX)) fail_collective("mpi", "count", "more than 2^31 - 1 elements in one call");

@@ -150,6 +150,10 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override {
     call("ncclAllReduce", nccl().AllReduce(data, data, count, nccl_type(dtype), nccl_op(op), comm_, current()));
   }
+  void all_reduce_on(void* data, size_t count, DType dtype, ReduceOp op, void* stream) override {
+    (void)current();  // makes the device's context current on this thread
+    call("ncclAllReduce", nccl().AllReduce(data, data, count, nccl_type(dtype), nccl_op(op), comm_, stream));
+  }
   void broadcast(void* data, size_t count, DType dtype, int root) override {
     call("ncclBroadcast", nccl().Broadcast(data, data, count, nccl_type(dtype), root, comm_, current()));
   }

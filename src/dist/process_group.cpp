@@ -170,6 +170,7 @@ Communicator& nccl_for(Group& g, int device) {
 
 // The engine for a tensor's memory; `device` receives the device collectives run on.
 Communicator& engine_for(Group& g, const Tensor& t, Loc loc) {
+  detail::wait_issued();  // MPI is called from one thread at a time (overlap.cpp)
   const int cuda = cuda_index(t.device());
   if (cuda >= 0) return nccl_for(g, cuda);
   check(g.mpi != nullptr, "dist", loc, "a collective over a ", t.device().name(),
@@ -338,6 +339,7 @@ void barrier() {
   Group& g = group();
   if (g.world == 1) return;
   if (g.mpi) {
+    detail::wait_issued();
     Busy busy("barrier");
     g.mpi->barrier();
     return;
@@ -345,6 +347,28 @@ void barrier() {
   Tensor one = zeros({1});  // through NCCL on the rank's GPU
   all_reduce(one);
 }
+
+namespace detail {
+// For overlap.cpp: the communication thread marks its all-reduce for the watchdog, and runs
+// on MPI only when MPI was initialized for it (else DataParallel does not overlap).
+void mark_busy(const char* what) {
+  group().busy_what = what;
+  group().busy_since = now_ns();
+}
+void clear_busy() { group().busy_since = 0; }
+Communicator* overlap_engine() {
+  init();
+  Group& g = group();
+  return g.world > 1 && g.mpi && g.mpi->serialized_threads() ? g.mpi.get() : nullptr;
+}
+Communicator* overlap_engine_cuda(int device) {
+  init();
+  Group& g = group();
+  const char* one = std::getenv("ALK_DIST_NCCL_WORLD_OF_ONE");
+  if (g.world == 1 && !(one && std::string(one) == "1")) return nullptr;
+  return &nccl_for(g, device);
+}
+}  // namespace detail
 
 // For data_parallel.cpp: in-place averages of realized tensors of one device, all queued
 // before one wait (NCCL runs them in order on the device's stream).
@@ -356,7 +380,7 @@ void all_reduce_in_place(const std::vector<Tensor>& flats, ReduceOp op) {
   Busy busy("gradient all_reduce");
   for (const Tensor& flat : flats) {
     Communicator& c = engine_for(g, flat, Loc::current());
-    c.all_reduce(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op);
+    c.all_reduce_sleeping(data_of(flat), static_cast<size_t>(flat.numel()), flat.dtype(), op, detail::mpi_sleep_us());
   }
   synchronize_device(flats.front().device());
 }

@@ -103,6 +103,11 @@ struct BackwardResult {
 // instead of being stored. A GradFn that a tensor in the caller's hands still leads to (a
 // view kept for another forward, say) keeps its rule, so backward through it again works.
 // The edges stay; a second backward through a released rule is an error that says so.
+const BackwardTargets*& backward_targets() {
+  thread_local const BackwardTargets* make = nullptr;
+  return make;
+}
+
 void release_saved_values(const std::vector<Tensor>& roots, const std::vector<GradFn*>& ran, Loc loc) {
   // References to each GradFn from inside the graph (its consumers' edges, the roots), and
   // a shared_ptr to read its total reference count from.
@@ -191,8 +196,19 @@ void Tensor::backward(const Tensor& seed, Loc loc) const {
     }
   }
   // Backward runs now, as one schedule, like PyTorch's: the graph it frees is large.
+  if (const BackwardTargets* make = backward_targets()) {
+    std::vector<Tensor> targets = (*make)();
+    targets.insert(targets.end(), leaf_grads.begin(), leaf_grads.end());
+    alk::realize(targets);
+    return;
+  }
   alk::realize(leaf_grads);
 }
+
+WithBackwardTargets::WithBackwardTargets(const BackwardTargets& make) : previous_(backward_targets()) {
+  backward_targets() = &make;
+}
+WithBackwardTargets::~WithBackwardTargets() { backward_targets() = previous_; }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& seeds, bool create_graph, Loc loc) {

@@ -19,4 +19,21 @@ Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, Backw
 // Sums g over broadcast dims so it has `shape` (the backward of broadcasting).
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
+// Tensors that Tensor::backward realizes in its one schedule, ahead of the gradients, made
+// by `make` once the leaves' .grad are set (this thread, for the guard's scope): data
+// parallel's gradient buckets (src/dist), so that each bucket's hand-off to the
+// communication thread runs as soon as the backward has made the bucket's gradients (the
+// scheduler walks its targets depth first, in order).
+using BackwardTargets = std::function<std::vector<Tensor>()>;
+class WithBackwardTargets {
+ public:
+  explicit WithBackwardTargets(const BackwardTargets& make);
+  ~WithBackwardTargets();
+  WithBackwardTargets(const WithBackwardTargets&) = delete;
+  WithBackwardTargets& operator=(const WithBackwardTargets&) = delete;
+
+ private:
+  const BackwardTargets* previous_;
+};
+
 }  // namespace alk

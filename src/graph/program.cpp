@@ -147,8 +147,10 @@ struct Program::State {
     // it, so a replay copies nothing for it.
     for (const Carry& c : carries)
       if (!write_in_place(run, c)) replay_carries.push_back(c);
+    // A HostCall runs its host function on every replay: never inside a device recording
+    // (a CUDA graph would replay only what the function queued while being captured).
     auto alone = [](const Kernel& k) {
-      return k.op == OpId::ToDevice || (k.node.op == OpId::Random && k.inputs.empty());
+      return k.op == OpId::ToDevice || k.op == OpId::HostCall || (k.node.op == OpId::Random && k.inputs.empty());
     };
     for (size_t i = 0; i < run.size();) {
       const Kernel& k = run[i];
@@ -212,6 +214,10 @@ struct Program::State {
   // view as its output, as the scheduler's own in-place reuse). Later readers of `from`
   // read `to` instead. Captured values keep their buffers (captured() reads them).
   bool write_in_place(std::vector<Kernel>& kernels, const Carry& c) const {
+    // A host function may hold buffers its kernel does not list (data parallel's buckets):
+    // a step with one keeps its copies.
+    for (const Kernel& k : kernels)
+      if (k.op == OpId::HostCall) return false;
     for (const auto& [name, t] : captures)
       if (t.defined() && t.impl()->node->buffer == c.from) return false;
     auto same_view = [](const KernelArg& a, const KernelArg& b) {

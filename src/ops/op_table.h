@@ -23,7 +23,8 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
   X(Cumsum, true) X(Pad, true) X(Concat, true) X(SliceScatter, true) X(Random, false)              \
   X(Attention, true) X(AttentionBackward, false) X(Unfold, true) X(Fold, true)                     \
   X(LayerNormBackward, false) X(ToDevice, false) X(CrossEntropy, true) X(CrossEntropyBackward, false)  \
-  X(Conv2d, true)
+  X(Conv2d, true)                                                                                    \
+  X(HostCall, false)
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,

@@ -49,9 +49,20 @@ struct UnfoldParams {
   int64_t h, w;  // the spatial size of the [N, C, H, W] side
   double pad_value;
 };
+// HostCall: a host function run as a kernel, in graph order (src/dist hands a gradient bucket to
+// its communication thread the moment the backward has made it). It gets the kernel's buffers
+// as their device holds them (CPU: host pointers; CUDA: device pointers, called where the kernel
+// would be queued, so it queues its own work on the stream); Vulkan declines it. Kept by shared
+// pointer: each replay calls it again (alk::compile launches it alone, outside recordings).
+struct Kernel;
+struct HostFunction {
+  virtual ~HostFunction() = default;
+  virtual void run(const Kernel& k) const = 0;
+};
+struct HostCallParams { std::shared_ptr<const HostFunction> fn; };
 using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
                             OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
-                            AttentionParams, UnfoldParams, CrossEntropyParams>;
+                            AttentionParams, UnfoldParams, CrossEntropyParams, HostCallParams>;
 
 Shape contiguous_strides(const Shape& shape);
 

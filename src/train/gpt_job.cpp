@@ -205,8 +205,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
       loss = nn::cross_entropy(model(in[0]), in[1]);
     }
     capture("loss", loss);
-    loss.backward();
-    dp->stage_grads();
+    dp->backward(loss);  // the buckets' all-reduce starts while the backward runs
   });
   Program update = compile([&](const std::vector<Tensor>&) {
     dp->load_grads();

@@ -1210,6 +1210,8 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
       "Unfold",       "Fold",               // Conv
       "CrossEntropy", "CrossEntropyBackward",  // FusedCrossEntropy
       "Conv2d",  // Conv: the CPU's conv2d (other devices compose unfold + matmul), compared with them
+      "HostCall",  // no device math: a host function (src/dist's bucket hand-off) that the CPU and CUDA
+                   // run and Vulkan declines (DeviceParity.HostCallRunsOnlyWhereItsFunctionCan); tests/dist runs it
   };
   std::vector<std::string> all;
 #define ALK_X(name, differentiable) all.push_back(#name);
@@ -1217,6 +1219,27 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
 #undef ALK_X
   for (const std::string& op : all) EXPECT_TRUE(covered.count(op)) << op << " has no device parity case";
   EXPECT_EQ(covered.size(), all.size()) << "the covered list names an op the table no longer has";
+}
+
+// HostCall runs a host function over the device's own pointers: the CPU and CUDA run it
+// (tests/dist), any other device must decline it (a clear scheduler error).
+TEST(DeviceParity, HostCallRunsOnlyWhereItsFunctionCan) {
+  struct Nothing final : HostFunction {
+    void run(const Kernel&) const override {}
+  };
+  for (Device* dev : devices_under_test()) {
+    Kernel k;
+    k.op = OpId::HostCall;
+    k.node.op = OpId::HostCall;
+    k.node.params = HostCallParams{std::make_shared<Nothing>()};
+    k.node.shape = {4};
+    k.output = KernelArg{dev->allocate(16), 0, DType::F32, {4}, {1}, 0};
+    k.inputs = {KernelArg{dev->allocate(16), 0, DType::F32, {4}, {1}, 0}};
+    EXPECT_EQ(dev->supports(k), dev->info().kind == "cuda") << dev->name();
+  }
+  Kernel k;
+  k.op = k.node.op = OpId::HostCall;
+  EXPECT_TRUE(cpu_device().supports(k));
 }
 
 }  // namespace

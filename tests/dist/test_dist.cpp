@@ -14,15 +14,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <thread>
 
 #include "alk/compile.h"
+#include "backend/cpu/kernel_observer.h"
 #include "alk/dist.h"
 #include "dist/communicator.h"
 #include "io/temp_dir.h"
@@ -105,6 +109,150 @@ TEST(DistWorker, Stopped) {
   die_or_stop(SIGSTOP);
 }
 
+// ---- the overlapped gradient all-reduce ----
+
+// The dist event log ("issue k", "reduced k") with every CPU kernel interleaved ("ran Op"),
+// for the scope of one object.
+struct OverlapLog {
+  std::vector<std::string> events;
+  cpu::KernelObserver observer = [](const Kernel& k) { dist::detail::note_event("ran " + std::string(op_name(k.op))); };
+  OverlapLog() {
+    dist::detail::set_event_log(&events);
+    cpu::set_kernel_observer(&observer);
+  }
+  ~OverlapLog() {
+    cpu::set_kernel_observer(nullptr);
+    dist::detail::set_event_log(nullptr);
+  }
+  std::vector<std::string> take() { return std::exchange(events, {}); }
+};
+
+int index_of(const std::vector<std::string>& ev, const std::string& what, size_t from = 0) {
+  for (size_t i = from; i < ev.size(); ++i)
+    if (ev[i] == what) return static_cast<int>(i);
+  return -1;
+}
+
+// ORDER, not time: within one backward, bucket 0's all-reduce was issued (its HostCall ran)
+// before the backward's last kernels: a Matmul (an earlier layer's weight gradient) runs
+// after it, and the buckets are issued in order 0, 1, 2, ...
+void expect_bucket_zero_issued_mid_backward(const std::vector<std::string>& ev, size_t buckets, const std::string& call) {
+  const int first = index_of(ev, "issue 0");
+  ASSERT_GE(first, 0) << call;
+  if (std::getenv("ALK_TEST_SHOW_EVENTS"))
+    for (const std::string& e : ev) std::cout << e << "\n";
+  EXPECT_GE(index_of(ev, "ran Matmul", static_cast<size_t>(first)), 0)
+      << call << ": no matmul of the backward ran after bucket 0 was issued";
+  int at = first;
+  for (size_t k = 1; k < buckets; ++k) {
+    const int next = index_of(ev, "issue " + std::to_string(k));
+    EXPECT_GT(next, at) << call << ": bucket " << k << " issued out of order";
+    at = next;
+  }
+}
+
+struct TinyDataParallel {
+  bool seeded = (manual_seed(5), true);  // first: the model is made from seed 5 on every rank
+  nn::GPT model{{.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2}};
+  dist::DataParallel dp;
+  Program backward;
+  explicit TinyDataParallel(int64_t bucket_bytes)
+      : dp(model.named_parameters(), bucket_bytes),
+        backward(compile([this](const std::vector<Tensor>& in) {
+          Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+          capture("loss", loss);
+          dp.backward(loss);
+        })) {}
+  // One step's backward: the compiled program, or (uncompiled) the same code run directly.
+  void step(const Tensor& x, const Tensor& y, bool compiled) {
+    if (compiled) return backward({x, y});
+    dp.backward(nn::cross_entropy(model(x), y));
+  }
+  // This rank's batch of a step: different rows on every rank.
+  std::pair<Tensor, Tensor> batch(int step) {
+    manual_seed(static_cast<uint64_t>(100 + step * 10 + dist::rank()));
+    return {randint(0, 64, {4, 8}), randint(0, 64, {4, 8})};
+  }
+};
+
+// Two ranks: the overlapped step's averaged gradients equal each rank's own gradients
+// averaged by a plain all_reduce, in the eager call, the traced call and replays; and the
+// order proof above holds in each.
+TEST(DistWorker, Overlap) {
+  if (!worker("overlap")) GTEST_SKIP() << "a rank of Dist.OverlappedAllReduceOnTwoRanks";
+  ASSERT_EQ(dist::world_size(), 2);
+  TinyDataParallel t(4096);
+  ASSERT_TRUE(t.dp.overlapped());
+  ASSERT_GT(t.dp.buckets(), 2u);
+  manual_seed(5);
+  nn::GPT reference({.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2});
+  OverlapLog log;
+  for (int step = 0; step < 5; ++step) {
+    const std::string call = step == 0 ? "eager call"
+                             : step == 1 ? "traced call"
+                             : step == 4 ? "uncompiled step"
+                                         : "replay " + std::to_string(step - 1);
+    auto [x, y] = t.batch(step);
+    log.take();
+    t.step(x, y, step != 4);
+    t.dp.all_reduce();
+    const std::vector<std::string> ev = log.take();
+    expect_bucket_zero_issued_mid_backward(ev, t.dp.buckets(), call);
+    for (size_t k = 0; k < t.dp.buckets(); ++k)
+      EXPECT_GE(index_of(ev, "reduced " + std::to_string(k)), 0) << call << ": bucket " << k;
+    t.dp.load_grads();
+    // The reference: the same weights, the plain backward, then each gradient all-reduced.
+    for (auto& [name, p] : reference.named_parameters()) p.zero_grad();
+    nn::cross_entropy(reference(x), y).backward();
+    const nn::NamedTensors mine = t.model.named_parameters(), ref = reference.named_parameters();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      Tensor expected = tensor(ref[i].second.grad().to_vector<float>(), ref[i].second.shape());
+      dist::all_reduce(expected, dist::ReduceOp::Avg);
+      const std::vector<float> got = mine[i].second.grad().to_vector<float>(), want = expected.to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t j = 0; j < got.size(); ++j)
+        ASSERT_NEAR(got[j], want[j], 1e-5f * std::max(1.0f, std::abs(want[j]))) << call << " " << mine[i].first << "[" << j << "]";
+    }
+    for (auto& [name, p] : t.model.named_parameters()) p.zero_grad();
+  }
+}
+
+// Rank 1 dies (SIGKILL) or stops (SIGSTOP) inside a compiled backward, right after handing
+// bucket 0 to its communication thread: rank 0's overlapped all-reduce of bucket 0 is then
+// waiting for a peer that will never come.
+void die_or_stop_during_overlap(int sig) {
+  TinyDataParallel t(4096);
+  EXPECT_TRUE(t.dp.overlapped());
+  int step = 0;
+  bool issued = false;  // the observer runs before each kernel: the one after the first HostCall
+  cpu::KernelObserver killer = [&](const Kernel& k) {
+    if (step != 2 || dist::rank() != 1) return;
+    if (k.op == OpId::HostCall) issued = true;
+    else if (issued) raise(sig);
+  };
+  cpu::set_kernel_observer(&killer);
+  try {
+    for (step = 0; step < 200; ++step) {
+      auto [x, y] = t.batch(step);
+      t.backward({x, y});
+      t.dp.all_reduce();
+    }
+  } catch (const Error& e) {
+    std::cerr << "alk " << e.what() << " (rank " << dist::rank() << "; ending the job)" << std::endl;
+    dist::abort_job(1);
+  }
+  cpu::set_kernel_observer(nullptr);
+  ADD_FAILURE() << "rank " << dist::rank() << " was not stopped";
+}
+TEST(DistWorker, KilledDuringOverlap) {
+  if (!worker("kill-overlap")) GTEST_SKIP() << "a rank of Dist.KilledRankDuringAnOverlappedAllReduceEndsTheJob";
+  die_or_stop_during_overlap(SIGKILL);
+}
+TEST(DistWorker, StoppedDuringOverlap) {
+  if (!worker("stop-overlap")) GTEST_SKIP() << "a rank of Dist.StoppedRankDuringAnOverlappedAllReduceEndsTheJob";
+  die_or_stop_during_overlap(SIGSTOP);
+}
+
 // ---- the launches ----
 
 struct Ran {
@@ -138,9 +286,12 @@ bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 
 
 Ran run_workers(const std::string& mode, const std::string& extra_env = "") {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string filter = mode == "collectives" ? "DistWorker.Collectives"
-                             : mode == "kill"      ? "DistWorker.Killed"
-                                                   : "DistWorker.Stopped";
+  const std::string filter = mode == "collectives"    ? "DistWorker.Collectives"
+                             : mode == "kill"         ? "DistWorker.Killed"
+                             : mode == "stop"         ? "DistWorker.Stopped"
+                             : mode == "overlap"      ? "DistWorker.Overlap"
+                             : mode == "kill-overlap" ? "DistWorker.KilledDuringOverlap"
+                                                      : "DistWorker.StoppedDuringOverlap";
   return run(mpi_env() + "ALK_DIST_WORKER=" + mode + " " + extra_env + " mpirun -np 2 " + self +
              " --gtest_color=no --gtest_brief=1 --gtest_filter=" + filter);
 }
@@ -151,10 +302,24 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
+int free_loopback_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(s);
+  return ntohs(sa.sin_port);
+}
+
 // The data-parallel step (backward program, bucket all-reduce, update program) against the
 // one-program step, on one rank: the staging of gradients into buckets and back must not
 // change a bit of training, on the CPU and on every GPU device (recorded replays).
-std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel) {
+// staged: loss.backward() then dp.stage_grads() (the buckets made after the backward's
+// schedule: captured, so a compiled step still realizes them) instead of dp.backward(loss).
+std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel, bool staged = false) {
   manual_seed(5);
   nn::GPT model({.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2});
   model.to(dev);
@@ -162,6 +327,7 @@ std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel) {
   // Small buckets: several of them, and a parameter alone in one.
   dist::DataParallel dp(model.named_parameters(), 4096);
   EXPECT_GT(dp.buckets(), 2u);
+  EXPECT_EQ(dp.overlapped(), dev.info().kind == "cpu" || dev.info().kind == "cuda") << dev.name();
   auto forward = [&](const std::vector<Tensor>& in) {
     Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
     capture("loss", loss);
@@ -174,8 +340,14 @@ std::vector<double> tiny_gpt_losses(Device& dev, bool data_parallel) {
     opt.zero_grad();
   });
   Program backward = compile([&](const std::vector<Tensor>& in) {
-    forward(in);
-    dp.stage_grads();
+    Tensor loss = nn::cross_entropy(model(in[0]), in[1]);
+    capture("loss", loss);
+    if (staged) {
+      loss.backward();
+      dp.stage_grads();
+    } else {
+      dp.backward(loss);
+    }
   });
   Program update = compile([&](const std::vector<Tensor>&) {
     dp.load_grads();
@@ -205,11 +377,38 @@ TEST(Dist, DataParallelStepOnOneRankTrainsLikeThePlainStep) {
   for (Device* d : available_devices())
     if (d->info().type != "cpu") devices.push_back(d);
   for (Device* d : devices) {
-    const std::vector<double> plain = tiny_gpt_losses(*d, false), dp = tiny_gpt_losses(*d, true);
+    const std::vector<double> plain = tiny_gpt_losses(*d, false), dp = tiny_gpt_losses(*d, true),
+                              staged = tiny_gpt_losses(*d, true, true);
     ASSERT_EQ(plain.size(), dp.size());
-    for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], dp[i], 1e-5) << d->name() << " step " << i + 1;
+    ASSERT_EQ(plain.size(), staged.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_NEAR(plain[i], dp[i], 1e-5) << d->name() << " step " << i + 1;
+      EXPECT_NEAR(plain[i], staged[i], 1e-5) << d->name() << " step " << i + 1 << " (stage_grads)";
+    }
     EXPECT_LT(dp.back(), dp.front()) << d->name() << ": it learns";
   }
+}
+
+// On one GPU, the overlapped step through NCCL: a world of one with
+// ALK_DIST_NCCL_WORLD_OF_ONE=1, so every bucket goes through the copy on the backend's stream,
+// ncclAllReduce on the communication stream and the events between them, in the eager call,
+// the traced call and replays. It trains like the plain step. Skipped without a CUDA device
+// or NCCL. On a GPU machine:
+//   build/alk_tests --gtest_filter='Dist.NcclOverlapOnOneGpuTrainsLikeThePlainStep:Dist.DataParallelStep*'
+TEST(Dist, NcclOverlapOnOneGpuTrainsLikeThePlainStep) {
+  if (dist::launched()) GTEST_SKIP() << "inside a launch";
+  Device* gpu = nullptr;
+  for (Device* d : available_devices())
+    if (d->name() == "cuda:0") gpu = d;
+  if (!gpu) GTEST_SKIP() << "no cuda:0";
+  if (const std::string why = dist::nccl_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  setenv("ALK_DIST_NCCL_WORLD_OF_ONE", "1", 1);
+  if (!std::getenv("MASTER_PORT")) setenv("MASTER_PORT", std::to_string(free_loopback_port()).c_str(), 1);
+  const std::vector<double> plain = tiny_gpt_losses(*gpu, false), dp = tiny_gpt_losses(*gpu, true);
+  unsetenv("ALK_DIST_NCCL_WORLD_OF_ONE");
+  ASSERT_EQ(plain.size(), dp.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], dp[i], 1e-4) << "step " << i + 1;
+  EXPECT_LT(dp.back(), dp.front()) << "it learns";
 }
 
 TEST(Dist, WorldOfOneIsTheIdentity) {
@@ -224,17 +423,6 @@ TEST(Dist, WorldOfOneIsTheIdentity) {
   EXPECT_THROW(dist::shard_rows(7, 0, 2), Error);  // 7 rows do not split over 2 ranks
 }
 
-int free_loopback_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(s);
-  return ntohs(sa.sin_port);
-}
 
 // NCCL's unique id goes from rank 0 to every peer over MASTER_ADDR:MASTER_PORT (loopback).
 TEST(Dist, TcpRendezvousHandsRankZerosBytesToEveryPeer) {
@@ -309,6 +497,62 @@ TEST(Dist, StoppedRankEndsTheJobAfterTheTimeout) {
       << r.output;
 }
 
+TEST(Dist, OverlappedAllReduceOnTwoRanks) {
+  SKIP_WITHOUT_MPI();
+  // The communication thread's two ways of waiting: MPI_Test with sleeps (the default) and
+  // MPI's blocking call.
+  for (const std::string wait : {"", "ALK_DIST_MPI_SLEEP_US=0"}) {
+    const Ran r = run_workers("overlap", wait);
+    EXPECT_EQ(r.status, 0) << wait << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "[  PASSED  ] 1 test"), 2) << wait << "\n" << r.output;
+  }
+}
+
+TEST(Dist, KilledRankDuringAnOverlappedAllReduceEndsTheJob) {
+  SKIP_WITHOUT_MPI();
+  const Ran r = run_workers("kill-overlap", "ALK_DIST_TIMEOUT=20");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the time limit ended it, not alk or mpirun: " << r.output;
+  const bool told = r.output.find("signal 9") != std::string::npos || r.output.find("alk: dist error") != std::string::npos ||
+                    r.output.find("dist: mpi: MPI_Allreduce failed") != std::string::npos;
+  EXPECT_TRUE(told) << r.output;
+  EXPECT_EQ(r.output.find("was not stopped"), std::string::npos) << r.output;
+}
+
+TEST(Dist, StoppedRankDuringAnOverlappedAllReduceEndsTheJob) {
+  SKIP_WITHOUT_MPI();
+  const Ran r = run_workers("stop-overlap", "ALK_DIST_TIMEOUT=3");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the time limit ended it, not the watchdog: " << r.output;
+  EXPECT_NE(r.output.find("alk: dist error: rank 0 of 2: gradient all_reduce (overlapped with the backward) waited "
+                          "more than 3 s"),
+            std::string::npos)
+      << r.output;
+}
+
+// One process (a world of one: the HostCall only copies): the order proof on the eager
+// call, the traced call and a replay of the compiled backward.
+TEST(Dist, BucketZeroIsIssuedBeforeTheBackwardEnds) {
+  if (dist::launched()) GTEST_SKIP() << "inside a launch";
+  TinyDataParallel t(4096);
+  ASSERT_TRUE(t.dp.overlapped());
+  ASSERT_GT(t.dp.buckets(), 2u);
+  OverlapLog log;
+  for (int step = 0; step < 4; ++step) {  // eager call, traced call, replay, uncompiled step
+    auto [x, y] = t.batch(step);
+    log.take();
+    t.step(x, y, step != 3);
+    t.dp.all_reduce();
+    const std::vector<std::string> ev = log.take();
+    expect_bucket_zero_issued_mid_backward(ev, t.dp.buckets(), "call " + std::to_string(step + 1));
+    if (step == 2) {
+      EXPECT_GE(index_of(ev, "ran Concat"), 0) << "a replay runs the buckets' copies";
+    }
+    t.dp.load_grads();
+    for (auto& [name, p] : t.model.named_parameters()) p.zero_grad();
+  }
+}
+
 // ---- data-parallel training through the CLI ----
 
 #ifdef ALK_CLI_PATH
@@ -358,6 +602,13 @@ TEST(Dist, TwoRanksTrainLikeOneWithTheSameGlobalBatch) {
   const std::vector<double> ref = losses(dir / "one/metrics.jsonl");
   ASSERT_EQ(ref.size(), 8u);  // 6 steps, 2 validations
   expect_close(losses(dir / "two/metrics.jsonl"), ref, "2 ranks vs 1");
+  // The same without the overlap (every bucket all-reduced after the backward), launched by
+  // the README's line: mpirun -np 2 alk train ...
+  std::string sync_cmd = train_cmd(dir, "sync", "--steps 6 --batch 4");
+  sync_cmd.replace(sync_cmd.find(ALK_CLI_PATH), std::string(ALK_CLI_PATH).size(), "mpirun -np 2 " + std::string(ALK_CLI_PATH));
+  const Ran sync = run("env ALK_DIST_OVERLAP=0 " + sync_cmd);
+  ASSERT_EQ(sync.status, 0) << sync.output;
+  expect_close(losses(dir / "sync/metrics.jsonl"), ref, "2 ranks without overlap vs 1");
   // Resume onto another world size: 3 steps on 2 ranks, then on to step 6 on 1 rank (the
   // learning rate is in its warmup, so the shorter run's schedule is the same).
   ASSERT_EQ(run(train_cmd(dir, "resumed", "--steps 3 --batch 4 --nproc 2")).status, 0);

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -13,6 +14,7 @@
 
 #include "backend/cpu/eval.h"
 #include "backend/cpu/gemm_kernel.h"
+#include "backend/cpu/kernel_observer.h"
 #include "backend/cpu/kernels.h"
 #include "runtime/device.h"
 #include "expr/emit.h"
@@ -167,6 +169,11 @@ DeviceInfo cpu_info() {
   return info;
 }
 
+std::atomic<const cpu::KernelObserver*>& kernel_observer() {
+  static std::atomic<const cpu::KernelObserver*> observer{nullptr};
+  return observer;
+}
+
 class CpuDevice final : public Device {
  public:
   const DeviceInfo& info() const override {
@@ -201,6 +208,7 @@ class CpuDevice final : public Device {
   }
 
   void launch(PreparedKernel& prepared, const Kernel& k) override {
+    if (const cpu::KernelObserver* observe = kernel_observer().load(std::memory_order_acquire)) (*observe)(k);
     if (k.op == OpId::Map) {
       auto in = views_of(k.inputs);
       cpu::eval_map(*static_cast<CpuMapKernel&>(prepared).program, in, view_of(k.output));
@@ -361,6 +369,7 @@ class CpuDevice final : public Device {
         cpu::fold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
         return;
       }
+      case OpId::HostCall: std::get<HostCallParams>(n.params).fn->run(k); return;
       default:
         fail(std::string(op_name(n.op)), n.loc, "the cpu backend has no kernel for this op");
     }
@@ -368,6 +377,8 @@ class CpuDevice final : public Device {
 };
 
 }  // namespace
+
+void cpu::set_kernel_observer(const KernelObserver* observer) { kernel_observer().store(observer, std::memory_order_release); }
 
 Device& cpu_device() {
   static CpuDevice* device = new CpuDevice;  // never destroyed: tensors in statics free into it at exit

@@ -1581,6 +1581,7 @@ std::string unsupported_reason(const Kernel& k) {
   for (const KernelArg& a : k.inputs)
     if (!rank_ok(a)) return "an input of rank " + std::to_string(a.shape.size()) + " > 8";
   if (k.op == OpId::Map) return k.expr ? "" : "a Map kernel without an expression";
+  if (k.op == OpId::HostCall) return "";  // its function queues its own work on the stream (src/dist)
   if (k.op == OpId::Reduce) {
     if (!k.expr) return "a Reduce kernel without its prologue";
     if (k.inputs.size() > 8) return "a reduction prologue with more than 8 inputs";
@@ -1810,6 +1811,10 @@ class CudaDevice final : public Device {
   // Queues k: the core op into the output (or into scratch of the core's dtype when an
   // epilogue changes it), then the epilogue as a Map kernel over that value.
   void enqueue(Context& c, const Kernel& k) {
+    if (k.op == OpId::HostCall) {  // runs now, on the host: it queues its work in stream order itself
+      if (!c.compile_only) std::get<HostCallParams>(k.node.params).fn->run(k);
+      return;
+    }
     const Arg out = arg_of(k.output);
     if (k.op == OpId::Map) {
       std::vector<Arg> in;

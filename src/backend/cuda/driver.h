@@ -61,6 +61,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
   X(cuEventCreate, CUresult, (CUevent*, unsigned))                                                  \
   X(cuEventRecord, CUresult, (CUevent, CUstream))                                                   \
   X(cuEventSynchronize, CUresult, (CUevent))                                                        \
+  X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned))                                     \
   X(cuEventQuery, CUresult, (CUevent))                                                              \
   X(cuEventDestroy_v2, CUresult, (CUevent))                                                         \
   X(cuEventElapsedTime, CUresult, (float*, CUevent, CUevent))                                        \
