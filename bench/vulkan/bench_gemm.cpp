@@ -159,6 +159,7 @@ double torch_cuda_ms(const Options& o, DType t, std::string& what) {
 }
 
 // One GEMM of dtype t with tiles `spec` (see usage): median ms, after checking the result.
+// Cooperative-matrix variants print how many shared buffers they got on this device.
 double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec) {
   const size_t esz = dtype_size(t);
   std::mt19937 rng(1);
@@ -179,6 +180,7 @@ double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec)
   if (spec == "large") kernel.force_tiles(vk::kMatmulLarge);
   if (spec == "small") kernel.force_tiles(vk::kMatmulSmall);
   if (spec == "coop") kernel.force_tiles(vk::kMatmulCoop);
+  if (spec == "coop-large") kernel.force_tiles(vk::kMatmulCoopLarge);
   // gpu:BMxBNxBK:TMxTN, e.g. gpu:128x64x16:8x4 (the shared-memory tiles GPUs run: matmul.h)
   if (spec.rfind("gpu:", 0) == 0) {
     unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
@@ -190,6 +192,9 @@ double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec)
     unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
     if (std::sscanf(spec.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
     kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn, true});
+    const vk::MatmulTiles ct{bm, bn, bk, tm, tn, true};
+    std::printf("coop %s: %u invocations, shared memory %u bytes with 2 buffers, %u with 1 (device: %u)\n", spec.c_str(),
+                ct.threads(), vk::coop_shared_bytes(ct, 2), vk::coop_shared_bytes(ct, 1), ctx.info().max_shared_memory);
   }
   // cpu:BMxBN:TMxTN, e.g. cpu:64x64:8x8 (register blocks for CPU implementations: matmul.h)
   if (spec == "cpu") kernel.force_tiles(vk::kMatmulCpu);
@@ -277,6 +282,7 @@ int main(int argc, char** argv) {
                 info.driver_name.c_str(), info.driver_info.c_str(), info.cooperative_matrix ? "offered" : "not offered");
     std::printf("VK_NV_cooperative_matrix 16x16x16 f16 (the f16 tensor-core path): %s\n",
                 info.cooperative_matrix_nv ? "enabled" : "not offered");
+    std::printf("%s", info.describe().c_str());  // limits (shared memory) and the NV matrix shapes
     // A CPU implementation (lavapipe) needs minutes for one 4096^3 product: a smaller default.
     if (info.kind == vk::DeviceInfo::Kind::Cpu && !o.sized) {
       o.m = o.n = o.k = 512;
@@ -294,6 +300,13 @@ int main(int argc, char** argv) {
       }
       // --tiles a,b,...: each variant timed; the anchor once per dtype, a RATIO line per variant
       // (named with its tiles unless auto).
+      {
+        const vk::MatmulTiles a = vk::choose_matmul_tiles(info, t, o.m, o.n, o.k, 1);
+        std::printf("auto tiles for %s %lldx%lldx%lld: %s%ux%ux%u:%ux%u (%u invocations%s)\n", dtype_name(t).data(),
+                    static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k),
+                    a.coop ? "coop:" : a.cpu ? "cpu:" : "gpu:", a.bm, a.bn, a.bk, a.tm, a.tn, a.threads(),
+                    a.coop ? (vk::coop_shared_bytes(a, 2) <= info.max_shared_memory ? ", 2 shared buffers" : ", 1 shared buffer") : "");
+      }
       std::vector<std::pair<std::string, double>> timed;
       for (size_t at = 0; at <= o.tiles.size();) {
         size_t end = o.tiles.find(',', at);

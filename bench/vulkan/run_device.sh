@@ -102,7 +102,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
   # Tile variants beside the automatic choice (auto): GPU shared-memory tiles (gpu:BMxBNxBK:TMxTN)
   # and cooperative-matrix tiles (coop:..., f16 only; refused for f32/bf16, which is printed).
-  tiles=auto,gpu:128x128x8:8x8,gpu:128x64x16:8x4,gpu:64x128x16:4x8,small,coop:128x128x32:2x4,coop:64x128x32:2x4
+  tiles=auto,gpu:128x128x8:8x8,coop:128x256x32:4x4,coop:256x128x32:4x4,coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x256x64:4x4,coop:128x128x32:2x4,coop:128x128x64:2x4,coop:128x128x32:4x4,coop:64x64x32:2x2
   if [[ $cpu_impl == 1 ]]; then tiles=auto,large; gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
   else gemm_args="--size 4096 --iters 20"; gpt2_args="--batch ${GPT2_BATCH:-4} --steps 5"; tiny_steps=10; fi
   stamp "==== GEMM vs cuBLAS (torch.matmul, TF32 off)"

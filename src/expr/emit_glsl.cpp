@@ -1,6 +1,6 @@
 // GLSL (Vulkan compute, #version 450) spelling of a map kernel. GLSL has no erf,
 // log1p or expm1 and no transcendental functions on double: those are rewritten in
-// the IR (emit_common.cpp). 8/16-bit and 64-bit integer storage use the standard
+// the IR (emit_common.cpp), except pow on double (alk_pow_f64 below). 8/16-bit and 64-bit integer storage use the standard
 // Vulkan extensions, enabled only when the kernel needs them.
 #include <cmath>
 #include <string>
@@ -8,6 +8,8 @@
 #include "expr/emit.h"
 
 namespace alk::expr::emit_detail {
+
+std::string glsl_pow_f64_helper();
 
 namespace {
 
@@ -48,7 +50,7 @@ struct Glsl final : Lang {
     return v < 0 ? "(-" + s + ")" : s;
   }
 
-  std::string fn_name(Fn f, Type) const override {
+  std::string fn_name(Fn f, Type t) const override {
     switch (f) {
       case Fn::Exp: return "exp";
       case Fn::Log: return "log";
@@ -61,7 +63,7 @@ struct Glsl final : Lang {
       case Fn::Floor: return "floor";
       case Fn::Ceil: return "ceil";
       case Fn::Round: return "roundEven";  // GLSL round() may round halves either way
-      case Fn::Pow: return "pow";
+      case Fn::Pow: return t == Type::F64 ? "alk_pow_f64" : "pow";
       case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
@@ -130,7 +132,7 @@ struct Glsl final : Lang {
     if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
     if (i64) s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
     s += header_comment(original, sig, "//");
-    if (f64) s += "// note: GLSL has no exp/log/sin/cos/tanh/pow on double: those are computed in float here\n";
+    if (f64) s += "// note: GLSL has no exp/log/sin/cos/tanh on double: those are computed in float here\n";
     s += "layout(local_size_x = 256) in;\n\n";
     int binding = 0;
     for (size_t k = 0; k < sig.inputs.size(); ++k)
@@ -169,6 +171,11 @@ struct Glsl final : Lang {
            "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
            "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
            "}\n\n";
+    for (const Node& x : lowered.nodes)
+      if (x.fn == Fn::Pow && x.type == Type::F64) {
+        s += glsl_pow_f64_helper() + "\n";
+        break;
+      }
     s += "void main() {\n";
     s += "  uint step = gl_NumWorkGroups.x * 256u;\n";
     s += "  for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {\n";
@@ -182,6 +189,29 @@ struct Glsl final : Lang {
 }  // namespace
 
 std::unique_ptr<Lang> make_glsl() { return std::make_unique<Glsl>(); }
+
+// GLSL has no pow on double. x^y for x >= 0 (build_pow handles signs and zero): by
+// squaring in double where y is an integer below 2^24 (relative error ~|y| ulps: the
+// optimizers' beta^t to ~1e-13 where f32 gave ~1e-7), else through f32 like exp and log.
+// Guarded, so several emitted functions in one shader define it once.
+std::string glsl_pow_f64_helper() {
+  return R"(#ifndef ALK_POW_F64
+#define ALK_POW_F64
+double alk_pow_f64(double x, double y) {
+  const double n = abs(y);
+  if (n == floor(n) && n < 16777216.0lf) {
+    double r = 1.0lf, b = x;
+    for (uint e = uint(n); e != 0u; e >>= 1u) {
+      if ((e & 1u) != 0u) r *= b;
+      b *= b;
+    }
+    return y < 0.0lf ? 1.0lf / r : r;
+  }
+  return double(pow(float(x), float(y)));
+}
+#endif
+)";
+}
 
 }  // namespace alk::expr::emit_detail
 

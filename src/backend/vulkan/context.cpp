@@ -170,11 +170,28 @@ struct Instance {
       if (cm.cooperativeMatrix && props && props(pd, &count, nullptr) == VK_SUCCESS && count > 0) {
         std::vector<VkCooperativeMatrixPropertiesNV> shapes(count, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
         if (props(pd, &count, shapes.data()) == VK_SUCCESS)
-          for (const auto& c : shapes)
+          for (const auto& c : shapes) {
+            auto type = [](VkComponentTypeNV t) -> std::string {
+              switch (t) {
+                case VK_COMPONENT_TYPE_FLOAT16_NV: return "f16";
+                case VK_COMPONENT_TYPE_FLOAT32_NV: return "f32";
+                case VK_COMPONENT_TYPE_FLOAT64_NV: return "f64";
+                case VK_COMPONENT_TYPE_SINT8_NV: return "s8";
+                case VK_COMPONENT_TYPE_UINT8_NV: return "u8";
+                case VK_COMPONENT_TYPE_SINT32_NV: return "s32";
+                case VK_COMPONENT_TYPE_UINT32_NV: return "u32";
+                default: return "type" + std::to_string(static_cast<int>(t));
+              }
+            };
+            info.cooperative_matrix_nv_shapes.push_back(
+                std::to_string(c.MSize) + "x" + std::to_string(c.NSize) + "x" + std::to_string(c.KSize) + " " +
+                type(c.AType) + "*" + type(c.BType) + "+" + type(c.CType) + "->" + type(c.DType) +
+                (c.scope == VK_SCOPE_SUBGROUP_NV ? " subgroup" : " scope" + std::to_string(static_cast<int>(c.scope))));
             info.cooperative_matrix_nv |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 &&
                                           c.AType == VK_COMPONENT_TYPE_FLOAT16_NV && c.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
                                           c.CType == VK_COMPONENT_TYPE_FLOAT32_NV && c.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
                                           c.scope == VK_SCOPE_SUBGROUP_NV;
+          }
       }
     }
 
@@ -255,11 +272,16 @@ std::string DeviceInfo::describe() const {
   s << "\n  limits: storage offset alignment " << min_storage_offset_alignment << ", storage range "
     << max_storage_buffer_range << ", push constants " << max_push_constants << ", workgroups "
     << max_workgroup_count[0] << "x" << max_workgroup_count[1] << "x" << max_workgroup_count[2] << " of up to "
-    << max_workgroup_invocations << "\n";
+    << max_workgroup_invocations << ", shared memory " << max_shared_memory << "\n";
   s << "  features: f64 " << float64 << ", i64 " << int64 << ", 16-bit storage " << storage16 << ", 8-bit storage "
     << storage8 << ", f16 math " << float16 << ", i8 math " << int8 << ", subgroup " << subgroup_size << " (ops 0x"
     << std::hex << subgroup_ops << std::dec << "), cooperative matrix " << cooperative_matrix << " (NV 16x16x16 f16 "
     << cooperative_matrix_nv << ")\n";
+  if (!cooperative_matrix_nv_shapes.empty()) {
+    s << "  VK_NV_cooperative_matrix shapes:";
+    for (const std::string& c : cooperative_matrix_nv_shapes) s << " [" << c << "]";
+    s << "\n";
+  }
   return s.str();
 }
 

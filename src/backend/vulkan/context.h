@@ -49,6 +49,9 @@ struct DeviceInfo {
   // 32-wide subgroups: enabled at device creation when offered (the f16 matmul uses it;
   // the KHR extension needs a newer shader compiler than alk builds with today).
   bool cooperative_matrix_nv = false;
+  // Every VkCooperativeMatrixPropertiesNV the driver lists, as "MxNxK A*B+C->D scope"
+  // (printed by `alk devices` and the GEMM benchmark).
+  std::vector<std::string> cooperative_matrix_nv_shapes;
   uint32_t compute_queue_family = UINT32_MAX;
 
   std::string kind_name() const;  // "discrete" "integrated" "virtual" "cpu" "other"

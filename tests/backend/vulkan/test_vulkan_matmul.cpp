@@ -409,9 +409,52 @@ TEST(VulkanMatmul, CooperativeMatrixSourceCompiles) {
                       eb.finish(eb.binary(expr::Fn::Add, eb.input(0, expr::Type::F32), eb.input(1, expr::Type::F32))),
                       {DType::F16}};
   MatmulKernel k(*ctx, sig);
-  for (bool a_k : {false, true})
-    for (bool fused : {false, true})
-      for (bool vec : {false, true}) EXPECT_FALSE(compile_glsl(k.source(kMatmulCoop, a_k, true, fused, vec, vec)).empty());
+  // Every variant the H200 benchmark measures, single- (32 KiB) and double-buffered (the
+  // limit of the largest variant), each operand layout, with and without the epilogue.
+  int compiled = 0;
+  for (const MatmulTiles& t : kMatmulCoopVariants)
+    for (uint32_t limit : {coop_shared_bytes(t, 1), coop_shared_bytes(t, 2)}) {
+      const std::string one = k.source(t, true, true, false, true, true, limit);
+      EXPECT_NE(one.find(limit == coop_shared_bytes(t, 2) ? "#define NBUF 2u" : "#define NBUF 1u"), std::string::npos);
+      for (bool a_k : {false, true})
+        for (bool b_n : {false, true})
+          for (bool fused : {false, true})
+            for (bool vec : {false, true}) {
+              SCOPED_TRACE(std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ":" +
+                           std::to_string(t.tm) + "x" + std::to_string(t.tn) + " limit " + std::to_string(limit) +
+                           " a_k " + std::to_string(a_k) + " b_n " + std::to_string(b_n) + " fused " +
+                           std::to_string(fused) + " vec " + std::to_string(vec));
+              EXPECT_FALSE(compile_glsl(k.source(t, a_k, b_n, fused, vec, vec, limit)).empty());
+              ++compiled;
+            }
+    }
+  EXPECT_EQ(compiled, static_cast<int>(std::size(kMatmulCoopVariants)) * 2 * 16);
+}
+
+// The automatic choice puts large f16 products on the tensor cores' largest tiles where the
+// device offers VK_NV_cooperative_matrix (it used to pick the 4-subgroup tiles, 11.8x
+// cuBLAS on the H200 against 7.3x for the best forced ones), and never on devices without.
+TEST(VulkanMatmul, AutomaticTilesUseCooperativeMatricesForLargeHalfProducts) {
+  DeviceInfo gpu;
+  gpu.kind = DeviceInfo::Kind::Discrete;
+  gpu.cooperative_matrix_nv = true;
+  gpu.max_shared_memory = 48 * 1024;
+  gpu.max_workgroup_invocations = 1024;
+  auto same = [](const MatmulTiles& a, const MatmulTiles& b) {
+    return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.tm == b.tm && a.tn == b.tn && a.coop == b.coop && a.cpu == b.cpu;
+  };
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopLarge));
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 1024, 1024, 1024, 1), kMatmulCoop));
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 100, 70, 130, 1), kMatmulCoopSmall));
+  EXPECT_TRUE(choose_matmul_tiles(gpu, DType::F16, 8, 8, 8, 1).coop == false);
+  EXPECT_FALSE(choose_matmul_tiles(gpu, DType::BF16, 4096, 4096, 4096, 1).coop);
+  EXPECT_FALSE(choose_matmul_tiles(gpu, DType::F32, 4096, 4096, 4096, 1).coop);
+  // The large tiles fit 48 KiB single-buffered; a device with less gets the 128x128 ones.
+  EXPECT_LE(coop_shared_bytes(kMatmulCoopLarge, 1), 48u * 1024);
+  gpu.max_shared_memory = 32 * 1024;
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoop));
+  gpu.cooperative_matrix_nv = false;
+  EXPECT_FALSE(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1).coop);
 }
 
 TEST(VulkanMatmul, CooperativeMatrixF16) {
@@ -429,6 +472,14 @@ TEST(VulkanMatmul, CooperativeMatrixF16) {
   const Case aligned[] = {{{}, {}, {}, 136, 72, 200, plain, plain}, {{3}, {3}, {1}, 40, 48, 24, plain, plain},
                           {{}, {}, {}, 130, 40, 136, plain, tr}};
   for (const Case& c : aligned) check(*ctx, k, c, DType::F16, 15);
+  // Every benchmarked variant the device can hold, on an aligned product with edge tiles.
+  for (const MatmulTiles& t : kMatmulCoopVariants) {
+    if (coop_shared_bytes(t, 1) > ctx->info().max_shared_memory) continue;
+    k.force_tiles(t);
+    SCOPED_TRACE(std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk));
+    check(*ctx, k, Case{{}, {}, {}, 272, 264, 200, plain, plain}, DType::F16, 16);
+    check(*ctx, k, Case{{}, {}, {}, 130, 70, 96, tr, plain}, DType::F16, 17);
+  }
   k.force_tiles(std::nullopt);
   // Chosen by shape for large f16 products.
   check(*ctx, k, Case{{}, {}, {}, 256, 128, 192, tr, plain}, DType::F16, 13);

@@ -133,6 +133,32 @@ struct MatmulKernel::Variant {
   const Pipeline* pipeline;
 };
 
+uint32_t coop_shared_bytes(const MatmulTiles& t, uint32_t buffers) {
+  const uint32_t slices = (t.bm * (t.bk + 8) + t.bk * (t.bn + 8)) * 2;  // f16
+  return buffers * slices + (t.threads() / 32) * 256 * 4;
+}
+
+MatmulTiles choose_matmul_tiles(const DeviceInfo& info, DType input, int64_t M, int64_t N, int64_t K, int64_t batches) {
+  auto tiles = [&](int64_t bm, int64_t bn) { return ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batches; };
+  // f16 on the tensor cores (VK_NV_cooperative_matrix): the 128x256 tiles where they fill
+  // the device (>= ~1 workgroup per SM of a large GPU), else 128x128, else 64x64.
+  if (input == DType::F16 && info.cooperative_matrix_nv && M >= 16 && N >= 16 && K >= 16) {
+    auto fits = [&](const MatmulTiles& t) {
+      return coop_shared_bytes(t, 1) <= info.max_shared_memory && t.threads() <= info.max_workgroup_invocations;
+    };
+    if (M >= 128 && N >= 256 && tiles(128, 256) >= 96 && fits(kMatmulCoopLarge)) return kMatmulCoopLarge;
+    if (M >= 128 && N >= 128 && tiles(128, 128) >= 48 && fits(kMatmulCoop)) return kMatmulCoop;
+    return kMatmulCoopSmall;
+  }
+  if (info.kind == DeviceInfo::Kind::Cpu && !std::getenv("ALK_VK_GEMM_SHARED")) {
+    // On a CPU implementation: 4 rows by 16, 8 or 4 columns per invocation as n allows, 8 x 8
+    // invocations per workgroup (bench/vulkan/NOTES.md).
+    const uint32_t cpu_tn = N >= 128 ? 16 : N >= 32 ? 8 : 4;
+    return MatmulTiles{32, 8 * cpu_tn, 4, 4, cpu_tn, false, true};
+  }
+  return M >= 128 && N >= 128 && tiles(128, 128) >= 96 ? kLarge : kSmall;
+}
+
 std::string matmul_unsupported_reason(const Context& ctx, const MatmulSignature& sig) {
   const DeviceInfo& info = ctx.info();
   if (!is_floating(sig.input)) return "matmul of " + std::string(dtype_name(sig.input)) + " (floating dtypes only)";
@@ -161,7 +187,8 @@ MatmulKernel::MatmulKernel(Context& ctx, MatmulSignature sig) : ctx_(ctx), sig_(
 
 MatmulKernel::~MatmulKernel() = default;
 
-std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a, bool vec_b) const {
+std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a, bool vec_b,
+                                 uint32_t shared_limit) const {
   vec_a = vec_a && t.coop && a_k;
   vec_b = vec_b && t.coop && b_n;
   const size_t E = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
@@ -187,7 +214,7 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
     s += "#extension GL_NV_cooperative_matrix : require\n#extension GL_KHR_memory_scope_semantics : require\n"
          "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
          "#extension GL_KHR_shader_subgroup_basic : require\n";
-  if (!t.coop && !t.cpu) s += "#extension GL_EXT_control_flow_attributes : require\n";
+  if (!t.cpu) s += "#extension GL_EXT_control_flow_attributes : require\n";
   if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
   if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
   // The epilogue may compute in i64 (conform() orders bools as integers, integer pow...);
@@ -335,8 +362,12 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   if (t.coop) {
     // Cooperative matrices (VK_NV_cooperative_matrix): subgroups of 32, each computing a
     // (16 TM) x (16 TN) piece of the tile as TM x TN 16x16 f32 accumulators; A and B slices are
-    // staged in shared memory as f16 (rows padded by 8 halfs: 16-byte aligned, staggered).
-    s += R"(#define AS_STRIDE (BK + 8u)  // As[m][k]
+    // staged in shared memory as f16 (rows padded by 8 halfs: 16-byte aligned, and the 8 rows
+    // a 16x16 load reads at once fall in 8 different 16-byte bank groups).
+    const uint32_t limit = shared_limit ? shared_limit : ctx_.info().max_shared_memory;
+    const uint32_t nbuf = coop_shared_bytes(t, 2) <= limit ? 2u : 1u;
+    s += "#define NBUF " + u(nbuf) + R"(
+#define AS_STRIDE (BK + 8u)  // As[m][k]
 #define BS_STRIDE (BN + 8u)  // Bs[k][n]
 #define LA8 ((BM * BK) / (8u * WG))
 #define LB8 ((BK * BN) / (8u * WG))
@@ -351,12 +382,12 @@ uvec4 pack8(float16_t h[8]) {
 )";
     // Operands read 16 bytes at a time are staged 16 bytes at a time (uvec4; cooperative
     // matrix loads count offsets and strides in that unit), the rest as halfs.
-    // Two of each (ping-pong): slice i + 1 is stored while slice i may still be read, so
-    // one barrier per slice suffices.
-    s += vec_a ? "#define A_BUF (BM * AS_STRIDE / 8u)\nshared uvec4 As[2u * A_BUF];\n"
-               : "#define A_BUF (BM * AS_STRIDE)\nshared float16_t As[2u * A_BUF];\n";
-    s += vec_b ? "#define B_BUF (BK * BS_STRIDE / 8u)\nshared uvec4 Bs[2u * B_BUF];\n"
-               : "#define B_BUF (BK * BS_STRIDE)\nshared float16_t Bs[2u * B_BUF];\n";
+    // With two of each (ping-pong), slice i + 1 is stored while slice i may still be read,
+    // so one barrier per slice suffices; with one, a second barrier guards the stores.
+    s += vec_a ? "#define A_BUF (BM * AS_STRIDE / 8u)\nshared uvec4 As[NBUF * A_BUF];\n"
+               : "#define A_BUF (BM * AS_STRIDE)\nshared float16_t As[NBUF * A_BUF];\n";
+    s += vec_b ? "#define B_BUF (BK * BS_STRIDE / 8u)\nshared uvec4 Bs[NBUF * B_BUF];\n"
+               : "#define B_BUF (BK * BS_STRIDE)\nshared float16_t Bs[NBUF * B_BUF];\n";
     if (vec_a)
       s += R"(// 8 halfs of row r from column k (zero past the edges): one 16-byte load when all are inside.
 uvec4 load_a8(uint r, uint k, int a_base) {
@@ -403,50 +434,53 @@ void main() {
     auto loads = [&](const std::string& k, const std::string& in) {
       std::string x;
       if (vec_a)
-        x += in + "for (uint i = 0u; i < LA8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
+        x += in + "[[unroll]] for (uint i = 0u; i < LA8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
              "  ra[i] = load_a8(row0 + e / (BK / 8u), " + k + " + (e % (BK / 8u)) * 8u, a_base);\n" + in + "}\n";
       else
-        x += in + "for (uint i = 0u; i < LA; ++i) {\n" + in + "  const uint e = tid + i * WG, r = row0 + A_M(e), k = " + k +
+        x += in + "[[unroll]] for (uint i = 0u; i < LA; ++i) {\n" + in + "  const uint e = tid + i * WG, r = row0 + A_M(e), k = " + k +
              " + A_K(e);\n" + in + "  ra[i] = r < p.M && k < p.K ? raw_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : float16_t(0.0);\n" +
              in + "}\n";
       if (vec_b)
-        x += in + "for (uint i = 0u; i < LB8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
+        x += in + "[[unroll]] for (uint i = 0u; i < LB8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
              "  rb[i] = load_b8(" + k + " + e / (BN / 8u), col0 + (e % (BN / 8u)) * 8u, b_base);\n" + in + "}\n";
       else
-        x += in + "for (uint i = 0u; i < LB; ++i) {\n" + in + "  const uint e = tid + i * WG, k = " + k +
+        x += in + "[[unroll]] for (uint i = 0u; i < LB; ++i) {\n" + in + "  const uint e = tid + i * WG, k = " + k +
              " + B_K(e), c = col0 + B_N(e);\n" + in +
              "  rb[i] = k < p.K && c < p.N ? raw_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : float16_t(0.0);\n" + in + "}\n";
       return x;
     };
     s += loads("0u", "    ");
-    s += "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK, buf ^= 1u) {\n";
+    s += nbuf == 2 ? "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK, buf ^= 1u) {\n"
+                   : "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK) {\n";
     if (vec_a)
-      s += R"(      for (uint i = 0u; i < LA8; ++i) {
+      s += R"(      [[unroll]] for (uint i = 0u; i < LA8; ++i) {
         const uint e = tid + i * WG;
         As[buf * A_BUF + (e / (BK / 8u)) * (AS_STRIDE / 8u) + e % (BK / 8u)] = ra[i];
       }
 )";
     else
-      s += R"(      for (uint i = 0u; i < LA; ++i) {
+      s += R"(      [[unroll]] for (uint i = 0u; i < LA; ++i) {
         const uint e = tid + i * WG;
         As[buf * A_BUF + A_M(e) * AS_STRIDE + A_K(e)] = ra[i];
       }
 )";
     if (vec_b)
-      s += R"(      for (uint i = 0u; i < LB8; ++i) {
+      s += R"(      [[unroll]] for (uint i = 0u; i < LB8; ++i) {
         const uint e = tid + i * WG;
         Bs[buf * B_BUF + (e / (BN / 8u)) * (BS_STRIDE / 8u) + e % (BN / 8u)] = rb[i];
       }
 )";
     else
-      s += R"(      for (uint i = 0u; i < LB; ++i) {
+      s += R"(      [[unroll]] for (uint i = 0u; i < LB; ++i) {
         const uint e = tid + i * WG;
         Bs[buf * B_BUF + B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
       }
 )";
+    // The next slice's global loads are issued before this slice's products, so their
+    // latency hides behind the tensor-core work.
     s += "      barrier();\n      const uint k1 = k0 + BK;\n      if (k1 < p.K) {\n" + loads("k1", "        ") + "      }\n";
     const std::string a_unit = vec_a ? " / 8u" : "", b_unit = vec_b ? " / 8u" : "";
-    s += "      for (uint kk = 0u; kk < BK; kk += 16u) {\n";
+    s += "      [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {\n";
     for (int i = 0; i < fm; ++i)
       s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
            std::to_string(i) + ", As, buf * A_BUF + ((wm * 16u * TM + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk)" + a_unit +
@@ -458,7 +492,9 @@ void main() {
     s += each([](const std::string& i, const std::string& j) {
       return "        acc" + i + j + " = coopMatMulAddNV(fa" + i + ", fb" + j + ", acc" + i + j + ");\n";
     });
-    s += "      }\n    }\n    barrier();  // before the next batch matrix reuses the buffers\n";
+    s += "      }\n";
+    if (nbuf == 1) s += "      barrier();  // one buffer: every subgroup is done with it before the next stores\n";
+    s += "    }\n    barrier();  // before the next batch matrix reuses the buffers\n";
     s += each([&](const std::string& i, const std::string& j) {
       return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
              "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
@@ -565,6 +601,18 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
     fail("matmul: shared-memory tiles need TM and TN multiples of 4 dividing BM and BN");
   if (t.coop && !(sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv))
     fail("matmul: cooperative-matrix tiles need f16 operands and VK_NV_cooperative_matrix");
+  if (t.coop) {
+    const uint32_t wg = t.threads();
+    if (t.tm == 0 || t.tn == 0 || t.bm % (16 * t.tm) || t.bn % (16 * t.tn) || t.bk % 16 || (t.bm * t.bk) % (8 * wg) ||
+        (t.bk * t.bn) % (8 * wg))
+      fail("matmul: cooperative-matrix tiles need BM, BN multiples of 16 TM, 16 TN, BK of 16, and slices of 8 halfs per invocation");
+    if (wg > ctx_.info().max_workgroup_invocations)
+      fail("matmul: cooperative-matrix tiles of " + std::to_string(wg) + " invocations exceed the device's " +
+           std::to_string(ctx_.info().max_workgroup_invocations));
+    if (coop_shared_bytes(t, 1) > ctx_.info().max_shared_memory)
+      fail("matmul: cooperative-matrix tiles need " + std::to_string(coop_shared_bytes(t, 1)) +
+           " bytes of shared memory, the device has " + std::to_string(ctx_.info().max_shared_memory));
+  }
   auto v = std::make_unique<Variant>();
   v->tiles = t;
   v->a_k = a_k, v->b_n = b_n, v->fused = fused, v->vec_a = vec_a, v->vec_b = vec_b;
@@ -680,16 +728,7 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
   const size_t host_dims = dims.size() > kBatchDims ? dims.size() - kBatchDims : 0;
   for (size_t d = host_dims; d < dims.size(); ++d) kernel_batches *= dims[d].size;
 
-  const int64_t big_tiles = ((M + 127) / 128) * ((n + 127) / 128) * kernel_batches;
-  const bool coop = sig_.input == DType::F16 && ctx_.info().cooperative_matrix_nv && M >= 64 && n >= 64 && k >= 16;
-  // On a CPU implementation: 4 rows by 16, 8 or 4 columns per invocation as n allows, 8 x 8
-  // invocations per workgroup (bench/vulkan/NOTES.md).
-  const uint32_t cpu_tn = n >= 128 ? 16 : n >= 32 ? 8 : 4;
-  const MatmulTiles cpu_tiles{32, 8 * cpu_tn, 4, 4, cpu_tn, false, true};
-  const MatmulTiles& tiles = forced_ ? *forced_
-                             : coop  ? kMatmulCoop
-                             : cpu_impl ? cpu_tiles
-                             : M >= 128 && n >= 128 && big_tiles >= 96 ? kLarge : kSmall;
+  const MatmulTiles tiles = forced_ ? *forced_ : choose_matmul_tiles(info, sig_.input, M, n, k, kernel_batches);
   const int64_t a_rs = rows.strides[0], a_cs = a.strides[R - 1], b_rs = b.strides[R - 2], b_cs = b.strides[R - 1];
   const bool a_k = std::abs(a_cs) <= std::abs(a_rs) || M == 1;
   const bool b_n = std::abs(b_cs) <= std::abs(b_rs) || k == 1;

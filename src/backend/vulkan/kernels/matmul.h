@@ -11,8 +11,9 @@
 // load coalesced. Two tile shapes are compiled: 128x128 (8x8 per invocation) for large
 // products, 64x64 (4x4) when the large tiles would leave the device idle. f16 x f16 on a
 // device with VK_NV_cooperative_matrix (DeviceInfo::cooperative_matrix_nv) runs on the
-// tensor cores instead: 128x128x32 tiles, each of 4 subgroups 4x4 16x16 f32 accumulators,
-// double-buffered shared memory, 16-byte loads where the operands are aligned.
+// tensor cores instead: 128x256x32 tiles for large products, each of 8 subgroups owning
+// 4x4 16x16 f32 accumulators (64x64), slices double-buffered in shared memory where two
+// fit the device's limit (else one), 16-byte loads where the operands are aligned.
 //
 // Batch dims are collapsed on the host where the strides allow (and folded into the rows
 // when B is shared by every batch matrix, as for a linear layer), up to 3 batch dims in
@@ -45,6 +46,8 @@ struct Kernel;
 
 namespace alk::vk {
 
+struct DeviceInfo;
+
 struct MatmulSignature {
   DType input = DType::F32;   // A and B (the scheduler casts both to one dtype)
   DType value = DType::F32;   // the product's dtype (the node's): what the epilogue's slot 0 sees
@@ -69,7 +72,17 @@ struct MatmulTiles {
 };
 inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
 inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
-inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 4, 4, true};  // 4 subgroups; measured best on an H200
+// Cooperative-matrix tiles (f16 on VK_NV_cooperative_matrix). Large: 8 subgroups of 64x64
+// (4x4 accumulators) over 128x256, the reuse an H200 needs to keep its L2 traffic below its
+// bandwidth (bench/vulkan/NOTES.md); the 128x128 8-subgroup tiles measured 93 TFLOP/s there.
+inline constexpr MatmulTiles kMatmulCoopLarge{128, 256, 32, 4, 4, true};
+inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 2, 4, true};
+inline constexpr MatmulTiles kMatmulCoopSmall{64, 64, 32, 2, 2, true};
+// Every cooperative-matrix variant the benchmark measures (and the tests compile).
+inline constexpr MatmulTiles kMatmulCoopVariants[] = {
+    kMatmulCoopLarge, {256, 128, 32, 4, 4, true}, {128, 256, 16, 4, 4, true}, {256, 128, 16, 4, 4, true},
+    {128, 256, 64, 4, 4, true}, kMatmulCoop, {128, 128, 64, 2, 4, true}, {128, 128, 32, 4, 4, true},
+    kMatmulCoopSmall};
 // bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
 inline constexpr MatmulTiles kMatmulCpu{64, 64, 4, 8, 8, false, true};
 
@@ -89,8 +102,10 @@ class MatmulKernel {
   // The GLSL of the variant for these layouts (tests, golden inspection). vec_a / vec_b
   // (cooperative-matrix tiles only): the operand is contiguous along k / n with rows and
   // its start 16-byte aligned, and is read 8 halfs at a time.
+  // shared_limit: the shared memory to plan for (0: the device's maxComputeSharedMemorySize);
+  // cooperative-matrix tiles double-buffer their slices where two fit, else use one.
   std::string source(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused_epilogue,
-                     bool vec_a = false, bool vec_b = false) const;
+                     bool vec_a = false, bool vec_b = false, uint32_t shared_limit = 0) const;
 
  private:
   struct Variant;
@@ -106,6 +121,14 @@ class MatmulKernel {
   mutable std::unique_ptr<MapKernel> epilogue_map_;
   std::optional<MatmulTiles> forced_;  // the unfused epilogue, built on first need
 };
+
+// The tiles a product of M x N (x `batches`) with operands of `input` runs on, on `info`
+// (what MatmulKernel::launch picks when no tiles are forced).
+MatmulTiles choose_matmul_tiles(const DeviceInfo& info, DType input, int64_t M, int64_t N, int64_t K, int64_t batches);
+
+// Shared memory of a cooperative-matrix variant: the A and B slices (`buffers` of each,
+// rows padded by 8 halfs) and one f32 16x16 tile per subgroup for the stores.
+uint32_t coop_shared_bytes(const MatmulTiles& t, uint32_t buffers);
 
 // Why the device cannot run this signature ("" when it can).
 std::string matmul_unsupported_reason(const Context& ctx, const MatmulSignature& sig);
