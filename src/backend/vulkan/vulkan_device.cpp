@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "backend/vulkan/context.h"
@@ -51,6 +52,21 @@ std::string layout_reason(const Context& ctx, const Kernel& k) {
     if (span_bytes(a) > range) return "an input spans more than maxStorageBufferRange (" + std::to_string(range) + " bytes)";
   if (span_bytes(k.output) > range) return "the output spans more than maxStorageBufferRange (" + std::to_string(range) + " bytes)";
   return "";
+}
+
+// Runs f, which prepares, encodes or launches kernel k. An alk::Error raised inside the
+// backend (vk::fail names op "vulkan" and loader.cpp's line; template kernels name their own
+// files) is raised again naming the kernel's op and the user's call site (Kernel::node.loc),
+// as the CPU's kernels do; errors that already name a call site outside src/backend pass.
+template <class F>
+decltype(auto) at_call_site(const Kernel& k, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (std::string_view(e.file()).find("src/backend/") == std::string_view::npos) throw;
+    const std::string op = k.node.name.empty() ? std::string(op_name(k.node.op)) : k.node.name;
+    throw Error(op, e.op() == op ? e.detail() : e.op() + ": " + e.detail(), k.node.loc);
+  }
 }
 
 struct PreparedMap final : PreparedKernel {
@@ -125,6 +141,32 @@ class VulkanDevice final : public Device {
   bool supports(const Kernel& k) const override { return unsupported(k).empty(); }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
+    return at_call_site(k, [&] { return prepare_kernel(k); });
+  }
+
+  void launch(PreparedKernel& prepared, const Kernel& k) override {
+    at_call_site(k, [&] { encode(ctx().stream(), prepared, k); });
+  }
+
+  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
+    auto r = std::make_unique<VulkanRecording>();
+    r->commands = ctx().stream().record();
+    for (const Kernel& k : kernels) {
+      auto p = prepare(k);
+      at_call_site(k, [&] { encode(*r->commands, *p, k); });
+      r->commands->keep(p);
+      // The buffers the recording names stay alive with it (their allocations already do,
+      // but the Buffer objects own the handles).
+      for (const KernelArg& a : k.inputs) r->commands->keep(a.buffer);
+      for (const KernelArg& a : k.epilogue_inputs) r->commands->keep(a.buffer);
+      r->commands->keep(k.output.buffer);
+    }
+    r->commands->finish();
+    return r;
+  }
+
+ private:
+  std::shared_ptr<PreparedKernel> prepare_kernel(const Kernel& k) {
     if (std::string why = unsupported(k); !why.empty())
       fail(std::string(op_name(k.node.op)) + " cannot run on " + info_.name + ": " + why);
     if (k.op != OpId::Map) {
@@ -144,24 +186,8 @@ class VulkanDevice final : public Device {
     return slot;
   }
 
-  void launch(PreparedKernel& prepared, const Kernel& k) override { encode(ctx().stream(), prepared, k); }
 
-  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
-    auto r = std::make_unique<VulkanRecording>();
-    r->commands = ctx().stream().record();
-    for (const Kernel& k : kernels) {
-      auto p = prepare(k);
-      encode(*r->commands, *p, k);
-      r->commands->keep(p);
-      // The buffers the recording names stay alive with it (their allocations already do,
-      // but the Buffer objects own the handles).
-      for (const KernelArg& a : k.inputs) r->commands->keep(a.buffer);
-      for (const KernelArg& a : k.epilogue_inputs) r->commands->keep(a.buffer);
-      r->commands->keep(k.output.buffer);
-    }
-    r->commands->finish();
-    return r;
-  }
+ public:
   void replay(alk::Recording& recording) override {
     auto* r = dynamic_cast<VulkanRecording*>(&recording);
     if (!r) fail("replay of a recording made by another device");

@@ -94,6 +94,31 @@ TEST(VulkanDevice, TemplateOpsItLacksAreRefusedClearly) {
   }
 }
 
+// An error raised inside the backend while a kernel runs names the op and the user's
+// file:line, as the CPU's do (it used to cite src/backend/vulkan/loader.cpp:91). Here: a
+// product taller than the device's workgroup grid reaches (rows / 32 > maxComputeWorkGroupCount[1]).
+TEST(VulkanDevice, KernelErrorsNameTheCallersLine) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  const int64_t rows = static_cast<int64_t>(vk::Context::get(0)->info().max_workgroup_count[1]) * 64 + 1;
+  if (rows * 4 > 512ll << 20) GTEST_SKIP() << "the device's grid is too tall to overflow cheaply";
+  DeviceGuard on(*dev);
+  Tensor a = ones({rows, 2}), b = ones({2, 3});
+  a.realize(), b.realize();
+  unsigned line = 0;
+  try {
+    line = __LINE__ + 1;
+    Tensor c = matmul(a, b);
+    c.realize();
+    dev->synchronize();
+    GTEST_SKIP() << "vulkan:0 ran a " << rows << "-row product: no error to check";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.line(), line) << e.what();
+    EXPECT_NE(std::string(e.file()).find("test_vulkan_device.cpp"), std::string::npos) << e.what();
+    EXPECT_EQ(e.op(), std::string(op_name(OpId::Matmul))) << e.what();
+    EXPECT_NE(e.detail().find("workgroups"), std::string::npos) << e.what();
+  }
+}
+
 TEST(VulkanDevice, RecordOnceReplayInPlace) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   // x = x * 2 + 1 in place (a Map reading and writing the same elements), recorded once.
