@@ -394,6 +394,18 @@ Context::Context(const DeviceInfo& info) : info_(info) {
   const uint64_t heap = mem.memoryHeaps[mem.memoryTypes[device_type].heapIndex].size;
   po.block_bytes = std::min<size_t>(po.block_bytes, std::max<size_t>(heap / 8, size_t(1) << 20));
   pool_ = std::make_shared<Pool>(device_, po);
+  // Small per-step state where device-local memory is also host-visible (the BAR window
+  // of a discrete GPU): written by memcpy, read by kernels at device-memory speed.
+  // ALK_VK_NO_MAPPED_STATE=1 leaves it out (the test of the staging path's submit count).
+  const char* no_mapped_state = std::getenv("ALK_VK_NO_MAPPED_STATE");
+  const int mapped_type = find_memory_type(mem, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host, 0);
+  if (!unified_ && mapped_type >= 0 && !(no_mapped_state && std::string_view(no_mapped_state) == "1")) {
+    Pool::Options mo = po;
+    mo.memory_type = static_cast<uint32_t>(mapped_type);
+    mo.host_visible = true;
+    mo.block_bytes = size_t(1) << 20;
+    mapped_small_ = std::make_shared<Pool>(device_, mo);
+  }
   const int staging_type = find_memory_type(mem, host, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
   if (staging_type < 0) fail(info.name + " has no host-visible coherent memory");
   Pool::Options so;

@@ -87,6 +87,14 @@ class Context {
   Pool& pool() { return *pool_; }
   Pool& staging() { return *staging_; }
   bool unified_memory() const { return unified_; }
+  // Small allocations (<= kSmallStateBytes: scalars such as the generator state, the
+  // learning rate, step counts, a loss) in memory both device-local and host-visible:
+  // `pool()` itself on unified memory, else a pool in the device's host-visible
+  // device-local type (NVIDIA's BAR window, AMD's SAM) where one exists. Uploads into it
+  // are a memcpy (after the GPU's last use), so a compiled step's replay is one submit.
+  // Null where the device has no such memory (the small state then goes through staging).
+  static constexpr size_t kSmallStateBytes = 4096;
+  Pool* mapped_small() { return unified_ ? pool_.get() : mapped_small_.get(); }
   // The storage-buffer binding alignment every suballocation honours.
   size_t binding_alignment() const;
   Stream& stream() { return *stream_; }
@@ -104,7 +112,7 @@ class Context {
   std::shared_ptr<DeviceHandle> device_;
   VkQueue queue_ = VK_NULL_HANDLE;
   bool unified_ = false;
-  std::shared_ptr<Pool> pool_, staging_;
+  std::shared_ptr<Pool> pool_, staging_, mapped_small_;
   std::unique_ptr<ShaderCache> shaders_;
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
   std::string pipeline_cache_path_;

@@ -112,7 +112,10 @@ class VulkanDevice final : public Device {
   const alk::DeviceInfo& info() const override { return info_; }
 
   std::shared_ptr<Buffer> allocate(size_t bytes) override {
-    auto slot = new Slot{ctx().pool().allocate(bytes)};
+    // Small buffers (per-step state, scalars) where the host writes and reads them directly
+    // (Context::mapped_small): a replayed step needs no staging copy before it.
+    Pool* small = bytes <= Context::kSmallStateBytes ? ctx().mapped_small() : nullptr;
+    auto slot = new Slot{(small ? *small : ctx().pool()).allocate(bytes)};
     return std::make_shared<Buffer>(this, slot, bytes);
   }
   void release_cached_memory() override {
@@ -120,6 +123,7 @@ class VulkanDevice final : public Device {
     ctx_->stream().synchronize();  // what pending work kept alive is released
     ctx_->pool().trim();
     ctx_->staging().trim();
+    if (Pool* small = ctx_->mapped_small()) small->trim();
   }
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     ctx().stream().upload(alloc(dst), offset, src, bytes);
