@@ -3,7 +3,7 @@
 // machine has no CUDA PyTorch.
 //
 //   bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] [--device vulkan:I]
-//                     [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]
+//                     [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop-large|coop[g]:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]
 //
 // Defaults: 4096^3 (512^3 and 3 runs on a CPU implementation such as lavapipe), f32 then bf16
 // then f16 (those the device stores), vulkan:0 (discrete GPUs come first; lavapipe is the last
@@ -51,7 +51,7 @@ struct Options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "bench_vulkan_gemm: %s\nusage: bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] "
-                       "[--device vulkan:I] [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]\n", why);
+                       "[--device vulkan:I] [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop-large|coop[g]:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]\n", why);
   std::exit(2);
 }
 
@@ -188,11 +188,14 @@ double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec)
     kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn});
   }
   // coop:BMxBNxBK:TMxTN, e.g. coop:128x128x32:4x4 (tile, and 16x16 accumulators per subgroup)
-  if (spec.rfind("coop:", 0) == 0) {
+  // coopg:...: the same, fragments loaded straight from the operands (MatmulTiles::direct)
+  if (spec.rfind("coop:", 0) == 0 || spec.rfind("coopg:", 0) == 0) {
+    const bool direct = spec.rfind("coopg:", 0) == 0;
     unsigned bm = 0, bn = 0, bk = 0, tm = 0, tn = 0;
-    if (std::sscanf(spec.c_str(), "coop:%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5) usage("--tiles coop:BMxBNxBK:TMxTN");
-    kernel.force_tiles(vk::MatmulTiles{bm, bn, bk, tm, tn, true});
-    const vk::MatmulTiles ct{bm, bn, bk, tm, tn, true};
+    if (std::sscanf(spec.c_str() + (direct ? 6 : 5), "%ux%ux%u:%ux%u", &bm, &bn, &bk, &tm, &tn) != 5)
+      usage("--tiles coop:BMxBNxBK:TMxTN or coopg:BMxBNxBK:TMxTN");
+    const vk::MatmulTiles ct{bm, bn, bk, tm, tn, true, false, direct};
+    kernel.force_tiles(ct);
     std::printf("coop %s: %u invocations, shared memory %u bytes with 2 buffers, %u with 1 (device: %u)\n", spec.c_str(),
                 ct.threads(), vk::coop_shared_bytes(ct, 2), vk::coop_shared_bytes(ct, 1), ctx.info().max_shared_memory);
   }

@@ -102,11 +102,19 @@ fi
 if [[ $what == bench || $what == all ]]; then
   # Tile variants beside the automatic choice (auto): GPU shared-memory tiles (gpu:BMxBNxBK:TMxTN)
   # and cooperative-matrix tiles (coop:..., f16 only; refused for f32/bf16, which is printed).
-  tiles=auto,gpu:128x128x8:8x8,coop:128x256x32:4x4,coop:256x128x32:4x4,coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x256x64:4x4,coop:128x128x32:2x4,coop:128x128x64:2x4,coop:128x128x32:4x4,coop:64x64x32:2x2
-  if [[ $cpu_impl == 1 ]]; then tiles=auto,large; gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
+  # f32/bf16: the shared-memory shader. f16: every cooperative-matrix variant (one RATIO line
+  # each; "auto tiles" names what the automatic choice took, its RATIO line has no suffix;
+  # variants that exceed the device's shared memory print "failed"; coopg: fragments loaded
+  # straight from the operands, no shared-memory staging).
+  tiles=auto,gpu:128x128x8:8x8
+  coop_tiles=auto,coop:128x256x32:4x4,coop:256x128x32:4x4,coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x256x64:4x4,coop:128x128x32:2x4,coop:128x128x64:2x4,coop:128x128x32:4x4,coop:64x64x32:2x2,coopg:128x256x16:4x4,coopg:128x128x16:2x4
+  if [[ $cpu_impl == 1 ]]; then tiles=auto,large; coop_tiles=auto; gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
   else gemm_args="--size 4096 --iters 20"; gpt2_args="--batch ${GPT2_BATCH:-4} --steps 5"; tiny_steps=10; fi
-  stamp "==== GEMM vs cuBLAS (torch.matmul, TF32 off)"
-  timeout 150 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f32,f16,bf16 --tiles $tiles 2>&1 | tee "$OUT/gemm.log" | grep -v '^$' | cut -c1-200 | tail -40
+  stamp "==== GEMM vs cuBLAS (torch.matmul, TF32 off): f32, bf16"
+  timeout 100 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f32,bf16 --tiles $tiles 2>&1 | tee "$OUT/gemm.log" | grep -v '^$' | cut -c1-200 | tail -40
+  stamp "==== GEMM f16 vs cuBLAS: cooperative-matrix variants (device limits and NV matrix shapes first)"
+  timeout 120 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tiles $coop_tiles 2>&1 | tee "$OUT/gemm_f16.log" | grep -v '^$' | \
+    grep -E 'limits|cooperative|shapes|^auto|^coop|^GEMM|^ANCHOR|^RATIO' | cut -c1-240 | tail -45
   stamp "==== tiny-GPT step on vulkan:0 (anchor: alk's CPU backend)"
   timeout 90 "$BIN/bench_vulkan_tiny_gpt" --device vulkan:0 --steps $tiny_steps 2>&1 | tee "$OUT/tiny_gpt.log" | tail -6
   stamp "==== GPT-2 124M step on vulkan:0 (f32; anchor: PyTorch eager f32 on CUDA, TF32 off)"

@@ -64,8 +64,8 @@ decltype(auto) at_call_site(const Kernel& k, F&& f) {
     return f();
   } catch (const Error& e) {
     if (std::string_view(e.file()).find("src/backend/") == std::string_view::npos) throw;
-    const std::string op = k.node.name.empty() ? std::string(op_name(k.node.op)) : k.node.name;
-    throw Error(op, e.op() == op ? e.detail() : e.op() + ": " + e.detail(), k.node.loc);
+    if (e.op() != "vulkan") throw Error(e.op(), e.detail(), k.node.loc);  // a kernel's own error ("random", ...)
+    throw Error(k.node.name.empty() ? std::string(op_name(k.node.op)) : k.node.name, "vulkan: " + e.detail(), k.node.loc);
   }
 }
 

@@ -415,11 +415,14 @@ TEST(VulkanMatmul, CooperativeMatrixSourceCompiles) {
   for (const MatmulTiles& t : kMatmulCoopVariants)
     for (uint32_t limit : {coop_shared_bytes(t, 1), coop_shared_bytes(t, 2)}) {
       const std::string one = k.source(t, true, true, false, true, true, limit);
-      EXPECT_NE(one.find(limit == coop_shared_bytes(t, 2) ? "#define NBUF 2u" : "#define NBUF 1u"), std::string::npos);
+      if (!t.direct) {
+        EXPECT_NE(one.find(limit == coop_shared_bytes(t, 2) ? "#define NBUF 2u" : "#define NBUF 1u"), std::string::npos);
+      }
       for (bool a_k : {false, true})
         for (bool b_n : {false, true})
           for (bool fused : {false, true})
             for (bool vec : {false, true}) {
+              if (t.direct && !(vec && a_k && b_n)) continue;  // direct loads need both operands 16-byte loadable
               SCOPED_TRACE(std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ":" +
                            std::to_string(t.tm) + "x" + std::to_string(t.tn) + " limit " + std::to_string(limit) +
                            " a_k " + std::to_string(a_k) + " b_n " + std::to_string(b_n) + " fused " +
@@ -428,7 +431,10 @@ TEST(VulkanMatmul, CooperativeMatrixSourceCompiles) {
               ++compiled;
             }
     }
-  EXPECT_EQ(compiled, static_cast<int>(std::size(kMatmulCoopVariants)) * 2 * 16);
+  int direct = 0;
+  for (const MatmulTiles& t : kMatmulCoopVariants) direct += t.direct;
+  EXPECT_GT(direct, 0);
+  EXPECT_EQ(compiled, (static_cast<int>(std::size(kMatmulCoopVariants)) - direct) * 2 * 16 + direct * 2 * 2);
 }
 
 // The automatic choice puts large f16 products on the tensor cores' largest tiles where the
@@ -476,7 +482,12 @@ TEST(VulkanMatmul, CooperativeMatrixF16) {
   for (const MatmulTiles& t : kMatmulCoopVariants) {
     if (coop_shared_bytes(t, 1) > ctx->info().max_shared_memory) continue;
     k.force_tiles(t);
-    SCOPED_TRACE(std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk));
+    SCOPED_TRACE(std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + (t.direct ? " direct" : ""));
+    if (t.direct) {  // M, N, K multiples of 16, row-major operands; partial workgroup tiles and a batch
+      check(*ctx, k, Case{{}, {}, {}, 272, 208, 144, plain, plain}, DType::F16, 16);
+      check(*ctx, k, Case{{2}, {2}, {2}, 48, 48, 304, plain, plain}, DType::F16, 17);
+      continue;
+    }
     check(*ctx, k, Case{{}, {}, {}, 272, 264, 200, plain, plain}, DType::F16, 16);
     check(*ctx, k, Case{{}, {}, {}, 130, 70, 96, tr, plain}, DType::F16, 17);
   }

@@ -134,7 +134,7 @@ struct MatmulKernel::Variant {
 };
 
 uint32_t coop_shared_bytes(const MatmulTiles& t, uint32_t buffers) {
-  const uint32_t slices = (t.bm * (t.bk + 8) + t.bk * (t.bn + 8)) * 2;  // f16
+  const uint32_t slices = t.direct ? 0 : (t.bm * (t.bk + 8) + t.bk * (t.bn + 8)) * 2;  // f16
   return buffers * slices + (t.threads() / 32) * 256 * 4;
 }
 
@@ -223,7 +223,7 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   s += "// alk matmul (src/backend/vulkan/kernels/matmul.cpp): " + std::string(dtype_name(sig_.input)) + " x " +
        std::string(dtype_name(sig_.input)) + " -> " + std::string(dtype_name(sig_.value));
   s += epilogue ? ", epilogue -> " + std::string(dtype_name(sig_.output)) + "\n" : "\n";
-  s += std::string(t.coop ? "// cooperative matrices, " : "// ") + "tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
+  s += std::string(t.coop ? (t.direct ? "// cooperative matrices loaded from the operands, " : "// cooperative matrices, ") : "// ") + "tiles " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
        std::to_string(t.tm) + "x" + std::to_string(t.tn) + " per invocation; A loads along " + (a_k ? "k" : "m") +
        ", B along " + (b_n ? "n" : "k") + "\n";
   s += "#define BM " + u(t.bm) + "\n#define BN " + u(t.bn) + "\n#define BK " + u(t.bk) + "\n#define TM " + u(t.tm) +
@@ -355,6 +355,80 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
       for (uint32_t j = 0; j < tn; ++j)
         s += "    if (row0 + " + u(i) + " < p.M && col0 + " + u(j) + " < p.N) {\n      const uint r = row0 + " + u(i) +
              ", c = col0 + " + u(j) + ";\n      const ACC v = acc" + std::to_string(i * tn + j) + ";\n      " + store + "\n    }\n";
+    s += "  }\n}\n";
+    return s;
+  }
+
+  if (t.coop && t.direct) {
+    // Fragments straight from the operands (MatmulTiles::direct): rows and columns of
+    // fragments past M or N read the last whole fragment (M, N multiples of 16) and are
+    // never stored. Two sets of fragments alternate: set 1 loads k0 + 16 while set 0 is
+    // multiplied, and the other way round.
+    if (!vec_a || !vec_b) fail("matmul: direct cooperative-matrix loads need 16-byte loads of both operands");
+    s += "shared float Cs[(WG / 32u) * 256u];  // per subgroup: one 16x16 tile on its way to the store\n";
+    s += R"(
+void main() {
+  const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
+  const uint wm = sg / (BN / (16u * TN)), wn = sg % (BN / (16u * TN));
+  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
+)";
+    s += batch_head;
+    const int fm = static_cast<int>(t.tm), fn = static_cast<int>(t.tn);
+    auto each = [&](const std::function<std::string(const std::string&, const std::string&)>& f) {
+      std::string x;
+      for (int i = 0; i < fm; ++i)
+        for (int j = 0; j < fn; ++j) x += f(std::to_string(i), std::to_string(j));
+      return x;
+    };
+    s += each([](const std::string& i, const std::string& j) {
+      return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
+    });
+    for (int i = 0; i < fm; ++i)
+      s += "    const uint ar" + std::to_string(i) + " = uint(a_base) / 8u + min(row0 + wm * 16u * TM + " + std::to_string(16 * i) +
+           "u, p.M - 16u) * uint(p.a_rs) / 8u;\n";
+    for (int j = 0; j < fn; ++j)
+      s += "    const uint bc" + std::to_string(j) + " = uint(b_base) / 8u + min(col0 + wn * 16u * TN + " + std::to_string(16 * j) +
+           "u, p.N - 16u) / 8u;\n";
+    s += "    const uint a_st = uint(p.a_rs) / 8u, b_st = uint(p.b_rs) / 8u;\n";
+    for (int set = 0; set < 2; ++set) {
+      for (int i = 0; i < fm; ++i) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(set) + std::to_string(i) + ";\n";
+      for (int j = 0; j < fn; ++j) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(set) + std::to_string(j) + ";\n";
+    }
+    auto load = [&](int set, const std::string& k, const std::string& in) {
+      std::string x;
+      for (int i = 0; i < fm; ++i)
+        x += in + "coopMatLoadNV(fa" + std::to_string(set) + std::to_string(i) + ", a_vec, ar" + std::to_string(i) + " + (" + k +
+             ") / 8u, a_st, false);\n";
+      for (int j = 0; j < fn; ++j)
+        x += in + "coopMatLoadNV(fb" + std::to_string(set) + std::to_string(j) + ", b_vec, bc" + std::to_string(j) + " + (" + k +
+             ") * b_st, b_st, false);\n";
+      return x;
+    };
+    auto mma = [&](int set, const std::string& in) {
+      return each([&](const std::string& i, const std::string& j) {
+        const std::string st = std::to_string(set);
+        return in + "acc" + i + j + " = coopMatMulAddNV(fa" + st + i + ", fb" + st + j + ", acc" + i + j + ");\n";
+      });
+    };
+    s += load(0, "0u", "    ");
+    s += "    for (uint k0 = 0u; k0 < p.K; k0 += 32u) {\n";
+    s += "      const bool more = k0 + 16u < p.K;\n      if (more) {\n" + load(1, "k0 + 16u", "        ") + "      }\n";
+    s += mma(0, "      ");
+    s += "      if (!more) break;\n      if (k0 + 32u < p.K) {\n" + load(0, "k0 + 32u", "        ") + "      }\n";
+    s += mma(1, "      ");
+    s += "    }\n";
+    s += each([&](const std::string& i, const std::string& j) {
+      return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
+             "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
+             "    for (uint q = 0u; q < 8u; ++q) {\n"
+             "      const uint e = lane + q * 32u;\n"
+             "      const uint r = row0 + wm * 16u * TM + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 16u * TN + " +
+             std::to_string(16 * std::stoi(j)) + "u + e % 16u;\n"
+             "      if (r < p.M && c < p.N) {\n"
+             "        const ACC v = Cs[sg * 256u + e];\n"
+             "        " + store + "\n"
+             "      }\n    }\n    subgroupBarrier();\n";
+    });
     s += "  }\n}\n";
     return s;
   }
@@ -594,7 +668,7 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
   std::lock_guard lock(mutex_);
   for (const auto& v : variants_)
     if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.tm == t.tm &&
-        v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->tiles.cpu == t.cpu && v->a_k == a_k &&
+        v->tiles.tn == t.tn && v->tiles.coop == t.coop && v->tiles.cpu == t.cpu && v->tiles.direct == t.direct && v->a_k == a_k &&
         v->b_n == b_n && v->fused == fused && v->vec_a == vec_a && v->vec_b == vec_b)
       return *v;
   if (!t.coop && !t.cpu && (t.tm % 4 || t.tn % 4 || t.bm % t.tm || t.bn % t.tn))
@@ -603,8 +677,10 @@ const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_
     fail("matmul: cooperative-matrix tiles need f16 operands and VK_NV_cooperative_matrix");
   if (t.coop) {
     const uint32_t wg = t.threads();
-    if (t.tm == 0 || t.tn == 0 || t.bm % (16 * t.tm) || t.bn % (16 * t.tn) || t.bk % 16 || (t.bm * t.bk) % (8 * wg) ||
-        (t.bk * t.bn) % (8 * wg))
+    if (t.direct && !(vec_a && vec_b))
+      fail("matmul: direct cooperative-matrix loads need both operands contiguous along k / n with 16-byte aligned rows");
+    if (t.tm == 0 || t.tn == 0 || t.bm % (16 * t.tm) || t.bn % (16 * t.tn) || t.bk % 16 ||
+        (!t.direct && ((t.bm * t.bk) % (8 * wg) || (t.bk * t.bn) % (8 * wg))))
       fail("matmul: cooperative-matrix tiles need BM, BN multiples of 16 TM, 16 TN, BK of 16, and slices of 8 halfs per invocation");
     if (wg > ctx_.info().max_workgroup_invocations)
       fail("matmul: cooperative-matrix tiles of " + std::to_string(wg) + " invocations exceed the device's " +
@@ -752,6 +828,9 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
   };
   const bool vec_a = tiles.coop && a_cs == 1 && aligned8(0, first[0], a_rs);
   const bool vec_b = tiles.coop && b_cs == 1 && aligned8(1, first[1], b_rs);
+  if (tiles.direct && (M % 16 || n % 16 || k % 16))
+    fail("matmul: direct cooperative-matrix loads need M, N and K multiples of 16 (" + std::to_string(M) + " x " +
+         std::to_string(n) + " x " + std::to_string(k) + ")");
   const Variant& v = variant(tiles, a_k, b_n, fused, vec_a, vec_b);
 
   const uint32_t gx = static_cast<uint32_t>((n + tiles.bn - 1) / tiles.bn);

@@ -68,6 +68,11 @@ struct MatmulTiles {
   // scalar loop over its SIMD lanes, so what counts is loads per fma: (4 tm + 4 tn) per
   // 4 tm tn here, against staging through shared memory at 2 loads + 1 store per element.
   bool cpu = false;
+  // Cooperative-matrix tiles whose subgroups load their A and B fragments straight from the
+  // operands (L1/L2) instead of staging slices in shared memory: no barriers in the k loop,
+  // the next k step's fragments loaded while this one's are multiplied. Needs both operands
+  // contiguous along k / n with 16-byte aligned rows, and M, N, K multiples of 16.
+  bool direct = false;
   uint32_t threads() const { return coop ? 32 * (bm / (16 * tm)) * (bn / (16 * tn)) : (bm / tm) * (bn / tn); }
 };
 inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
@@ -82,7 +87,7 @@ inline constexpr MatmulTiles kMatmulCoopSmall{64, 64, 32, 2, 2, true};
 inline constexpr MatmulTiles kMatmulCoopVariants[] = {
     kMatmulCoopLarge, {256, 128, 32, 4, 4, true}, {128, 256, 16, 4, 4, true}, {256, 128, 16, 4, 4, true},
     {128, 256, 64, 4, 4, true}, kMatmulCoop, {128, 128, 64, 2, 4, true}, {128, 128, 32, 4, 4, true},
-    kMatmulCoopSmall};
+    kMatmulCoopSmall, {128, 256, 16, 4, 4, true, false, true}, {128, 128, 16, 2, 4, true, false, true}};
 // bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
 inline constexpr MatmulTiles kMatmulCpu{64, 64, 4, 8, 8, false, true};
 
