@@ -359,6 +359,30 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
     return s;
   }
 
+  // Cooperative-matrix tiles store accumulator (i, j) through the subgroup's 16x16 of Cs,
+  // element by element through the epilogue. Without an epilogue, an f16 product whose
+  // fragment lies inside C with 16-byte aligned rows is converted and stored whole.
+  const bool whole_f16_stores = !epilogue && out == DType::F16 && sig_.value == DType::F16;
+  auto coop_store = [&](const std::string& i, const std::string& j) {
+    const std::string rf = "row0 + wm * 16u * TM + " + std::to_string(16 * std::stoi(i)) + "u",
+                      cf = "col0 + wn * 16u * TN + " + std::to_string(16 * std::stoi(j)) + "u";
+    std::string x;
+    if (whole_f16_stores)
+      x += "    if (" + rf + " + 16u <= p.M && " + cf + " + 16u <= p.N && c_base % 8u == 0u && p.N % 8u == 0u) {\n"
+           "      coopMatStoreNV(fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(acc" + i + j + "), c_data, c_base + (" + rf +
+           ") * p.N + " + cf + ", p.N, false);\n    } else {\n";
+    x += "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
+         "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
+         "    for (uint q = 0u; q < 8u; ++q) {\n"
+         "      const uint e = lane + q * 32u;\n"
+         "      const uint r = " + rf + " + e / 16u, c = " + cf + " + e % 16u;\n"
+         "      if (r < p.M && c < p.N) {\n"
+         "        const ACC v = Cs[sg * 256u + e];\n"
+         "        " + store + "\n"
+         "      }\n    }\n    subgroupBarrier();\n";
+    if (whole_f16_stores) x += "    }\n";
+    return x;
+  };
   if (t.coop && t.direct) {
     // Fragments straight from the operands (MatmulTiles::direct): rows and columns of
     // fragments past M or N read the last whole fragment (M, N multiples of 16) and are
@@ -417,18 +441,7 @@ void main() {
     s += "      if (!more) break;\n      if (k0 + 32u < p.K) {\n" + load(0, "k0 + 32u", "        ") + "      }\n";
     s += mma(1, "      ");
     s += "    }\n";
-    s += each([&](const std::string& i, const std::string& j) {
-      return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
-             "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
-             "    for (uint q = 0u; q < 8u; ++q) {\n"
-             "      const uint e = lane + q * 32u;\n"
-             "      const uint r = row0 + wm * 16u * TM + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 16u * TN + " +
-             std::to_string(16 * std::stoi(j)) + "u + e % 16u;\n"
-             "      if (r < p.M && c < p.N) {\n"
-             "        const ACC v = Cs[sg * 256u + e];\n"
-             "        " + store + "\n"
-             "      }\n    }\n    subgroupBarrier();\n";
-    });
+    s += each(coop_store);
     s += "  }\n}\n";
     return s;
   }
@@ -569,18 +582,7 @@ void main() {
     s += "      }\n";
     if (nbuf == 1) s += "      barrier();  // one buffer: every subgroup is done with it before the next stores\n";
     s += "    }\n    barrier();  // before the next batch matrix reuses the buffers\n";
-    s += each([&](const std::string& i, const std::string& j) {
-      return "    coopMatStoreNV(acc" + i + j + ", Cs, sg * 256u, 16u, false);\n"
-             "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n"
-             "    for (uint q = 0u; q < 8u; ++q) {\n"
-             "      const uint e = lane + q * 32u;\n"
-             "      const uint r = row0 + wm * 16u * TM + " + std::to_string(16 * std::stoi(i)) + "u + e / 16u, c = col0 + wn * 16u * TN + " +
-             std::to_string(16 * std::stoi(j)) + "u + e % 16u;\n"
-             "      if (r < p.M && c < p.N) {\n"
-             "        const ACC v = Cs[sg * 256u + e];\n"
-             "        " + store + "\n"
-             "      }\n    }\n    subgroupBarrier();\n";
-    });
+    s += each(coop_store);
     s += "  }\n}\n";
     return s;
   }
