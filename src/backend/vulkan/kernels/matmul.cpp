@@ -515,73 +515,93 @@ void main() {
     s += each([](const std::string& i, const std::string& j) {
       return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
     });
-    s += vec_a ? "    uvec4 ra[LA8];\n" : "    float16_t ra[LA];\n";
-    s += vec_b ? "    uvec4 rb[LB8];\n" : "    float16_t rb[LB];\n";
-    // Loads of the slice starting at k (registers), and stores of them into shared memory.
-    auto loads = [&](const std::string& k, const std::string& in) {
+    // Register sets: with two shared buffers, two sets of staging registers as well, so the
+    // global loads of slice i + 2 are issued while slice i is multiplied (two slices of
+    // tensor-core work to hide their latency; ALK_VK_COOP_PREFETCH=1 keeps one set).
+    const char* prefetch_env = std::getenv("ALK_VK_COOP_PREFETCH");
+    const int sets = nbuf == 2 && !(prefetch_env && std::string_view(prefetch_env) == "1") ? 2 : 1;
+    for (int r = 0; r < sets; ++r) {
+      const std::string n = std::to_string(r);
+      s += vec_a ? "    uvec4 ra" + n + "[LA8];\n" : "    float16_t ra" + n + "[LA];\n";
+      s += vec_b ? "    uvec4 rb" + n + "[LB8];\n" : "    float16_t rb" + n + "[LB];\n";
+    }
+    // Loads of the slice starting at k into register set r.
+    auto loads = [&](int r, const std::string& k, const std::string& in) {
+      const std::string ra = "ra" + std::to_string(r), rb = "rb" + std::to_string(r);
       std::string x;
       if (vec_a)
-        x += in + "[[unroll]] for (uint i = 0u; i < LA8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
-             "  ra[i] = load_a8(row0 + e / (BK / 8u), " + k + " + (e % (BK / 8u)) * 8u, a_base);\n" + in + "}\n";
+        x += in + "[[unroll]] for (uint i = 0u; i < LA8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in + "  " + ra +
+             "[i] = load_a8(row0 + e / (BK / 8u), " + k + " + (e % (BK / 8u)) * 8u, a_base);\n" + in + "}\n";
       else
         x += in + "[[unroll]] for (uint i = 0u; i < LA; ++i) {\n" + in + "  const uint e = tid + i * WG, r = row0 + A_M(e), k = " + k +
-             " + A_K(e);\n" + in + "  ra[i] = r < p.M && k < p.K ? raw_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : float16_t(0.0);\n" +
+             " + A_K(e);\n" + in + "  " + ra + "[i] = r < p.M && k < p.K ? raw_a(a_base + int(r) * p.a_rs + int(k) * p.a_cs) : float16_t(0.0);\n" +
              in + "}\n";
       if (vec_b)
-        x += in + "[[unroll]] for (uint i = 0u; i < LB8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in +
-             "  rb[i] = load_b8(" + k + " + e / (BN / 8u), col0 + (e % (BN / 8u)) * 8u, b_base);\n" + in + "}\n";
+        x += in + "[[unroll]] for (uint i = 0u; i < LB8; ++i) {\n" + in + "  const uint e = tid + i * WG;\n" + in + "  " + rb +
+             "[i] = load_b8(" + k + " + e / (BN / 8u), col0 + (e % (BN / 8u)) * 8u, b_base);\n" + in + "}\n";
       else
         x += in + "[[unroll]] for (uint i = 0u; i < LB; ++i) {\n" + in + "  const uint e = tid + i * WG, k = " + k +
-             " + B_K(e), c = col0 + B_N(e);\n" + in +
-             "  rb[i] = k < p.K && c < p.N ? raw_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : float16_t(0.0);\n" + in + "}\n";
+             " + B_K(e), c = col0 + B_N(e);\n" + in + "  " + rb +
+             "[i] = k < p.K && c < p.N ? raw_b(b_base + int(k) * p.b_rs + int(c) * p.b_cs) : float16_t(0.0);\n" + in + "}\n";
       return x;
     };
-    s += loads("0u", "    ");
-    s += nbuf == 2 ? "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK, buf ^= 1u) {\n"
-                   : "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK) {\n";
-    if (vec_a)
-      s += R"(      [[unroll]] for (uint i = 0u; i < LA8; ++i) {
-        const uint e = tid + i * WG;
-        As[buf * A_BUF + (e / (BK / 8u)) * (AS_STRIDE / 8u) + e % (BK / 8u)] = ra[i];
-      }
-)";
-    else
-      s += R"(      [[unroll]] for (uint i = 0u; i < LA; ++i) {
-        const uint e = tid + i * WG;
-        As[buf * A_BUF + A_M(e) * AS_STRIDE + A_K(e)] = ra[i];
-      }
-)";
-    if (vec_b)
-      s += R"(      [[unroll]] for (uint i = 0u; i < LB8; ++i) {
-        const uint e = tid + i * WG;
-        Bs[buf * B_BUF + (e / (BN / 8u)) * (BS_STRIDE / 8u) + e % (BN / 8u)] = rb[i];
-      }
-)";
-    else
-      s += R"(      [[unroll]] for (uint i = 0u; i < LB; ++i) {
-        const uint e = tid + i * WG;
-        Bs[buf * B_BUF + B_K(e) * BS_STRIDE + B_N(e)] = rb[i];
-      }
-)";
-    // The next slice's global loads are issued before this slice's products, so their
-    // latency hides behind the tensor-core work.
-    s += "      barrier();\n      const uint k1 = k0 + BK;\n      if (k1 < p.K) {\n" + loads("k1", "        ") + "      }\n";
+    // Register set r into shared buffer `buf`.
+    auto stores = [&](int r, const std::string& buf) {
+      const std::string ra = "ra" + std::to_string(r), rb = "rb" + std::to_string(r);
+      std::string x;
+      x += vec_a ? "      [[unroll]] for (uint i = 0u; i < LA8; ++i) {\n        const uint e = tid + i * WG;\n        As[" + buf +
+                       " * A_BUF + (e / (BK / 8u)) * (AS_STRIDE / 8u) + e % (BK / 8u)] = " + ra + "[i];\n      }\n"
+                 : "      [[unroll]] for (uint i = 0u; i < LA; ++i) {\n        const uint e = tid + i * WG;\n        As[" + buf +
+                       " * A_BUF + A_M(e) * AS_STRIDE + A_K(e)] = " + ra + "[i];\n      }\n";
+      x += vec_b ? "      [[unroll]] for (uint i = 0u; i < LB8; ++i) {\n        const uint e = tid + i * WG;\n        Bs[" + buf +
+                       " * B_BUF + (e / (BN / 8u)) * (BS_STRIDE / 8u) + e % (BN / 8u)] = " + rb + "[i];\n      }\n"
+                 : "      [[unroll]] for (uint i = 0u; i < LB; ++i) {\n        const uint e = tid + i * WG;\n        Bs[" + buf +
+                       " * B_BUF + B_K(e) * BS_STRIDE + B_N(e)] = " + rb + "[i];\n      }\n";
+      return x;
+    };
+    // The products of the slice in shared buffer `buf`.
     const std::string a_unit = vec_a ? " / 8u" : "", b_unit = vec_b ? " / 8u" : "";
-    s += "      [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {\n";
-    for (int i = 0; i < fm; ++i)
-      s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
-           std::to_string(i) + ", As, buf * A_BUF + ((wm * 16u * TM + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk)" + a_unit +
-           ", AS_STRIDE" + a_unit + ", false);\n";
-    for (int j = 0; j < fn; ++j)
-      s += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(j) + ";\n        coopMatLoadNV(fb" +
-           std::to_string(j) + ", Bs, buf * B_BUF + (kk * BS_STRIDE + wn * 16u * TN + " + std::to_string(16 * j) + "u)" + b_unit +
-           ", BS_STRIDE" + b_unit + ", false);\n";
-    s += each([](const std::string& i, const std::string& j) {
-      return "        acc" + i + j + " = coopMatMulAddNV(fa" + i + ", fb" + j + ", acc" + i + j + ");\n";
-    });
-    s += "      }\n";
-    if (nbuf == 1) s += "      barrier();  // one buffer: every subgroup is done with it before the next stores\n";
-    s += "    }\n    barrier();  // before the next batch matrix reuses the buffers\n";
+    auto products = [&](const std::string& buf) {
+      std::string x = "      [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {\n";
+      for (int i = 0; i < fm; ++i)
+        x += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
+             std::to_string(i) + ", As, " + buf + " * A_BUF + ((wm * 16u * TM + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk)" +
+             a_unit + ", AS_STRIDE" + a_unit + ", false);\n";
+      for (int j = 0; j < fn; ++j)
+        x += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(j) + ";\n        coopMatLoadNV(fb" +
+             std::to_string(j) + ", Bs, " + buf + " * B_BUF + (kk * BS_STRIDE + wn * 16u * TN + " + std::to_string(16 * j) + "u)" +
+             b_unit + ", BS_STRIDE" + b_unit + ", false);\n";
+      x += each([](const std::string& i, const std::string& j) {
+        return "        acc" + i + j + " = coopMatMulAddNV(fa" + i + ", fb" + j + ", acc" + i + j + ");\n";
+      });
+      return x + "      }\n";
+    };
+    s += loads(0, "0u", "    ");
+    if (sets == 1) {
+      // Store slice k0 (registers) into `buf`, then fetch slice k0 + BK into the registers
+      // before this slice's products, so their latency hides behind the tensor-core work.
+      s += nbuf == 2 ? "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK, buf ^= 1u) {\n"
+                     : "    for (uint k0 = 0u, buf = 0u; k0 < p.K; k0 += BK) {\n";
+      s += stores(0, "buf");
+      s += "      barrier();\n      if (k0 + BK < p.K) {\n" + loads(0, "k0 + BK", "        ") + "      }\n";
+      s += products("buf");
+      if (nbuf == 1) s += "      barrier();  // one buffer: every subgroup is done with it before the next stores\n";
+      s += "    }\n";
+    } else {
+      // Two slices per trip: set 0 and buffer 0 hold the even slices, set 1 and buffer 1 the
+      // odd ones; each set is refilled with the slice two ahead as soon as it is stored.
+      s += "    if (BK < p.K) {\n" + loads(1, "BK", "      ") + "    }\n";
+      s += "    for (uint k0 = 0u; k0 < p.K; k0 += 2u * BK) {\n";
+      s += stores(0, "0u");
+      s += "      barrier();\n      if (k0 + 2u * BK < p.K) {\n" + loads(0, "k0 + 2u * BK", "        ") + "      }\n";
+      s += products("0u");
+      s += "      if (k0 + BK >= p.K) break;\n";
+      s += stores(1, "1u");
+      s += "      barrier();\n      if (k0 + 3u * BK < p.K) {\n" + loads(1, "k0 + 3u * BK", "        ") + "      }\n";
+      s += products("1u");
+      s += "    }\n";
+    }
+    s += "    barrier();  // before the next batch matrix reuses the buffers\n";
     s += each(coop_store);
     s += "  }\n}\n";
     return s;
