@@ -4,6 +4,7 @@
 //
 //   bench_vulkan_gemm [--size N | --mnk M N K] [--dtypes f32,bf16,f16] [--device vulkan:I]
 //                     [--iters R] [--tiles large|small|gpu:BMxBNxBK:TMxTN|coop|coop-large|coop[g]:BMxBNxBK:TMxTN|cpu|cpu:BMxBN:TMxTN|auto[,...]] [--no-anchor]
+//                     [--tag NAME]   (appended to RATIO names)
 //
 // Defaults: 4096^3 (512^3 and 3 runs on a CPU implementation such as lavapipe), f32 then bf16
 // then f16 (those the device stores), vulkan:0 (discrete GPUs come first; lavapipe is the last
@@ -45,6 +46,7 @@ struct Options {
   std::vector<DType> dtypes;
   int device = 0, iters = 20;
   std::string tiles = "auto";
+  std::string tag;  // appended to RATIO names (runs of the same tiles under other settings)
   bool anchor = true;
   bool sized = false, counted = false;  // --size/--mnk, --iters given
 };
@@ -90,6 +92,8 @@ Options parse(int argc, char** argv) {
       o.counted = true;
     } else if (a == "--tiles") {
       o.tiles = next();
+    } else if (a == "--tag") {
+      o.tag = next();
     } else if (a == "--no-anchor") {
       o.anchor = false;
     } else {
@@ -326,9 +330,10 @@ int main(int argc, char** argv) {
       const double anchor_ms = anchor(o, t);
       for (auto [spec, alk_ms] : timed) {
         std::replace(spec.begin(), spec.end(), ':', '-');  // RATIO names are one word of [A-Za-z0-9_x-]
+        const std::string suffix = (spec == "auto" ? "" : "_" + spec) + (o.tag.empty() ? "" : "_" + o.tag);
         std::printf("RATIO vk_gemm_%s_%lldx%lldx%lld%s alk=%.3fms anchor=%.3fms ratio=%.3f\n", dtype_name(t).data(),
                     static_cast<long long>(o.m), static_cast<long long>(o.n), static_cast<long long>(o.k),
-                    spec == "auto" ? "" : ("_" + spec).c_str(), alk_ms, anchor_ms, alk_ms / anchor_ms);
+                    suffix.c_str(), alk_ms, anchor_ms, alk_ms / anchor_ms);
       }
       std::fflush(stdout);
     }

@@ -115,6 +115,11 @@ if [[ $what == bench || $what == all ]]; then
   stamp "==== GEMM f16 vs cuBLAS: cooperative-matrix variants (device limits and NV matrix shapes first)"
   timeout 120 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tiles $coop_tiles 2>&1 | tee "$OUT/gemm_f16.log" | grep -v '^$' | \
     grep -E 'limits|cooperative|shapes|^auto|^coop|^GEMM|^ANCHOR|^RATIO' | cut -c1-240 | tail -45
+  if [[ $cpu_impl == 0 ]]; then
+    stamp "==== GEMM f16: the double-buffered variants with one register set (ALK_VK_COOP_PREFETCH=1; RATIO names end _prefetch1)"
+    ALK_VK_COOP_PREFETCH=1 timeout 60 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tag prefetch1 \
+      --tiles coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x128x32:2x4 2>&1 | tee "$OUT/gemm_f16_prefetch1.log" | grep -E '^GEMM|^RATIO' | cut -c1-240
+  fi
   stamp "==== tiny-GPT step on vulkan:0 (anchor: alk's CPU backend)"
   timeout 90 "$BIN/bench_vulkan_tiny_gpt" --device vulkan:0 --steps $tiny_steps 2>&1 | tee "$OUT/tiny_gpt.log" | tail -6
   stamp "==== GPT-2 124M step on vulkan:0 (f32; anchor: PyTorch eager f32 on CUDA, TF32 off)"
