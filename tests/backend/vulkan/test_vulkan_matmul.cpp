@@ -454,14 +454,18 @@ TEST(VulkanMatmul, AutomaticTilesUseCooperativeMatricesForLargeHalfProducts) {
   auto same = [](const MatmulTiles& a, const MatmulTiles& b) {
     return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.tm == b.tm && a.tn == b.tn && a.coop == b.coop && a.cpu == b.cpu;
   };
+  // 48 KiB (NVIDIA): the 128x256 tiles with 16-deep slices, double-buffered; 64 KiB: 32-deep.
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopLargeK16));
+  gpu.max_shared_memory = 64 * 1024;
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopLarge));
+  gpu.max_shared_memory = 48 * 1024;
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 1024, 1024, 1024, 1), kMatmulCoop));
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 100, 70, 130, 1), kMatmulCoopSmall));
   EXPECT_TRUE(choose_matmul_tiles(gpu, DType::F16, 8, 8, 8, 1).coop == false);
   EXPECT_FALSE(choose_matmul_tiles(gpu, DType::BF16, 4096, 4096, 4096, 1).coop);
   EXPECT_FALSE(choose_matmul_tiles(gpu, DType::F32, 4096, 4096, 4096, 1).coop);
-  // The large tiles fit 48 KiB single-buffered; a device with less gets the 128x128 ones.
-  EXPECT_LE(coop_shared_bytes(kMatmulCoopLarge, 1), 48u * 1024);
+  // The large tiles fit 48 KiB (K16 double-buffered); a device with 32 KiB gets the 128x128 ones.
+  EXPECT_LE(coop_shared_bytes(kMatmulCoopLargeK16, 2), 48u * 1024);
   gpu.max_shared_memory = 32 * 1024;
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoop));
   gpu.cooperative_matrix_nv = false;

@@ -143,11 +143,15 @@ MatmulTiles choose_matmul_tiles(const DeviceInfo& info, DType input, int64_t M, 
   // f16 on the tensor cores (VK_NV_cooperative_matrix): the 128x256 tiles where they fill
   // the device (>= ~1 workgroup per SM of a large GPU), else 128x128, else 64x64.
   if (input == DType::F16 && info.cooperative_matrix_nv && M >= 16 && N >= 16 && K >= 16) {
-    auto fits = [&](const MatmulTiles& t) {
-      return coop_shared_bytes(t, 1) <= info.max_shared_memory && t.threads() <= info.max_workgroup_invocations;
+    auto fits = [&](const MatmulTiles& t, uint32_t buffers) {
+      return coop_shared_bytes(t, buffers) <= info.max_shared_memory && t.threads() <= info.max_workgroup_invocations;
     };
-    if (M >= 128 && N >= 256 && tiles(128, 256) >= 96 && fits(kMatmulCoopLarge)) return kMatmulCoopLarge;
-    if (M >= 128 && N >= 128 && tiles(128, 128) >= 48 && fits(kMatmulCoop)) return kMatmulCoop;
+    if (M >= 128 && N >= 256 && tiles(128, 256) >= 96) {
+      if (fits(kMatmulCoopLarge, 2)) return kMatmulCoopLarge;
+      if (fits(kMatmulCoopLargeK16, 2)) return kMatmulCoopLargeK16;
+      if (fits(kMatmulCoopLarge, 1)) return kMatmulCoopLarge;
+    }
+    if (M >= 128 && N >= 128 && tiles(128, 128) >= 48 && fits(kMatmulCoop, 1)) return kMatmulCoop;
     return kMatmulCoopSmall;
   }
   if (info.kind == DeviceInfo::Kind::Cpu && !std::getenv("ALK_VK_GEMM_SHARED")) {

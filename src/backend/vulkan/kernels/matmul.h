@@ -11,7 +11,7 @@
 // load coalesced. Two tile shapes are compiled: 128x128 (8x8 per invocation) for large
 // products, 64x64 (4x4) when the large tiles would leave the device idle. f16 x f16 on a
 // device with VK_NV_cooperative_matrix (DeviceInfo::cooperative_matrix_nv) runs on the
-// tensor cores instead: 128x256x32 tiles for large products, each of 8 subgroups owning
+// tensor cores instead: 128x256 tiles for large products (choose_matmul_tiles), 8 subgroups owning
 // 4x4 16x16 f32 accumulators (64x64), slices double-buffered in shared memory where two
 // fit the device's limit (else one), 16-byte loads where the operands are aligned.
 //
@@ -80,12 +80,15 @@ inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
 // Cooperative-matrix tiles (f16 on VK_NV_cooperative_matrix). Large: 8 subgroups of 64x64
 // (4x4 accumulators) over 128x256, the reuse an H200 needs to keep its L2 traffic below its
 // bandwidth (bench/vulkan/NOTES.md); the 128x128 8-subgroup tiles measured 93 TFLOP/s there.
+// Where two 32-deep slices do not fit (54 KiB; NVIDIA's limit has been 48 KiB), the large
+// tiles take 16-deep slices double-buffered rather than 32-deep ones single-buffered.
 inline constexpr MatmulTiles kMatmulCoopLarge{128, 256, 32, 4, 4, true};
+inline constexpr MatmulTiles kMatmulCoopLargeK16{128, 256, 16, 4, 4, true};
 inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 2, 4, true};
 inline constexpr MatmulTiles kMatmulCoopSmall{64, 64, 32, 2, 2, true};
 // Every cooperative-matrix variant the benchmark measures (and the tests compile).
 inline constexpr MatmulTiles kMatmulCoopVariants[] = {
-    kMatmulCoopLarge, {256, 128, 32, 4, 4, true}, {128, 256, 16, 4, 4, true}, {256, 128, 16, 4, 4, true},
+    kMatmulCoopLarge, {256, 128, 32, 4, 4, true}, kMatmulCoopLargeK16, {256, 128, 16, 4, 4, true},
     {128, 256, 64, 4, 4, true}, kMatmulCoop, {128, 128, 64, 2, 4, true}, {128, 128, 32, 4, 4, true},
     kMatmulCoopSmall, {128, 256, 16, 4, 4, true, false, true}, {128, 128, 16, 2, 4, true, false, true}};
 // bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
