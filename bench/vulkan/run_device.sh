@@ -107,7 +107,7 @@ if [[ $what == bench || $what == all ]]; then
   # variants that exceed the device's shared memory print "failed"; coopg: fragments loaded
   # straight from the operands, no shared-memory staging).
   tiles=auto,gpu:128x128x8:8x8
-  coop_tiles=auto,coop:128x256x32:4x4,coop:256x128x32:4x4,coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x256x64:4x4,coop:128x128x32:2x4,coop:128x128x64:2x4,coop:128x128x32:4x4,coop:64x64x32:2x2,coopg:128x256x16:4x4,coopg:128x128x16:2x4
+  coop_tiles=auto,coop:128x256x32:4x4,coop:256x128x32:4x4,coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x256x64:4x4,coop:128x128x32:2x4,coop:128x128x64:2x4,coop:128x128x32:4x4,coop:64x64x32:2x2,coop:128x256x32:2x4,coop:256x128x32:2x4,coopg:128x256x16:4x4,coopg:128x128x16:2x4
   if [[ $cpu_impl == 1 ]]; then tiles=auto,large; coop_tiles=auto; gemm_args="--size 256 --iters 3"; gpt2_args="--batch 1 --ctx 64 --layers 2 --dim 128 --heads 4 --vocab 512 --steps 2"; tiny_steps=2
   else gemm_args="--size 4096 --iters 20"; gpt2_args="--batch ${GPT2_BATCH:-4} --steps 5"; tiny_steps=10; fi
   stamp "==== GEMM vs cuBLAS (torch.matmul, TF32 off): f32, bf16"

@@ -90,7 +90,9 @@ inline constexpr MatmulTiles kMatmulCoopSmall{64, 64, 32, 2, 2, true};
 inline constexpr MatmulTiles kMatmulCoopVariants[] = {
     kMatmulCoopLarge, {256, 128, 32, 4, 4, true}, kMatmulCoopLargeK16, {256, 128, 16, 4, 4, true},
     {128, 256, 64, 4, 4, true}, kMatmulCoop, {128, 128, 64, 2, 4, true}, {128, 128, 32, 4, 4, true},
-    kMatmulCoopSmall, {128, 256, 16, 4, 4, true, false, true}, {128, 128, 16, 2, 4, true, false, true}};
+    kMatmulCoopSmall, {128, 256, 16, 4, 4, true, false, true}, {128, 128, 16, 2, 4, true, false, true},
+    // 16 subgroups (512 invocations) of 32x64: the 128x256 reuse with twice the subgroups per SM
+    {128, 256, 32, 2, 4, true}, {256, 128, 32, 2, 4, true}};
 // bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
 inline constexpr MatmulTiles kMatmulCpu{64, 64, 4, 8, 8, false, true};
 
