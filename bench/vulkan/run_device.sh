@@ -24,7 +24,8 @@
 #
 # Here (lavapipe): `bash bench/vulkan/run_device.sh` runs the same on vulkan:0 = lavapipe
 # with the carried binaries, or BIN=build to use the build tree; the sizes shrink for a CPU
-# implementation (see below). `bash bench/vulkan/run_device.sh [prepare|tests|bench|all]`.
+# implementation (see below). `bash bench/vulkan/run_device.sh [prepare|tests|bench|gemm|all]`
+# (gemm: the GEMM lines only; VK_TEST_FILTER=... runs a subset of the tests).
 set -uo pipefail
 what=${1:-all}
 D=.devcarry-vk
@@ -82,7 +83,7 @@ echo "vulkan:0 is a CPU implementation: $cpu_impl"
 
 if [[ $what == tests || $what == all ]]; then
   stamp "==== Vulkan tests + op-table parity on vulkan:0 (cold pipeline cache)"
-  filter='Vulkan*:DeviceParity*'
+  filter=${VK_TEST_FILTER:-'Vulkan*:DeviceParity*'}  # VK_TEST_FILTER: a subset (a short device call)
   ALK_PARITY_DEVICES=vulkan:0 ALK_TEST_VULKAN_DEVICE=0 timeout "${TESTS_TIMEOUT:-210}" "$BIN/alk_tests" --gtest_brief=1 \
     --gtest_filter="$filter" > "$OUT/tests.log" 2>&1
   echo "alk_tests exit code $? (124: timed out; 139: segfault)"
@@ -99,7 +100,7 @@ if [[ $what == tests || $what == all ]]; then
   stamp "tests done"
 fi
 
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == bench || $what == all || $what == gemm ]]; then
   # Tile variants beside the automatic choice (auto): GPU shared-memory tiles (gpu:BMxBNxBK:TMxTN)
   # and cooperative-matrix tiles (coop:..., f16 only; refused for f32/bf16, which is printed).
   # f32/bf16: the shared-memory shader. f16: every cooperative-matrix variant (one RATIO line
@@ -120,6 +121,7 @@ if [[ $what == bench || $what == all ]]; then
     ALK_VK_COOP_PREFETCH=1 timeout 60 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tag prefetch1 \
       --tiles coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x128x32:2x4 2>&1 | tee "$OUT/gemm_f16_prefetch1.log" | grep -E '^GEMM|^RATIO' | cut -c1-240
   fi
+  [[ $what == gemm ]] && exit 0  # gemm: the GEMM lines only
   stamp "==== tiny-GPT step on vulkan:0 (anchor: alk's CPU backend)"
   timeout 90 "$BIN/bench_vulkan_tiny_gpt" --device vulkan:0 --steps $tiny_steps 2>&1 | tee "$OUT/tiny_gpt.log" | tail -6
   stamp "==== GPT-2 124M step on vulkan:0 (f32; anchor: PyTorch eager f32 on CUDA, TF32 off)"
