@@ -117,9 +117,9 @@ if [[ $what == bench || $what == all || $what == gemm ]]; then
   timeout 120 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tiles $coop_tiles 2>&1 | tee "$OUT/gemm_f16.log" | grep -v '^$' | \
     grep -E 'limits|cooperative|shapes|^auto|^coop|^GEMM|^ANCHOR|^RATIO' | cut -c1-240 | tail -45
   if [[ $cpu_impl == 0 ]]; then
-    stamp "==== GEMM f16: the double-buffered variants with one register set (ALK_VK_COOP_PREFETCH=1; RATIO names end _prefetch1)"
-    ALK_VK_COOP_PREFETCH=1 timeout 60 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tag prefetch1 \
-      --tiles coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x128x32:2x4 2>&1 | tee "$OUT/gemm_f16_prefetch1.log" | grep -E '^GEMM|^RATIO' | cut -c1-240
+    stamp "==== GEMM f16: the double-buffered variants with two register sets (ALK_VK_COOP_PREFETCH=2; RATIO names end _prefetch2)"
+    ALK_VK_COOP_PREFETCH=2 timeout 60 "$BIN/bench_vulkan_gemm" $gemm_args --dtypes f16 --tag prefetch2 \
+      --tiles coop:128x256x16:4x4,coop:256x128x16:4x4,coop:128x128x32:2x4 2>&1 | tee "$OUT/gemm_f16_prefetch2.log" | grep -E '^GEMM|^RATIO' | cut -c1-240
   fi
   [[ $what == gemm ]] && exit 0  # gemm: the GEMM lines only
   stamp "==== tiny-GPT step on vulkan:0 (anchor: alk's CPU backend)"

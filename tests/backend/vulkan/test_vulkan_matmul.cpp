@@ -429,8 +429,8 @@ TEST(VulkanMatmul, CooperativeMatrixSourceCompiles) {
                            std::to_string(fused) + " vec " + std::to_string(vec));
               EXPECT_FALSE(compile_glsl(k.source(t, a_k, b_n, fused, vec, vec, limit)).empty());
               ++compiled;
-              if (limit == coop_shared_bytes(t, 2) && !t.direct && a_k && fused) {  // one register set too
-                setenv("ALK_VK_COOP_PREFETCH", "1", 1);
+              if (limit == coop_shared_bytes(t, 2) && !t.direct && a_k && fused) {  // two register sets too
+                setenv("ALK_VK_COOP_PREFETCH", "2", 1);
                 EXPECT_FALSE(compile_glsl(k.source(t, a_k, b_n, fused, vec, vec, limit)).empty());
                 unsetenv("ALK_VK_COOP_PREFETCH");
               }
@@ -500,8 +500,8 @@ TEST(VulkanMatmul, CooperativeMatrixF16) {
     check(*ctx, k, Case{{}, {}, {}, 272, 264, 200, plain, plain}, DType::F16, 16);
     check(*ctx, k, Case{{}, {}, {}, 130, 70, 96, tr, plain}, DType::F16, 17);
   }
-  {  // one register set before the shared buffers (the default holds two where there are two buffers)
-    setenv("ALK_VK_COOP_PREFETCH", "1", 1);
+  {  // two register sets before the shared buffers (the default holds one)
+    setenv("ALK_VK_COOP_PREFETCH", "2", 1);
     MatmulKernel one_set(*ctx, MatmulSignature{DType::F16, DType::F16, DType::F16, std::nullopt, {}});
     one_set.force_tiles(kMatmulCoop);
     check(*ctx, one_set, Case{{}, {}, {}, 272, 264, 200, plain, plain}, DType::F16, 18);

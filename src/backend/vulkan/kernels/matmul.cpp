@@ -519,11 +519,12 @@ void main() {
     s += each([](const std::string& i, const std::string& j) {
       return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
     });
-    // Register sets: with two shared buffers, two sets of staging registers as well, so the
-    // global loads of slice i + 2 are issued while slice i is multiplied (two slices of
-    // tensor-core work to hide their latency; ALK_VK_COOP_PREFETCH=1 keeps one set).
+    // Register sets: one set of staging registers by default. ALK_VK_COOP_PREFETCH=2 gives
+    // double-buffered tiles a second set, so the global loads of slice i + 2 are issued while
+    // slice i is multiplied; on the H200 that was slower (128x256x16: 1.286 ms with two sets,
+    // 1.099 ms with one, at 4096^3: the second set's registers cost more than the overlap won).
     const char* prefetch_env = std::getenv("ALK_VK_COOP_PREFETCH");
-    const int sets = nbuf == 2 && !(prefetch_env && std::string_view(prefetch_env) == "1") ? 2 : 1;
+    const int sets = nbuf == 2 && prefetch_env && std::string_view(prefetch_env) == "2" ? 2 : 1;
     for (int r = 0; r < sets; ++r) {
       const std::string n = std::to_string(r);
       s += vec_a ? "    uvec4 ra" + n + "[LA8];\n" : "    float16_t ra" + n + "[LA];\n";
