@@ -187,6 +187,7 @@ Outs op_conv(Ctx& c) {
   bool pointwise = true;  // 1x1, stride 1, no pads: a matmul over the channels, no unfold
   for (size_t k = 0; k < static_cast<size_t>(w.spatial); ++k)
     pointwise = pointwise && w.kernel[k] == 1 && w.strides[k] == 1 && w.pad_begin[k] == 0 && w.pad_end[k] == 0;
+  if (pointwise && w.spatial == 2 && groups == 1) return {conv2d(x, wt, bias, 1, 0, 1, 1, c.loc)};  // ops/conv.cpp picks
   if (pointwise) {
     const int64_t L = x.numel() / std::max<int64_t>(N * C, 1);
     Tensor y = matmul(wt.reshape({groups, M / groups, C / groups}), x.reshape({N, groups, C / groups, L}), c.loc);
