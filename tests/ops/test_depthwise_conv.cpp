@@ -253,7 +253,8 @@ TEST(DepthwiseConv, PointwiseMatchesFloat64OnEveryIsa) {
 
 // The relu / hardswish / residual epilogues the CPU's Conv2d kernel applies itself (kernels_conv.cpp
 // conv2d_epilogue, part by part while in cache) against the same expression as its own kernel
-// over the stored convolution: bitwise equal (the same f32 operations), for each kind of
+// over the stored convolution (also followed by a constant scale and shift): bitwise equal (the
+// same f32 operations), for each kind of
 // convolution (depthwise, dense few-output, 1x1, blocked im2col) on every ISA; an epilogue it
 // does not take (a sigmoid) still matches.
 TEST(DepthwiseConv, ConvEpiloguesMatchSeparateKernelsOnEveryIsa) {
@@ -288,7 +289,10 @@ TEST(DepthwiseConv, ConvEpiloguesMatchSeparateKernelsOnEveryIsa) {
       r.realize();
       const std::function<Tensor(const Tensor&)> epilogues[] = {
           relu, hardswish, [&](const Tensor& y) { return y + r; }, [&](const Tensor& y) { return relu(y + r); },
-          [&](const Tensor& y) { return hardswish(r + y); }, [](const Tensor& y) { return sigmoid(y); }};
+          [&](const Tensor& y) { return hardswish(r + y); }, [](const Tensor& y) { return sigmoid(y); },
+          // PP-LCNet's learnable affine block after the activation
+          [&](const Tensor& y) { return 0.37 * hardswish(y) + (-0.2); },
+          [&](const Tensor& y) { return relu(y + r) * 1.5 + 0.25; }};
       for (size_t e = 0; e < std::size(epilogues); ++e) {
         SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + k.name + " epilogue " + std::to_string(e));
         const std::vector<float> want = epilogues[e](stored).to_vector<float>();

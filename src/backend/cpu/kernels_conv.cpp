@@ -26,7 +26,7 @@ namespace alk::cpu {
                        int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps,  \
                        double* row_w, int64_t y_lo, int64_t y_hi);                                                     \
   int64_t dense_out_block();                                                                                           \
-  void finish(float* p, const float* r, int64_t rows, int64_t n, int64_t stride, int act);                             \
+  void finish(float* p, const float* r, int64_t rows, int64_t n, int64_t stride, int act, const float* affine);       \
   void dense_run(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
                  int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t v_begin, int64_t v_end,       \
                  int64_t Wrow, int64_t OW);                                                                            \
@@ -58,22 +58,25 @@ template <class E, class T>
 constexpr bool kDirect = (std::is_same_v<E, detail::Elem<DType::F32>> && std::is_same_v<T, float>) ||
                          (std::is_same_v<E, detail::Elem<DType::F64>> && std::is_same_v<T, double>);
 
-// A Conv2d epilogue the convolution applies itself (conv2d_epilogue): act(out (+ residual)) on
-// each part of the output right after computing it, while it is in cache. act 0: none, 1: relu,
-// 2: hardswish. residual: an f32 view with the output's shape, contiguous.
+// A Conv2d epilogue the convolution applies itself (conv2d_epilogue): act(out (+ residual))
+// (* scale + shift) on each part of the output right after computing it, while it is in cache.
+// act 0: none, 1: relu, 2: hardswish. residual: an f32 view with the output's shape, contiguous.
+// affine: PP-LCNet's learnable affine block after the activation (det, rec), two constants.
 struct Finish {
   int act = 0;
   const float* residual = nullptr;  // at the output's element 0
-  bool any() const { return act != 0 || residual != nullptr; }
+  bool has_affine = false;
+  float affine[2] = {1.0f, 0.0f};
+  bool any() const { return act != 0 || residual != nullptr || has_affine; }
   // Output elements [at, at + n) (contiguous), or rows of them `stride` apart.
   void apply(float* out_base, int64_t at, int64_t n, int64_t rows = 1, int64_t stride = 0) const {
     if (!any() || n <= 0) return;
     float* p = out_base + at;
     const float* r = residual ? residual + at : nullptr;
     switch (isa()) {
-      case Isa::Avx512: return avx512::finish(p, r, rows, n, stride, act);
-      case Isa::Avx2: return avx2::finish(p, r, rows, n, stride, act);
-      case Isa::Generic: return generic::finish(p, r, rows, n, stride, act);
+      case Isa::Avx512: return avx512::finish(p, r, rows, n, stride, act, has_affine ? affine : nullptr);
+      case Isa::Avx2: return avx2::finish(p, r, rows, n, stride, act, has_affine ? affine : nullptr);
+      case Isa::Generic: return generic::finish(p, r, rows, n, stride, act, has_affine ? affine : nullptr);
     }
   }
 };
@@ -684,9 +687,23 @@ bool conv2d_epilogue(const View& x, const View& w, const View* bias, int64_t sh,
   for (const expr::Node& n : e.nodes)
     if (n.type != expr::Type::F32) return false;
   auto node = [&](int id) -> const expr::Node& { return e.nodes[static_cast<size_t>(id)]; };
-  // act(inner): relu max(inner, 0); hardswish inner * min(max(inner + 3, 0), 6) / 6.
   Finish fin;
   int inner = e.root();
+  // An affine tail: add(mul(scale, y), shift) with constant scale and shift.
+  {
+    const expr::Node& add = node(inner);
+    if (add.fn == expr::Fn::Add && node(add.args[1]).fn == expr::Fn::Const && node(add.args[0]).fn == expr::Fn::Mul) {
+      const expr::Node& mul = node(add.args[0]);
+      const int c = node(mul.args[0]).fn == expr::Fn::Const ? 0 : node(mul.args[1]).fn == expr::Fn::Const ? 1 : -1;
+      if (c >= 0) {
+        fin.has_affine = true;
+        fin.affine[0] = static_cast<float>(node(mul.args[c]).value);
+        fin.affine[1] = static_cast<float>(node(add.args[1]).value);
+        inner = mul.args[1 - c];
+      }
+    }
+  }
+  // act(inner): relu max(inner, 0); hardswish inner * min(max(inner + 3, 0), 6) / 6.
   const expr::Node& root = node(inner);
   if (root.fn == expr::Fn::Max && is_const(e, root.args[1], 0.0)) {
     fin.act = 1;
