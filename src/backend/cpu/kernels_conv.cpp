@@ -26,6 +26,7 @@ namespace alk::cpu {
                        int64_t kh, int64_t kw, double bias, double* out, int64_t OH, int64_t OW, const double** taps,  \
                        double* row_w, int64_t y_lo, int64_t y_hi);                                                     \
   int64_t dense_out_block();                                                                                           \
+  void split_phases(const float* s, int64_t W, int64_t pw, int64_t sw, int64_t Wq, float* row);                        \
   void finish(float* p, const float* r, int64_t rows, int64_t n, int64_t stride, int act, const float* affine);       \
   void dense_run(const float* P, int64_t plane, int64_t C, const int64_t* taps, int64_t K, const float* wp, int64_t O, \
                  int64_t Opad, const float* bias, float* out, int64_t out_plane, int64_t v_begin, int64_t v_end,       \
@@ -81,24 +82,24 @@ struct Finish {
   }
 };
 
-// One contiguous input row into its stride phases (see conv_impl.inc): column xx goes to phase
-// (xx + pw) % sw, position (xx + pw) / sw, row[phase * Wq + position]. Phase by phase, each a
-// run read with stride sw (stride 2 spelled out so the compiler vectorizes it): the loop that
-// walked the columns one by one with a branch per element took most of a stride-2 layer's time
-// (det's 3x3 stride-2 depthwise at 160x160: 1.2 ms, 0.4 ms of arithmetic).
+// One contiguous input row into its stride phases (see conv_impl.inc's split_phases, which f32
+// rows go through): column xx goes to phase (xx + pw) % sw, position (xx + pw) / sw.
 template <class T>
 void split_phases(const T* s, int64_t W, int64_t pw, int64_t sw, int64_t Wq, T* row) {
+  if constexpr (std::is_same_v<T, float>) {
+    switch (isa()) {
+      case Isa::Avx512: return avx512::split_phases(s, W, pw, sw, Wq, row);
+      case Isa::Avx2: return avx2::split_phases(s, W, pw, sw, Wq, row);
+      case Isa::Generic: return generic::split_phases(s, W, pw, sw, Wq, row);
+    }
+  }
   for (int64_t q = 0; q < sw; ++q) {
     const int64_t first = ((q - pw) % sw + sw) % sw;  // the first column landing in phase q
     if (first >= W) continue;
     const int64_t n = (W - first + sw - 1) / sw;
     T* d = row + q * Wq + (first + pw) / sw;
     const T* src = s + first;
-    if (sw == 2) {
-      for (int64_t k = 0; k < n; ++k) d[k] = src[2 * k];
-    } else {
-      for (int64_t k = 0; k < n; ++k) d[k] = src[k * sw];
-    }
+    for (int64_t k = 0; k < n; ++k) d[k] = src[k * sw];
   }
 }
 
