@@ -669,7 +669,14 @@ void pointwise_direct(const View& x, const View& w, const View* bias, const View
           std::copy(p + c * x.strides[1] + v0, p + c * x.strides[1] + v1, tail.data() + c * kDenseMaxCols);
         run(tail.data(), kDenseMaxCols, o + v0, 0, v1 - v0);
       }
+    }
+    // The epilogue over this task's columns of each image, all O rows: rows as long as the task
+    // allows (one block's 32 floats per row made the epilogue's loop set-up its main cost).
+    for (int64_t item = lo; item < hi;) {
+      const int64_t n = item / blocks, last = std::min(hi, (n + 1) * blocks) - 1;
+      const int64_t v0 = item % blocks * kDenseMaxCols, v1 = std::min(L, (last % blocks + 1) * kDenseMaxCols);
       fin.apply(od, n * O * L + v0, v1 - v0, O, L);
+      item = last + 1;
     }
   });
 }
