@@ -324,7 +324,10 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
       const int64_t Wq = std::max((W + 2 * pw + sw - 1) / sw, max_off + (OW + B - 1) / B * B);
       const int64_t plane_size = Hp * sw * Wq;
       const bool x_rows = x.strides[3] == 1 && sw == 1;  // input rows copy as runs
+      const bool w_direct = w.dtype == (std::is_same_v<T, float> ? DType::F32 : DType::F64);
+      const bool b_direct = bias && bias->dtype == w.dtype && w_direct;
       auto bias_of = [&](int64_t c) {
+        if (b_direct) return static_cast<const T*>(bias->data)[bias->offset + c * bias->strides[0]];
         return bias ? static_cast<T>(load_as_double(bias->data, bias->dtype, bias->offset + c * bias->strides[0]))
                     : T(0);
       };
@@ -364,10 +367,16 @@ void depthwise(const View& x, const View& w, const View* bias, int64_t sh, int64
               }
             }
           }
-          for (int64_t i = 0; i < kh; ++i)
-            for (int64_t j = 0; j < kw; ++j)
-              wk[static_cast<size_t>(i * kw + j)] = static_cast<T>(
-                  load_as_double(w.data, w.dtype, w.offset + c * w.strides[0] + i * w.strides[2] + j * w.strides[3]));
+          if (w_direct) {  // one load per tap, no dtype dispatch (this runs for every plane)
+            const T* wc = static_cast<const T*>(w.data) + w.offset + c * w.strides[0];
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) wk[static_cast<size_t>(i * kw + j)] = wc[i * w.strides[2] + j * w.strides[3]];
+          } else {
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j)
+                wk[static_cast<size_t>(i * kw + j)] = static_cast<T>(
+                    load_as_double(w.data, w.dtype, w.offset + c * w.strides[0] + i * w.strides[2] + j * w.strides[3]));
+          }
           T* dst = nullptr;
           if constexpr (kDirect<OE, T>)
             dst = static_cast<T*>(out.data) + out.offset + nc * OH * OW;
