@@ -548,6 +548,20 @@ void dense_direct(const View& x, const View& w, const View* bias, int64_t sh, in
     for (int64_t nc = lo; nc < hi; ++nc) {
       float* dst = padded + nc * plane;
       const float* src = xd + x.offset + nc / C * x.strides[0] + nc % C * x.strides[1];
+      if (flat && x.strides[3] == 1) {
+        // Only the padding is zeroed (a whole-plane fill, then the rows over it, wrote det's
+        // 80x80 inputs twice): rows above, each row's pw columns either side, rows below and
+        // the run's slack.
+        std::fill(dst, dst + ph * row, 0.0f);
+        for (int64_t y = 0; y < H; ++y) {
+          float* r = dst + (y + ph) * row;
+          std::fill(r, r + pw, 0.0f);
+          std::copy(src + y * x.strides[2], src + y * x.strides[2] + W, r + pw);
+          std::fill(r + pw + W, r + row, 0.0f);
+        }
+        std::fill(dst + (ph + H) * row, dst + plane, 0.0f);
+        continue;
+      }
       std::fill(dst, dst + plane, 0.0f);
       for (int64_t y = 0; y < H; ++y) {
         float* r = dst + (y + ph) * row;
