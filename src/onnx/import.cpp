@@ -67,6 +67,42 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
     env[name] = it != inputs.end() ? it->second : scalar_as_constant(t).to(*device);
   }
   if (reads_data) *reads_data = false;
+  // A Conv (group 1) reading x * s, s one value per input channel ([1, C, 1, 1], batch 1): the
+  // squeeze-excitation blocks of MobileNetV3/PP-LCNet. conv(x * s, W) == conv(x, W * s), and W
+  // * s ([O, C, kh, kw]) is a fraction of x's size, so when the product has no other reader the
+  // Conv runs on x with scaled weights and the product is never computed (cls: 9 of these,
+  // each a broadcast multiply over a whole feature map through the evaluator's strided path).
+  std::unordered_map<std::string, const Node*> producer;
+  std::unordered_map<std::string, int> readers;
+  for (const auto& node : m.nodes) {
+    for (const auto& name : node.outputs) producer[name] = &node;
+    for (const auto& name : node.inputs) ++readers[name];
+  }
+  for (const auto& name : m.output_names) ++readers[name];
+  auto channel_scaled = [&](const Node& conv, Tensor* x, Tensor* w) {
+    if (conv.op_type != "Conv" || conv.inputs.size() < 2 || readers[conv.inputs[0]] != 1) return false;
+    auto g = conv.attrs.find("group");
+    if (g != conv.attrs.end() && !(g->second.kind == Attr::Int && g->second.i == 1)) return false;
+    auto p = producer.find(conv.inputs[0]);
+    if (p == producer.end() || p->second->op_type != "Mul" || p->second->inputs.size() != 2) return false;
+    const Tensor& a = env.at(p->second->inputs[0]);
+    const Tensor& b = env.at(p->second->inputs[1]);
+    const Tensor& wt = env.at(conv.inputs[1]);
+    if (wt.dim() != 4 || !is_floating(wt.dtype())) return false;
+    const int64_t C = wt.shape()[1];
+    const Shape per_channel{1, C, 1, 1};
+    for (int side = 0; side < 2; ++side) {
+      const Tensor& v = side == 0 ? a : b;
+      const Tensor& sc = side == 0 ? b : a;
+      if (sc.shape() != per_channel || v.dim() != 4 || v.shape()[0] != 1 || v.shape()[1] != C ||
+          v.dtype() != wt.dtype() || sc.dtype() != wt.dtype())
+        continue;
+      *x = v;
+      *w = wt * sc;
+      return true;
+    }
+    return false;
+  };
   for (const auto& node : m.nodes) {
     if (!node.domain.empty()) fail(kUnsupported, loc, "node '", node.name, "': domain ", node.domain, " is not supported");
     auto h = handlers().find(node.op_type);
@@ -77,6 +113,12 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
       c.in.push_back(name.empty() ? Tensor() : env.at(name));
       c.from_data.push_back(!name.empty() && from_data.count(name) != 0);
       any_from_data = any_from_data || c.from_data.back();
+    }
+    Tensor unscaled, scaled_w;
+    if (channel_scaled(node, &unscaled, &scaled_w)) {
+      c.in[0] = unscaled;
+      c.in[1] = scaled_w;
+      c.from_data[1] = c.from_data[1] || c.from_data[0];  // the weights now carry the scale
     }
     Outs outs = h->second(c);
     if (reads_data && c.reads_data) *reads_data = true;

@@ -187,6 +187,7 @@ Outs op_conv(Ctx& c) {
   bool pointwise = true;  // 1x1, stride 1, no pads: a matmul over the channels, no unfold
   for (size_t k = 0; k < static_cast<size_t>(w.spatial); ++k)
     pointwise = pointwise && w.kernel[k] == 1 && w.strides[k] == 1 && w.pad_begin[k] == 0 && w.pad_end[k] == 0;
+  if (pointwise && w.spatial == 2 && groups == 1) return {conv2d(x, wt, bias, 1, 0, 1, 1, c.loc)};  // ops/conv.cpp picks
   if (pointwise) {
     const int64_t L = x.numel() / std::max<int64_t>(N * C, 1);
     Tensor y = matmul(wt.reshape({groups, M / groups, C / groups}), x.reshape({N, groups, C / groups, L}), c.loc);
@@ -323,6 +324,21 @@ Handler pool(bool is_max) {
     auto [xp, g] = unfold_input(x, w, extra, is_max ? lowest : 0.0);
     const int64_t N = x.shape()[0], C = x.shape()[1];
     const int64_t oh = s == 1 ? 1 : out[0], ow = out[s - 1];
+    if (is_max && !want_indices && g.pad_h == 0 && g.pad_w == 0 && g.kh * g.kw <= 16) {
+      // A few taps without padding: the elementwise maximum of one strided view per tap, one Map
+      // kernel that a following reduction (cls's MaxPool -> GlobalAveragePool) takes as its
+      // prologue. Unfold + a reduction over the tap axis (a middle axis: strided loads) was 12%
+      // of cls's kernel time for one 2x2 pool.
+      Tensor y;
+      for (int64_t ky = 0; ky < g.kh; ++ky)
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t y0 = ky * g.dilation_h, x0 = kx * g.dilation_w;
+          Tensor tap = xp.slice(2, y0, y0 + (oh - 1) * g.stride_h + 1, g.stride_h, c.loc)
+                           .slice(3, x0, x0 + (ow - 1) * g.stride_w + 1, g.stride_w, c.loc);
+          y = y.defined() ? maximum(y, tap) : tap;
+        }
+      return Outs{restore_rank(g.kh * g.kw == 1 ? y.contiguous() : y, w)};
+    }
     Tensor cols = unfold2d(xp, g, is_max ? lowest : 0.0, c.loc).reshape({N, C, g.kh * g.kw, oh * ow});
     Tensor y;
     if (is_max) {

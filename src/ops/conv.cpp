@@ -221,7 +221,16 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t stri
   const bool depthwise = groups == c && o == c;
   const bool pointwise = g.kh == 1 && g.kw == 1 && stride == 1 && padding == 0;
   Tensor b = b0.defined() ? cast(b0, t, loc) : Tensor();
-  if (on_cpu(x) && on_cpu(w) && (!b.defined() || on_cpu(b)) && !pointwise && (depthwise || t == DType::F32)) {
+  // 1x1 convolutions with few input channels over at least a few positions run on the CPU's
+  // direct kernel too (kernels_conv.cpp pointwise_direct): it adds the bias in registers and
+  // applies a relu/hardswish epilogue while the block is in cache, where a matmul's epilogue (its
+  // bias a column broadcast) is a second pass over the output. Over fewer positions (an SE block's
+  // [C, 1]) a matmul; with more input channels too: the direct kernel reads a block's [C, 32]
+  // inputs once per 12 outputs, which past ~64 channels leave L1 (det's 96..384-channel 1x1
+  // layers ran 10-40% slower than the GEMM; bench/onnx/NOTES.md).
+  const bool pointwise_direct = pointwise && groups == 1 && oh * ow >= 32 && c <= 64 && t == DType::F32;
+  if (on_cpu(x) && on_cpu(w) && (!b.defined() || on_cpu(b)) && (!pointwise || pointwise_direct) &&
+      (depthwise || t == DType::F32)) {
     // The CPU's Conv2d kernel: depthwise layers directly, the others never materialize the
     // whole unfolded input; the bias is added in the kernel.
     return conv_node(x, w, b, g, groups, oh, ow, loc);

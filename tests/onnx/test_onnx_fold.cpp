@@ -2,7 +2,8 @@
 // Conv -> BatchNormalization -> Mul -> Add (weights as Constant nodes, as paddle2onnx writes
 // them, or initializers; grouped and depthwise) must give what the unfolded graph computes, here
 // a float64 reference built from alk's conv2d; a Conv output with a second reader is not folded
-// and still right.
+// and still right. Also the run-time rewrite of a per-channel scale before a Conv into scaled
+// weights (import.cpp run_graph).
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -148,6 +149,62 @@ TEST(OnnxFold, ConvAffineChainsMatchTheUnfoldedGraph) {
     check(5, 5, 5, constants, false);  // depthwise
   }
   check(3, 4, 1, true, true);  // the Conv output has two readers: nothing folds
+}
+
+// x * s -> Conv with s one value per input channel (a squeeze-excitation block; import.cpp runs
+// the Conv on x with its weights scaled instead): the product's operands either way round, 1x1
+// and 3x3 kernels; not rewritten (and still right) when the product has a second reader, for a
+// batch of 2 and for a grouped Conv. Against conv2d(x * s) in float64.
+void check_channel_scale(int64_t k, bool scale_first, bool second_reader, int64_t N, int64_t groups) {
+  SCOPED_TRACE("k " + std::to_string(k) + (scale_first ? " s*x" : " x*s") + (second_reader ? " second reader" : "") +
+               " N " + std::to_string(N) + " groups " + std::to_string(groups));
+  std::mt19937 rng(static_cast<unsigned>(k * 10 + N + (scale_first ? 100 : 0) + groups * 1000));
+  const int64_t C = 6, M = 4, H = 4, W = 7, pad = k / 2;
+  const std::vector<float> w = random_floats(static_cast<size_t>(M * (C / groups) * k * k), rng);
+  const std::vector<float> b = random_floats(static_cast<size_t>(M), rng);
+  Builder bld(false);
+  for (const char* name : {"x", "s"}) {
+    auto* in = bld.g->add_input();
+    in->set_name(name);
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  }
+  bld.value("w", {M, C / groups, k, k}, w);
+  bld.value("b", {M}, b);
+  bld.node("Mul", scale_first ? std::vector<std::string>{"s", "x"} : std::vector<std::string>{"x", "s"}, "p");
+  auto* conv = bld.node("Conv", {"p", "w", "b"}, "y");
+  int_attr(conv, "pads", {pad, pad, pad, pad});
+  int_attr(conv, "group", {groups}, false);
+  bld.g->add_output()->set_name("y");
+  if (second_reader) {
+    bld.node("Relu", {"p"}, "y2");
+    bld.g->add_output()->set_name("y2");
+  }
+  std::string bytes;
+  bld.m.SerializeToString(&bytes);
+  onnx::Model model = onnx::load_bytes(bytes, "");
+  const std::vector<float> xv = random_floats(static_cast<size_t>(N * C * H * W), rng);
+  const std::vector<float> sv = random_floats(static_cast<size_t>(N * C), rng, 0.f, 1.f);
+  for (int call = 0; call < 3; ++call) {  // eager, traced, replayed (the per-shape program cache)
+    std::map<std::string, Tensor> out = model.run({{"x", tensor(xv, {N, C, H, W})}, {"s", tensor(sv, {N, C, 1, 1})}});
+    auto t64 = [](const std::vector<float>& v, Shape sh) { return tensor(std::vector<double>(v.begin(), v.end()), sh); };
+    Tensor prod = t64(xv, {N, C, H, W}) * t64(sv, {N, C, 1, 1});
+    Tensor y = conv2d(prod, t64(w, {M, C / groups, k, k}), t64(b, {M}), 1, pad, 1, groups);
+    const std::vector<double> want = y.to_vector<double>(), got = out.at("y").to_vector<double>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+    if (second_reader) {
+      const std::vector<double> want2 = relu(prod).to_vector<double>(), got2 = out.at("y2").to_vector<double>();
+      for (size_t i = 0; i < got2.size(); ++i) ASSERT_NEAR(got2[i], want2[i], 1e-6) << i;
+    }
+  }
+}
+
+TEST(OnnxFold, ChannelScaleBeforeConvMatchesTheProduct) {
+  for (int64_t k : {1, 3})
+    for (bool scale_first : {false, true}) check_channel_scale(k, scale_first, false, 1, 1);
+  check_channel_scale(1, false, true, 1, 1);  // the product has a second reader
+  check_channel_scale(3, false, false, 2, 1);  // a batch: one scale per image
+  check_channel_scale(3, true, false, 1, 2);   // grouped
 }
 
 }  // namespace

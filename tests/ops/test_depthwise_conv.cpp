@@ -4,10 +4,12 @@
 // with groups == channels routes to it; its gradients by central differences. Also the
 // blocked im2col path of the same CPU op (grouped f32 convolutions).
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 
 #include "backend/cpu/isa.h"
+#include "graph/schedule.h"
 #include "testing.h"
 
 namespace alk {
@@ -211,6 +213,96 @@ TEST(DepthwiseConv, DenseFewOutputChannelsMatchFloat64OnEveryIsa) {
                           k.dilation, 1);
       ASSERT_EQ(got.shape(), want.shape());
       expect_close(got.to_vector<double>(), want.to_vector<double>(), 1e-4 * std::sqrt(double(k.C * k.kh * k.kw)));
+    }
+  }
+}
+
+// 1x1 convolutions over >= 32 positions (ops/conv.cpp routes them to the CPU's Conv2d op:
+// kernels_conv.cpp pointwise_direct, dense_run over the input planes) on every ISA path this CPU
+// has, against the float64 path (a matmul): output channels around the register blocks, a last
+// partial block of positions of one vector or less and of more, a batch, a bias or none, and a
+// non-contiguous input (which takes the blocked im2col path).
+TEST(DepthwiseConv, PointwiseMatchesFloat64OnEveryIsa) {
+  RestoreIsa restore;
+  std::mt19937 rng(27);
+  struct PointwiseCase {
+    int64_t N, C, H, W, O;
+    bool bias, permuted;
+  };
+  const PointwiseCase cases[] = {
+      {1, 32, 2, 96, 200, true, false}, {1, 16, 3, 37, 88, true, false}, {2, 7, 5, 9, 5, false, false},
+      {1, 3, 6, 11, 50, true, false},   {2, 200, 2, 17, 13, true, false}, {1, 9, 4, 8, 12, true, true},
+  };
+  for (cpu::Isa isa : {cpu::Isa::Generic, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    cpu::set_isa(isa);
+    for (const PointwiseCase& k : cases) {
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + to_string({k.N, k.C, k.H, k.W}) + " O " + std::to_string(k.O));
+      std::vector<double> xv = random_values(static_cast<size_t>(k.N * k.C * k.H * k.W), rng);
+      std::vector<double> wv = random_values(static_cast<size_t>(k.O * k.C), rng);
+      std::vector<double> bv = random_values(static_cast<size_t>(k.O), rng);
+      Tensor x = k.permuted ? tensor(xv, {k.N, k.H, k.W, k.C}).permute({0, 3, 1, 2}) : tensor(xv, {k.N, k.C, k.H, k.W});
+      Tensor w = tensor(wv, {k.O, k.C, 1, 1}), b = k.bias ? tensor(bv, {k.O}) : Tensor();
+      Tensor want = conv2d(x, w, b, 1, 0, 1, 1);
+      Tensor got = conv2d(x.to(DType::F32), w.to(DType::F32), k.bias ? b.to(DType::F32) : Tensor(), 1, 0, 1, 1);
+      ASSERT_EQ(got.shape(), want.shape());
+      expect_close(got.to_vector<double>(), want.to_vector<double>(), 1e-4 * std::sqrt(double(k.C)));
+    }
+  }
+}
+
+// The relu / hardswish / residual epilogues the CPU's Conv2d kernel applies itself (kernels_conv.cpp
+// conv2d_epilogue, part by part while in cache) against the same expression as its own kernel
+// over the stored convolution (also followed by a constant scale and shift): bitwise equal (the
+// same f32 operations), for each kind of
+// convolution (depthwise, dense few-output, 1x1, blocked im2col) on every ISA; an epilogue it
+// does not take (a sigmoid) still matches.
+TEST(DepthwiseConv, ConvEpiloguesMatchSeparateKernelsOnEveryIsa) {
+  RestoreIsa restore;
+  std::mt19937 rng(28);
+  struct ConvCase {
+    const char* name;
+    int64_t C, O, k, stride, pad, groups;
+  };
+  const ConvCase convs[] = {{"depthwise", 24, 24, 5, 1, 2, 24},
+                            {"depthwise stride 2", 8, 8, 3, 2, 1, 8},
+                            {"dense", 12, 20, 3, 1, 1, 1},
+                            {"dense stride 2", 3, 16, 3, 2, 1, 1},
+                            {"1x1", 20, 70, 1, 1, 0, 1},
+                            {"im2col", 16, 64, 3, 1, 1, 1}};
+  auto hardswish = [](const Tensor& y) { return y * minimum(maximum(y + 3.0, 0.0), 6.0) / 6.0; };
+  auto relu = [](const Tensor& y) { return maximum(y, 0.0); };
+  for (cpu::Isa isa : {cpu::Isa::Generic, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+    if (!cpu::isa_supported(isa)) continue;
+    cpu::set_isa(isa);
+    for (const ConvCase& k : convs) {
+      const int64_t N = 2, H = 7, W = 45;
+      Tensor x = tensor(random_values(static_cast<size_t>(N * k.C * H * W), rng), {N, k.C, H, W}).to(DType::F32);
+      Tensor w = tensor(random_values(static_cast<size_t>(k.O * (k.C / k.groups) * k.k * k.k), rng),
+                        {k.O, k.C / k.groups, k.k, k.k})
+                     .to(DType::F32);
+      Tensor b = tensor(random_values(static_cast<size_t>(k.O), rng), {k.O}).to(DType::F32);
+      realize({x, w, b});
+      Tensor stored = conv2d(x, w, b, k.stride, k.pad, 1, k.groups);
+      stored.realize();
+      Tensor r = tensor(random_values(static_cast<size_t>(stored.numel()), rng), stored.shape()).to(DType::F32);
+      r.realize();
+      const std::function<Tensor(const Tensor&)> epilogues[] = {
+          relu, hardswish, [&](const Tensor& y) { return y + r; }, [&](const Tensor& y) { return relu(y + r); },
+          [&](const Tensor& y) { return hardswish(r + y); }, [](const Tensor& y) { return sigmoid(y); },
+          // PP-LCNet's learnable affine block after the activation
+          [&](const Tensor& y) { return 0.37 * hardswish(y) + (-0.2); },
+          [&](const Tensor& y) { return relu(y + r) * 1.5 + 0.25; }};
+      for (size_t e = 0; e < std::size(epilogues); ++e) {
+        SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + k.name + " epilogue " + std::to_string(e));
+        const std::vector<float> want = epilogues[e](stored).to_vector<float>();
+        Tensor fused = epilogues[e](conv2d(x, w, b, k.stride, k.pad, 1, k.groups));
+        fused.realize();
+        EXPECT_EQ(last_schedule_stats().kernels, 1);  // the epilogue ran in the Conv2d kernel
+        const std::vector<float> got = fused.to_vector<float>();
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(got, want);
+      }
     }
   }
 }

@@ -42,7 +42,9 @@ bool dtype_named(const std::string& name, DType* out) {
 }
 
 // Output shapes for inputs whose symbolic dims take the values given (default 1): the graph is
-// built over lazy zeros, so nothing is computed except the small shape tensors.
+// built over lazy zeros, so nothing is computed except the small shape tensors. A model whose
+// windows do not fit 1-pixel images (cls's MaxPool) is tried again with the unset dims at 64;
+// when neither fits, the shapes are reported as not inferred (with the reason), not as an error.
 void print_inferred_shapes(const onnx::Model& m, const std::vector<std::string>& dim_args) {
   std::map<std::string, int64_t> symbols;
   for (const auto& a : dim_args) {
@@ -50,31 +52,47 @@ void print_inferred_shapes(const onnx::Model& m, const std::vector<std::string>&
     check(eq != std::string::npos && eq > 0, "onnx info", Loc::current(), "--dim wants NAME=VALUE, got '", a, "'");
     symbols[a.substr(0, eq)] = std::stoll(a.substr(eq + 1));
   }
-  std::map<std::string, Tensor> inputs;
-  std::string used;
-  for (const auto& v : m.info().inputs) {
-    DType dt;
-    if (!v.has_shape || !dtype_named(v.elem_type, &dt)) {
-      std::cout << "shapes: not inferred (input '" << v.name << "' has no tensor type and shape)\n";
+  std::string first_error;
+  for (const int64_t unset : {int64_t{1}, int64_t{64}}) {
+    std::map<std::string, Tensor> inputs;
+    std::string used;
+    bool defaulted = false;
+    for (const auto& v : m.info().inputs) {
+      DType dt;
+      if (!v.has_shape || !dtype_named(v.elem_type, &dt)) {
+        std::cout << "shapes: not inferred (input '" << v.name << "' has no tensor type and shape)\n";
+        return;
+      }
+      Shape shape;
+      for (const auto& d : v.dims) {
+        if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos) {
+          shape.push_back(std::stoll(d));
+        } else {
+          defaulted = defaulted || !symbols.count(d);
+          const int64_t n = symbols.count(d) ? symbols[d] : unset;
+          if (used.find(" " + d + "=") == std::string::npos) used += " " + d + "=" + std::to_string(n);
+          shape.push_back(n);
+        }
+      }
+      inputs[v.name] = zeros(shape, dt);
+    }
+    std::map<std::string, Tensor> out;
+    try {
+      NoGradGuard no_grad;
+      out = m.run(inputs);
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+      if (defaulted && unset == 1) continue;  // try again with larger unset dims
+      std::cout << "shapes: not inferred for" << used << " (" << first_error
+                << "); give the symbolic dims with --dim NAME=VALUE\n";
       return;
     }
-    Shape shape;
-    for (const auto& d : v.dims) {
-      if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos) {
-        shape.push_back(std::stoll(d));
-      } else {
-        const int64_t n = symbols.count(d) ? symbols[d] : 1;
-        if (used.find(" " + d + "=") == std::string::npos) used += " " + d + "=" + std::to_string(n);
-        shape.push_back(n);
-      }
-    }
-    inputs[v.name] = zeros(shape, dt);
+    std::cout << "inferred output shapes" << (used.empty() ? "" : " (" + used.substr(1) + ")") << ":\n";
+    for (const auto& name : m.output_names())
+      std::cout << "  " << name << "  " << dtype_name(out.at(name).dtype()) << "  " << to_string(out.at(name).shape())
+                << "\n";
+    return;
   }
-  NoGradGuard no_grad;
-  std::map<std::string, Tensor> out = m.run(inputs);
-  std::cout << "inferred output shapes" << (used.empty() ? "" : " (" + used.substr(1) + ")") << ":\n";
-  for (const auto& name : m.output_names())
-    std::cout << "  " << name << "  " << dtype_name(out.at(name).dtype()) << "  " << to_string(out.at(name).shape()) << "\n";
 }
 
 int run_info(const std::string& path, const std::vector<std::string>& dim_args) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/eval.h"
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernel_observer.h"
@@ -240,6 +241,16 @@ class CpuDevice final : public Device {
       auto in = views_of(k.inputs);
       cpu::matmul(in[0], in[1], out, *addends);
       return;
+    }
+    if (core.op == OpId::Conv2d && core.dtype == DType::F32 && core.shape == out.shape) {
+      // relu/hardswish (after a residual add) applied by the convolution to each part of its
+      // output while in cache (kernels_conv.cpp), not as a second pass over the whole output.
+      auto in = views_of(k.inputs);
+      auto extra = views_of(k.epilogue_inputs);
+      const auto& p = std::get<UnfoldParams>(core.params);
+      if (cpu::conv2d_epilogue(in[0], in[1], in.size() > 2 ? &in[2] : nullptr, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw,
+                               *k.epilogue, extra, out))
+        return;
     }
     // The core writes its value where the epilogue can read it: the output itself when
     // the types match (the epilogue then runs in place), else a scratch buffer. Both
