@@ -104,11 +104,10 @@ TEST(EvalIsa, F16ConversionsMatchGenericBitwise) {
   cpu::set_isa(original);
 }
 
-// f32 tanh on the AVX2 path is alk's own (vec_tanh.inc), in the interpreter and pasted into
+// f32 tanh on the AVX paths is alk's own (vec_tanh.inc), in the interpreter and pasted into
 // compiled kernels: within 4 ulp of tanh computed in double (3.19 measured) over a dense
 // sweep of f32 values of both signs (subnormals, the 0.625 branch edge, the 9.5 clamp,
-// huge values), +-inf to +-1, NaN to NaN, -0 to -0; both tiers give the same bits. The
-// AVX-512 path (libmvec's tanhf in both tiers) is held to the same.
+// huge values), +-inf to +-1, NaN to NaN, -0 to -0; both tiers give the same bits.
 TEST(EvalIsa, VectorTanhWithinFourUlpAndSameInBothTiers) {
   const cpu::Isa original = cpu::isa();
   const cpu::jit::Mode mode = cpu::jit::mode();
