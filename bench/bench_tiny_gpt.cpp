@@ -27,10 +27,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs the PyTorch anchor and returns its ms/step (0 if it could not run).
+// Runs the PyTorch anchor and returns its ms/step (0 if it could not run). OPENBLAS_CORETYPE
+// passes through from this command's environment: `make bench-cpu` sets Haswell for the AVX2
+// path's run, so PyTorch's GEMMs there use OpenBLAS's AVX2 kernels like alk's (unsetting it
+// here had given that run's anchor OpenBLAS's AVX-512 kernels), and unsets it for the
+// default run.
 double run_anchor(const std::string& script, int threads, int steps) {
-  std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 " + script +
-                    " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) + " 2>&1";
+  std::string cmd = "env -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 " + script + " --threads " +
+                    std::to_string(threads) + " --steps " + std::to_string(steps) + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   if (!pipe) return 0;
   std::string out;

@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/eval.h"
+#include "backend/cpu/vec_tanh.inc"
 #include "runtime/disk_cache.h"
 
 extern char** environ;
@@ -68,6 +69,11 @@ const char* vector_math_name(Fn f) {
 }
 
 int lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 8; }
+
+// f32 tanh's source, pasted into the kernels that use it (the interpreter expands the same
+// macro, vec_tanh.inc).
+constexpr const char* kTanhSource256 = ALK_STRINGIFY(ALK_VEC_TANH_SOURCE(ALK_VFMA_256));
+constexpr const char* kTanhSource512 = ALK_STRINGIFY(ALK_VEC_TANH_SOURCE(ALK_VFMA_512));
 
 enum class Kind { Const, Scalar, Array, Body };
 
@@ -242,6 +248,13 @@ class Generator {
       if (std::find(done.begin(), done.end(), m) != done.end()) continue;
       done.push_back(m);
       const bool f32 = m.back() == 'f';
+      if (m == "tanh_f") {  // alk's own, the interpreter's source (vec_tanh.inc): the same bits
+        p += "typedef int alk_vi __attribute__((vector_size(" + bytes + ")));\n";
+        p += avx512 ? kTanhSource512 : kTanhSource256;
+        p += "\nstatic inline void alk_vm_tanh_f(const float* a, float* o) {\n  alk_vf x;\n  __builtin_memcpy(&x, a, " +
+             bytes + ");\n  x = alk_tanh_vf(x);\n  __builtin_memcpy(o, &x, " + bytes + ");\n}\n";
+        continue;
+      }
       const std::string name = m.substr(0, m.size() - 2), et = f32 ? "float" : "double", vt = f32 ? "alk_vf" : "alk_vd",
                         step = f32 ? fl : dl, sym = "_ZGV" + tag + "N" + step + "v_" + name + (f32 ? "f" : "");
       p += "extern \"C\" " + vt + " " + sym + "(" + vt + ");\n";
