@@ -210,6 +210,25 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, uns
       : "memory");
 }
 
+// The copies that fill one ring slot (A at `as`, B at `bs`) with K step k of the tile at
+// (m0, n0), all completing on the slot's `full` barrier: A's 64 x 128 box (two 64 x 64 when
+// M-contiguous), B's 64 x BN box (BN / 64 boxes of 64 x 64 when N-contiguous).
+__device__ __forceinline__ void tma_load_stage(unsigned as, unsigned bs, const TensorMap& ta, const TensorMap& tb,
+                                               unsigned full, int k, int m0, int n0) {
+#if A_KMAJOR
+  tma_load(as, ta, full, k, m0);
+#else
+  tma_load(as, ta, full, m0, k);
+  tma_load(as + BK * 128, ta, full, m0 + 64, k);
+#endif
+#if B_KMAJOR
+  tma_load(bs, tb, full, k, n0);
+#else
+#pragma unroll
+  for (int q = 0; q < BN / 64; ++q) tma_load(bs + q * BK * 128, tb, full, n0 + q * 64, k);
+#endif
+}
+
 // Two blocks per SM (128 x 128 tiles, so one block's epilogue and pipeline fill overlap the
 // other's main loop) must share the SM's 64 K registers, and ptxas compiles the whole kernel
 // under the launch bound (a 64 x 128 wgmma needs ~90 a thread): there the producer is one
@@ -255,18 +274,7 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
         const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
         mbar_expect_tx(full, STAGE_BYTES);
         const int k = k_begin + kt * BK;
-#if A_KMAJOR
-        tma_load(as, ta, full, k, m0);
-#else
-        tma_load(as, ta, full, m0, k);
-        tma_load(as + BK * 128, ta, full, m0 + 64, k);
-#endif
-#if B_KMAJOR
-        tma_load(bs, tb, full, k, n0);
-#else
-#pragma unroll
-        for (int q = 0; q < BN / 64; ++q) tma_load(bs + q * BK * 128, tb, full, n0 + q * 64, k);
-#endif
+        tma_load_stage(as, bs, ta, tb, full, k, m0, n0);
       }
     }
   } else {
@@ -348,18 +356,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
           mbar_expect_tx(full, STAGE_BYTES);
           const int k = kt * BK;
-#if A_KMAJOR
-          tma_load(as, ta, full, k, m0);
-#else
-          tma_load(as, ta, full, m0, k);
-          tma_load(as + BK * 128, ta, full, m0 + 64, k);
-#endif
-#if B_KMAJOR
-          tma_load(bs, tb, full, k, n0);
-#else
-#pragma unroll
-          for (int q = 0; q < BN / 64; ++q) tma_load(bs + q * BK * 128, tb, full, n0 + q * 64, k);
-#endif
+          tma_load_stage(as, bs, ta, tb, full, k, m0, n0);
         }
       }
     }

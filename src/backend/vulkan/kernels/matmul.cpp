@@ -387,6 +387,25 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
     if (whole_f16_stores) x += "    }\n";
     return x;
   };
+  // Both cooperative-matrix forms open main() alike: the invocation's subgroup and its
+  // (16 TM) x (16 TN) piece, the tile's origin, the batch item, and the TM x TN accumulators,
+  // written out unrolled (arrays of cooperative matrices indexed in loops may be kept in local
+  // memory rather than registers). `each` spells a statement per accumulator.
+  const int frags_m = static_cast<int>(t.tm), frags_n = static_cast<int>(t.tn);
+  auto each = [&](const std::function<std::string(const std::string&, const std::string&)>& f) {
+    std::string x;
+    for (int i = 0; i < frags_m; ++i)
+      for (int j = 0; j < frags_n; ++j) x += f(std::to_string(i), std::to_string(j));
+    return x;
+  };
+  const std::string coop_main_head = R"(
+void main() {
+  const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
+  const uint wm = sg / (BN / (16u * TN)), wn = sg % (BN / (16u * TN));  // the subgroup's (16 TM) x (16 TN) piece
+  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
+)" + batch_head + each([](const std::string& i, const std::string& j) {
+    return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
+  });
   if (t.coop && t.direct) {
     // Fragments straight from the operands (MatmulTiles::direct): rows and columns of
     // fragments past M or N read the last whole fragment (M, N multiples of 16) and are
@@ -394,40 +413,24 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
     // multiplied, and the other way round.
     if (!vec_a || !vec_b) fail("matmul: direct cooperative-matrix loads need 16-byte loads of both operands");
     s += "shared float Cs[(WG / 32u) * 256u];  // per subgroup: one 16x16 tile on its way to the store\n";
-    s += R"(
-void main() {
-  const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
-  const uint wm = sg / (BN / (16u * TN)), wn = sg % (BN / (16u * TN));
-  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
-)";
-    s += batch_head;
-    const int fm = static_cast<int>(t.tm), fn = static_cast<int>(t.tn);
-    auto each = [&](const std::function<std::string(const std::string&, const std::string&)>& f) {
-      std::string x;
-      for (int i = 0; i < fm; ++i)
-        for (int j = 0; j < fn; ++j) x += f(std::to_string(i), std::to_string(j));
-      return x;
-    };
-    s += each([](const std::string& i, const std::string& j) {
-      return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
-    });
-    for (int i = 0; i < fm; ++i)
+    s += coop_main_head;
+    for (int i = 0; i < frags_m; ++i)
       s += "    const uint ar" + std::to_string(i) + " = uint(a_base) / 8u + min(row0 + wm * 16u * TM + " + std::to_string(16 * i) +
            "u, p.M - 16u) * uint(p.a_rs) / 8u;\n";
-    for (int j = 0; j < fn; ++j)
+    for (int j = 0; j < frags_n; ++j)
       s += "    const uint bc" + std::to_string(j) + " = uint(b_base) / 8u + min(col0 + wn * 16u * TN + " + std::to_string(16 * j) +
            "u, p.N - 16u) / 8u;\n";
     s += "    const uint a_st = uint(p.a_rs) / 8u, b_st = uint(p.b_rs) / 8u;\n";
     for (int set = 0; set < 2; ++set) {
-      for (int i = 0; i < fm; ++i) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(set) + std::to_string(i) + ";\n";
-      for (int j = 0; j < fn; ++j) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(set) + std::to_string(j) + ";\n";
+      for (int i = 0; i < frags_m; ++i) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(set) + std::to_string(i) + ";\n";
+      for (int j = 0; j < frags_n; ++j) s += "    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(set) + std::to_string(j) + ";\n";
     }
     auto load = [&](int set, const std::string& k, const std::string& in) {
       std::string x;
-      for (int i = 0; i < fm; ++i)
+      for (int i = 0; i < frags_m; ++i)
         x += in + "coopMatLoadNV(fa" + std::to_string(set) + std::to_string(i) + ", a_vec, ar" + std::to_string(i) + " + (" + k +
              ") / 8u, a_st, false);\n";
-      for (int j = 0; j < fn; ++j)
+      for (int j = 0; j < frags_n; ++j)
         x += in + "coopMatLoadNV(fb" + std::to_string(set) + std::to_string(j) + ", b_vec, bc" + std::to_string(j) + " + (" + k +
              ") * b_st, b_st, false);\n";
       return x;
@@ -500,25 +503,7 @@ uvec4 load_a8(uint r, uint k, int a_base) {
   return pack8(h);
 }
 )";
-    s += R"(
-void main() {
-  const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
-  const uint wm = sg / (BN / (16u * TN)), wn = sg % (BN / (16u * TN));  // the subgroup's (16 TM) x (16 TN) piece
-  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
-)";
-    s += batch_head;
-    // Written out unrolled: arrays of cooperative matrices indexed in loops may be kept in
-    // local memory rather than registers.
-    const int fm = static_cast<int>(t.tm), fn = static_cast<int>(t.tn);
-    auto each = [&](const std::function<std::string(const std::string&, const std::string&)>& f) {
-      std::string x;
-      for (int i = 0; i < fm; ++i)
-        for (int j = 0; j < fn; ++j) x += f(std::to_string(i), std::to_string(j));
-      return x;
-    };
-    s += each([](const std::string& i, const std::string& j) {
-      return "    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc" + i + j + " = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);\n";
-    });
+    s += coop_main_head;
     // Register sets: one set of staging registers by default. ALK_VK_COOP_PREFETCH=2 gives
     // double-buffered tiles a second set, so the global loads of slice i + 2 are issued while
     // slice i is multiplied; on the H200 that was slower (128x256x16: 1.286 ms with two sets,
@@ -568,11 +553,11 @@ void main() {
     const std::string a_unit = vec_a ? " / 8u" : "", b_unit = vec_b ? " / 8u" : "";
     auto products = [&](const std::string& buf) {
       std::string x = "      [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {\n";
-      for (int i = 0; i < fm; ++i)
+      for (int i = 0; i < frags_m; ++i)
         x += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa" + std::to_string(i) + ";\n        coopMatLoadNV(fa" +
              std::to_string(i) + ", As, " + buf + " * A_BUF + ((wm * 16u * TM + " + std::to_string(16 * i) + "u) * AS_STRIDE + kk)" +
              a_unit + ", AS_STRIDE" + a_unit + ", false);\n";
-      for (int j = 0; j < fn; ++j)
+      for (int j = 0; j < frags_n; ++j)
         x += "        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb" + std::to_string(j) + ";\n        coopMatLoadNV(fb" +
              std::to_string(j) + ", Bs, " + buf + " * B_BUF + (kk * BS_STRIDE + wn * 16u * TN + " + std::to_string(16 * j) + "u)" +
              b_unit + ", BS_STRIDE" + b_unit + ", false);\n";
