@@ -79,8 +79,10 @@ void gpt2_products(alk::Device& dev, bool anchor, const std::string& only) {
     alk::Tensor g = alk::cast(alk::randn({kGpt2Rows, s.N}), alk::DType::BF16).to(dev);
     x.realize(), w.realize(), g.realize();
     const double flop = 2.0 * static_cast<double>(kGpt2Rows) * static_cast<double>(s.K) * static_cast<double>(s.N);
-    // With the step's epilogues fused into the store: a bias row, and the backward's product
-    // times a saved [M, N] activation (as the GELU derivative reads one).
+    // The products followed by the step's kinds of epilogue: a bias row, and the backward's
+    // product times a saved activation (as the GELU derivative reads one). Whether they ran
+    // fused shows in ALK_DEBUG=timing: on the H200 (2026-12-01) these standalone ones did not
+    // (a Matmul, then a map:add / map:mul), unlike the GPT-2 step's, so the line is the pair.
     alk::Tensor bias = alk::cast(alk::randn({s.N}), alk::DType::BF16).to(dev), h = alk::cast(alk::randn({kGpt2Rows, s.K}), alk::DType::BF16).to(dev);
     bias.realize(), h.realize();
     const alk::Tensor wt = w.transpose(0, 1);

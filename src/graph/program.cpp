@@ -145,8 +145,11 @@ struct Program::State {
     }
     // Where it is safe, the kernel that makes a carried value writes it where the step read
     // it, so a replay copies nothing for it.
+    // (A host function may hold buffers its kernel does not list, data parallel's buckets:
+    // a step with one keeps its copies.)
+    const bool host_calls = std::any_of(run.begin(), run.end(), [](const Kernel& k) { return k.op == OpId::HostCall; });
     for (const Carry& c : carries)
-      if (!write_in_place(run, c)) replay_carries.push_back(c);
+      if (host_calls || !write_in_place(run, c)) replay_carries.push_back(c);
     // A HostCall runs its host function on every replay: never inside a device recording
     // (a CUDA graph would replay only what the function queued while being captured).
     auto alone = [](const Kernel& k) {
@@ -214,10 +217,6 @@ struct Program::State {
   // view as its output, as the scheduler's own in-place reuse). Later readers of `from`
   // read `to` instead. Captured values keep their buffers (captured() reads them).
   bool write_in_place(std::vector<Kernel>& kernels, const Carry& c) const {
-    // A host function may hold buffers its kernel does not list (data parallel's buckets):
-    // a step with one keeps its copies.
-    for (const Kernel& k : kernels)
-      if (k.op == OpId::HostCall) return false;
     for (const auto& [name, t] : captures)
       if (t.defined() && t.impl()->node->buffer == c.from) return false;
     auto same_view = [](const KernelArg& a, const KernelArg& b) {
