@@ -38,6 +38,10 @@ struct Buffer {
   const size_t bytes;
   static int64_t live_count();  // for the leak report (ALK_LEAKS=1) and tests
   static int64_t live_bytes();
+  // The high-water mark of live_bytes() (every device together) since the process started
+  // or the last reset_peak_bytes(): what torch.cuda.max_memory_allocated tells, for alk.
+  static int64_t peak_bytes();
+  static void reset_peak_bytes();
 };
 
 struct DeviceInfo {

@@ -138,6 +138,10 @@ struct Program::State {
       if (impl->node->buffer != a.before->buffer) {
         carries.push_back({impl->node->buffer, a.before->buffer, bytes});
         copy_buffer(*impl->node->buffer, 0, *a.before->buffer, 0, bytes);
+      } else if (rec.produced.count(a.before->buffer.get())) {
+        // The scheduler wrote the new value over the old one (find_overwritable): nothing
+        // to copy, but an exporter still needs to know the step updates this state.
+        carries.push_back({a.before->buffer, a.before->buffer, bytes});
       }
       impl->node = a.before;
       impl->strides = a.strides;
@@ -147,9 +151,20 @@ struct Program::State {
     // it, so a replay copies nothing for it.
     // (A host function may hold buffers its kernel does not list, data parallel's buckets:
     // a step with one keeps its copies.)
+    // The traced list (for export) is rewritten alike, and the carry then names `to` as its
+    // own source (the exporter reads it as "the value the step last wrote there"), so the
+    // buffers the step wrote the new values into are freed: a compiled step holds no more
+    // than an eager one.
     const bool host_calls = std::any_of(run.begin(), run.end(), [](const Kernel& k) { return k.op == OpId::HostCall; });
-    for (const Carry& c : carries)
-      if (host_calls || !write_in_place(run, c)) replay_carries.push_back(c);
+    for (Carry& c : carries) {
+      if (c.from == c.to) continue;
+      if (host_calls || !write_in_place(run, c)) {
+        replay_carries.push_back(c);
+        continue;
+      }
+      redirect_writes(kernels, c);
+      c.from = c.to;
+    }
     // A HostCall runs its host function on every replay: never inside a device recording
     // (a CUDA graph would replay only what the function queued while being captured).
     auto alone = [](const Kernel& k) {
@@ -247,14 +262,19 @@ struct Program::State {
       for (const KernelArg& a : kernels[i].epilogue_inputs)
         if (a.buffer == c.to) return false;
     }
-    kernels[*writer].output.buffer = c.to;
-    for (size_t i = *writer + 1; i < kernels.size(); ++i) {
-      for (KernelArg& a : kernels[i].inputs)
+    redirect_writes(kernels, c);
+    return true;
+  }
+
+  // Every use of `from` in the list becomes `to` (write_in_place has checked that is safe).
+  static void redirect_writes(std::vector<Kernel>& kernels, const Carry& c) {
+    for (Kernel& k : kernels) {
+      if (k.output.buffer == c.from) k.output.buffer = c.to;
+      for (KernelArg& a : k.inputs)
         if (a.buffer == c.from) a.buffer = c.to;
-      for (KernelArg& a : kernels[i].epilogue_inputs)
+      for (KernelArg& a : k.epilogue_inputs)
         if (a.buffer == c.from) a.buffer = c.to;
     }
-    return true;
   }
 
   uint64_t rng_base = 0;  // the generator offset run's host-patched Random kernels start from

@@ -209,11 +209,66 @@ class Scheduler {
     auto hold = [this](const Node* n) {
       if (info_.count(n) && !is_map(n) && n->op != OpId::Const) info_[n].external = true;
     };
+    // In a trace, the recorder holds the value each carried tensor started from (trace.h):
+    // that hold alone does not make a realized value seen from outside.
+    std::unordered_map<const Node*, long> recorder_holds;
+    if (const TraceRecorder* trace = active_trace())
+      for (const auto& a : trace->assigned) ++recorder_holds[a.before.get()];
+    std::unordered_set<const Node*> held;  // viewed from outside the graph
     for (auto& [impl, owners] : impl_owners)
-      if (owners > slot_refs[impl]) hold(impl->node.get());
-    for (auto& [node, impls] : impls_of)
-      if (!impls.empty() && (*impls.begin())->node.use_count() > static_cast<long>(impls.size())) hold(node);
+      if (owners > slot_refs[impl]) held.insert(impl->node.get());
+    for (auto& [node, impls] : impls_of) {
+      auto it = recorder_holds.find(node);
+      const long recorder = it == recorder_holds.end() ? 0 : it->second;
+      if (!impls.empty() && (*impls.begin())->node.use_count() > static_cast<long>(impls.size()) + recorder)
+        held.insert(node);
+    }
+    for (const Node* n : held) hold(n);
     for (TensorImpl* t : targets_) info_[t->node.get()].external = true;
+    find_overwritable(impls_of, held);
+  }
+
+  // Realized values that only this schedule can still read, so their last reader may write
+  // its result over them (an optimizer's `p = p - lr * u`, its moments, a clipped gradient):
+  // an update then needs no second copy of the state it updates, as PyTorch's in-place
+  // optimizers. A value qualifies when every TensorImpl viewing its node is one of the
+  // graph's input slots (the tensor that held it was assigned a new value), no Map held
+  // from outside can recompute from it later (a lazy result outlives the schedule), and
+  // its buffer has no other owner (a compiled program's kernels, a host function's
+  // buffers). In a trace, the recorder's own hold of the value a carried tensor started
+  // from and the traced kernels' references are expected: the in-place write is then the
+  // carried state's update itself (program.cpp).
+  void find_overwritable(const std::unordered_map<const Node*, std::unordered_set<const TensorImpl*>>& impls_of,
+                         const std::unordered_set<const Node*>& held) {
+    // Realized values a Map that outlives the schedule (held, not stored) may recompute from.
+    std::unordered_set<const Node*> reachable, seen;
+    std::vector<const Node*> stack;
+    for (const Node* n : held)
+      if (info_.count(n) && is_map(n) && !info_[n].external) stack.push_back(n);
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      for (auto& in : n->inputs) {
+        const Node* c = in->node.get();
+        if (c->realized()) reachable.insert(c);
+        else stack.push_back(c);
+      }
+    }
+    std::unordered_map<const Buffer*, long> kernel_refs;
+    if (const TraceRecorder* trace = active_trace()) {
+      for (const Kernel& k : trace->kernels) {
+        ++kernel_refs[k.output.buffer.get()];
+        for (const KernelArg& a : k.inputs) ++kernel_refs[a.buffer.get()];
+        for (const KernelArg& a : k.epilogue_inputs) ++kernel_refs[a.buffer.get()];
+      }
+    }
+    for (auto& [node, impls] : impls_of) {
+      if (!node->realized() || held.count(node) || reachable.count(node)) continue;
+      auto refs = kernel_refs.find(node->buffer.get());
+      if (node->buffer.use_count() != 1 + (refs == kernel_refs.end() ? 0 : refs->second)) continue;
+      overwritable_.insert(node);
+    }
   }
 
   // ---- 3. fusion and kernels ----
@@ -494,13 +549,26 @@ class Scheduler {
     return a;
   }
 
+  // True when kernel k reads l's node through no other view than l (element i of the
+  // output then reads only element i of the node: it may write over it). `a + a.T` may not.
+  static bool reads_only_through(const PendingKernel& k, const TensorImpl* l) {
+    auto same = [l](const TensorImpl* o) {
+      return o == l || o->node != l->node ||
+             (o->offset == l->offset && o->shape == l->shape && o->strides == l->strides);
+    };
+    return std::all_of(k.leaves.begin(), k.leaves.end(), same) &&
+           std::all_of(k.epilogue_leaves.begin(), k.epilogue_leaves.end(), same);
+  }
+
   void plan_memory() {
     const int nk = static_cast<int>(kernels_.size());
     // Last kernel reading each node's value.
     std::unordered_map<const Node*, int> last_use;
+    std::unordered_map<const Node*, int> last_realized_use;
     auto note = [&](const TensorImpl* impl, int at) {
       const Node* p = impl->node.get();
-      if (!p->realized()) last_use[p] = std::max(last_use[p], at);
+      int& last = p->realized() ? last_realized_use[p] : last_use[p];
+      last = std::max(last, at);
     };
     for (int i = 0; i < nk; ++i) {
       for (auto* l : kernels_[i]->leaves) note(l, i);
@@ -508,6 +576,11 @@ class Scheduler {
     }
     g_stats.naive_bytes = g_stats.planned_bytes = g_stats.in_place = 0;
     std::vector<std::vector<const Node*>> dies_at(static_cast<size_t>(nk));
+    // ALK_DEBUG=memory: which intermediates the arena holds at its peak.
+    const bool show_memory = debug_level("memory");
+    std::unordered_set<const Node*> live_now;
+    std::vector<const Node*> live_at_peak;
+    int peak_kernel = -1;
     for (auto& [n, at] : last_use)
       if (info_.count(n) && !info_[n].external) dies_at[at].push_back(n);
     for (int i = 0; i < nk; ++i) {
@@ -516,8 +589,26 @@ class Scheduler {
       size_t bytes = static_cast<size_t>(out->numel()) * dtype_size(out->dtype);
       g_stats.naive_bytes += static_cast<int64_t>(bytes);
       if (info_[out].external) {
-        stored_bytes_.emplace_back(out, bytes);
-        g_stats.planned_bytes += static_cast<int64_t>(bytes);
+        // A stored Map result may take the buffer of a realized input it alone reads last.
+        const TensorImpl* over = nullptr;
+        if (k.op == OpId::Map)
+          for (const TensorImpl* l : k.leaves) {
+            const Node* p = l->node.get();
+            if (overwritable_.count(p) && last_realized_use[p] == i && p->device == out->device && linear_view(l) &&
+                l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && p->buffer->bytes == bytes &&
+                !in_place_taken_.count(p) && reads_only_through(k, l)) {
+              over = l;
+              break;
+            }
+          }
+        if (over) {
+          in_place_taken_.insert(over->node.get());
+          stored_[out] = over->node->buffer;
+          ++g_stats.in_place;
+        } else {
+          stored_bytes_.emplace_back(out, bytes);
+          g_stats.planned_bytes += static_cast<int64_t>(bytes);
+        }
       } else {
         // In place: a Map may overwrite a same-sized input that dies here.
         std::optional<size_t> slot;
@@ -526,7 +617,8 @@ class Scheduler {
             const Node* p = l->node.get();
             auto it = arena_offset_.find(p);
             if (it != arena_offset_.end() && p->device == out->device && last_use[p] == i && linear_view(l) &&
-                l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p)) {
+                l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p) &&
+                reads_only_through(k, l)) {
               slot = it->second;
               in_place_taken_.insert(p);
               ++g_stats.in_place;
@@ -535,15 +627,24 @@ class Scheduler {
           }
         Arena& arena = arena_of(out);
         arena_offset_[out] = slot ? *slot : arena.take(arena.padded(bytes));
-        if (!slot) live_arena_bytes_ += arena.padded(bytes), live_arena_peak_ = std::max(live_arena_peak_, live_arena_bytes_);
+        if (show_memory) live_now.insert(out);
+        if (!slot) {
+          live_arena_bytes_ += arena.padded(bytes);
+          if (live_arena_bytes_ > live_arena_peak_) {
+            live_arena_peak_ = live_arena_bytes_;
+            if (show_memory) live_at_peak.assign(live_now.begin(), live_now.end()), peak_kernel = i;
+          }
+        }
       }
       for (const Node* dead : dies_at[i]) {
         if (!arena_offset_.count(dead) || in_place_taken_.count(dead)) continue;
         Arena& arena = arena_of(dead);
         arena.give_back(arena_offset_[dead], arena.padded(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype)));
         live_arena_bytes_ -= arena.padded(static_cast<size_t>(dead->numel()) * dtype_size(dead->dtype));
+        live_now.erase(dead);
       }
     }
+    if (show_memory && !live_at_peak.empty()) print_live_at_peak(live_at_peak, peak_kernel);
     g_stats.arena_bytes = 0;
     for (auto& [dev, arena] : arenas_) g_stats.arena_bytes += static_cast<int64_t>(arena.end);
     g_stats.planned_bytes += g_stats.arena_bytes;
@@ -672,6 +773,22 @@ class Scheduler {
                    static_cast<long long>(g_stats.arena_bytes), static_cast<long long>(live_arena_peak_));
   }
 
+  // The arena's live intermediates at its peak, largest first, with the ops that made them
+  // and their call sites: what to look at when a step needs more memory than expected.
+  void print_live_at_peak(std::vector<const Node*> live, int at) const {
+    auto bytes = [](const Node* n) { return static_cast<size_t>(n->numel()) * dtype_size(n->dtype); };
+    std::sort(live.begin(), live.end(), [&](const Node* a, const Node* b) { return bytes(a) > bytes(b); });
+    size_t total = 0;
+    for (const Node* n : live) total += bytes(n);
+    std::fprintf(stderr, "[alk memory] arena peak %zu B at kernel %d of %zu (%s): %zu live intermediates\n", total, at,
+                 kernels_.size(), at >= 0 ? std::string(op_name(kernels_[static_cast<size_t>(at)]->root->op)).c_str() : "-",
+                 live.size());
+    for (const Node* n : live)
+      std::fprintf(stderr, "[alk memory]   %10zu B %-5s %-16s %s  %s:%u\n", bytes(n), dtype_name(n->dtype).data(),
+                   to_string(n->shape).c_str(), (n->name.empty() ? std::string(op_name(n->op)) : n->name).c_str(),
+                   n->loc.file_name(), static_cast<unsigned>(n->loc.line()));
+  }
+
   std::vector<TensorImpl*> targets_;
   std::vector<Node*> order_;
   std::unordered_map<const Node*, NodeInfo> info_;
@@ -690,6 +807,7 @@ class Scheduler {
   std::unordered_map<const TensorImpl*, int> leaf_reads_;
   std::vector<std::pair<Node*, size_t>> inlined_;  // this build's inlined producers, leaves each brought
   std::unordered_set<const Node*> kept_stored_;     // producers stored to keep kernels within kMaxKernelLeaves
+  std::unordered_set<const Node*> overwritable_;    // realized values only this schedule reads (find_overwritable)
 };
 
 }  // namespace

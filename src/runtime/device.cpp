@@ -9,7 +9,7 @@
 namespace alk {
 
 namespace {
-std::atomic<int64_t> g_live_buffers{0}, g_live_bytes{0};
+std::atomic<int64_t> g_live_buffers{0}, g_live_bytes{0}, g_peak_bytes{0};
 
 // ALK_LEAKS=1: buffers still alive when the program exits (tensors a static or a leak holds).
 struct LeakReport {
@@ -24,7 +24,10 @@ struct LeakReport {
 
 Buffer::Buffer(Device* owner, void* handle_, size_t bytes_) : device(owner), handle(handle_), bytes(bytes_) {
   ++g_live_buffers;
-  g_live_bytes += static_cast<int64_t>(bytes);
+  const int64_t live = g_live_bytes += static_cast<int64_t>(bytes);
+  int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
 }
 
 Buffer::~Buffer() {
@@ -35,6 +38,8 @@ Buffer::~Buffer() {
 
 int64_t Buffer::live_count() { return g_live_buffers; }
 int64_t Buffer::live_bytes() { return g_live_bytes; }
+int64_t Buffer::peak_bytes() { return g_peak_bytes; }
+void Buffer::reset_peak_bytes() { g_peak_bytes = g_live_bytes.load(); }
 
 namespace {
 struct PreparedList final : Recording {

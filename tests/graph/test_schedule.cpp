@@ -302,6 +302,83 @@ TEST(Schedule, ElementwiseAfterTemplateOpRunsInPlace) {
   EXPECT_GE(last_schedule_stats().in_place, 1);
 }
 
+// An update `x = f(x, ...)` of a realized tensor writes over x's buffer when nothing else
+// can read the old value: the optimizer step needs no second copy of the state.
+TEST(Schedule, UpdateOfARealizedTensorWritesOverItsBuffer) {
+  const std::vector<double> start = iota_values(64);
+  Tensor x = tensor(start, {8, 8});
+  Tensor g = full({8, 8}, 0.5);
+  realize({x, g});
+  const Buffer* before = x.impl()->node->buffer.get();
+  x.assign_(x * 2.0 - g);
+  x.realize();
+  EXPECT_EQ(x.impl()->node->buffer.get(), before);
+  EXPECT_EQ(last_schedule_stats().planned_bytes, 0);
+  auto v = x.to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], 2.0 * start[i] - 0.5);
+}
+
+// ...and never when the old value can still be read: another view of it held outside,
+// a lazy result that would recompute from it later, a reader in a later kernel.
+TEST(Schedule, UpdateKeepsTheOldValueWhereItCanStillBeRead) {
+  const std::vector<double> start = iota_values(16);
+  {
+    Tensor x = tensor(start, {16});
+    Tensor view = x.reshape({4, 4});  // a second TensorImpl on x's node
+    x.assign_(x + 1.0);
+    x.realize();
+    EXPECT_EQ(view.reshape({16}).to_vector<double>(), start);
+    EXPECT_EQ(x.to_vector<double>()[3], start[3] + 1);
+  }
+  {
+    Tensor x = tensor(start, {16});
+    Tensor lazy = x * 3.0;  // a held Map, not realized by the update's schedule
+    x.assign_(x + 1.0);
+    x.realize();
+    ASSERT_FALSE(lazy.is_realized());
+    auto v = lazy.to_vector<double>();
+    for (size_t i = 0; i < 16; ++i) EXPECT_EQ(v[i], 3 * start[i]);
+  }
+  {
+    Tensor x = tensor(start, {16});
+    Tensor y = tensor(start, {16});
+    Tensor old_sum = sum(x);  // read by a Reduce after the Map that updates x
+    x.assign_(x + 1.0);
+    y.assign_(y + old_sum);
+    realize({x, y});
+    double total = 0;
+    for (double v : start) total += v;
+    EXPECT_NEAR(y.to_vector<double>()[0], start[0] + total, 1e-12);
+    EXPECT_EQ(x.to_vector<double>()[0], start[0] + 1);
+  }
+  {
+    // A same-shaped transpose reads the old value out of order: no in-place write (the
+    // CPU evaluates 256-element blocks, so the hazard needs a larger tensor).
+    const std::vector<double> big = iota_values(4096);
+    Tensor x = tensor(big, {64, 64});
+    x.assign_(x + x.transpose(0, 1));
+    x.realize();
+    auto v = x.to_vector<double>();
+    for (size_t i = 0; i < 64; ++i)
+      for (size_t j = 0; j < 64; ++j) EXPECT_EQ(v[64 * i + j], big[64 * i + j] + big[64 * j + i]);
+  }
+  {
+    // The same for an intermediate dying in the arena: s + s.T does not overwrite s.
+    Tensor x = tensor(iota_values(4096), {64, 64}) * 0.01;
+    Tensor s = softmax(x, 1);
+    s.realize();
+    const std::vector<double> sv = s.to_vector<double>();
+    auto sym = [](const Tensor& in) {
+      Tensor t = softmax(in, 1);  // dies inside the graph: an arena intermediate
+      return t + t.transpose(0, 1);
+    };
+    Tensor y = sym(x);
+    auto v = y.to_vector<double>();
+    for (size_t i = 0; i < 64; ++i)
+      for (size_t j = 0; j < 64; ++j) EXPECT_EQ(v[64 * i + j], sv[64 * i + j] + sv[64 * j + i]);
+  }
+}
+
 TEST(Schedule, KernelCacheHitsOnRepeatedExpressions) {
   Tensor a = tensor(iota_values(8), {8});
   (tanh(a) * 7.25 + 0.125).realize();
