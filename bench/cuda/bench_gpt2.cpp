@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   alk::Program step = alk::compile(step_fn);
   std::vector<double> ms;
   double loss = 0;
+  int64_t first_steps_peak = 0;
   for (int i = 0; i < steps + 3; ++i) {
     dev.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
@@ -107,7 +108,14 @@ int main(int argc, char** argv) {
     if (i >= 3) ms.push_back(t);
     if (!eager && (i == 0 || i == steps + 2)) loss = step.captured("loss").item();
     if (i == 0) std::printf("step 0 loss %.4f (%.0f ms, compiling)\n", loss, t);
+    if (i == 1) {  // the trace (or the second eager step) is done: from here, the steady state
+      first_steps_peak = alk::Buffer::peak_bytes();
+      alk::Buffer::reset_peak_bytes();
+    }
   }
+  // Bytes of alk's buffers as requested (the allocator's peak below counts its rounded blocks).
+  std::printf("alk buffers: peak %.2f GB over the first two steps (warm-up, trace), %.2f GB over the rest\n",
+              static_cast<double>(first_steps_peak) / 1e9, static_cast<double>(alk::Buffer::peak_bytes()) / 1e9);
   const double alk_ms = median(ms);
   const double n_params = static_cast<double>(model.num_parameters());
   const double flop_per_token = 6 * n_params + 12.0 * static_cast<double>(layers) * 768 * static_cast<double>(T);
