@@ -8,7 +8,8 @@
 #   for b in alk_tests alk bench_cuda_gemm bench_cuda_gpt2; do strip -o .devcarry/bin/$b build/$b; done
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
-#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all|rows]
+#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all|rows|memory]
+# `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
 # `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
 # bench_cuda_gpt2 carried): their parity families, bench_cuda_rows (new, old and PyTorch),
 # and the GPT-2 step with the new kernels and then the old ones (the ALK_CUDA_*=old switches).
@@ -60,4 +61,14 @@ if [[ $what == rows ]]; then
     ALK_CUDA_LN_BACKWARD=$old ALK_CUDA_LN_FORWARD=$old timeout 200 \
       ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | tail -4
   done
+fi
+if [[ $what == memory ]]; then
+  # What the GPT-2 step holds at its peak: the compiled step's peak (alk's buffers and the
+  # allocator's blocks, against PyTorch's), then the eager step's arena at its peak, largest first.
+  echo "==== GPT-2 124M step, peak memory"
+  timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps 3 \
+    --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | grep -E 'alk buffers|alk-cuda|RATIO|peak_mem' | tail -8
+  echo "==== the eager step's live intermediates at the arena's peak (ALK_DEBUG=memory)"
+  ALK_DEBUG=memory timeout 120 ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps 1 --eager 2>&1 |
+    grep 'alk memory' | awk '!seen[$0]++' | head -80
 fi
