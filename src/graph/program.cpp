@@ -124,6 +124,10 @@ struct Program::State {
     naive_bytes = rec.naive_bytes;
     // Each carried tensor goes back to the buffer the step read it from; from now on a
     // replay ends by copying the new value there.
+    // The node of each carried new value: a tensor still viewing it after the carried
+    // tensors are pointed back (a view the step made and left outside it) reads the
+    // buffer the traced kernels wrote, so that buffer must keep being written.
+    std::vector<std::weak_ptr<Node>> made;
     for (auto& a : rec.assigned) {
       TensorImpl* impl = a.impl.get();
       TensorImpl before;
@@ -137,11 +141,13 @@ struct Program::State {
       const size_t bytes = a.before->buffer->bytes;
       if (impl->node->buffer != a.before->buffer) {
         carries.push_back({impl->node->buffer, a.before->buffer, bytes});
+        made.push_back(impl->node);
         copy_buffer(*impl->node->buffer, 0, *a.before->buffer, 0, bytes);
       } else if (rec.produced.count(a.before->buffer.get())) {
         // The scheduler wrote the new value over the old one (find_overwritable): nothing
         // to copy, but an exporter still needs to know the step updates this state.
         carries.push_back({a.before->buffer, a.before->buffer, bytes});
+        made.emplace_back();
       }
       impl->node = a.before;
       impl->strides = a.strides;
@@ -156,9 +162,10 @@ struct Program::State {
     // buffers the step wrote the new values into are freed: a compiled step holds no more
     // than an eager one.
     const bool host_calls = std::any_of(run.begin(), run.end(), [](const Kernel& k) { return k.op == OpId::HostCall; });
-    for (Carry& c : carries) {
+    for (size_t i = 0; i < carries.size(); ++i) {
+      Carry& c = carries[i];
       if (c.from == c.to) continue;
-      if (host_calls || !write_in_place(run, c)) {
+      if (host_calls || made[i].use_count() > 0 || !write_in_place(run, c)) {
         replay_carries.push_back(c);
         continue;
       }
