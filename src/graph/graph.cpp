@@ -9,11 +9,7 @@ namespace {
 bool unrealized_const(const Tensor& t) { return !t.impl()->node->realized() && t.impl()->node->op == OpId::Const; }
 }  // namespace
 
-int64_t Node::numel() const {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
+int64_t Node::numel() const { return alk::numel(shape); }
 
 Tensor make_node(OpId op, Shape shape, DType dtype, std::vector<Tensor> inputs, Params params, Loc loc) {
   auto node = std::make_shared<Node>();

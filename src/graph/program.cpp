@@ -250,10 +250,8 @@ struct Program::State {
       const KernelArg& out = kernels[i].output;
       if (out.buffer == c.to) return false;
       if (out.buffer != c.from) continue;
-      size_t elements = 1;
-      for (int64_t d : out.shape) elements *= static_cast<size_t>(d);
       if (writer || out.byte_offset != 0 || out.offset != 0 || out.strides != contiguous_strides(out.shape) ||
-          elements * dtype_size(out.dtype) != c.bytes)
+          static_cast<size_t>(numel(out.shape)) * dtype_size(out.dtype) != c.bytes)
         return false;
       writer = i;
     }

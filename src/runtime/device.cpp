@@ -86,6 +86,12 @@ void set_float32_matmul_precision(std::string_view precision, Loc loc) {
 
 std::string_view float32_matmul_precision() { return tf32_allowed() ? "high" : "highest"; }
 
+int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;

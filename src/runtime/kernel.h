@@ -65,6 +65,7 @@ using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams,
                             AttentionParams, UnfoldParams, CrossEntropyParams, HostCallParams>;
 
 Shape contiguous_strides(const Shape& shape);
+int64_t numel(const Shape& shape);  // the product of the dims (1 for a scalar)
 
 // A strided window on a device buffer, as a kernel sees it.
 struct KernelArg {

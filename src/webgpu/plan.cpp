@@ -37,11 +37,6 @@ namespace {
 
 constexpr int kLive = std::numeric_limits<int>::max();
 
-int64_t numel(const Shape& s) {
-  int64_t r = 1;
-  for (int64_t d : s) r *= d;
-  return r;
-}
 
 // CPU bytes of n elements of t -> the GPU layout (i64 -> i32 checked, f64 -> f32).
 std::vector<unsigned char> to_gpu(const unsigned char* src, size_t count, DType t, const std::string& what, Loc loc) {

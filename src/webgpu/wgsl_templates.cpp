@@ -46,11 +46,6 @@ std::string u(int64_t v) {
     bad("a size beyond 32 bits (" + std::to_string(v) + ")");
   return std::to_string(v) + "u";
 }
-int64_t numel(const Shape& s) {
-  int64_t r = 1;
-  for (int64_t d : s) r *= d;
-  return r;
-}
 Shape contiguous(const Shape& s) { return contiguous_strides(s); }
 
 // An f32 literal; inf and NaN come from the header's private variables (a constant one is a

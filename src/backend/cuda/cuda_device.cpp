@@ -77,11 +77,6 @@ Arg arg_of(const KernelArg& a) {
   return Arg{device_ptr(*a.buffer) + a.byte_offset, a.dtype, a.shape, a.strides, a.offset};
 }
 
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 // The C type arithmetic on a dtype runs in (kernels' ACC).
 const char* acc_type(DType t) {

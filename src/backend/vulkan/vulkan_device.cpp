@@ -37,8 +37,7 @@ expr::MapSignature map_signature(const Kernel& k) {
 
 std::string layout_reason(const Context& ctx, const Kernel& k) {
   if (k.output.shape.size() > 8) return "rank " + std::to_string(k.output.shape.size()) + " > 8";
-  int64_t n = 1;
-  for (int64_t d : k.output.shape) n *= d;
+  const int64_t n = numel(k.output.shape);
   if (n > std::numeric_limits<uint32_t>::max()) return "more than 2^32 elements (32-bit indices)";
   // Each view binds only the bytes it touches; those must fit one binding.
   auto span_bytes = [](const KernelArg& a) {

@@ -38,7 +38,7 @@ void unfold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const ViewArg x = view_arg(k.inputs[0]), out = view_arg(k.output);
   const int64_t C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t OH = out_size(H, p.kh, p.sh, p.ph, p.dh), OW = out_size(W, p.kw, p.sw, p.pw, p.dw);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0 || OH <= 0 || OW <= 0) return;
   Launch l(ctx);
   const uint32_t xf = l.bind(x, false), of = l.bind(out, true);
@@ -92,7 +92,7 @@ void fold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const int64_t C = out.shape[1], H = out.shape[2], W = out.shape[3];
   const int64_t OH = std::max<int64_t>(0, out_size(H, p.kh, p.sh, p.ph, p.dh));
   const int64_t OW = std::max<int64_t>(0, out_size(W, p.kw, p.sw, p.pw, p.dw));
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   Launch l(ctx);
   const uint32_t cf = l.bind(cols, false), of = l.bind(out, true);

@@ -96,7 +96,7 @@ void gather_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const ViewArg x = view_arg(k.inputs[0]), index = view_arg(k.inputs[1]), out = view_arg(k.output);
   check_fits(k, "gather", k.inputs[1], "index", k.inputs[0], "input", dim, false);
   if (std::string why = out_reason(k); !why.empty()) fail("gather: " + why);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const size_t R = x.shape.size();
   Launch l(ctx);
@@ -152,7 +152,7 @@ void index_select_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const int dim = std::get<IndexParams>(k.node.params).dim;
   const ViewArg x = view_arg(k.inputs[0]), index = view_arg(k.inputs[1]), out = view_arg(k.output);
   if (std::string why = out_reason(k); !why.empty()) fail("index_select: " + why);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const size_t R = x.shape.size();
   Launch l(ctx);
@@ -236,7 +236,7 @@ bool scatter_rows(Context& ctx, Encoder& enc, const Kernel& k, uint32_t launch) 
   if (dim != 0 || R < 1 || R > 8 || index.shape[0] <= kBucketRows) return false;
   for (size_t d = 1; d < R; ++d)
     if (index.shape[d] != out.shape[d] || (index.strides[d] != 0 && index.shape[d] != 1)) return false;
-  const int64_t V = out.shape[0], N = index.shape[0], D = kernels::numel(out.shape) / std::max<int64_t>(V, 1);
+  const int64_t V = out.shape[0], N = index.shape[0], D = numel(out.shape) / std::max<int64_t>(V, 1);
   if (V == 0 || D == 0) return false;
   // Scratch words: counts[V] | cursor[V] | start[V + 1] | slots[N].
   const uint64_t words = 3 * static_cast<uint64_t>(V) + 1 + static_cast<uint64_t>(N);
@@ -260,7 +260,7 @@ bool scatter_rows(Context& ctx, Encoder& enc, const Kernel& k, uint32_t launch) 
     l.bind_raw(IndexErrors::of(ctx).binding());
     l.u(static_cast<uint64_t>(N)), l.u(static_cast<uint64_t>(V)), l.u(launch), l.u(inf);
     l.i(index.strides[0]);
-    l.u(static_cast<uint64_t>(kernels::numel(index.shape) / N));
+    l.u(static_cast<uint64_t>(numel(index.shape) / N));
     std::string s = head + l.preamble() + "layout(std430, binding = 1) " + tmp_decl + index_glsl(index.dtype, 0, 2, 2);
     s += "void main() {\n  uint n = P(0);\n  " + std::string(kernels::kLoop) +
          " {\n"
@@ -372,7 +372,7 @@ void scatter_add_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   check_fits(k, "scatter_add", k.inputs[1], "index", k.inputs[2], "src", dim, true);
   check_fits(k, "scatter_add", k.inputs[1], "index", k.inputs[0], "input", dim, false);
   if (std::string why = out_reason(k); !why.empty()) fail("scatter_add: " + why);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const uint32_t launch = register_launch(ctx, enc, k, "scatter_add", x.shape[dim], dim);
   if (scatter_rows(ctx, enc, k, launch)) return;
@@ -440,7 +440,7 @@ void one_hot_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const int64_t classes = std::get<OneHotParams>(k.node.params).num_classes;
   const ViewArg ids = view_arg(k.inputs[0]), out = view_arg(k.output);
   if (std::string why = out_reason(k); !why.empty()) fail("one_hot: " + why);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const size_t R = ids.shape.size();
   Launch l(ctx);

@@ -75,12 +75,6 @@ bool epilogue_has_f64(const MatmulSignature& sig) {
   return false;
 }
 
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 // Strides of the same elements viewed with shape `to` (same count, row-major order), or
 // nullopt when no strides do it (a reshape that would need a copy).
 std::optional<Shape> restride(const Shape& from, const Shape& strides, const Shape& to) {

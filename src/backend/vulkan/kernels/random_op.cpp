@@ -58,7 +58,7 @@ bool float_out(DType t) { return t == DType::F32 || t == DType::F64 || t == DTyp
 std::string random_unsupported(const Context& ctx, const Kernel& k) {
   if (std::string why = kernels::common_reason(ctx, k); !why.empty()) return why;
   if (k.inputs.size() > 1) return "random takes no inputs, or its seed and offset";
-  if (k.inputs.size() == 1 && (k.inputs[0].dtype != DType::I64 || kernels::numel(k.inputs[0].shape) != 2 ||
+  if (k.inputs.size() == 1 && (k.inputs[0].dtype != DType::I64 || numel(k.inputs[0].shape) != 2 ||
                                !kernels::is_contiguous(k.inputs[0])))
     return "random's seed and offset must be a contiguous i64 [2]";
   const auto& p = std::get<RandomParams>(k.node.params);
@@ -153,7 +153,7 @@ std::string double_math() {
 void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const auto& p = std::get<RandomParams>(k.node.params);
   const ViewArg out = view_arg(k.output);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (p.dist == kInteger && static_cast<int64_t>(p.high) <= static_cast<int64_t>(p.low))
     alk::fail("random", Loc::current(), "integer range [", static_cast<int64_t>(p.low), ", ",
               static_cast<int64_t>(p.high), ") is empty");

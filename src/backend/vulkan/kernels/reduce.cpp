@@ -48,11 +48,6 @@ struct Plan {
   std::vector<size_t> scratch_bytes;
 };
 
-int64_t product(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 // Drops size-1 dims and merges neighbours every argument walks as one (a stride equal to
 // the next dim's stride times its size), so kernels divide less per element.
@@ -79,7 +74,7 @@ void merge_dims(Shape& shape, const std::vector<Shape*>& strides) {
 // when the shapes agree, else those of a run at one fixed step (a flattened weight).
 Shape strides_as(const KernelArg& a, const Shape& target, const char* what) {
   if (a.shape == target) return a.strides;
-  if (product(a.shape) != product(target))
+  if (numel(a.shape) != numel(target))
     fail(std::string(what) + " has " + to_string(a.shape) + ", not " + to_string(target));
   Shape shape = a.shape, strides = a.strides;
   merge_dims(shape, {&strides});
@@ -492,7 +487,7 @@ Plan plan_reduce(const Context& ctx, const Kernel& k) {
   auto split = [&](const Shape& strides, Shape& o, Shape& i) {
     for (size_t d = 0; d < rank; ++d) (reduced[d] ? i : o).push_back(strides[d]);
   };
-  const int64_t rows = product(outer), len = product(inner);
+  const int64_t rows = numel(outer), len = numel(inner);
   ReduceSpec rs;
   rs.op = p.op;
   switch (k.expr->type()) {
@@ -736,10 +731,10 @@ std::string value_type(DType t) {
 Plan plan_argreduce(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<AxisParams>(k.node.params);
   Stage s = axis_stage(k, p.axis, true);
-  s.wg = row_workgroup(ctx, product(s.inner));
+  s.wg = row_workgroup(ctx, numel(s.inner));
   Plan plan;
-  if (product(s.outer) == 0) return plan;
-  if (product(s.inner) == 0)
+  if (numel(s.outer) == 0) return plan;
+  if (numel(s.inner) == 0)
     fail(std::string(p.flag ? "argmax" : "argmin") + ": cannot reduce an empty dim " + std::to_string(p.axis));
   const DType t = k.inputs[0].dtype;
   const std::string m = value_type(t);
@@ -747,7 +742,7 @@ Plan plan_argreduce(const Context& ctx, const Kernel& k) {
   // Short rows (max pooling's windows: 4 or 9 elements) get one invocation each, scanning
   // in order: a workgroup per row would leave most lanes idle and pay a barrier per tree
   // level (on lavapipe, a switch of every fiber).
-  const bool short_rows = product(s.inner) <= 32;
+  const bool short_rows = numel(s.inner) <= 32;
   if (short_rows) s.wg = 64;
   const std::string scan_rows = R"(
 void main() {
@@ -824,7 +819,7 @@ void main() {
        {"CMP", p.flag ? ">" : "<"},
        {"OUT", compute_name(k.output.dtype)},
        {"NAN", flt ? "  bool an = isnan(va), bn = isnan(vb);\n  if (an || bn) return bn && (!an || ib < ia);\n" : ""}});
-  s.groups = short_rows ? thread_groups(product(s.outer), s.wg) : row_groups(product(s.outer));
+  s.groups = short_rows ? thread_groups(numel(s.outer), s.wg) : row_groups(numel(s.outer));
   finish(ctx, s, p.flag ? "argmax" : "argmin", body);
   plan.stages.push_back(std::move(s));
   return plan;
@@ -833,9 +828,9 @@ void main() {
 Plan plan_softmax(const Context& ctx, const Kernel& k, bool log) {
   const auto& p = std::get<AxisParams>(k.node.params);
   Stage s = axis_stage(k, p.axis, false);
-  s.wg = row_workgroup(ctx, product(s.inner));
+  s.wg = row_workgroup(ctx, numel(s.inner));
   Plan plan;
-  if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
+  if (numel(s.outer) == 0 || numel(s.inner) == 0) return plan;
   const std::string m = float_math(k.inputs[0].dtype);
   const std::string x = m + "(ld0(b0 + uint(el0(i))))", exp_fn = m == "double" ? "alk_exp_f64" : "exp",
                     log_fn = m == "double" ? "alk_log_f64" : "log";
@@ -867,7 +862,7 @@ void main() {
 }
 )",
                                 {{"M", m}, {"X", x}, {"EXP", exp_fn}, {"LOG", log_fn}});
-  s.groups = row_groups(product(s.outer));
+  s.groups = row_groups(numel(s.outer));
   finish(ctx, s, log ? "log_softmax" : "softmax", body);
   plan.stages.push_back(std::move(s));
   return plan;
@@ -877,9 +872,9 @@ Plan plan_cumsum(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<AxisParams>(k.node.params);
   const KernelArg& x = k.inputs.at(0);
   Stage s = axis_stage(k, x.shape.empty() ? 0 : p.axis, false);
-  s.wg = row_workgroup(ctx, product(s.inner));
+  s.wg = row_workgroup(ctx, numel(s.inner));
   Plan plan;
-  if (product(s.outer) == 0 || product(s.inner) == 0) return plan;
+  if (numel(s.outer) == 0 || numel(s.inner) == 0) return plan;
   const std::string m = value_type(x.dtype);
   s.extra.push_back(p.flag ? 1u : 0u);
   const std::string body = fill(R"(
@@ -910,7 +905,7 @@ void main() {
 }
 )",
                                 {{"M", m}, {"OUT", compute_name(k.output.dtype)}});
-  s.groups = row_groups(product(s.outer));
+  s.groups = row_groups(numel(s.outer));
   finish(ctx, s, "cumsum", body);
   plan.stages.push_back(std::move(s));
   return plan;
@@ -953,7 +948,7 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   Plan plan;
   if (p.inner <= 0) return plan;
   norm_space(x, p.inner, s.outer, s.inner, split);
-  if (product(s.outer) == 0) return plan;
+  if (numel(s.outer) == 0) return plan;
   s.wg = row_workgroup(ctx, p.inner);
   s.args.push_back(row_arg(x, split));
   s.args.push_back(param_arg(k.inputs.at(1), s.outer, s.inner, "the weight"));
@@ -1006,7 +1001,7 @@ void main() {
                                                                   {"EPS", eps_glsl(m)},
                                                                   {"X", m + "(ld0(b0 + uint(el0(i))))"},
                                                                   {"W", m + "(ld1(b1 + uint(el1(i))))"}});
-  s.groups = row_groups(product(s.outer));
+  s.groups = row_groups(numel(s.outer));
   finish(ctx, s, rms ? "rms_norm" : "layer_norm", body);
   plan.stages.push_back(std::move(s));
   return plan;
@@ -1024,7 +1019,7 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   Plan plan;
   if (p.inner <= 0) return plan;
   norm_space(x, p.inner, lead, trail, split);
-  const int64_t rows = product(lead);
+  const int64_t rows = numel(lead);
   // The packed output [rows + 2, inner] must be contiguous: dx is then x's shape in row-major
   // order, dweight and dbias the two rows after it.
   const Shape want = contiguous_strides(k.output.shape);
@@ -1126,8 +1121,7 @@ void main() {
 }
 
 Plan make_plan(const Context& ctx, const Kernel& k) {
-  int64_t n = 1;
-  for (int64_t d : k.output.shape) n *= d;
+  const int64_t n = numel(k.output.shape);
   if (n > std::numeric_limits<int32_t>::max()) fail("more than 2^31 output elements (32-bit indices)");
   for (const KernelArg& a : k.inputs) {
     int64_t m = 1;
@@ -1201,7 +1195,7 @@ void launch_row_op(Context& ctx, Encoder& enc, const Kernel& k) {
   for (size_t bytes : plan.scratch_bytes) scratch.push_back(ctx.pool().allocate(std::max<size_t>(bytes, 4)));
   for (const Stage& s : plan.stages) {
     std::vector<Binding> bindings;
-    std::vector<uint32_t> words{static_cast<uint32_t>(product(s.outer)), static_cast<uint32_t>(product(s.inner))};
+    std::vector<uint32_t> words{static_cast<uint32_t>(numel(s.outer)), static_cast<uint32_t>(numel(s.inner))};
     for (int64_t d : s.outer) words.push_back(static_cast<uint32_t>(d));
     for (int64_t d : s.inner) words.push_back(static_cast<uint32_t>(d));
     for (const Arg& a : s.args) {

@@ -40,7 +40,7 @@ std::string same_dtype_reason(const Context& ctx, const Kernel& k, size_t inputs
 
 // out[first + i] = bits, i < n (contiguous).
 void fill(Context& ctx, Encoder& enc, const ViewArg& out, std::pair<uint32_t, uint32_t> bits) {
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   Launch l(ctx);
   const uint32_t of = l.bind(out, true);
@@ -55,7 +55,7 @@ void fill(Context& ctx, Encoder& enc, const ViewArg& out, std::pair<uint32_t, ui
 // dst_first counts from out's element 0.
 void scatter_copy(Context& ctx, Encoder& enc, const ViewArg& x, const ViewArg& out, int64_t dst_first,
                   const std::vector<int64_t>& dst_strides) {
-  const int64_t n = kernels::numel(x.shape);
+  const int64_t n = numel(x.shape);
   if (n == 0) return;
   const size_t R = x.shape.size();
   Launch l(ctx);
@@ -87,7 +87,7 @@ std::string tri_unsupported(const Context& ctx, const Kernel& k) {
 void tri_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const auto& p = std::get<TriParams>(k.node.params);
   const ViewArg x = view_arg(k.inputs[0]), out = view_arg(k.output);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const size_t R = x.shape.size();
   Launch l(ctx);
@@ -120,11 +120,11 @@ std::string pad_unsupported(const Context& ctx, const Kernel& k) { return same_d
 void pad_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const auto& p = std::get<PadParams>(k.node.params);
   const ViewArg x = view_arg(k.inputs[0]), out = view_arg(k.output);
-  const int64_t n = kernels::numel(out.shape);
+  const int64_t n = numel(out.shape);
   if (n == 0) return;
   const size_t R = x.shape.size();
   if (p.pads.size() != 2 * R) fail("pad: " + std::to_string(p.pads.size()) + " pads for rank " + std::to_string(R));
-  if (kernels::numel(x.shape) == 0) return fill(ctx, enc, out, kernels::constant_bits(out.dtype, p.value));
+  if (numel(x.shape) == 0) return fill(ctx, enc, out, kernels::constant_bits(out.dtype, p.value));
   Launch l(ctx);
   const uint32_t xf = l.bind(x, false), of = l.bind(out, true);
   const auto bits = kernels::constant_bits(out.dtype, p.value);

@@ -189,10 +189,4 @@ bool contiguous(const std::vector<int64_t>& shape, const std::vector<int64_t>& s
 bool is_contiguous(const ViewArg& v) { return contiguous(v.shape, v.strides); }
 bool is_contiguous(const KernelArg& a) { return contiguous(a.shape, a.strides); }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 }  // namespace alk::vk::kernels

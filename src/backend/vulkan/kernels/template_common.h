@@ -76,7 +76,6 @@ std::string common_reason(const Context& ctx, const Kernel& k, size_t max_rank =
 // Views of contiguous shape `shape` over a tensor (for outputs written in element order).
 bool is_contiguous(const ViewArg& v);
 bool is_contiguous(const KernelArg& a);  // the same, without touching its buffer (supports())
-int64_t numel(const std::vector<int64_t>& shape);
 
 // Every GLSL loop of these kernels: for (uint i = first(); i < n; i += step()).
 inline const char* kLoop = "for (uint i = gl_GlobalInvocationID.x; i < n; i += gl_NumWorkGroups.x * 256u)";
