@@ -861,6 +861,9 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
 def max(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Maximum over dim (None: all). Returns the values; argmax gives the indices. For two tensors use maximum()."""
     ...
+def max_memory_allocated() -> int:
+    """The most bytes of alk buffers alive at once since the start or reset_peak_memory_stats() (torch.cuda.max_memory_allocated)."""
+    ...
 def max_pool2d(input: Tensor, kernel_size: int, stride: Optional[int] = ..., padding: int = ...) -> Tensor:
     """2-D max pooling (stride None: kernel_size)."""
     ...
@@ -869,6 +872,9 @@ def maximum(a: Tensor | float, b: Tensor | float) -> Tensor:
     ...
 def mean(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Mean over dim (None: all)."""
+    ...
+def memory_allocated() -> int:
+    """Bytes of alk buffers alive now, every device together (torch.cuda.memory_allocated)."""
     ...
 class memory_budget:
     """with alk.memory_budget(bytes): plans needing more are refused up front."""
@@ -944,6 +950,9 @@ def release_cached_memory() -> None:
     ...
 def relu(x: Tensor | float) -> Tensor:
     """Elementwise op relu(x) from alk's op table (src/ops/elementwise.def)."""
+    ...
+def reset_peak_memory_stats() -> None:
+    """Starts max_memory_allocated() again from what is alive now."""
     ...
 def rms_norm(input: Tensor, normalized_shape: List[int], weight: Tensor = ..., eps: float = ...) -> Tensor:
     """RMS normalization over the trailing normalized_shape dims."""

@@ -539,6 +539,13 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
         "Computes several tensors in one schedule (shared work done once).", g);
   m.def("_live_buffers", [] { return py::make_tuple(alk::Buffer::live_count(), alk::Buffer::live_bytes()); },
         "(count, bytes) of alk buffers alive now (for leak tests).");
+  m.def("memory_allocated", [] { return alk::Buffer::live_bytes(); },
+        "Bytes of alk buffers alive now, every device together (torch.cuda.memory_allocated).", g);
+  m.def("max_memory_allocated", [] { return alk::Buffer::peak_bytes(); },
+        "The most bytes of alk buffers alive at once since the start or reset_peak_memory_stats() "
+        "(torch.cuda.max_memory_allocated).", g);
+  m.def("reset_peak_memory_stats", [] { alk::Buffer::reset_peak_bytes(); },
+        "Starts max_memory_allocated() again from what is alive now.", g);
   m.def("release_cached_memory", &alk::release_cached_memory, "Returns cached free blocks to the system.", g);
   m.def("set_eager", &alk::set_eager_mode, py::arg("on"), "Realize after every op (as ALK_EAGER=1).");
   m.def("last_memory_plan", [] {

@@ -87,3 +87,20 @@ def test_gil_is_released_while_kernels_run():
         t.join()
     # With the GIL held for the whole call the other thread could not count at all.
     assert elapsed > 0.005 and during > 0
+
+
+def test_memory_stats_follow_buffers_like_torch_cuda():
+    gc.collect()
+    alk.reset_peak_memory_stats()
+    base = alk.memory_allocated()
+    assert alk.max_memory_allocated() == base
+    ts = [alk.randn(256, 256).realize() for _ in range(4)]  # 4 x 256 KiB of f32
+    held = alk.memory_allocated()
+    assert held - base >= 4 * 256 * 256 * 4
+    assert alk.max_memory_allocated() >= held
+    del ts
+    gc.collect()
+    assert alk.memory_allocated() == base
+    assert alk.max_memory_allocated() >= held  # the high-water mark stays until a reset
+    alk.reset_peak_memory_stats()
+    assert alk.max_memory_allocated() == base
