@@ -622,6 +622,7 @@ class Scheduler {
               slot = it->second;
               in_place_taken_.insert(p);
               ++g_stats.in_place;
+              live_now.erase(p);  // out takes its place
               break;
             }
           }
