@@ -115,7 +115,7 @@ struct Glsl final : Lang {
   std::string offset_call(int k) const override { return "alk_offset(i, " + std::to_string(k) + "u)"; }
 
   std::string prologue(const Expr& original, const Expr& lowered, const MapSignature& sig,
-                       const std::vector<bool>&) const override {
+                       const std::vector<bool>& used) const override {
     bool b8 = false, b16 = false, i64 = false, f64 = false;
     auto note = [&](DType d) {
       b8 = b8 || d == DType::Bool || d == DType::U8;
@@ -131,6 +131,7 @@ struct Glsl final : Lang {
     if (b16) s += "#extension GL_EXT_shader_16bit_storage : require\n";
     if (b8) s += "#extension GL_EXT_shader_8bit_storage : require\n";
     if (i64) s += "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n";
+    s += "#extension GL_EXT_control_flow_attributes : enable\n";
     s += header_comment(original, sig, "//");
     if (f64) s += "// note: GLSL has no exp/log/sin/cos/tanh on double: those are computed in float here\n";
     s += "layout(local_size_x = 256) in;\n\n";
@@ -140,6 +141,20 @@ struct Glsl final : Lang {
            " { " + glsl_storage_type(sig.inputs[k]) + " in" + std::to_string(k) + "_data[]; };\n";
     s += "layout(std430, binding = " + std::to_string(binding++) + ") writeonly buffer Out { " +
          glsl_storage_type(sig.output) + " out_data[]; };\n";
+    // 16-byte views of the same buffers, for the vector loop (32-bit operands only).
+    if (vec4_type(sig.output)) {
+      bool all = true;
+      for (size_t k = 0; k < sig.inputs.size(); ++k)
+        all = all && (!used[k] || ((vec4_type(sig.inputs[k]) || splat_only(sig.inputs[k])) && k < 16));
+      if (all) {
+        for (size_t k = 0; k < sig.inputs.size(); ++k)
+          if (used[k] && vec4_type(sig.inputs[k]))
+            s += "layout(std430, binding = " + std::to_string(k) + ") readonly buffer In" + std::to_string(k) +
+                 "V { " + vec4_type(sig.inputs[k]) + " in" + std::to_string(k) + "_v4[]; };\n";
+        s += "layout(std430, binding = " + std::to_string(sig.inputs.size()) + ") writeonly buffer OutV { " +
+             vec4_type(sig.output) + " out_v4[]; };\n";
+      }
+    }
     // Push constants when the block fits the budget every device has (emit.h), else a buffer.
     const size_t k_in = sig.inputs.size();
     if (glsl_params_in_push_constants(k_in))
@@ -154,11 +169,13 @@ struct Glsl final : Lang {
     // Rank 1 (the host merges dims every view steps through evenly: any contiguous or
     // scalar-broadcast operand) takes no integer divides, which are slow on GPUs and run
     // lane by lane on CPU implementations such as lavapipe.
+    // p.rank's low byte is the rank; the bits above say how the launch may use the vector
+    // loop (vector_loop_open), so the block keeps the layout every GPU language shares.
     s += "// Element offset of input k for output element i: unravel i over the output shape.\n"
          "uint alk_offset(uint i, uint k) {\n"
-         "  if (p.rank == 1u) return p.offset[k] + uint(int(i) * p.strides[8u * k]);\n"
+         "  if ((p.rank & 0xffu) == 1u) return p.offset[k] + uint(int(i) * p.strides[8u * k]);\n"
          "  int off = 0;\n"
-         "  for (int d = int(p.rank) - 1; d >= 0; --d) {\n"
+         "  for (int d = int(p.rank & 0xffu) - 1; d >= 0; --d) {\n"
          "    off += int(i % p.shape[d]) * p.strides[8u * k + uint(d)];\n"
          "    i /= p.shape[d];\n"
          "  }\n"
@@ -178,10 +195,76 @@ struct Glsl final : Lang {
       }
     s += "void main() {\n";
     s += "  uint step = gl_NumWorkGroups.x * 256u;\n";
-    s += "  for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {\n";
-    s += "    uint o = p.offset[" + std::to_string(k_in) + "] + i;\n";
+    s += "  uint alk_first = 0u;  // elements below it were done by the vector loop\n";
     return s;
   }
+
+  std::string loop_open() const override {
+    return "  for (uint i = alk_first + gl_GlobalInvocationID.x; i < p.n; i += step) {\n"
+           "    uint o = p.offset[" + std::to_string(output_slot_) + "] + i;\n";
+  }
+
+  // The vector loop (for kernels whose operands are all 32-bit: vec4/ivec4 aliases of their
+  // buffers), taken when the launch sets bit 8 of p.rank: four elements per iteration, each
+  // per-element operand read with one 16-byte load, or, where bit 16 + k is set (input k
+  // constant along the innermost dim: a bias, a scalar), one scalar load splatted. The host
+  // (src/backend/vulkan/map_kernel.cpp) sets it only where every vector operand's element 0
+  // of each vector is 16-byte aligned and no vector straddles a row. Why: lavapipe runs each
+  // storage-buffer access as a loop over the SIMD lanes, so one vec4 access costs about what
+  // a float access does (bench/vulkan/NOTES.md); on GPUs it is the usual 16-byte access.
+  // The per-element statements (load/store) are unchanged: inside, in<k>_data and out_data
+  // name the vector's registers and o the element in it.
+  std::string vector_loop_open(const MapSignature& sig, const std::vector<bool>& per_element) const override {
+    output_slot_ = sig.inputs.size();
+    if (!vec4_type(sig.output)) return "";
+    for (size_t k = 0; k < per_element.size(); ++k)
+      if (per_element[k] && (!(vec4_type(sig.inputs[k]) || splat_only(sig.inputs[k])) || k >= 16)) return "";
+    std::string s = "  if ((p.rank & 0x100u) != 0u) {  // alk_vec_path\n"
+                    "    uint nv = p.n / 4u;\n"
+                    "    for (uint iv = gl_GlobalInvocationID.x; iv < nv; iv += step) {\n"
+                    "      uint i = 4u * iv;\n";
+    for (size_t k = 0; k < per_element.size(); ++k)
+      if (per_element[k] && splat_only(sig.inputs[k])) {
+        const std::string n = std::to_string(k), t = type(compute_type(sig.inputs[k]));
+        s += "      " + t + " alk_v" + n + " = in" + n + "_data[alk_offset(i, " + n + "u)];\n";
+      } else if (per_element[k]) {
+        const std::string n = std::to_string(k), t = vec4_type(sig.inputs[k]);
+        s += "      " + t + " alk_v" + n + ";\n      if ((p.rank & " + std::to_string(0x10000u << k) + "u) != 0u) alk_v" + n +
+             " = " + t + "(in" + n + "_data[alk_offset(i, " + n + "u)]);\n      else alk_v" + n + " = in" + n +
+             "_v4[alk_offset(i, " + n + "u) / 4u];\n";
+      }
+    s += "      {\n";
+    for (size_t k = 0; k < per_element.size(); ++k)
+      if (per_element[k] && splat_only(sig.inputs[k])) {
+        const std::string n = std::to_string(k), t = type(compute_type(sig.inputs[k]));
+        s += "        " + t + " in" + n + "_data[4] = " + t + "[4](alk_v" + n + ", alk_v" + n + ", alk_v" + n + ", alk_v" + n +
+             ");\n";
+      } else if (per_element[k]) {
+        s += "        " + std::string(vec4_type(sig.inputs[k])) + " in" + std::to_string(k) + "_data = alk_v" +
+             std::to_string(k) + ";\n";
+      }
+    s += "        " + std::string(vec4_type(sig.output)) + " out_data;\n"
+         "        [[unroll]] for (uint o = 0u; o < 4u; ++o) {\n";
+    return s;
+  }
+  std::string vector_loop_close(const MapSignature& sig) const override {
+    return "        }\n        out_v4[(p.offset[" + std::to_string(sig.inputs.size()) +
+           "] + i) / 4u] = out_data;\n      }\n    }\n    alk_first = nv * 4u;\n  }\n";
+  }
+
+ private:
+  // The 4-element vector a 32-bit storage type loads as, or null.
+  static const char* vec4_type(DType d) {
+    if (d == DType::F32) return "vec4";
+    if (d == DType::I32) return "ivec4";
+    return nullptr;
+  }
+  // 64-bit types enter the vector loop only as splats (an optimizer's f64 scalars): the
+  // host never sets the vector bit for a per-element one.
+  static bool splat_only(DType d) { return d == DType::F64 || d == DType::I64; }
+  mutable size_t output_slot_ = 0;
+
+ public:
 
   std::string epilogue() const override { return "  }\n}\n"; }
 };

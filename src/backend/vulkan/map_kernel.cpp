@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -97,6 +98,7 @@ std::string map_unsupported_reason(const Context& ctx, const std::string& glsl, 
 MapKernel::MapKernel(Context& ctx, const expr::Expr& e, const expr::MapSignature& sig) : ctx_(ctx), sig_(sig) {
   source_ = expr::emit_map_kernel(e, sig, expr::Target::Glsl);
   push_ = expr::glsl_params_in_push_constants(sig.inputs.size());
+  vector_path_ = source_.find("alk_vec_path") != std::string::npos && !std::getenv("ALK_VK_MAP_SCALAR");
   const uint32_t bindings = static_cast<uint32_t>(sig.inputs.size() + 1 + (push_ ? 0 : 1));
   if (std::string why = map_unsupported_reason(ctx, source_, bindings); !why.empty())
     fail("kernel " + sig.name + " cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
@@ -111,6 +113,7 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
   if (out.shape.size() > 8) fail("kernel " + sig_.name + ": rank " + std::to_string(out.shape.size()) + " > 8");
   int64_t n = 1;
   for (int64_t s : out.shape) n *= s;
+  last_vectorized_ = false;
   if (n == 0) return;
   if (n > std::numeric_limits<uint32_t>::max()) fail("kernel " + sig_.name + ": more than 2^32 elements");
   std::vector<Binding> bindings;
@@ -160,10 +163,32 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
   bindings.push_back(Binding{out.alloc, ob.offset, ob.bytes, true});
   first.push_back(ob.first);
 
+  // The vector loop (emit_glsl.cpp: p.rank bit 8, bit 16 + k for a splatted input): four
+  // elements per iteration where each per-element operand steps by 1 along the innermost
+  // dim from a 16-byte-aligned element 0 (offsets and outer strides multiples of 4, and the
+  // rows a multiple of 4 long unless there is one row: vectors never straddle a row), or is
+  // constant along it (stride 0: loaded once per vector). The tail (n % 4) goes scalar.
+  uint32_t vector_bits = 0;
+  if (vector_path_ && n >= 8 && !shape.empty() && ob.first % 4 == 0 && (shape.size() == 1 || shape.back() % 4 == 0)) {
+    vector_bits = 0x100u;
+    for (size_t k = 0; k < k_in && vector_bits; ++k) {
+      const int64_t inner = in_strides[k].back();
+      if (inner == 0) {
+        vector_bits |= 0x10000u << k;  // the emitter vectorizes kernels of <= 16 inputs only
+        continue;
+      }
+      // 64-bit inputs are vector operands only as splats (emit_glsl.cpp).
+      bool aligned = inner == 1 && first[k] % 4 == 0 && dtype_size(sig_.inputs[k]) == 4;
+      for (size_t d = 0; d + 1 < shape.size() && aligned; ++d) aligned = in_strides[k][d] % 4 == 0;
+      if (!aligned) vector_bits = 0;
+    }
+  }
+
+  last_vectorized_ = vector_bits != 0;
   // The params block (emit.h): n, rank, shape[8], strides[8 * max(1, K)], offset[K + 1].
   std::vector<uint8_t> params;
   put32(params, static_cast<uint32_t>(n));
-  put32(params, static_cast<uint32_t>(shape.size()));
+  put32(params, static_cast<uint32_t>(shape.size()) | vector_bits);
   for (size_t d = 0; d < 8; ++d) put32(params, d < shape.size() ? static_cast<uint32_t>(shape[d]) : 1u);
   for (int32_t s : strides) put32(params, static_cast<uint32_t>(s));
   for (uint32_t f : first) put32(params, f);
@@ -171,8 +196,9 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
 
   const DeviceInfo& info = ctx_.info();
   // A grid-stride loop covers any n: enough groups to fill the device, never more than n needs.
+  const int64_t items = vector_bits ? n / 4 : n;
   const uint32_t groups = static_cast<uint32_t>(
-      std::min<int64_t>({(n + 255) / 256, static_cast<int64_t>(info.max_workgroup_count[0]), 65535}));
+      std::min<int64_t>({(items + 255) / 256, static_cast<int64_t>(info.max_workgroup_count[0]), 65535}));
   if (push_) {
     enc.dispatch(*pipeline_, bindings, params, Groups{groups, 1, 1});
     return;

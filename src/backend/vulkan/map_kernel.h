@@ -56,12 +56,17 @@ class MapKernel {
   void launch(Encoder& enc, std::span<const ViewArg> inputs, const ViewArg& out) const;
   const std::string& source() const { return source_; }
   bool push_constants() const { return push_; }
+  // Whether the last launch ran the vector loop (tests: the layouts that must, and must not).
+  bool last_launch_vectorized() const { return last_vectorized_; }
 
  private:
   Context& ctx_;
   expr::MapSignature sig_;
   std::string source_;
   bool push_ = true;
+  // The source has the vector loop (all operands 32-bit); ALK_VK_MAP_SCALAR=1 never takes it.
+  bool vector_path_ = false;
+  mutable bool last_vectorized_ = false;
   const Pipeline* pipeline_ = nullptr;
 };
 

@@ -20,6 +20,7 @@
 
 #ifdef ALK_HAVE_VULKAN
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -281,6 +282,85 @@ TEST(VulkanMap, ArenaSlicesAtUnalignedOffsets) {
   // A view reaching past its allocation is refused, not read.
   std::vector<ViewArg> bad{{arena, 4080, DType::F32, {10}, {1}, 0}, args[1]};
   EXPECT_THROW(mk.launch(ctx->stream(), bad, ViewArg{arena, 2052, DType::F32, {10}, {1}, 0}), Error);
+}
+
+// The vector loop (4 elements per iteration, 16-byte loads; emit_glsl.cpp, map_kernel.cpp)
+// against the CPU evaluator, over layouts that must take it (aligned contiguous operands,
+// a bias broadcast over rows, a per-row value, an f64 scalar, tails of 1-3 elements) and
+// layouts that must not (an input or the output starting off a 16-byte boundary, a
+// transposed input, rows of a length not a multiple of 4). Values are distinct per
+// element, so a vector read from the wrong place, a lane mixed up or a tail element
+// skipped shows.
+TEST(VulkanMap, VectorPathOddSizesOffsetsAndBroadcasts) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  struct In {
+    DType dtype;
+    std::vector<int64_t> strides;  // over the output shape
+    int64_t offset;                // in elements
+  };
+  struct Case {
+    const char* what;
+    std::vector<int64_t> shape;
+    std::vector<In> ins;  // a, b, c of a * b + cast(c)
+    int64_t out_offset;
+    bool vectorized;
+  };
+  const DType f = DType::F32, d = DType::F64, i = DType::I32;
+  const std::vector<Case> cases = {
+      {"contiguous, n % 4 == 3", {1027}, {{f, {1}, 0}, {f, {1}, 4}, {f, {1}, 8}}, 0, true},
+      {"contiguous, n % 4 == 1, output at 4", {13}, {{f, {1}, 0}, {f, {1}, 0}, {f, {1}, 0}}, 4, true},
+      {"f64 scalar and f32 scalar splats", {1030}, {{f, {1}, 0}, {f, {0}, 3}, {d, {0}, 1}}, 0, true},
+      {"i32 operand", {258}, {{f, {1}, 0}, {i, {1}, 0}, {f, {1}, 0}}, 0, true},
+      {"bias over rows, per-row value", {6, 12}, {{f, {12, 1}, 0}, {f, {0, 1}, 4}, {f, {1, 0}, 1}}, 0, true},
+      {"input at element 1", {1027}, {{f, {1}, 1}, {f, {1}, 0}, {f, {1}, 0}}, 0, false},
+      {"output at element 2", {1027}, {{f, {1}, 0}, {f, {1}, 0}, {f, {1}, 0}}, 2, false},
+      {"transposed input", {8, 12}, {{f, {1, 8}, 0}, {f, {12, 1}, 0}, {f, {12, 1}, 0}}, 0, false},
+      {"rows of 10", {6, 10}, {{f, {10, 1}, 0}, {f, {0, 1}, 0}, {f, {10, 1}, 0}}, 0, false},
+      {"row stride not a multiple of 4", {6, 8}, {{f, {10, 1}, 0}, {f, {8, 1}, 0}, {f, {8, 1}, 0}}, 0, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    int64_t n = 1;
+    for (int64_t s : c.shape) n *= s;
+    std::vector<Tensor> symbolic;
+    std::vector<std::vector<uint8_t>> host;
+    std::vector<cpu::View> views;
+    std::vector<ViewArg> args;
+    for (size_t k = 0; k < c.ins.size(); ++k) {
+      const In& in = c.ins[k];
+      int64_t last = in.offset;
+      for (size_t dim = 0; dim < c.shape.size(); ++dim) last += (c.shape[dim] - 1) * in.strides[dim];
+      std::vector<uint8_t> bytes(static_cast<size_t>(last + 1) * dtype_size(in.dtype));
+      for (int64_t e = 0; e <= last; ++e)
+        store(bytes, in.dtype, e, static_cast<double>((e * 7 + static_cast<int64_t>(k) * 13) % 97) - 40.0);
+      host.push_back(std::move(bytes));
+      symbolic.push_back(cast(zeros(c.shape), in.dtype));
+    }
+    for (Tensor& t : symbolic) t.realize();
+    Tensor y = symbolic[0] * cast(symbolic[1], f) + cast(symbolic[2], f);
+    auto kernel = fused_map_kernel(y.impl());
+    ASSERT_TRUE(kernel.has_value());
+    const auto& [ex, sig] = *kernel;
+    ASSERT_EQ(sig.inputs.size(), 3u);
+    MapKernel mk(*ctx, ex, sig);
+    for (size_t k = 0; k < c.ins.size(); ++k) {
+      views.push_back(cpu::View{host[k].data(), c.ins[k].dtype, c.shape, c.ins[k].strides, c.ins[k].offset});
+      auto a = ctx->pool().allocate(host[k].size());
+      ctx->stream().upload(a, 0, host[k].data(), host[k].size());
+      args.push_back(ViewArg{a, 0, c.ins[k].dtype, c.shape, c.ins[k].strides, c.ins[k].offset});
+    }
+    std::vector<int64_t> out_strides(c.shape.size(), 1);
+    for (size_t dim = c.shape.size() - 1; dim-- > 0;) out_strides[dim] = out_strides[dim + 1] * c.shape[dim + 1];
+    const size_t total = static_cast<size_t>(n + c.out_offset + 3);  // and 3 past the end, untouched
+    std::vector<float> want(total, -999.0f), got(total, -999.0f);
+    cpu::eval_map(ex, views, cpu::View{want.data() + c.out_offset, f, c.shape, out_strides, 0});
+    auto out = ctx->pool().allocate(total * 4);
+    ctx->stream().upload(out, 0, got.data(), total * 4);
+    mk.launch(ctx->stream(), args, ViewArg{out, 0, f, c.shape, out_strides, c.out_offset});
+    ctx->stream().download(out, 0, got.data(), total * 4);
+    EXPECT_EQ(mk.last_launch_vectorized(), c.vectorized && !std::getenv("ALK_VK_MAP_SCALAR"));
+    for (size_t e = 0; e < total; ++e) ASSERT_EQ(got[e], want[e]) << "element " << static_cast<int64_t>(e) - c.out_offset;
+  }
 }
 
 }  // namespace
