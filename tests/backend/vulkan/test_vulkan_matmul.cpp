@@ -16,6 +16,7 @@
 
 #ifdef ALK_HAVE_VULKAN
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -283,6 +284,52 @@ TEST(VulkanMatmul, GpuTilesEveryDtypeAndLayout) {
       check(*ctx, k, Case{{2, 2}, {2, 2}, {2, 2}, 33, 17, 65, tr, plain}, t, 11);  // batch matrices in one dispatch
       k.force_tiles(std::nullopt);
     }
+  }
+}
+
+// The register-block tiles of CPU implementations read f32 operands a vec4 at a time where
+// every vector starts 16-byte aligned (A along k or along m, B along n or along k); else
+// scalar. Each layout against the CPU, with the path it must take: aligned, transposed,
+// padded rows (pad 4: aligned, pad 3: not), offsets of 4 (aligned) and 1 (not), sizes that
+// are not multiples of 4 (the k tail; N or M % 4 != 0 keeps B along n / A along m scalar).
+TEST(VulkanMatmul, CpuTilesVectorLoadsEveryLayout) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  const Layout plain, tr{true, 0, 0, false}, pad4{false, 4, 4, false}, pad3{false, 3, 0, false},
+      off1{false, 0, 1, false}, tr_pad4{true, 4, 8, false}, tr_off1{true, 0, 1, false};
+  struct VecCase {
+    Case c;
+    bool vec_a, vec_b;
+  };
+  const VecCase cases[] = {
+      {{{}, {}, {}, 36, 44, 132, plain, plain}, true, true},
+      {{{}, {}, {}, 37, 43, 131, plain, plain}, false, false},  // rows of 43 and 131: misaligned
+      {{{}, {}, {}, 36, 43, 20, pad4, pad4}, false, true},      // A rows of 47
+      {{{}, {}, {}, 36, 41, 20, tr, tr}, true, false},          // A^T: M % 4 == 0; B^T rows of 41
+      {{{}, {}, {}, 36, 40, 20, tr, tr}, true, true},           // B^T along k
+      {{{}, {}, {}, 34, 40, 20, tr, plain}, false, true},       // A^T with M % 4 != 0
+      {{{}, {}, {}, 36, 41, 30, plain, plain}, false, false},   // k rows of 41; N % 4 != 0
+      {{{}, {}, {}, 36, 45, 24, pad3, pad4}, true, true},       // rows of 48 and 28, k tail of 1
+      {{{}, {}, {}, 36, 44, 24, off1, tr_off1}, false, false},  // element 0 off a 16-byte boundary
+      {{{}, {}, {}, 36, 44, 24, tr_pad4, pad4}, true, true},
+      {{{3}, {3}, {1}, 20, 48, 36, plain, plain}, true, true},  // a shared weight, batches in rows
+      {{{2, 3}, {2, 3}, {2, 3}, 12, 40, 28, plain, tr}, true, true},
+      {{{2}, {2}, {2}, 12, 41, 28, plain, plain}, false, true},  // A rows of 41; B: rows of 28, batch stride 41 * 28
+  };
+  // The automatic CPU tiles (4 x 16, 4 x 8, 4 x 4 per invocation) and kMatmulCpu (8 x 8:
+  // A along m needs blocks 4 rows tall, so A^T stays scalar there).
+  const MatmulTiles variants[] = {MatmulTiles{32, 128, 4, 4, 16, false, true}, MatmulTiles{32, 64, 4, 4, 8, false, true},
+                                  MatmulTiles{32, 32, 4, 4, 4, false, true}, kMatmulCpu};
+  const bool scalar = std::getenv("ALK_VK_GEMM_SCALAR") != nullptr;
+  for (const MatmulTiles& tiles : variants) {
+    MatmulKernel& k = kernel(*ctx, DType::F32);
+    k.force_tiles(tiles);
+    for (const VecCase& v : cases) {
+      check(*ctx, k, v.c, DType::F32, 12);
+      const bool vec_a = v.vec_a && (!v.c.la.transposed || tiles.tm == 4);
+      EXPECT_EQ(k.last_vector_loads(), std::make_pair(vec_a && !scalar, v.vec_b && !scalar))
+          << describe(v.c, DType::F32) << " tiles " << tiles.tn;
+    }
+    k.force_tiles(std::nullopt);
   }
 }
 

@@ -187,8 +187,8 @@ MatmulKernel::~MatmulKernel() = default;
 
 std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a, bool vec_b,
                                  uint32_t shared_limit) const {
-  vec_a = vec_a && t.coop && a_k;
-  vec_b = vec_b && t.coop && b_n;
+  vec_a = vec_a && (t.coop ? a_k : t.cpu && sig_.input == DType::F32);
+  vec_b = vec_b && (t.coop ? b_n : t.cpu && sig_.input == DType::F32);
   const size_t E = fused && sig_.epilogue ? sig_.epilogue_inputs.size() : 0;
   const bool epilogue = fused && sig_.epilogue.has_value();
   const DType out = epilogue ? sig_.output : sig_.value;
@@ -237,8 +237,10 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
   for (size_t e = 0; e < E; ++e) buffer("e" + std::to_string(e), sig_.epilogue_inputs[e], false);
   buffer("c", out, true);
   // The same A / B bindings seen 16 bytes at a time (descriptor aliasing).
-  if (vec_a) s += "layout(std430, binding = 0) readonly buffer a_vbuf { uvec4 a_vec[]; };\n";
-  if (vec_b) s += "layout(std430, binding = 1) readonly buffer b_vbuf { uvec4 b_vec[]; };\n";
+  if (vec_a) s += t.cpu ? "layout(std430, binding = 0) readonly buffer a_vbuf { vec4 a_v4[]; };\n"
+                        : "layout(std430, binding = 0) readonly buffer a_vbuf { uvec4 a_vec[]; };\n";
+  if (vec_b) s += t.cpu ? "layout(std430, binding = 1) readonly buffer b_vbuf { vec4 b_v4[]; };\n"
+                        : "layout(std430, binding = 1) readonly buffer b_vbuf { uvec4 b_vec[]; };\n";
   const bool push = (kCoreWords + kWordsPerEpilogue * E) * 4 <= expr::kPushConstantBudget;
   s += push ? "layout(push_constant) uniform Params {\n"
             : "layout(std430, binding = " + std::to_string(binding) + ") readonly buffer Params {\n";
@@ -333,6 +335,10 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
       s += "    const int ar" + std::to_string(i) + " = a_base + int(min(row0 + " + u(i) + ", p.M - 1u)) * p.a_rs;\n";
     for (uint32_t j = 0; j < tn; ++j)
       s += "    const int bc" + std::to_string(j) + " = b_base + int(min(col0 + " + u(j) + ", p.N - 1u)) * p.b_cs;\n";
+    if (vec_a && !a_k) s += "    const int am0 = a_base + int(min(row0, p.M - 4u));  // A's 4 rows, contiguous\n";
+    if (vec_b && b_n)
+      for (uint32_t g = 0; g < tn / 4; ++g)
+        s += "    const int bn" + std::to_string(g) + " = b_base + int(min(col0 + " + u(4 * g) + ", p.N - 4u));\n";
     auto step = [&](const std::string& kk, const std::string& indent) {
       std::string b;
       for (uint32_t i = 0; i < tm; ++i)
@@ -347,7 +353,54 @@ std::string MatmulKernel::source(const MatmulTiles& t, bool a_k, bool b_n, bool 
       return b;
     };
     s += "    uint k = 0u;\n    for (; k + 4u <= p.K; k += 4u) {\n";
-    for (int q = 0; q < 4; ++q) s += "      {\n" + step("k + " + std::to_string(q) + "u", "        ") + "      }\n";
+    if (vec_a || vec_b) {
+      // f32 operands whose rows start 16-byte aligned (the host checks: launch_fused) are read
+      // a vec4 at a time: on lavapipe each storage-buffer access is a loop over the SIMD lanes
+      // whatever its width, so 4 k steps of a 4 x 16 block take 4 + 16 loads instead of 80.
+      // A along k: row i's 4 k values (one vec4 per row); along m: the block's 4 rows at one
+      // k (TM == 4). B along n: 4 columns per vec4 at one k (N % 4 == 0: the last vec4 of a
+      // row clamps to N - 4); along k: column j's 4 k values.
+      const std::string I = "        ";
+      if (vec_a && a_k)
+        for (uint32_t i = 0; i < tm; ++i)
+          s += "      const vec4 va" + std::to_string(i) + " = a_v4[uint(ar" + std::to_string(i) + " + int(k)) >> 2u];\n";
+      if (vec_a && !a_k)
+        for (int q = 0; q < 4; ++q)
+          s += "      const vec4 va" + std::to_string(q) + " = a_v4[uint(am0 + int(k + " + std::to_string(q) +
+               "u) * p.a_cs) >> 2u];\n";
+      if (vec_b && !b_n)
+        for (uint32_t j = 0; j < tn; ++j)
+          s += "      const vec4 vb" + std::to_string(j) + " = b_v4[uint(bc" + std::to_string(j) + " + int(k)) >> 2u];\n";
+      for (int q = 0; q < 4; ++q) {
+        const std::string kk = "k + " + std::to_string(q) + "u", qs = std::to_string(q);
+        s += "      {\n";
+        if (vec_b && b_n)
+          for (uint32_t g = 0; g < tn / 4; ++g)
+            s += I + "const vec4 vb" + std::to_string(g) + " = b_v4[uint(bn" + std::to_string(g) + " + int(" + kk +
+                 ") * p.b_rs) >> 2u];\n";
+        for (uint32_t i = 0; i < tm; ++i) {
+          const std::string is = std::to_string(i);
+          s += I + "const ACC a" + is + " = " +
+               (!vec_a ? "load_a(ar" + is + " + int(" + kk + ") * p.a_cs)" : a_k ? "va" + is + "[" + qs + "]" : "va" + qs + "[" + is + "]") +
+               ";\n";
+        }
+        for (uint32_t j = 0; j < tn; ++j) {
+          const std::string js = std::to_string(j);
+          s += I + "const ACC b" + js + " = " +
+               (!vec_b ? "load_b(bc" + js + " + int(" + kk + ") * p.b_rs)"
+                       : b_n ? "vb" + std::to_string(j / 4) + "[" + std::to_string(j % 4) + "]" : "vb" + js + "[" + qs + "]") +
+               ";\n";
+        }
+        for (uint32_t i = 0; i < tm; ++i)
+          for (uint32_t j = 0; j < tn; ++j) {
+            const std::string ai = std::to_string(i * tn + j);
+            s += I + "acc" + ai + " = fma(a" + std::to_string(i) + ", b" + std::to_string(j) + ", acc" + ai + ");\n";
+          }
+        s += "      }\n";
+      }
+    } else {
+      for (int q = 0; q < 4; ++q) s += "      {\n" + step("k + " + std::to_string(q) + "u", "        ") + "      }\n";
+    }
     s += "    }\n    for (; k < p.K; ++k) {\n" + step("k", "      ") + "    }\n";
     for (uint32_t i = 0; i < tm; ++i)
       for (uint32_t j = 0; j < tn; ++j)
@@ -669,8 +722,8 @@ void main() {
 
 const MatmulKernel::Variant& MatmulKernel::variant(const MatmulTiles& t, bool a_k, bool b_n, bool fused, bool vec_a,
                                                    bool vec_b) const {
-  vec_a = vec_a && t.coop && a_k;
-  vec_b = vec_b && t.coop && b_n;
+  vec_a = vec_a && (t.coop ? a_k : t.cpu && sig_.input == DType::F32);
+  vec_b = vec_b && (t.coop ? b_n : t.cpu && sig_.input == DType::F32);
   std::lock_guard lock(mutex_);
   for (const auto& v : variants_)
     if (v->tiles.bm == t.bm && v->tiles.bn == t.bn && v->tiles.bk == t.bk && v->tiles.tm == t.tm &&
@@ -832,12 +885,26 @@ void MatmulKernel::launch_fused(Encoder& enc, const ViewArg& a, const ViewArg& b
     for (const Dim& d : dims) ok = ok && d.strides[op] % 8 == 0;
     return ok;
   };
-  const bool vec_a = tiles.coop && a_cs == 1 && aligned8(0, first[0], a_rs);
-  const bool vec_b = tiles.coop && b_cs == 1 && aligned8(1, first[1], b_rs);
+  bool vec_a = tiles.coop && a_cs == 1 && aligned8(0, first[0], a_rs);
+  bool vec_b = tiles.coop && b_cs == 1 && aligned8(1, first[1], b_rs);
+  if (tiles.cpu && sig_.input == DType::F32 && !std::getenv("ALK_VK_GEMM_SCALAR")) {
+    // vec4 loads (the register-block source above) where each one starts 16-byte aligned:
+    // element 0, the strides between vectors and every batch stride multiples of 4.
+    auto aligned4 = [&](size_t op, int64_t first_element, int64_t stride) {
+      bool ok = first_element % 4 == 0 && stride % 4 == 0;
+      for (const Dim& d : dims) ok = ok && d.strides[op] % 4 == 0;
+      return ok;
+    };
+    vec_a = a_k ? a_cs == 1 && aligned4(0, first[0], a_rs)
+                : a_rs == 1 && tiles.tm == 4 && M % 4 == 0 && aligned4(0, first[0], a_cs);
+    vec_b = b_n ? b_cs == 1 && tiles.tn % 4 == 0 && n % 4 == 0 && aligned4(1, first[1], b_rs)
+                : b_rs == 1 && aligned4(1, first[1], b_cs);
+  }
   if (tiles.direct && (M % 16 || n % 16 || k % 16))
     fail("matmul: direct cooperative-matrix loads need M, N and K multiples of 16 (" + std::to_string(M) + " x " +
          std::to_string(n) + " x " + std::to_string(k) + ")");
   const Variant& v = variant(tiles, a_k, b_n, fused, vec_a, vec_b);
+  last_vec_ = {v.vec_a, v.vec_b};
 
   const uint32_t gx = static_cast<uint32_t>((n + tiles.bn - 1) / tiles.bn);
   const int64_t gy = (M + tiles.bm - 1) / tiles.bm;

@@ -36,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/vulkan/map_kernel.h"
@@ -109,9 +110,12 @@ class MatmulKernel {
               std::span<const ViewArg> epilogue_inputs = {}) const;
   // Tests and benchmarks: always these tiles (nullopt: chosen by shape). Not while launching.
   void force_tiles(std::optional<MatmulTiles> t) { forced_ = t; }
+  // Tests: whether the last launch read A / B with 16-byte (vec4 / 8-half) loads.
+  std::pair<bool, bool> last_vector_loads() const { return last_vec_; }
   // The GLSL of the variant for these layouts (tests, golden inspection). vec_a / vec_b
-  // (cooperative-matrix tiles only): the operand is contiguous along k / n with rows and
-  // its start 16-byte aligned, and is read 8 halfs at a time.
+  // (cooperative-matrix tiles): the operand is contiguous along k / n with rows and
+  // its start 16-byte aligned, and is read 8 halfs at a time; (CPU register-block tiles,
+  // f32) the operand is read a vec4 at a time along its contiguous dim, 16-byte aligned.
   // shared_limit: the shared memory to plan for (0: the device's maxComputeSharedMemorySize);
   // cooperative-matrix tiles double-buffer their slices where two fit, else use one.
   std::string source(const MatmulTiles& tiles, bool a_k_contiguous, bool b_n_contiguous, bool fused_epilogue,
@@ -129,7 +133,8 @@ class MatmulKernel {
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Variant>> variants_;
   mutable std::unique_ptr<MapKernel> epilogue_map_;
-  std::optional<MatmulTiles> forced_;  // the unfused epilogue, built on first need
+  std::optional<MatmulTiles> forced_;
+  mutable std::pair<bool, bool> last_vec_{false, false};  // the unfused epilogue, built on first need
 };
 
 // The tiles a product of M x N (x `batches`) with operands of `input` runs on, on `info`
