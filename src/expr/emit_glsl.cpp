@@ -225,8 +225,8 @@ struct Glsl final : Lang {
                     "      uint i = 4u * iv;\n";
     for (size_t k = 0; k < per_element.size(); ++k)
       if (per_element[k] && splat_only(sig.inputs[k])) {
-        const std::string n = std::to_string(k), t = type(compute_type(sig.inputs[k]));
-        s += "      " + t + " alk_v" + n + " = in" + n + "_data[alk_offset(i, " + n + "u)];\n";
+        const std::string n = std::to_string(k), t = splat_type(sig.inputs[k]);
+        s += "      " + t + " alk_v" + n + " = " + t + "(in" + n + "_data[alk_offset(i, " + n + "u)]);\n";
       } else if (per_element[k]) {
         const std::string n = std::to_string(k), t = vec4_type(sig.inputs[k]);
         s += "      " + t + " alk_v" + n + ";\n      if ((p.rank & " + std::to_string(0x10000u << k) + "u) != 0u) alk_v" + n +
@@ -236,7 +236,7 @@ struct Glsl final : Lang {
     s += "      {\n";
     for (size_t k = 0; k < per_element.size(); ++k)
       if (per_element[k] && splat_only(sig.inputs[k])) {
-        const std::string n = std::to_string(k), t = type(compute_type(sig.inputs[k]));
+        const std::string n = std::to_string(k), t = splat_type(sig.inputs[k]);
         s += "        " + t + " in" + n + "_data[4] = " + t + "[4](alk_v" + n + ", alk_v" + n + ", alk_v" + n + ", alk_v" + n +
              ");\n";
       } else if (per_element[k]) {
@@ -259,9 +259,19 @@ struct Glsl final : Lang {
     if (d == DType::I32) return "ivec4";
     return nullptr;
   }
-  // 64-bit types enter the vector loop only as splats (an optimizer's f64 scalars): the
-  // host never sets the vector bit for a per-element one.
-  static bool splat_only(DType d) { return d == DType::F64 || d == DType::I64; }
+  // Other types enter the vector loop only as splats (an optimizer's f64 scalars, a bool
+  // mask constant along the row): the host never sets the vector bit for a per-element one.
+  // Their registers hold the stored value widened to a type GLSL allows in locals (8/16-bit
+  // types are storage-only), which load() converts from as it does from the buffer.
+  static bool splat_only(DType d) { return !vec4_type(d); }
+  static const char* splat_type(DType d) {
+    switch (d) {
+      case DType::F64: return "double";
+      case DType::I64: return "int64_t";
+      case DType::F16: return "float";
+      default: return "uint";  // bool, u8, bf16 bits
+    }
+  }
   mutable size_t output_slot_ = 0;
 
  public:

@@ -9,6 +9,7 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer In0 { uint8_t in0_data[]; };
 layout(std430, binding = 1) writeonly buffer Out { float out_data[]; };
+layout(std430, binding = 1) writeonly buffer OutV { vec4 out_v4[]; };
 layout(push_constant) uniform Params {
   uint n;
   uint rank;
@@ -31,6 +32,35 @@ uint alk_offset(uint i, uint k) {
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   uint alk_first = 0u;  // elements below it were done by the vector loop
+  if ((p.rank & 0x100u) != 0u) {  // alk_vec_path
+    uint nv = p.n / 4u;
+    for (uint iv = gl_GlobalInvocationID.x; iv < nv; iv += step) {
+      uint i = 4u * iv;
+      uint alk_v0 = uint(in0_data[alk_offset(i, 0u)]);
+      {
+        uint in0_data[4] = uint[4](alk_v0, alk_v0, alk_v0, alk_v0);
+        vec4 out_data;
+        [[unroll]] for (uint o = 0u; o < 4u; ++o) {
+      int64_t in0 = int64_t(uint(in0_data[o]));
+      float v0 = float(in0);
+      float v1 = exp(v0);
+      float v2 = (v1 - 1.0);
+      float v3 = log(v1);
+      float v4 = (v0 / v3);
+      float v5 = (v2 * v4);
+      bool v6 = (v1 == v2);
+      float v7 = (v6 ? v1 : v5);
+      bool v8 = (v2 == (-1.0));
+      float v9 = (v8 ? (-1.0) : v7);
+      bool v10 = (v1 == 1.0);
+      float v11 = (v10 ? v0 : v9);
+      out_data[o] = v11;
+        }
+        out_v4[(p.offset[1] + i) / 4u] = out_data;
+      }
+    }
+    alk_first = nv * 4u;
+  }
   for (uint i = alk_first + gl_GlobalInvocationID.x; i < p.n; i += step) {
     uint o = p.offset[1] + i;
     int64_t in0 = int64_t(uint(in0_data[alk_offset(i, 0u)]));

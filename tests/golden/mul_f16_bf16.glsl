@@ -9,6 +9,7 @@ layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer In0 { float16_t in0_data[]; };
 layout(std430, binding = 1) readonly buffer In1 { uint16_t in1_data[]; };
 layout(std430, binding = 2) writeonly buffer Out { float out_data[]; };
+layout(std430, binding = 2) writeonly buffer OutV { vec4 out_v4[]; };
 layout(push_constant) uniform Params {
   uint n;
   uint rank;
@@ -31,6 +32,27 @@ uint alk_offset(uint i, uint k) {
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   uint alk_first = 0u;  // elements below it were done by the vector loop
+  if ((p.rank & 0x100u) != 0u) {  // alk_vec_path
+    uint nv = p.n / 4u;
+    for (uint iv = gl_GlobalInvocationID.x; iv < nv; iv += step) {
+      uint i = 4u * iv;
+      float alk_v0 = float(in0_data[alk_offset(i, 0u)]);
+      uint alk_v1 = uint(in1_data[alk_offset(i, 1u)]);
+      {
+        float in0_data[4] = float[4](alk_v0, alk_v0, alk_v0, alk_v0);
+        uint in1_data[4] = uint[4](alk_v1, alk_v1, alk_v1, alk_v1);
+        vec4 out_data;
+        [[unroll]] for (uint o = 0u; o < 4u; ++o) {
+      float in0 = float(in0_data[o]);
+      float in1 = uintBitsToFloat(uint(in1_data[o]) << 16);
+      float v0 = (in0 * in1);
+      out_data[o] = v0;
+        }
+        out_v4[(p.offset[2] + i) / 4u] = out_data;
+      }
+    }
+    alk_first = nv * 4u;
+  }
   for (uint i = alk_first + gl_GlobalInvocationID.x; i < p.n; i += step) {
     uint o = p.offset[2] + i;
     float in0 = float(in0_data[alk_offset(i, 0u)]);

@@ -10,6 +10,9 @@ layout(std430, binding = 0) readonly buffer In0 { uint8_t in0_data[]; };
 layout(std430, binding = 1) readonly buffer In1 { float in1_data[]; };
 layout(std430, binding = 2) readonly buffer In2 { float in2_data[]; };
 layout(std430, binding = 3) writeonly buffer Out { float out_data[]; };
+layout(std430, binding = 1) readonly buffer In1V { vec4 in1_v4[]; };
+layout(std430, binding = 2) readonly buffer In2V { vec4 in2_v4[]; };
+layout(std430, binding = 3) writeonly buffer OutV { vec4 out_v4[]; };
 layout(std430, binding = 4) readonly buffer Params {
   uint n;
   uint rank;
@@ -32,6 +35,34 @@ uint alk_offset(uint i, uint k) {
 void main() {
   uint step = gl_NumWorkGroups.x * 256u;
   uint alk_first = 0u;  // elements below it were done by the vector loop
+  if ((p.rank & 0x100u) != 0u) {  // alk_vec_path
+    uint nv = p.n / 4u;
+    for (uint iv = gl_GlobalInvocationID.x; iv < nv; iv += step) {
+      uint i = 4u * iv;
+      uint alk_v0 = uint(in0_data[alk_offset(i, 0u)]);
+      vec4 alk_v1;
+      if ((p.rank & 131072u) != 0u) alk_v1 = vec4(in1_data[alk_offset(i, 1u)]);
+      else alk_v1 = in1_v4[alk_offset(i, 1u) / 4u];
+      vec4 alk_v2;
+      if ((p.rank & 262144u) != 0u) alk_v2 = vec4(in2_data[alk_offset(i, 2u)]);
+      else alk_v2 = in2_v4[alk_offset(i, 2u) / 4u];
+      {
+        uint in0_data[4] = uint[4](alk_v0, alk_v0, alk_v0, alk_v0);
+        vec4 in1_data = alk_v1;
+        vec4 in2_data = alk_v2;
+        vec4 out_data;
+        [[unroll]] for (uint o = 0u; o < 4u; ++o) {
+      bool in0 = uint(in0_data[o]) != 0u;
+      float in1 = in1_data[o];
+      float in2 = in2_data[o];
+      float v0 = (in0 ? in1 : in2);
+      out_data[o] = v0;
+        }
+        out_v4[(p.offset[3] + i) / 4u] = out_data;
+      }
+    }
+    alk_first = nv * 4u;
+  }
   for (uint i = alk_first + gl_GlobalInvocationID.x; i < p.n; i += step) {
     uint o = p.offset[3] + i;
     bool in0 = uint(in0_data[alk_offset(i, 0u)]) != 0u;

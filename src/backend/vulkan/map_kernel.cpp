@@ -177,8 +177,8 @@ void MapKernel::launch(Encoder& enc, std::span<const ViewArg> inputs, const View
         vector_bits |= 0x10000u << k;  // the emitter vectorizes kernels of <= 16 inputs only
         continue;
       }
-      // 64-bit inputs are vector operands only as splats (emit_glsl.cpp).
-      bool aligned = inner == 1 && first[k] % 4 == 0 && dtype_size(sig_.inputs[k]) == 4;
+      // Inputs other than f32/i32 are vector operands only as splats (emit_glsl.cpp).
+      bool aligned = inner == 1 && first[k] % 4 == 0 && (sig_.inputs[k] == DType::F32 || sig_.inputs[k] == DType::I32);
       for (size_t d = 0; d + 1 < shape.size() && aligned; ++d) aligned = in_strides[k][d] % 4 == 0;
       if (!aligned) vector_bits = 0;
     }
