@@ -99,6 +99,14 @@ std::string prelude(DType t, int64_t D, int tile, const std::vector<std::string>
     s += "ACC ex(ACC x) { return exp(x); }\n"
          "ACC lg(ACC x) { return log(x); }\n"
          "ACC scale_value() { return uintBitsToFloat(p.scale_lo); }\n";
+  // f32 rows as vec4s (shared_vec4 kernels): 4 elements along a row of input k.
+  if (t == DType::F32 && D % 4 == 0)
+    for (int k = 0; k < n; ++k) {
+      const std::string name = tensors[static_cast<size_t>(k)], ks = std::to_string(k);
+      s += "vec4 " + name + "4(int b, int row, int col) {\n  const int a = batch_first[" + ks + " * p.B + b] + row * p.rs[" +
+           ks + "] + col * p.cs[" + ks + "];\n  return vec4(" + name + "_data[a], " + name + "_data[a + p.cs[" + ks +
+           "]], " + name + "_data[a + 2 * p.cs[" + ks + "]], " + name + "_data[a + 3 * p.cs[" + ks + "]]);\n}\n";
+    }
   s += "ACC neg_inf() { return ACC(uintBitsToFloat(0xff800000u)); }\n"
        "// Element (row, col) of batch b of input k.\n"
        "int at(int k, int b, int row, int col) { return batch_first[k * p.B + b] + row * p.rs[k] + col * p.cs[k]; }\n"
@@ -121,7 +129,10 @@ std::string unroll_policy(std::string s, bool unroll) {
 // Head sizes up to 64 unroll on CPU implementations too: q and o then live in registers
 // rather than in arrays read at computed indices (on lavapipe a scalar loop over the SIMD
 // lanes per access); fwd + bwd at D 32 took 2/3 of the time (bench/vulkan/NOTES.md).
-bool unroll_head_loops(const Context& ctx, int64_t D) { return ctx.info().kind != DeviceInfo::Kind::Cpu || D <= 64; }
+bool unroll_head_loops_cpu(int64_t D) { return D <= 64; }
+bool unroll_head_loops(const Context& ctx, int64_t D) {
+  return ctx.info().kind != DeviceInfo::Kind::Cpu || unroll_head_loops_cpu(D);
+}
 
 // Forward: workgroup (query block, batch), one invocation per query row.
 std::string forward_source(DType t, int64_t D, bool unroll) {
@@ -187,6 +198,233 @@ void main() {
 }
 )";
   return unroll_policy(s, unroll);
+}
+
+// CPU implementations, f32, D % 4 == 0: the same kernels with rows in shared memory and
+// registers as vec4s. On lavapipe each shared-memory access is a loop over the SIMD lanes
+// whatever its width (bench/vulkan/NOTES.md), and the inner loops read a shared row per key
+// and query: a vec4 read moves 4 elements for the cost of one.
+bool shared_vec4(const Context& ctx, DType t, int64_t D) {
+  return ctx.info().kind == DeviceInfo::Kind::Cpu && t == DType::F32 && D % 4 == 0 && D > 0 &&
+         !std::getenv("ALK_VK_ATTENTION_SCALAR");
+}
+
+std::string forward_source_vec4(int64_t D) {
+  const int tile = tile_rows(DType::F32, D, 0);
+  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v"});
+  s += R"(const int DV = D / 4;
+shared vec4 ks[TILE * DV];
+shared vec4 vs[TILE * DV];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int t = t0 + lid;
+  const bool live = t < p.T;
+  const float scale = scale_value();
+  vec4 q[DV], o[DV];
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    q[c] = vec4(0);
+    o[c] = vec4(0);
+    if (live) q[c] = q4(b, t, 4 * c) * scale;
+  }
+  float m = neg_inf(), l = 0.0;
+  const int kend = key_end(min(t0 + ROWS, p.T) - 1);
+  const int vis = live ? key_end(t) : 0;
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
+      const int j = e / DV, c = e - j * DV;
+      vec4 kx = vec4(0), vx = vec4(0);
+      if (j < nj) {
+        kx = k4(b, s0 + j, 4 * c);
+        vx = v4(b, s0 + j, 4 * c);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= vis) break;
+      float sc = 0.0;
+      [[unroll]] for (int c = 0; c < DV; ++c) sc += dot(q[c], ks[j * DV + c]);
+      if (sc > m) {
+        const float alpha = m == neg_inf() ? 0.0 : ex(m - sc);
+        l *= alpha;
+        [[unroll]] for (int c = 0; c < DV; ++c) o[c] *= alpha;
+        m = sc;
+      }
+      const float pj = ex(sc - m);
+      l += pj;
+      [[unroll]] for (int c = 0; c < DV; ++c) o[c] += pj * vs[j * DV + c];
+    }
+  }
+  if (!live) return;
+  const uint row = p.out_first + (uint(b) * uint(p.T) + uint(t)) * uint(D + 1);
+  const bool seen = l > 0.0;
+  const float inv = seen ? 1.0 / l : 0.0;
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    const vec4 x = o[c] * inv;
+    out_data[row + uint(4 * c)] = x.x;
+    out_data[row + uint(4 * c + 1)] = x.y;
+    out_data[row + uint(4 * c + 2)] = x.z;
+    out_data[row + uint(4 * c + 3)] = x.w;
+  }
+  out_data[row + uint(D)] = seen ? m + lg(l) : neg_inf();
+}
+)";
+  return unroll_policy(s, unroll_head_loops_cpu(D));
+}
+
+// Backward pass 1 (dkdv_source) with vec4 rows (shared_vec4).
+std::string dkdv_source_vec4(int64_t D) {
+  const int tile = tile_rows(DType::F32, D, 2);
+  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v", "f", "g"});
+  s += R"(const int DV = D / 4;
+shared vec4 qs[TILE * DV];
+shared vec4 gs[TILE * DV];
+shared float lse_s[TILE];
+shared float di_s[TILE];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int s_first = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int s = s_first + lid;
+  const bool live = s < p.S;
+  const float scale = scale_value();
+  vec4 kr[DV], vr[DV], dk[DV], dv[DV];
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    kr[c] = vec4(0);
+    vr[c] = vec4(0);
+    dk[c] = vec4(0);
+    dv[c] = vec4(0);
+    if (live) {
+      kr[c] = k4(b, s, 4 * c);
+      vr[c] = v4(b, s, 4 * c);
+    }
+  }
+  const int off = p.S - p.T;
+  const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
+  [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
+    const int ni = min(TILE, p.T - t0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
+      const int i = e / DV, c = e - i * DV;
+      vec4 qx = vec4(0), gx = vec4(0);
+      if (i < ni) {
+        qx = q4(b, t0 + i, 4 * c);
+        gx = g4(b, t0 + i, 4 * c);
+      }
+      qs[e] = qx;
+      gs[e] = gx;
+    }
+    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
+      float di = 0.0, lse = 0.0;
+      if (i < ni) {
+        [[unroll]] for (int c = 0; c < DV; ++c) di += dot(g4(b, t0 + i, 4 * c), f4(b, t0 + i, 4 * c));
+        lse = f_data[at(3, b, t0 + i, D)];
+      }
+      di_s[i] = di;
+      lse_s[i] = lse;
+    }
+    barrier();
+    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
+      if (!live || s >= key_end(t0 + i)) continue;
+      float dot_q = 0.0, dot_g = 0.0;
+      [[unroll]] for (int c = 0; c < DV; ++c) {
+        dot_q += dot(qs[i * DV + c], kr[c]);
+        dot_g += dot(gs[i * DV + c], vr[c]);
+      }
+      const float pr = ex(dot_q * scale - lse_s[i]);
+      const float ds = pr * (dot_g - di_s[i]);
+      [[unroll]] for (int c = 0; c < DV; ++c) {
+        dv[c] += pr * gs[i * DV + c];
+        dk[c] += ds * qs[i * DV + c];
+      }
+    }
+  }
+  if (s >= p.M) return;
+  const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
+  const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    const vec4 x = live ? dk[c] * scale : vec4(0), y = live ? dv[c] : vec4(0);
+    [[unroll]] for (int q = 0; q < 4; ++q) {
+      out_data[dk_row + uint(4 * c + q)] = x[q];
+      out_data[dv_row + uint(4 * c + q)] = y[q];
+    }
+  }
+}
+)";
+  return unroll_policy(s, unroll_head_loops_cpu(D));
+}
+
+// Backward pass 2 (dq_source) with vec4 rows (shared_vec4).
+std::string dq_source_vec4(int64_t D) {
+  const int tile = tile_rows(DType::F32, D, 0);
+  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v", "f", "g"});
+  s += R"(const int DV = D / 4;
+shared vec4 ks[TILE * DV];
+shared vec4 vs[TILE * DV];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const int t = t0 + lid;
+  const bool live = t < p.T;
+  const float scale = scale_value();
+  vec4 qr[DV], gr[DV], dq[DV];
+  float di = 0.0, lse = 0.0;
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    qr[c] = vec4(0);
+    gr[c] = vec4(0);
+    dq[c] = vec4(0);
+    if (live) {
+      qr[c] = q4(b, t, 4 * c);
+      gr[c] = g4(b, t, 4 * c);
+      di += dot(gr[c], f4(b, t, 4 * c));
+    }
+  }
+  if (live) lse = f_data[at(3, b, t, D)];
+  const int kend = t0 < p.T ? key_end(min(t0 + ROWS, p.T) - 1) : 0;
+  const int vis = live ? key_end(t) : 0;
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
+      const int j = e / DV, c = e - j * DV;
+      vec4 kx = vec4(0), vx = vec4(0);
+      if (j < nj) {
+        kx = k4(b, s0 + j, 4 * c);
+        vx = v4(b, s0 + j, 4 * c);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= vis) break;
+      float dot_q = 0.0, dot_g = 0.0;
+      [[unroll]] for (int c = 0; c < DV; ++c) {
+        dot_q += dot(qr[c], ks[j * DV + c]);
+        dot_g += dot(gr[c], vs[j * DV + c]);
+      }
+      const float ds = ex(dot_q * scale - lse) * (dot_g - di);
+      [[unroll]] for (int c = 0; c < DV; ++c) dq[c] += ds * ks[j * DV + c];
+    }
+  }
+  if (t >= p.M) return;
+  const uint row = p.out_first + (uint(b) * uint(p.M) + uint(t)) * uint(D);
+  [[unroll]] for (int c = 0; c < DV; ++c) {
+    const vec4 x = live ? dq[c] * scale : vec4(0);
+    [[unroll]] for (int q = 0; q < 4; ++q) out_data[row + uint(4 * c + q)] = x[q];
+  }
+}
+)";
+  return unroll_policy(s, unroll_head_loops_cpu(D));
 }
 
 // Backward pass 1: workgroup (key block, batch), one invocation per key row s; the query
@@ -468,7 +706,8 @@ AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim));
+  source_ = shared_vec4(ctx, dtype, head_dim) ? forward_source_vec4(head_dim)
+                                              : forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim));
   pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
 }
 
@@ -491,8 +730,11 @@ AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int6
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention backward cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7, push_bytes(5));
-  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7, push_bytes(5));
+  const bool v4 = shared_vec4(ctx, dtype, head_dim);
+  dkdv_ = &ctx.pipeline(v4 ? dkdv_source_vec4(head_dim) : dkdv_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)),
+                        7, push_bytes(5));
+  dq_ = &ctx.pipeline(v4 ? dq_source_vec4(head_dim) : dq_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7,
+                      push_bytes(5));
 }
 
 void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,
