@@ -460,15 +460,40 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   const int64_t b_group = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(KC * NR * sizeof(float)));
   Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
   const bool b_far = !b_in_block && panel_floats * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
-  // Packed per panel rather than per matrix so a single large B is also split over threads.
-  if (!b_in_block)
-    parallel_for(b_copies * panels, detail::grain_for(k * NR), [&](int64_t lo, int64_t hi) {
-      for (int64_t item = lo; item < hi;) {
-        int64_t bi = item / panels, j0 = item % panels, j1 = std::min(panels, j0 + (hi - item));
-        pack_b(b, ob, ob.batch.offset_of(bi), j0, j1, NR, 0, k, bpack.get() + bi * panel_floats + j0 * k * NR);
-        item += j1 - j0;
+  // A shared packed B is packed on first use, a group of kPackGroup panels at a time (the
+  // group pack_b_rows_f32 fills by runs of B's rows), by whichever block needs it first;
+  // blocks start their column walk at different groups, so the threads pack different
+  // groups at once. (Packed up front, it was a phase of its own: its small packs ran on the
+  // calling thread alone while the others waited, and a worker descheduled inside its pack
+  // chunk held every thread back.)
+  constexpr int64_t kPackGroup = 4;
+  const int64_t pack_groups = (panels + kPackGroup - 1) / kPackGroup;
+  std::unique_ptr<std::atomic<uint8_t>[]> pack_state;  // per (B copy, group): 0 to pack, 1 packing, 2 packed
+  if (!b_in_block) {
+    pack_state = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(b_copies * pack_groups));
+    for (int64_t g = 0; g < b_copies * pack_groups; ++g) pack_state[g].store(0, std::memory_order_relaxed);
+  }
+  auto ensure_packed = [&](int64_t bcopy, int64_t group) {
+    std::atomic<uint8_t>& state = pack_state[bcopy * pack_groups + group];
+    uint8_t seen = state.load(std::memory_order_acquire);
+    if (seen == 2) return;
+    if (seen == 0 && state.compare_exchange_strong(seen, 1, std::memory_order_acq_rel)) {
+      const int64_t j0 = group * kPackGroup, j1 = std::min(panels, j0 + kPackGroup);
+      try {
+        pack_b(b, ob, ob.batch.offset_of(bcopy), j0, j1, NR, 0, k, bpack.get() + bcopy * panel_floats + j0 * k * NR);
+      } catch (...) {
+        state.store(2, std::memory_order_release);  // no waiter spins forever; the product fails with the error
+        throw;
       }
-    });
+      state.store(2, std::memory_order_release);
+      return;
+    }
+    while (state.load(std::memory_order_acquire) != 2) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  };
 
   const int64_t micro_rows = grid.micro_rows, mb = grid.mb, nb = grid.nb;
   int64_t max_rows = (micro_rows + mb - 1) / mb * MR;
@@ -517,6 +542,10 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
         }
       }
       const float* bp = b_in_block ? nullptr : bpack.get() + (shared_b ? 0 : bi) * panel_floats;
+      // Where this block's walk over its panels starts: the row blocks of a matrix spread
+      // over its pack groups, so concurrent first passes pack different groups.
+      const int64_t j_start =
+          b_in_block ? j0 : std::min(j1 - 1, std::max(j0, (j0 + (j1 - j0) * mbi / mb) / kPackGroup * kPackGroup));
       int64_t ldc = direct ? n : c1 - c0;
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -533,16 +562,21 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
           else
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         }
-        for (int64_t j = j0; j < j1; ++j) {
+        for (int64_t step_j = 0; step_j < j1 - j0; ++step_j) {
+          // A shared B's panels from the block's own starting group on (see ensure_packed),
+          // wrapping around; each tile's sums are the same in any panel order.
+          const int64_t j = b_in_block ? j0 + step_j : j0 + (j_start - j0 + step_j) % (j1 - j0);
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
           if (b_in_block && (j - j0) % b_group == 0)
             pack_b(b, ob, ob.batch.offset_of(bi), j, std::min(j1, j + b_group), NR, p0, kc, bslice.get());
+          if (!b_in_block && p0 == 0) ensure_packed(shared_b ? 0 : bi, j / kPackGroup);  // one load once packed
           const float* bs = b_in_block ? bslice.get() + (j - j0) % b_group * kc * NR : bp + j * k * NR + p0 * NR;
           float* cj = c + (j - j0) * NR;
           // The next B micro panel comes from L3 when the packed B is larger than L2: each
           // micro-kernel call brings in its share of it, so the first call on it does not
-          // wait for each line. (A block's own B slice was just packed: in cache.)
-          const float* next_bs = b_far && j + 1 < j1 ? bs + k * NR : nullptr;
+          // wait for each line. (A block's own B slice was just packed: in cache.) Not on
+          // the first pass, where the next panel may not be packed yet.
+          const float* next_bs = b_far && p0 > 0 && j + 1 < j1 ? bs + k * NR : nullptr;
           const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
           const int64_t lines_per_call = (next_lines + calls - 1) / calls;
           for (int64_t i0 = r0, step = MR; i0 < r1; i0 += step) {
