@@ -467,7 +467,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   // calling thread alone while the others waited, and a worker descheduled inside its pack
   // chunk held every thread back.)
   constexpr int64_t kPackGroup = 4;
-  const int64_t pack_groups = (panels + kPackGroup - 1) / kPackGroup;
+  const int64_t pack_groups = (panels + kPackGroup - 1) / kPackGroup, threads = num_threads();
   std::unique_ptr<std::atomic<uint8_t>[]> pack_state;  // per (B copy, group): 0 to pack, 1 packing, 2 packed
   if (!b_in_block) {
     pack_state = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(b_copies * pack_groups));
@@ -542,10 +542,15 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
         }
       }
       const float* bp = b_in_block ? nullptr : bpack.get() + (shared_b ? 0 : bi) * panel_floats;
-      // Where this block's walk over its panels starts: the row blocks of a matrix spread
-      // over its pack groups, so concurrent first passes pack different groups.
-      const int64_t j_start =
-          b_in_block ? j0 : std::min(j1 - 1, std::max(j0, (j0 + (j1 - j0) * mbi / mb) / kPackGroup * kPackGroup));
+      // Where this block's walk over its panels starts: the row blocks the threads take
+      // together (consecutive ones) start at groups spread over the range, so their first
+      // passes pack different groups.
+      int64_t j_start = j0;
+      if (!b_in_block && j1 > j0) {
+        const int64_t g_lo = j0 / kPackGroup, g_count = (j1 - 1) / kPackGroup + 1 - g_lo;
+        const int64_t spread = std::max<int64_t>(1, std::min<int64_t>(threads, mb));
+        j_start = std::min(j1 - 1, std::max(j0, (g_lo + mbi % spread * g_count / spread) * kPackGroup));
+      }
       int64_t ldc = direct ? n : c1 - c0;
       float* c = direct ? static_cast<float*>(out.data) + out.offset + bi * m * n + r0 * n + c0 : cbuf.data();
       for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -574,9 +579,14 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
           float* cj = c + (j - j0) * NR;
           // The next B micro panel comes from L3 when the packed B is larger than L2: each
           // micro-kernel call brings in its share of it, so the first call on it does not
-          // wait for each line. (A block's own B slice was just packed: in cache.) Not on
-          // the first pass, where the next panel may not be packed yet.
-          const float* next_bs = b_far && p0 > 0 && j + 1 < j1 ? bs + k * NR : nullptr;
+          // wait for each line. (A block's own B slice was just packed: in cache.) On the
+          // first pass only once the next panel is packed.
+          const float* next_bs =
+              b_far && j + 1 < j1 &&
+                      (p0 > 0 || pack_state[(shared_b ? 0 : bi) * pack_groups + (j + 1) / kPackGroup].load(
+                                     std::memory_order_acquire) == 2)
+                  ? bs + k * NR
+                  : nullptr;
           const int64_t next_lines = kc * NR / 16, calls = (r1 - r0 + MR - 1) / MR;
           const int64_t lines_per_call = (next_lines + calls - 1) / calls;
           for (int64_t i0 = r0, step = MR; i0 < r1; i0 += step) {
