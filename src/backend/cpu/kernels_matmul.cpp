@@ -460,7 +460,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
   const int64_t b_group = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(KC * NR * sizeof(float)));
   Scratch bpack(Scratch::kBpack, static_cast<size_t>(b_in_block ? 0 : b_copies * panel_floats));
   const bool b_far = !b_in_block && panel_floats * static_cast<int64_t>(sizeof(float)) > (int64_t{1} << 20);
-  // A shared packed B is packed on first use, a group of kPackGroup panels at a time (the
+  // B packed whole (not per block) is packed on first use, kPackGroup panels at a time (the
   // group pack_b_rows_f32 fills by runs of B's rows), by whichever block needs it first;
   // blocks start their column walk at different groups, so the threads pack different
   // groups at once. (Packed up front, it was a phase of its own: its small packs ran on the
@@ -568,7 +568,7 @@ void matmul_f32(const View& a, const View& b, const View& out, int64_t batches, 
             pack_a(a, oa, a_base, full_end, r1, p0, kc, MR, apack.get());
         }
         for (int64_t step_j = 0; step_j < j1 - j0; ++step_j) {
-          // A shared B's panels from the block's own starting group on (see ensure_packed),
+          // A B packed whole: its panels from the block's own starting group on (ensure_packed),
           // wrapping around; each tile's sums are the same in any panel order.
           const int64_t j = b_in_block ? j0 + step_j : j0 + (j_start - j0 + step_j) % (j1 - j0);
           int nr = static_cast<int>(std::min<int64_t>(NR, n - j * NR));
