@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "alk/nn.h"
+#include "ops/ops.h"
 
 namespace alk::nn {
 
@@ -17,8 +18,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Loc loc) {
         to_string(x.shape()));
   const int64_t b = x.shape()[0], t = x.shape()[1], hd = dim / heads;
   Tensor qkv_out = qkv->forward(x, loc).reshape({b, t, 3, heads, hd});  // [B, T, 3, H, D]
-  auto part = [&](int64_t i) { return qkv_out.select(2, i).transpose(1, 2); };  // [B, H, T, D]
-  Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), true);
+  Tensor y = scaled_dot_product_attention_qkv(qkv_out, true, loc);          // [B, H, T, D]
   y = y.transpose(1, 2).reshape({b, t, dim});
   return drop->forward(proj->forward(y, loc), loc);
 }

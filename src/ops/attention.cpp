@@ -18,10 +18,14 @@ std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   return "q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape());
 }
 
-}  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool causal, double scale,
-                                    Loc loc) {
+// `qkv`, when given, is the [B, T, 3, H, D] tensor that q0, k0 and v0 are the
+// `select(2, i).transpose(1, 2)` views of (scaled_dot_product_attention_qkv): the inputs
+// are cast as one, and the gradient comes back as one permuted view of the backward's
+// [3, B*H, T, D] result instead of three pieces that the selects' gradients would put
+// back together (a masked sum reading all three for every element).
+Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool causal, double scale, const Tensor* qkv,
+                 Loc loc) {
   check_defined(q0, kOp, loc);
   check_defined(k0, kOp, loc);
   check_defined(v0, kOp, loc);
@@ -66,14 +70,23 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
   auto operand = [&](const Tensor& x) {
     return r == 2 ? cast(x, operand_t, loc).unsqueeze(0, loc) : cast(x, operand_t, loc);
   };
-  Tensor q = operand(q0), k = operand(k0), v = operand(v0);
+  Tensor q, k, v, qkv_operand;
+  if (qkv) {
+    qkv_operand = cast(*qkv, operand_t, loc);
+    auto part = [&](int64_t i) { return qkv_operand.select(2, i, loc).transpose(1, 2, loc); };
+    q = part(0), k = part(1), v = part(2);
+  } else {
+    q = operand(q0), k = operand(k0), v = operand(v0);
+  }
 
   const AttentionParams params{causal, scale, reduced_precision};
   Tensor packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
   Tensor out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
-  if (needs_grad({&q, &k, &v})) {
+  const bool grad = qkv ? needs_grad({&qkv_operand}) : needs_grad({&q, &k, &v});
+  if (grad) {
     Tensor sq = alias(q), sk = alias(k), sv = alias(v), sfwd = alias(packed);
-    out = with_grad(out, kOp, {q, k, v}, [sq, sk, sv, sfwd, params, B, T, S, D, operand_t, loc](const Tensor& g0) {
+    const Shape qkv_shape = qkv ? qkv->shape() : Shape{};
+    auto backward = [sq, sk, sv, sfwd, params, B, T, S, D, operand_t, qkv_shape, loc](const Tensor& g0) {
       Tensor g = cast(g0, operand_t, loc).contiguous(loc);
       const int64_t M = std::max(T, S);
       Tensor grads =
@@ -86,14 +99,34 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
                                "has no second derivative (double backward through fused attention is not "
                                "supported; compose attention from matmul and softmax for that)");
                         });
+      if (!qkv_shape.empty()) {  // [3, B*H, T, D] -> [B, T, 3, H, D]: one view (T == S == M)
+        const int64_t b = qkv_shape[0], h = qkv_shape[3];
+        return std::vector<Tensor>{grads.reshape({3, b, h, T, D}, loc).permute({1, 3, 0, 2, 4}, loc)};
+      }
       return std::vector<Tensor>{grads.select(0, 0).slice(1, 0, T).reshape(sq.shape(), loc),
                                  grads.select(0, 1).slice(1, 0, S).reshape(sk.shape(), loc),
                                  grads.select(0, 2).slice(1, 0, S).reshape(sv.shape(), loc)};
-    });
+    };
+    out = qkv ? with_grad(out, kOp, {qkv_operand}, backward) : with_grad(out, kOp, {q, k, v}, backward);
   }
   Shape osh = lead;
   osh.insert(osh.end(), {T, D});
   return out.reshape(osh, loc);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                    Loc loc) {
+  return attention(q, k, v, causal, scale, nullptr, loc);
+}
+
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, Loc loc) {
+  check_defined(qkv, kOp, loc);
+  check(qkv.dim() == 5 && qkv.shape()[2] == 3, kOp, loc, "expected a packed projection [B, T, 3, H, D], got shape ",
+        to_string(qkv.shape()));
+  auto part = [&](int64_t i) { return qkv.select(2, i, loc).transpose(1, 2, loc); };
+  return attention(part(0), part(1), part(2), causal, -1.0, &qkv, loc);
 }
 
 }  // namespace alk

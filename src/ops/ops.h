@@ -31,6 +31,12 @@ bool fused_kernel_on(const Tensor& t, std::string_view feature);
 // that have the kernels say so with the "cross_entropy" feature (nn::cross_entropy asks).
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Loc loc);
 
+// Causal or full self-attention over a fused projection qkv [B, T, 3, H, D] (q, k, v the
+// three slices of dim 2, heads in dim 3): the result [B, H, T, D] is
+// scaled_dot_product_attention's, and the gradient of qkv comes back as one view of the
+// backward kernel's output (a GPT's q/k/v split, without reassembling three gradients).
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, Loc loc);
+
 std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op, Loc loc);
 void check_defined(const Tensor& t, const char* op, Loc loc);
 void check_floating(const Tensor& t, const char* op, Loc loc);

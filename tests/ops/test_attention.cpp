@@ -4,10 +4,12 @@
 // causal alignment when S != T, determinism across thread counts, and error messages.
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "backend/cpu/thread_pool.h"
+#include "ops/ops.h"
 #include "testing.h"
 
 namespace alk {
@@ -224,6 +226,10 @@ TEST(Attention, Gradcheck) {
     auto part = [&](int64_t i) { return x[0].select(2, i).transpose(1, 2); };
     return scaled_dot_product_attention(part(0), part(1), part(2), true);
   }, {random_f64({2, 5, 3, 2, 4}, rng).requires_grad_()});
+  // The same through the packed entry, whose gradient is one view of the backward's output.
+  for (bool causal : {true, false})
+    gradcheck([causal](auto& x) { return scaled_dot_product_attention_qkv(x[0], causal, Loc::current()); },
+              {random_f64({2, 5, 3, 2, 4}, rng).requires_grad_()});
   // A custom scale, and only some inputs requiring grad.
   gradcheck([](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true, 0.7); },
             {random_f64({2, 4, 3}, rng), random_f64({2, 6, 3}, rng).requires_grad_(),
@@ -277,6 +283,35 @@ TEST(Attention, BF16Gradients) {
     EXPECT_EQ(gy[i].dtype(), DType::BF16);
     expect_close(gy[i].to_vector<double>(), gr[i].to_vector<double>(), 5e-2, 5e-2, "grad " + std::to_string(i));
   }
+}
+
+// The packed entry computes what the three select views do, values and gradients bit for
+// bit (the same kernels; only the gradient's assembly differs), in f32 and under autocast.
+TEST(Attention, PackedQkvMatchesSelectViews) {
+  std::mt19937 rng(29);
+  for (bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "bf16 autocast" : "f32");
+    const Tensor base = random_f64({2, 7, 3, 2, 8}, rng).to(DType::F32);
+    const Tensor w = random_f64({2, 2, 7, 8}, rng).to(DType::F32);
+    auto run = [&](bool packed) {
+      Tensor qkv = base.detach().requires_grad_();
+      Tensor y;
+      {
+        std::optional<Autocast> ac;
+        if (mixed) ac.emplace(DType::BF16);
+        auto part = [&](int64_t i) { return qkv.select(2, i).transpose(1, 2); };
+        y = packed ? scaled_dot_product_attention_qkv(qkv, true, Loc::current())
+                   : scaled_dot_product_attention(part(0), part(1), part(2), true);
+      }
+      sum(y.to(DType::F32) * w).backward();
+      return std::pair{y.to(DType::F32).to_vector<float>(), qkv.grad().to_vector<float>()};
+    };
+    const auto [y_views, g_views] = run(false);
+    const auto [y_packed, g_packed] = run(true);
+    EXPECT_EQ(y_packed, y_views);
+    EXPECT_EQ(g_packed, g_views);
+  }
+  EXPECT_THROW(scaled_dot_product_attention_qkv(zeros({2, 7, 2, 2, 8}), true, Loc::current()), Error);
 }
 
 TEST(Attention, EmptySizes) {
