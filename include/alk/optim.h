@@ -39,13 +39,17 @@ class Optimizer {
   virtual Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& t) = 0;
   // Creates (zeros) or returns state slot `slot` of parameter i.
   Tensor state(size_t i, const std::string& slot);  // a handle: assign_ on it updates the slot
-  Tensor scalar(double v) const;  // a realized 0-d f32 tensor: a kernel input, not a literal
+  Tensor scalar(double v) const;  // a realized 0-d f64 tensor: a kernel input, not a literal
+  // The learning rate in dtype t: one cast per step, shared by every parameter of that dtype
+  // (one one-element kernel instead of one per parameter).
+  Tensor lr_in(DType t);
 
  private:
   NamedTensors params_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;
   double lr_;
   Tensor lr_t_;  // one buffer for the whole run: set_lr writes it in place
+  std::vector<std::pair<DType, Tensor>> lr_casts_;  // this step's lr_in values
 };
 
 struct SGDOptions {

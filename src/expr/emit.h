@@ -57,6 +57,13 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t,
 std::string glsl_storage_type(alk::DType t);
 // The same for CUDA C (the emitter and the CUDA template kernels): "__nv_bfloat16", "long long", ...
 std::string cuda_storage_type(alk::DType t);
+// The kernel `<sig.name>_group` appended to a CUDA Map kernel's source compiled with
+// ALK_GROUP (the table size), ALK_RANK 1 and ALK_INDEX32: one launch over many members of the
+// same expression (a multi-tensor optimizer update), each a contiguous range: its operands'
+// addresses (uniform inputs: their one value), its n, and its blocks. The member table is a
+// kernel parameter: struct { const void* in[max(1, K)]; void* out; i64 n; i32 first_block,
+// blocks; } m[ALK_GROUP], members in block order, unused ones with blocks = 0.
+std::string cuda_map_group_entry(const MapSignature& sig, const std::vector<bool>& uniform_inputs);
 
 // The expression alone, as a function a hand-written kernel calls (a reduction's prologue,
 // a matmul's or reduction's epilogue): `R name(T0 in0, T1 in1, ...)` returning e, where

@@ -162,11 +162,19 @@ struct Cuda final : Lang {
          "  }\n"
          "  return off;\n"
          "}\n\n";
+    // ALK_GROUP (a multi-tensor launch, cuda_map_group_entry): the body is a device function
+    // the group's kernel calls once per member, with the member's share of the blocks.
+    s += "#ifdef ALK_GROUP\n#define ALK_BLOCK_X alk_block\n#define ALK_GRID_X alk_blocks\n"
+         "__device__ __forceinline__ void " + sig.name + "_body(";
+    for (size_t k = 0; k < sig.inputs.size(); ++k)
+      s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
+    s += storage(sig.output) + "* __restrict__ out_data, const " + params + "& p, long long alk_block, long long alk_blocks) {\n";
+    s += "#else\n#define ALK_BLOCK_X blockIdx.x\n#define ALK_GRID_X gridDim.x\n";
     s += "extern \"C\" __global__ void " + sig.name + "(";
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
-    s += storage(sig.output) + "* __restrict__ out_data, const " + params + " p) {\n";
-    s += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
+    s += storage(sig.output) + "* __restrict__ out_data, const " + params + " p) {\n#endif\n";
+    s += "  const long long step = (long long)ALK_GRID_X * blockDim.x;\n";
     output_slot_ = sig.inputs.size();
     return s;
   }
@@ -175,7 +183,7 @@ struct Cuda final : Lang {
   // Under ALK_VEC the vector loop has done the elements below alk_first.
   std::string loop_open() const override {
     return "#ifdef ALK_VEC\n  const long long alk_first = p.n / ALK_VEC * ALK_VEC;\n#else\n  const long long alk_first = 0;\n#endif\n"
-           "  for (long long i = alk_first + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
+           "  for (long long i = alk_first + (long long)ALK_BLOCK_X * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
            "    const long long o = p.offset[" + std::to_string(output_slot_) + "] + i;\n"
            "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
   }
@@ -186,7 +194,7 @@ struct Cuda final : Lang {
   // (a 2-byte load per thread is not); coordinates are computed once per vector.
   std::string vector_loop_open(const MapSignature& sig, const std::vector<bool>& per_element) const override {
     std::string s = "#ifdef ALK_VEC\n"
-                    "  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n"
+                    "  for (long long iv = (long long)ALK_BLOCK_X * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {\n"
                     "    alk_idx c[8];\n    alk_coords(iv * ALK_VEC, p, c);\n";
     // ALK_VEC_BCAST_<k>: input k is constant along the innermost dim (a per-row value, e.g. a
     // mask or a row statistic): one load, replicated over the vector.
@@ -237,6 +245,32 @@ std::string cuda_storage_type(DType t) {
     case DType::F64: return "double";
   }
   return "?";
+}
+
+std::string cuda_map_group_entry(const MapSignature& sig, const std::vector<bool>& uniform_inputs) {
+  const size_t K = sig.inputs.size();
+  const std::string params = sig.name + "_params";
+  std::string s = "\n// One launch for a group of members (ALK_GROUP of them at most, the table passed by value):\n"
+                  "// block b runs the member whose blocks [first_block, first_block + blocks) hold it.\n"
+                  "struct alk_member {\n  const void* in[" + std::to_string(std::max<size_t>(1, K)) +
+                  "];\n  void* out;\n  long long n;\n  int first_block, blocks;\n};\n"
+                  "struct alk_group {\n  alk_member m[ALK_GROUP];\n};\n"
+                  "extern \"C\" __global__ void " + sig.name + "_group(const alk_group g) {\n"
+                  "  int j = 0;\n"
+                  "  while (j + 1 < ALK_GROUP && g.m[j + 1].blocks > 0 && (int)blockIdx.x >= g.m[j + 1].first_block) ++j;\n"
+                  "  const alk_member& m = g.m[j];\n"
+                  "  " + params + " p;\n  p.n = m.n;\n  p.rank = 1;\n"
+                  "#pragma unroll\n  for (int d = 0; d < 8; ++d) {\n    p.shape[d] = d == 0 ? m.n : 1;\n"
+                  "    p.magic[d] = 0;\n    p.shift[d] = 0;\n";
+  for (size_t k = 0; k < std::max<size_t>(1, K); ++k)
+    s += "    p.strides[" + std::to_string(k) + "][d] = " +
+         (k < K && !(k < uniform_inputs.size() && uniform_inputs[k]) ? "d == 0 ? 1 : 0" : "0") + ";\n";
+  s += "  }\n#pragma unroll\n  for (int k = 0; k <= " + std::to_string(K) + "; ++k) p.offset[k] = 0;\n";
+  s += "  " + sig.name + "_body(";
+  for (size_t k = 0; k < K; ++k)
+    s += "(const " + cuda_storage_type(sig.inputs[k]) + "*)m.in[" + std::to_string(k) + "], ";
+  s += "(" + cuda_storage_type(sig.output) + "*)m.out, p, (long long)blockIdx.x - m.first_block, m.blocks);\n}\n";
+  return s;
 }
 
 std::pair<uint32_t, uint32_t> cuda_division_magic(int64_t divisor) {

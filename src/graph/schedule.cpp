@@ -141,6 +141,7 @@ class Scheduler {
     if (order_.empty()) return;
     find_external();
     build_kernels();
+    batch_independent_maps();
     plan_memory();
     execute();
   }
@@ -500,6 +501,102 @@ class Scheduler {
     } else {
       for (auto& in : core->inputs) k.leaves.push_back(in.get());
     }
+  }
+
+  // ---- 3b. multi-tensor batches ----
+  // An optimizer step is the same few elementwise kernels once per parameter, and the
+  // depth-first order interleaves them (t0 m0 v0 p0 t1 m1 v1 p1 ...). Map kernels of one
+  // source whose results are stored and whose inputs lie outside the arena (realized
+  // tensors, stored results; or one element) are moved next to each other (t0 t1 ... m0 m1 ... p0 p1 ...),
+  // so a backend may run such a run as one launch (CUDA's multi-tensor Map kernel: PyTorch's
+  // foreach/fused optimizers). Moving them shifts no large arena lifetime; a batch is placed
+  // before the first kernel that reads one of its results, after the batches its members
+  // read, and kernels that are not moved keep their order.
+  std::string batch_key(const PendingKernel& k) {
+    if (k.op != OpId::Map || !k.expr || k.epilogue) return {};
+    auto it = info_.find(k.root);
+    if (it == info_.end() || !it->second.external) return {};
+    std::string key = k.expr->str() + " -> " + std::string(dtype_name(k.root->dtype));
+    for (const TensorImpl* l : k.leaves) {
+      const Node* n = l->node.get();
+      auto li = info_.find(n);
+      // (A one-element intermediate, the learning rate in the parameters' dtype, may live a
+      // little longer in the arena.)
+      if (!n->realized() && n->numel() != 1 && (li == info_.end() || !li->second.external)) return {};
+      key += ' ';
+      key += dtype_name(l->dtype);
+      if (std::all_of(l->strides.begin(), l->strides.end(), [](int64_t st) { return st == 0; })) key += '.';  // one value
+    }
+    char device[32];
+    std::snprintf(device, sizeof device, " @%p", static_cast<const void*>(k.root->device));
+    return key + device;
+  }
+
+  void batch_independent_maps() {
+    struct Batch {
+      std::string key;
+      std::vector<std::unique_ptr<PendingKernel>> members;
+      std::vector<size_t> after;  // batches to place first
+      bool placed = false;
+    };
+    std::vector<Batch> batches;
+    std::unordered_map<std::string, size_t> open;      // key -> its batch still taking members
+    std::unordered_map<const Node*, size_t> batch_of;  // a member's result -> its batch
+    std::vector<std::unique_ptr<PendingKernel>> ordered;
+    auto place = [&](size_t b, auto& self) -> void {
+      if (batches[b].placed) return;
+      batches[b].placed = true;
+      if (auto it = open.find(batches[b].key); it != open.end() && it->second == b) open.erase(it);
+      for (size_t d : batches[b].after) self(d, self);
+      for (auto& m : batches[b].members) ordered.push_back(std::move(m));
+    };
+    // True when batch `from` must follow batch `on` (through its `after` edges).
+    auto follows = [&](size_t from, size_t on, auto& self) -> bool {
+      if (from == on) return true;
+      for (size_t d : batches[from].after)
+        if (!batches[d].placed && self(d, on, self)) return true;
+      return false;
+    };
+    for (auto& k : kernels_) {
+      std::vector<size_t> from;  // unplaced batches whose results k reads
+      auto note = [&](const TensorImpl* l) {
+        auto it = batch_of.find(l->node.get());
+        if (it != batch_of.end() && !batches[it->second].placed &&
+            std::find(from.begin(), from.end(), it->second) == from.end())
+          from.push_back(it->second);
+      };
+      for (const TensorImpl* l : k->leaves) note(l);
+      for (const TensorImpl* l : k->epilogue_leaves) note(l);
+      const std::string key = batch_key(*k);
+      if (key.empty()) {
+        for (size_t b : from) place(b, place);
+        ordered.push_back(std::move(k));
+        continue;
+      }
+      auto it = open.find(key);
+      size_t b = it == open.end() ? batches.size() : it->second;
+      // k cannot join a batch it reads from, directly or through another batch: that batch
+      // is placed and k starts the next one.
+      if (b < batches.size())
+        for (size_t f : from)
+          if (follows(f, b, follows)) {
+            place(b, place);
+            b = batches.size();
+            break;
+          }
+      if (b == batches.size()) {
+        batches.push_back(Batch{key, {}, {}, false});
+        open[key] = b;
+      }
+      for (size_t f : from)
+        if (!batches[f].placed && f != b && std::find(batches[b].after.begin(), batches[b].after.end(), f) == batches[b].after.end())
+          batches[b].after.push_back(f);
+      batch_of[k->root] = b;
+      batches[b].members.push_back(std::move(k));
+    }
+    for (size_t b = 0; b < batches.size(); ++b) place(b, place);
+    kernels_ = std::move(ordered);
+    for (size_t i = 0; i < kernels_.size(); ++i) info_[kernels_[i]->root].kernel = static_cast<int>(i);
   }
 
   // ---- 4. memory ----

@@ -22,6 +22,13 @@ void Optimizer::set_lr(double lr) {
   write_host(lr_t_, &lr, sizeof lr);
 }
 
+Tensor Optimizer::lr_in(DType t) {
+  for (auto& [dtype, lr] : lr_casts_)
+    if (dtype == t) return lr;
+  lr_casts_.emplace_back(t, lr_t_.to(t));
+  return lr_casts_.back().second;
+}
+
 // f64, whatever the parameters' dtype: update rules cast the coefficients they derive.
 Tensor Optimizer::scalar(double v) const {
   // On the parameters' device, with the state the update rules combine it with.
@@ -64,6 +71,7 @@ void Optimizer::step() {
     targets.push_back(p);
     for (auto& [slot, st] : state_[i]) targets.push_back(st);
   }
+  lr_casts_.clear();  // held no longer than the step's graph needs them
   // Every parameter and state update in one schedule.
   realize(targets);
 }
@@ -123,7 +131,7 @@ Tensor SGD::update(size_t i, const Tensor& p, const Tensor& g0, const Tensor& t)
     buf.assign_(next);
     g = o_.nesterov ? g + buf * o_.momentum : buf;
   }
-  return p - lr_tensor().to(p.dtype()) * g;
+  return p - lr_in(p.dtype()) * g;
 }
 
 Adam::Adam(NamedTensors params, double lr, AdamOptions o, bool decoupled)
@@ -140,7 +148,7 @@ Tensor Adam::update(size_t i, const Tensor& p, const Tensor& g0, const Tensor& t
   v.assign_(v * o_.beta2 + g * g * (1 - o_.beta2));
   // Bias corrections from this parameter's own step count, computed in the step's kernels.
   Tensor c1 = (1.0 / (1.0 - pow(o_.beta1, t))).to(p.dtype()), c2 = (1.0 / (1.0 - pow(o_.beta2, t))).to(p.dtype());
-  Tensor lr = lr_tensor().to(p.dtype());
+  Tensor lr = lr_in(p.dtype());
   Tensor base = decays && decoupled_ ? p - lr * o_.weight_decay * p : p;
   return base - lr * (m * c1) / (sqrt(v * c2) + o_.eps);
 }

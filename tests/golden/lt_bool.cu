@@ -64,10 +64,18 @@ __device__ __forceinline__ alk_idx alk_dot(const alk_idx c[8], const long long* 
   return off;
 }
 
+#ifdef ALK_GROUP
+#define ALK_BLOCK_X alk_block
+#define ALK_GRID_X alk_blocks
+__device__ __forceinline__ void golden_lt_bool_body(const float* __restrict__ in0_data, const float* __restrict__ in1_data, unsigned char* __restrict__ out_data, const golden_lt_bool_params& p, long long alk_block, long long alk_blocks) {
+#else
+#define ALK_BLOCK_X blockIdx.x
+#define ALK_GRID_X gridDim.x
 extern "C" __global__ void golden_lt_bool(const float* __restrict__ in0_data, const float* __restrict__ in1_data, unsigned char* __restrict__ out_data, const golden_lt_bool_params p) {
-  const long long step = (long long)gridDim.x * blockDim.x;
+#endif
+  const long long step = (long long)ALK_GRID_X * blockDim.x;
 #ifdef ALK_VEC
-  for (long long iv = (long long)blockIdx.x * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
+  for (long long iv = (long long)ALK_BLOCK_X * blockDim.x + threadIdx.x; iv < p.n / ALK_VEC; iv += step) {
     alk_idx c[8];
     alk_coords(iv * ALK_VEC, p, c);
 #ifdef ALK_VEC_BCAST_0
@@ -109,7 +117,7 @@ extern "C" __global__ void golden_lt_bool(const float* __restrict__ in0_data, co
 #else
   const long long alk_first = 0;
 #endif
-  for (long long i = alk_first + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {
+  for (long long i = alk_first + (long long)ALK_BLOCK_X * blockDim.x + threadIdx.x; i < p.n; i += step) {
     const long long o = p.offset[2] + i;
     alk_idx c[8];
     alk_coords(i, p, c);

@@ -1,8 +1,13 @@
 // alk::compile: a traced step replays to exactly what eager execution computes (same
 // kernels, same order), with new inputs, changing learning rates and fresh random numbers.
+#include <map>
+#include <set>
+
 #include "alk/compile.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "graph/graph.h"
+#include "graph/program_contents.h"
 #include "testing.h"
 
 namespace alk {
@@ -161,6 +166,48 @@ TEST(Compile, GptStepPeaksNoHigherThanEager) {
   EXPECT_LE(compiled_peak, eager_peak + 1024);
   EXPECT_EQ(compiled_w, eager_w);
   EXPECT_GT(loss, 0);
+}
+
+// An optimizer's per-parameter updates (step count, moments, parameter) run side by side,
+// one run of kernels per source (what CUDA launches as one multi-tensor kernel), not
+// interleaved parameter by parameter as the graph's depth-first order has them.
+TEST(Compile, OptimizerUpdatesOfOneSourceRunSideBySide) {
+  manual_seed(5);
+  nn::GPT model(nn::GPTConfig{.vocab = 64, .ctx = 16, .dim = 32, .heads = 2, .layers = 2});
+  optim::AdamW opt(model.named_parameters(), 1e-3, optim::AdamOptions{.weight_decay = 0.1});
+  Tensor x = randint(0, 64, {2, 16}), y = randint(0, 64, {2, 16});
+  realize({x, y});
+  Program program = compile([&](const std::vector<Tensor>& in) {
+    nn::cross_entropy(model(in[0]), in[1]).backward();
+    opt.step();
+    opt.zero_grad();
+  });
+  program({x, y});
+  program({x, y});
+  const auto params = model.parameters();
+  std::set<const Buffer*> state;  // parameters, moments, step counts: written in place
+  for (const Tensor& p : params) state.insert(p.impl()->node->buffer.get());
+  for (auto& [name, t] : opt.state_dict())
+    if (name != "step") state.insert(t.impl()->node->buffer.get());
+  const std::vector<Kernel>& kernels = *ProgramAccess::contents(program).kernels;
+  std::map<std::string, int> runs, updates;
+  std::string previous;
+  for (const Kernel& k : kernels) {
+    if (k.op != OpId::Map || !state.count(k.output.buffer.get())) {
+      previous.clear();
+      continue;
+    }
+    const std::string key = map_kernel_key(k);
+    ++updates[key];
+    if (key != previous) ++runs[key];
+    previous = key;
+  }
+  // Four updates per parameter (t, m, v, p), in a few sources (p with and without decay).
+  int total = 0;
+  for (auto& [key, n] : updates) total += n;
+  EXPECT_EQ(total, 4 * static_cast<int>(params.size()));
+  EXPECT_LE(updates.size(), 5u);
+  for (auto& [key, n] : runs) EXPECT_EQ(n, 1) << key << " (" << updates[key] << " kernels)";
 }
 
 }  // namespace

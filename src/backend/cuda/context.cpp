@@ -231,13 +231,27 @@ int64_t Context::cached_bytes() const {
 }
 
 CUdeviceptr Context::scratch(size_t bytes) {
+  if (capturing_) {  // the smallest block an earlier op of this recording is done with
+    auto best = captured_free_.end();
+    for (auto it = captured_free_.begin(); it != captured_free_.end(); ++it)
+      if (it->second >= bytes && (best == captured_free_.end() || it->second < best->second)) best = it;
+    if (best != captured_free_.end()) {
+      scratch_.push_back(*best);
+      captured_free_.erase(best);
+      return scratch_.back().first;
+    }
+  }
   const CUdeviceptr p = allocate(bytes);
   scratch_.emplace_back(p, bytes);
   return p;
 }
 
 void Context::release_scratch() {
-  if (capturing_) return;  // the recording takes them at end_capture()
+  if (capturing_) {  // kept for the recording, free for its later ops
+    captured_free_.insert(captured_free_.end(), scratch_.begin(), scratch_.end());
+    scratch_.clear();
+    return;
+  }
   for (auto& [p, bytes] : scratch_) release(p, bytes);
   scratch_.clear();
 }
@@ -402,6 +416,8 @@ Context::Graph Context::end_capture() {
   check(driver()->cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
   Graph g;
   g.scratch.swap(scratch_);
+  g.scratch.insert(g.scratch.end(), captured_free_.begin(), captured_free_.end());
+  captured_free_.clear();
   CUresult r = driver()->cuGraphInstantiateWithFlags(&g.exec, graph, 0);
   driver()->cuGraphDestroy(graph);
   check(r, "cuGraphInstantiate");

@@ -5,7 +5,8 @@
 // One stream per device keeps every kernel, copy and free in order, so a block freed on
 // the host may be handed out again at once: whatever reads it later is queued after what
 // used it before. Recording (CUDA graphs) captures that stream; blocks a captured kernel
-// uses outside the memory plan (scratch) are kept by the recording, never reused.
+// uses outside the memory plan (scratch) are kept by the recording and reused only by the
+// recording's later kernels (a captured stream replays in its order, as the stream ran).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -158,8 +159,9 @@ class Context {
     CUevent done = nullptr;
   };
   std::vector<Staging> staging_;
-  // Scratch handed out for the op being queued (or, while capturing, for the recording).
-  std::vector<std::pair<CUdeviceptr, size_t>> scratch_;
+  // Scratch handed out for the op being queued; while capturing, what earlier ops of the
+  // recording released (the recording keeps both).
+  std::vector<std::pair<CUdeviceptr, size_t>> scratch_, captured_free_;
   bool capturing_ = false;
   CUdeviceptr flag_ = 0;
   std::map<uint64_t, IndexLaunch> index_launches_;

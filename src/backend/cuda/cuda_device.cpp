@@ -225,6 +225,116 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   ctx.launch(f, blocks_for(ctx, aligned ? (n + vec - 1) / vec : n), 1, 1, kBlock, 0, args);
 }
 
+// ---- multi-tensor Map launches ----
+// An optimizer step is the same few elementwise kernels once per parameter; the scheduler
+// places them side by side (batch_independent_maps in src/graph/schedule.cpp). A run of such
+// kernels - one source, contiguous or single-value operands, none reading what another
+// writes - becomes one launch per up to ~4 KB of member table (PyTorch's multi_tensor_apply):
+// 148 parameters' t/m/v/p updates in ~10 launches instead of ~600.
+struct GroupOperand {
+  CUdeviceptr ptr = 0;  // where the member's range starts
+  size_t bytes = 0;     // what it reads or writes from there
+  bool uniform = false;
+};
+struct GroupMember {
+  std::vector<GroupOperand> in;
+  GroupOperand out;
+  int64_t n = 0;
+};
+
+// The member form of a Map kernel, if it has one: every operand contiguous in the output's
+// order or a single value (all strides 0 over the dims that are not 1), under 2^31 elements.
+std::optional<GroupMember> group_member(const Kernel& k) {
+  if (k.op != OpId::Map || !k.expr || k.epilogue || k.output.buffer->device->info().kind != "cuda") return std::nullopt;
+  const Shape& shape = k.output.shape;
+  const int64_t n = numel(shape);
+  if (n < 1 || n >= (int64_t{1} << 31)) return std::nullopt;
+  const Shape dense = contiguous_strides(shape);
+  auto form = [&](const KernelArg& a, bool allow_uniform) -> std::optional<GroupOperand> {
+    if (a.shape.size() != shape.size() || a.strides.size() != shape.size()) return std::nullopt;
+    bool contiguous = true, uniform = true;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      contiguous = contiguous && a.strides[d] == dense[d];
+      uniform = uniform && a.strides[d] == 0;
+    }
+    const size_t size = dtype_size(a.dtype);
+    const CUdeviceptr at = arg_of(a).ptr + static_cast<CUdeviceptr>(a.offset * static_cast<int64_t>(size));
+    if (uniform && allow_uniform) return GroupOperand{at, size, true};
+    if (contiguous && a.shape == shape) return GroupOperand{at, static_cast<size_t>(n) * size, false};
+    return std::nullopt;
+  };
+  GroupMember m;
+  m.n = n;
+  for (const KernelArg& a : k.inputs) {
+    auto o = form(a, true);
+    if (!o) return std::nullopt;
+    m.in.push_back(*o);
+  }
+  auto o = form(k.output, false);
+  if (!o) return std::nullopt;
+  m.out = *o;
+  return m;
+}
+
+// True when b's operands neither write what a reads or writes nor read what a writes
+// (a member reading and writing its own range, as an in-place update does, is fine).
+bool independent(const GroupMember& a, const GroupMember& b) {
+  auto overlap = [](const GroupOperand& x, const GroupOperand& y) {
+    return x.ptr < y.ptr + y.bytes && y.ptr < x.ptr + x.bytes;
+  };
+  if (overlap(a.out, b.out)) return false;
+  for (const GroupOperand& i : a.in)
+    if (overlap(i, b.out)) return false;
+  for (const GroupOperand& i : b.in)
+    if (overlap(i, a.out)) return false;
+  return true;
+}
+
+void launch_map_group(Context& ctx, const expr::Expr& e, const expr::MapSignature& sig,
+                      const std::vector<GroupMember>& members) {
+  const size_t K = sig.inputs.size(), slots = std::max<size_t>(1, K);
+  std::vector<bool> uniform(K);
+  for (size_t k = 0; k < K; ++k) uniform[k] = members[0].in[k].uniform;
+  // 16 bytes per operand and load where every member's ranges start on 16 bytes.
+  size_t widest = dtype_size(sig.output);
+  for (size_t k = 0; k < K; ++k)
+    if (!uniform[k]) widest = std::max(widest, dtype_size(sig.inputs[k]));
+  const int64_t vec = static_cast<int64_t>(16 / widest);
+  bool aligned = vec > 1;
+  for (const GroupMember& m : members) {
+    aligned = aligned && m.out.ptr % 16 == 0;
+    for (size_t k = 0; k < K; ++k) aligned = aligned && (uniform[k] || m.in[k].ptr % 16 == 0);
+  }
+  // The table is the kernel's only parameter: at most 4 KB (the classic limit) of members.
+  const size_t member_bytes = (slots + 1) * 8 + 16;
+  const size_t per_launch = std::min<size_t>(64, (4096 - 64) / member_bytes);
+  std::string defs = "#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_GROUP " + std::to_string(per_launch) + "\n";
+  if (aligned) defs += "#define ALK_VEC " + std::to_string(vec) + "\n";
+  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform) +
+                                   expr::cuda_map_group_entry(sig, uniform),
+                               sig.name + "_group");
+  for (size_t first = 0; first < members.size(); first += per_launch) {
+    const size_t count = std::min(per_launch, members.size() - first);
+    std::vector<char> table(per_launch * member_bytes, 0);
+    int32_t blocks_total = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const GroupMember& m = members[first + j];
+      char* at = table.data() + j * member_bytes;
+      for (size_t k = 0; k < K; ++k) std::memcpy(at + k * 8, &m.in[k].ptr, 8);
+      std::memcpy(at + slots * 8, &m.out.ptr, 8);
+      std::memcpy(at + (slots + 1) * 8, &m.n, 8);
+      const auto blocks = static_cast<int32_t>(blocks_for(ctx, aligned ? (m.n + vec - 1) / vec : m.n));
+      std::memcpy(at + (slots + 1) * 8 + 8, &blocks_total, 4);
+      std::memcpy(at + (slots + 1) * 8 + 12, &blocks, 4);
+      blocks_total += blocks;
+    }
+    Args args;
+    args.add_bytes(table.data(), table.size());
+    ctx.launch(f, static_cast<unsigned>(blocks_total), 1, 1, kBlock, 0, args);
+  }
+}
+
 // ---- Reduce (with its prologue) ----
 
 const char* compute_ctype(DType t) {
@@ -1761,14 +1871,64 @@ class CudaDevice final : public Device {
   }
 
   std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
-    for (const Kernel& k : kernels) prepare(k);  // compile everything before capturing
+    // Runs of independent Map kernels of one source become multi-tensor launches.
+    struct Group {
+      size_t begin, end;
+      std::vector<GroupMember> members;
+    };
+    std::vector<Group> groups;
+    const bool group_old = old_path("ALK_CUDA_GROUP");  // =old: every kernel its own launch
+    for (size_t i = 0; i < kernels.size();) {
+      std::optional<GroupMember> first = group_member(kernels[i]);
+      Group g{i, i + 1, {}};
+      if (first) {
+        g.members.push_back(std::move(*first));
+        const std::string key = map_kernel_key(kernels[i]);
+        while (g.end < kernels.size() && !group_old) {
+          std::optional<GroupMember> next = group_member(kernels[g.end]);
+          bool fits = next && map_kernel_key(kernels[g.end]) == key;
+          for (size_t k = 0; fits && k < next->in.size(); ++k) fits = next->in[k].uniform == g.members[0].in[k].uniform;
+          for (const GroupMember& m : g.members) fits = fits && independent(m, *next);
+          if (!fits) break;
+          g.members.push_back(std::move(*next));
+          ++g.end;
+        }
+      }
+      i = g.end;
+      groups.push_back(std::move(g));
+    }
     Context& c = ctx();
+    auto run = [&](const Group& g) {
+      if (g.members.size() < 2) return enqueue(c, kernels[g.begin]);
+      const Kernel& k = kernels[g.begin];
+      expr::MapSignature sig{"map", {}, k.output.dtype};
+      for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
+      launch_map_group(c, *k.expr, sig, g.members);
+    };
+    for (const Group& g : groups) {  // compile everything before capturing
+      if (g.members.size() < 2) {
+        prepare(kernels[g.begin]);
+        continue;
+      }
+      std::lock_guard lock(mutex_);
+      c.compile_only = true;
+      try {
+        run(g);
+      } catch (...) {
+        c.compile_only = false;
+        throw;
+      }
+      c.compile_only = false;
+    }
     auto r = std::make_unique<CudaRecording>();
     std::lock_guard lock(mutex_);
     c.synchronize();
     c.begin_capture();
     try {
-      for (const Kernel& k : kernels) enqueue(c, k);
+      for (const Group& g : groups) {
+        run(g);
+        c.release_scratch();  // stream order: the next kernels may take it again
+      }
     } catch (...) {
       Context::Graph g = c.end_capture();
       c.destroy(g);

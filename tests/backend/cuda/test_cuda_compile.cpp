@@ -110,6 +110,32 @@ TEST(CudaCompile, UniformSubexpressionsAreHoistedOutOfTheLoop) {
   EXPECT_EQ(plain, expr::emit_map_kernel(e, sig, expr::Target::Cuda, {false, false, false}));
 }
 
+// The multi-tensor form of a Map kernel (a run of optimizer updates as one launch): the body
+// becomes a device function the group kernel calls per member; it compiles with and without
+// the vector loop, for kernels with inputs (uniform ones among them) and without.
+TEST(CudaCompile, MapGroupKernelsCompile) {
+  ALK_NEED_NVRTC();
+  expr::Builder b;
+  const int p = b.input(0, expr::Type::F32), t = b.input(1, expr::Type::F64), g = b.input(2, expr::Type::F32);  // bf16 storage, f32 arithmetic
+  const int corr = b.cast(b.binary(expr::Fn::Pow, b.constant(0.9, expr::Type::F64), t), expr::Type::F32);
+  const expr::Expr e = b.finish(b.binary(expr::Fn::Sub, p, b.binary(expr::Fn::Mul, corr, g)));
+  const expr::MapSignature sig{"map", {DType::F32, DType::F64, DType::BF16}, DType::F32};
+  const std::vector<bool> uniform{false, true, false};
+  const std::string src = expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform) + expr::cuda_map_group_entry(sig, uniform);
+  EXPECT_NE(src.find("map_group(const alk_group g)"), std::string::npos) << src;
+  EXPECT_NE(src.find("p.strides[1][d] = 0;"), std::string::npos) << src;  // the uniform input
+  const std::string group = "#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_GROUP 48\n";
+  EXPECT_NO_THROW(compile_cubin(group + src, "sm_90a"));
+  EXPECT_NO_THROW(compile_cubin(group + "#define ALK_VEC 4\n" + src, "sm_90a"));
+  EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n" + src.substr(0, src.find("\n// One launch for a group")), "sm_90a"));
+  expr::Builder c;
+  const expr::Expr zero = c.finish(c.constant(0, expr::Type::F32));
+  const expr::MapSignature none{"map", {}, DType::F32};
+  EXPECT_NO_THROW(compile_cubin(group + expr::emit_map_kernel(zero, none, expr::Target::Cuda) +
+                                    expr::cuda_map_group_entry(none, {}),
+                                "sm_90a"));
+}
+
 TEST(CudaCompile, DivisionByMagicNumbersIsExact) {
   // What the Map kernels compute per dim, emulated on the host (umulhi = high half of the
   // 64-bit product), against plain division, over divisors and dividends up to 2^31.

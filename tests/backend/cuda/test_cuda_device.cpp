@@ -267,6 +267,42 @@ TEST(CudaDevice, ACompiledStepReplaysAsAGraph) {
   EXPECT_LT(cpu.back(), cpu.front());
 }
 
+// A run of independent updates of one source (an optimizer's per-parameter kernels) is one
+// multi-tensor launch per up to 64 members in a recording: members of odd sizes, some
+// reading views at odd offsets (no 16-byte loads for that group), one value shared by all
+// (a learning rate), more members than one launch takes; replays against the CPU.
+TEST(CudaDevice, ARecordedRunOfUpdatesMatchesTheCpu) {
+  ALK_CUDA_OR_SKIP(dev);
+  auto run = [](Device& d, bool views) {
+    manual_seed(11);
+    Tensor lr = full({}, 0.25, DType::F32).to(d), source = randn({9000}).to(d);
+    std::vector<Tensor> state, grads;
+    for (int i = 0; i < 80; ++i) {
+      const int64_t n = std::vector<int64_t>{1, 3, 17, 64, 1000, 4099}[static_cast<size_t>(i % 6)] + i;
+      state.push_back(randn({n}).to(d));
+      grads.push_back(views ? source.slice(0, 1 + 7 * i, 1 + 7 * i + n) : randn({n}).to(d));
+    }
+    realize(state);
+    Program step = compile([&](const std::vector<Tensor>&) {
+      for (size_t i = 0; i < state.size(); ++i) state[i].assign_(state[i] * 0.9 - lr * grads[i]);
+      realize(state);
+    });
+    for (int i = 0; i < 4; ++i) step({});
+    std::vector<float> all;
+    for (const Tensor& t : state) {
+      auto v = t.to(cpu_device()).to_vector<float>();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  for (bool views : {false, true}) {
+    SCOPED_TRACE(views ? "gradients are views at odd offsets" : "contiguous gradients");
+    const std::vector<float> cpu = run(cpu_device(), views), gpu = run(*dev, views);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 1e-5 * std::max(1.0f, std::fabs(cpu[i]))) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace alk
 #endif
