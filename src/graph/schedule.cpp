@@ -707,22 +707,26 @@ class Scheduler {
           g_stats.planned_bytes += static_cast<int64_t>(bytes);
         }
       } else {
-        // In place: a Map may overwrite a same-sized input that dies here.
+        // In place: a Map may overwrite a same-sized input that dies here, and so may a
+        // cross-entropy backward its logits (each gradient element is computed from its own
+        // logit and row statistics: the [N, vocab] gradient takes the logits' 1.6 GB at GPT-2 size).
         std::optional<size_t> slot;
-        if (k.op == OpId::Map)
-          for (const TensorImpl* l : k.leaves) {
-            const Node* p = l->node.get();
-            auto it = arena_offset_.find(p);
-            if (it != arena_offset_.end() && p->device == out->device && last_use[p] == i && linear_view(l) &&
-                l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p) &&
-                reads_only_through(k, l)) {
-              slot = it->second;
-              in_place_taken_.insert(p);
-              ++g_stats.in_place;
-              live_now.erase(p);  // out takes its place
-              break;
-            }
+        std::vector<const TensorImpl*> overwritable;
+        if (k.op == OpId::Map) overwritable = k.leaves;
+        if (k.op == OpId::CrossEntropyBackward && !k.epilogue && !k.leaves.empty()) overwritable = {k.leaves[0]};
+        for (const TensorImpl* l : overwritable) {
+          const Node* p = l->node.get();
+          auto it = arena_offset_.find(p);
+          if (it != arena_offset_.end() && p->device == out->device && last_use[p] == i && linear_view(l) &&
+              l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && !in_place_taken_.count(p) &&
+              reads_only_through(k, l)) {
+            slot = it->second;
+            in_place_taken_.insert(p);
+            ++g_stats.in_place;
+            live_now.erase(p);  // out takes its place
+            break;
           }
+        }
         Arena& arena = arena_of(out);
         arena_offset_[out] = slot ? *slot : arena.take(arena.padded(bytes));
         if (show_memory) live_now.insert(out);

@@ -13,6 +13,7 @@
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/driver.h"
+#include "graph/schedule.h"
 
 namespace alk {
 namespace {
@@ -265,6 +266,25 @@ TEST(CudaDevice, ACompiledStepReplaysAsAGraph) {
   const std::vector<double> cpu = run(cpu_device()), gpu = run(*dev);
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * std::max(1.0, cpu[i])) << "step " << i;
   EXPECT_LT(cpu.back(), cpu.front());
+}
+
+// The cross-entropy backward writes the logits' gradient over the logits (they die there):
+// the arena holds one [N, vocab] tensor, not two, and the gradients match the CPU's.
+TEST(CudaDevice, CrossEntropyBackwardTakesTheLogitsPlace) {
+  ALK_CUDA_OR_SKIP(dev);
+  auto run = [](Device& d) {
+    manual_seed(4);
+    Tensor x = randn({64, 32}).to(d), targets = randint(0, 1000, {64}).to(d);
+    Tensor w = (randn({32, 1000}) * 0.3).to(d).detach().requires_grad_();
+    nn::cross_entropy(matmul(x, w), targets).backward();
+    w.grad().realize();
+    return std::pair{w.grad().to(cpu_device()), last_schedule_stats().arena_bytes};
+  };
+  const auto [gpu, gpu_arena] = run(*dev);
+  expect_close(gpu, run(cpu_device()).first, 1e-4, 1e-6);
+  const int64_t logits_bytes = 64 * 1000 * 4;
+  EXPECT_LT(gpu_arena, logits_bytes * 3 / 2) << "the gradient did not take the logits' place";
+  EXPECT_GT(gpu_arena, logits_bytes - 1);
 }
 
 // A run of independent updates of one source (an optimizer's per-parameter kernels) is one

@@ -81,9 +81,11 @@ extern "C" __global__ void __launch_bounds__(256) cross_entropy_rows(const T* __
   }
 }
 
+// out may be x itself (the scheduler writes the gradient over dying logits): each element is
+// read before its own gradient is stored, so x and out are not __restrict__.
 extern "C" __global__ void __launch_bounds__(256) cross_entropy_backward_rows(
-    const T* __restrict__ x, const IDX* __restrict__ targets, const P* __restrict__ packed, const P* __restrict__ grad,
-    T* __restrict__ out, u64* flag, const CrossEntropyParams p) {
+    const T* x, const IDX* __restrict__ targets, const P* __restrict__ packed, const P* __restrict__ grad,
+    T* out, u64* flag, const CrossEntropyParams p) {
   for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* row = x + at(p.x, r * p.classes);
     T* orow = out + p.out_offset + r * p.classes;
