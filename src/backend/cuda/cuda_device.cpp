@@ -314,8 +314,15 @@ void launch_map_group(Context& ctx, const expr::Expr& e, const expr::MapSignatur
   CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform) +
                                    expr::cuda_map_group_entry(sig, uniform),
                                sig.name + "_group");
+  // A launch's blocks fill the GPU about once (8 of 256 threads per SM), shared among its
+  // members by size (at least one each), each member's grid-stride loop covering the rest:
+  // as many bytes in flight as one kernel per member, without tens of thousands of blocks
+  // each looking up its member.
+  const int64_t launch_blocks = static_cast<int64_t>(std::max(1, ctx.props().multiprocessors)) * 8;
   for (size_t first = 0; first < members.size(); first += per_launch) {
     const size_t count = std::min(per_launch, members.size() - first);
+    int64_t items_total = 0;
+    for (size_t j = 0; j < count; ++j) items_total += members[first + j].n;
     std::vector<char> table(per_launch * member_bytes, 0);
     int32_t blocks_total = 0;
     for (size_t j = 0; j < count; ++j) {
@@ -324,7 +331,9 @@ void launch_map_group(Context& ctx, const expr::Expr& e, const expr::MapSignatur
       for (size_t k = 0; k < K; ++k) std::memcpy(at + k * 8, &m.in[k].ptr, 8);
       std::memcpy(at + slots * 8, &m.out.ptr, 8);
       std::memcpy(at + (slots + 1) * 8, &m.n, 8);
-      const auto blocks = static_cast<int32_t>(blocks_for(ctx, aligned ? (m.n + vec - 1) / vec : m.n));
+      const int64_t share = launch_blocks * m.n / std::max<int64_t>(1, items_total);
+      const int64_t want = ((aligned ? (m.n + vec - 1) / vec : m.n) + kBlock - 1) / kBlock;
+      const auto blocks = static_cast<int32_t>(std::clamp<int64_t>(share, 1, std::max<int64_t>(1, want)));
       std::memcpy(at + (slots + 1) * 8 + 8, &blocks_total, 4);
       std::memcpy(at + (slots + 1) * 8 + 12, &blocks, 4);
       blocks_total += blocks;
