@@ -1,5 +1,7 @@
 #include "graph/autograd.h"
 
+#include <algorithm>
+
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,6 +96,7 @@ std::vector<GradFn*> backward_order(const std::vector<Tensor>& roots) {
 struct BackwardResult {
   std::unordered_map<const void*, Tensor> grads;                 // by grad_key
   std::vector<std::pair<TensorImpl*, const void*>> leaves;       // leaves reached
+  std::unordered_map<const void*, size_t> completed;              // leaf -> backward step of its last gradient part
 };
 
 // The GradFns that ran and that only this graph reaches let go of what their rules
@@ -154,7 +157,9 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
     if (!root.impl()->grad_fn) r.leaves.push_back({root.impl(), root.impl()});
     accumulate(grad_key(root), seed);
   }
+  size_t step = 0;
   for (GradFn* fn : backward_order(roots)) {
+    ++step;
     auto it = r.grads.find(fn);
     if (it == r.grads.end()) continue;
     std::vector<Tensor> in_grads = fn->backward(it->second);
@@ -167,6 +172,7 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
             to_string(g.shape()), " but the input has shape ", to_string(e.shape));
       if (g.dtype() != e.dtype) g = cast(g, e.dtype);
       if (e.leaf && !r.grads.count(e.leaf.get())) r.leaves.push_back({e.leaf.get(), e.leaf.get()});
+      if (e.leaf) r.completed[e.leaf.get()] = step;
       accumulate(grad_key(e), g);
     }
   }
@@ -183,6 +189,14 @@ void Tensor::backward(const Tensor& seed, Loc loc) const {
     std::vector<GradFn*> ran;
     BackwardResult r = run_backward({*this}, {seed}, loc, &ran);
     release_saved_values({*this}, ran, loc);
+    // Leaves whose gradient is complete first come first: the scheduler orders the graph
+    // depth first from its targets, so each layer's weight gradients are then computed as
+    // the backward reaches that layer (PyTorch's order), and the activations they read die
+    // layer by layer. (A tied embedding is reached first, through the output head, but is
+    // complete only at the bottom: first, it would pull the whole backward before any
+    // layer's weight gradient.)
+    std::stable_sort(r.leaves.begin(), r.leaves.end(),
+                     [&r](const auto& a, const auto& b) { return r.completed[a.second] < r.completed[b.second]; });
     for (auto [impl, key] : r.leaves) {
       const Tensor& g = r.grads.at(key);
       // A fresh tensor per leaf: one gradient tensor can reach several leaves (a + b hands

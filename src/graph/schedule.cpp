@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -140,6 +141,13 @@ class Scheduler {
     collect();
     if (order_.empty()) return;
     find_external();
+    if (rematerialize()) {  // the graph changed: look at it again
+      info_.clear();
+      order_.clear();
+      overwritable_.clear();
+      collect();
+      find_external();
+    }
     build_kernels();
     batch_independent_maps();
     plan_memory();
@@ -270,6 +278,78 @@ class Scheduler {
       if (node->buffer.use_count() != 1 + (refs == kernel_refs.end() ? 0 : refs->second)) continue;
       overwritable_.insert(node);
     }
+  }
+
+  // ---- 2b. recomputation ----
+  // A training step keeps each layer's activation from the forward to the backward; where
+  // such a value is a cheap elementwise result of values the backward keeps anyway (a GELU
+  // of the fc output, which the GELU's own backward reads), reading it again late costs
+  // memory for the whole time in between. The late readers get a copy of the node
+  // instead, computed again just before them (torch.compile's recomputation of pointwise
+  // ops; ~1.2 GB of GPT-2's peak, which comes at the start of the backward). A value
+  // qualifies when it is a Map result nobody outside holds, of at least kRecomputeBytes,
+  // whose reads have a gap of at least kRecomputeGap nodes (the schedule's order), and its
+  // inputs are live across the start of that gap anyway. ALK_RECOMPUTE=0 turns it off.
+  static constexpr size_t kRecomputeBytes = size_t{1} << 20;
+  static constexpr int kRecomputeGap = 24;
+  bool rematerialize() {
+    if (const char* v = std::getenv("ALK_RECOMPUTE"); v && std::string_view(v) == "0") return false;
+    std::unordered_map<const Node*, int> pos;
+    std::unordered_map<const Node*, std::vector<std::pair<Node*, size_t>>> readers;  // (reader, input slot)
+    for (size_t i = 0; i < order_.size(); ++i) {
+      pos[order_[i]] = static_cast<int>(i);
+      for (size_t s = 0; s < order_[i]->inputs.size(); ++s) readers[order_[i]->inputs[s]->node.get()].push_back({order_[i], s});
+    }
+    bool changed = false;
+    for (Node* y : std::vector<Node*>(order_)) {
+      if (!is_map(y) || y->op == OpId::Const || y->inputs.empty() || info_[y].external ||
+          static_cast<size_t>(y->numel()) * dtype_size(y->dtype) < kRecomputeBytes)
+        continue;
+      auto& rs = readers[y];
+      if (rs.size() < 2) continue;
+      std::sort(rs.begin(), rs.end(), [&](auto& a, auto& b) { return pos[a.first] < pos[b.first]; });
+      size_t split = 0;
+      int widest = 0;
+      for (size_t i = 1; i < rs.size(); ++i)
+        if (int gap = pos[rs[i].first] - pos[rs[i - 1].first]; gap > widest) widest = gap, split = i;
+      if (widest < kRecomputeGap) continue;
+      // Each input must still be live when the last early read is done (read again later
+      // by someone else); what it then has to live longer than it would have, up to the
+      // first late read, may cost at most the bytes the recomputation frees.
+      const int last_early = pos[rs[split - 1].first], first_late = pos[rs[split].first];
+      size_t extended = 0;
+      bool inputs_live = true;
+      for (const auto& in : y->inputs) {
+        const Node* x = in->node.get();
+        if (x->realized() || x->op == OpId::Const) continue;
+        int x_last = -1;
+        for (auto& r : readers[x])
+          if (r.first != y) x_last = std::max(x_last, pos[r.first]);
+        inputs_live = inputs_live && x_last > last_early;
+        if (x_last < first_late) extended += static_cast<size_t>(x->numel()) * dtype_size(x->dtype);
+      }
+      if (!inputs_live || extended > static_cast<size_t>(y->numel()) * dtype_size(y->dtype)) continue;
+      auto copy = std::make_shared<Node>(*y);
+      std::unordered_map<const TensorImpl*, std::shared_ptr<TensorImpl>> views;  // a shared view stays shared
+      for (size_t i = split; i < rs.size(); ++i) {
+        auto& slot = rs[i].first->inputs[rs[i].second];
+        auto& view = views[slot.get()];
+        if (!view) {
+          view = std::make_shared<TensorImpl>();
+          view->shape = slot->shape;
+          view->strides = slot->strides;
+          view->offset = slot->offset;
+          view->dtype = slot->dtype;
+          view->node = copy;
+        }
+        slot = view;
+      }
+      auto& copy_readers = readers[copy.get()];
+      copy_readers.assign(rs.begin() + static_cast<long>(split), rs.end());
+      rs.resize(split);
+      changed = true;
+    }
+    return changed;
   }
 
   // ---- 3. fusion and kernels ----

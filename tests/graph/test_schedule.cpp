@@ -2,11 +2,14 @@
 // chains, reduction prologues, matmul/reduction epilogues), memory planning, the kernel
 // cache and eager mode, each checked by counting kernels and comparing values.
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "backend/cpu/kernel_cache.h"
 #include "graph/graph.h"
 #include "graph/schedule.h"
+#include "alk/nn.h"
+#include "alk/optim.h"
 #include "testing.h"
 
 namespace alk {
@@ -441,6 +444,48 @@ TEST(Schedule, SixteenBitFloatsComputeInF32) {
   EXPECT_EQ((h * 2.0).dtype(), DType::F16);
   EXPECT_EQ(hv, (std::vector<float>{2.0f, 5.0f, -6.5f, 2000.0f}));
   EXPECT_EQ(bv, (std::vector<float>{2.0f, 3.5f, -2.25f, 1000.0f}));  // bf16: 1001 rounds to 1000
+}
+
+// Under bf16 autocast the GELU of each block's fc output is read by the forward and again by
+// the backward's weight gradient; the backward reads the fc output anyway (the GELU's own
+// backward), so the scheduler computes the GELU again there instead of keeping it from the
+// forward: a lower peak, the same parameters bit for bit (ALK_RECOMPUTE=0 keeps it).
+TEST(Schedule, ElementwiseActivationsAreRecomputedForTheBackward) {
+  auto run = [](bool recompute) {
+    if (recompute) unsetenv("ALK_RECOMPUTE");
+    else setenv("ALK_RECOMPUTE", "0", 1);
+    manual_seed(9);
+    nn::GPT model(nn::GPTConfig{.vocab = 64, .ctx = 32, .dim = 128, .heads = 2, .layers = 3});
+    optim::AdamW opt(model.named_parameters(), 1e-3);
+    Tensor x = randint(0, 64, {32, 32}), y = randint(0, 64, {32, 32});
+    realize({x, y});
+    int64_t peak = 0;
+    for (int i = 0; i < 2; ++i) {
+      const int64_t before = Buffer::live_bytes();
+      Buffer::reset_peak_bytes();
+      Tensor loss;
+      {
+        Autocast mixed(DType::BF16);
+        loss = nn::cross_entropy(model(x), y);
+      }
+      loss.backward();
+      opt.step();
+      peak = std::max(peak, Buffer::peak_bytes() - before);
+      opt.zero_grad();
+    }
+    unsetenv("ALK_RECOMPUTE");
+    std::vector<float> w;
+    for (const Tensor& p : model.parameters()) {
+      auto v = p.to_vector<float>();
+      w.insert(w.end(), v.begin(), v.end());
+    }
+    return std::pair{peak, w};
+  };
+  const auto [kept_peak, kept] = run(false);
+  const auto [recomputed_peak, recomputed] = run(true);
+  EXPECT_EQ(recomputed, kept);
+  // Three blocks' GELU outputs, [32, 32, 512] bf16 each: at least two no longer live to the backward.
+  EXPECT_LE(recomputed_peak, kept_peak - 2 * 512 * 512 * 4) << kept_peak << " -> " << recomputed_peak;
 }
 
 }  // namespace
