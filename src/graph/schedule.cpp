@@ -289,11 +289,17 @@ class Scheduler {
   // ops; ~1.2 GB of GPT-2's peak, which comes at the start of the backward). A value
   // qualifies when it is a Map result nobody outside holds, of at least kRecomputeBytes,
   // whose reads have a gap of at least kRecomputeGap nodes (the schedule's order), and its
-  // inputs are live across the start of that gap anyway. ALK_RECOMPUTE=0 turns it off.
+  // inputs are live across the start of that gap anyway. On GPUs only (not the CPU, nor
+  // lavapipe, Vulkan on the CPU): there elementwise kernels cost the bytes they move and
+  // device memory is what runs out; a CPU computes a GELU slower than it reads one and has
+  // the host's memory (the tiny GPT's step took 9% longer with it). ALK_RECOMPUTE=1
+  // applies it on every device, =0 on none.
   static constexpr size_t kRecomputeBytes = size_t{1} << 20;
   static constexpr int kRecomputeGap = 24;
   bool rematerialize() {
-    if (const char* v = std::getenv("ALK_RECOMPUTE"); v && std::string_view(v) == "0") return false;
+    const char* setting = std::getenv("ALK_RECOMPUTE");
+    if (setting && std::string_view(setting) == "0") return false;
+    const bool everywhere = setting && std::string_view(setting) == "1";
     std::unordered_map<const Node*, int> pos;
     std::unordered_map<const Node*, std::vector<std::pair<Node*, size_t>>> readers;  // (reader, input slot)
     for (size_t i = 0; i < order_.size(); ++i) {
@@ -303,6 +309,7 @@ class Scheduler {
     bool changed = false;
     for (Node* y : std::vector<Node*>(order_)) {
       if (!is_map(y) || y->op == OpId::Const || y->inputs.empty() || info_[y].external ||
+          (!everywhere && y->device->info().type != "discrete" && y->device->info().type != "integrated") ||
           static_cast<size_t>(y->numel()) * dtype_size(y->dtype) < kRecomputeBytes)
         continue;
       auto& rs = readers[y];
