@@ -9,6 +9,9 @@
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
 #   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all|rows|memory]
+# (or carry the binaries gzipped in .devcarry/gz and `. bench/cuda/unpack_carry.sh; BIN=b bash ...`).
+# Every mode leaves $OUT/cuda-cache.tgz, the compiled kernels: copy it into .devcarry/ and the
+# next run's parity suite skips most NVRTC compiles (unpack_carry.sh restores it).
 # `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
 # `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
 # bench_cuda_gpt2 carried): their parity families, bench_cuda_rows (new, old and PyTorch),
@@ -24,12 +27,19 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/.devcarry/lib
 OUT=${OUT:-/tmp/alk-out}
 mkdir -p "$OUT"
 export ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0
+# The kernel cache goes back with the results, however the run ends.
+trap 'tar czf "$OUT/cuda-cache.tgz" -C /tmp/alk-cache . 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 ./$BIN/alk devices
 if [[ $what == tests || $what == all ]]; then
+  # CudaCompile.* runs in CI (NVRTC needs no GPU): here only what needs the device. With a
+  # cold kernel cache this takes ~8 minutes (NVRTC), with a carried one far less.
   echo "==== CUDA tests + parity on cuda:0"
-  ALK_PARITY_DEVICES=cuda:0 timeout 330 ./$BIN/alk_tests --gtest_brief=1 \
-    --gtest_filter='Cuda*:DeviceParity*:Devices*' 2>&1 | tee "$OUT/tests.log" | tail -60
+  ALK_PARITY_DEVICES=cuda:0 timeout "${TESTS_TIMEOUT:-540}" stdbuf -oL ./$BIN/alk_tests \
+    --gtest_filter='CudaDevice*:DeviceParity*:Devices*' > "$OUT/tests.log" 2>&1
+  echo "alk_tests exit code $? (124: timed out)"
+  grep -E '^\[parity|FAILED|^\[  PASSED|^\[==========' "$OUT/tests.log" | cut -c1-300 | tail -30
+  grep -A8 -m4 'Failure$' "$OUT/tests.log" | cut -c1-300 | head -40
   echo "==== alk train --device cuda (short)"
   timeout 100 ./$BIN/alk train --device cuda --steps 50 --log-every 10 --eval-every 25 --sample-tokens 64 \
     --out /tmp/run-cuda 2>&1 | tail -15
