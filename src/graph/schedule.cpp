@@ -312,6 +312,11 @@ class Scheduler {
           (!everywhere && y->device->info().type != "discrete" && y->device->info().type != "integrated") ||
           static_cast<size_t>(y->numel()) * dtype_size(y->dtype) < kRecomputeBytes)
         continue;
+      // A function of realized tensors alone (a bf16 cast of a weight) is parameter-sized, not
+      // batch-sized: kept, it costs little; recomputed, a kernel per step.
+      if (std::all_of(y->inputs.begin(), y->inputs.end(),
+                      [](const auto& in) { return in->node->realized() || in->node->op == OpId::Const; }))
+        continue;
       auto& rs = readers[y];
       if (rs.size() < 2) continue;
       std::sort(rs.begin(), rs.end(), [&](auto& a, auto& b) { return pos[a.first] < pos[b.first]; });
