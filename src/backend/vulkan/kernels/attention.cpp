@@ -60,7 +60,6 @@ std::string prelude(DType t, int64_t D, int tile, const std::vector<std::string>
   s += "layout(local_size_x = " + std::to_string(kRows) + ") in;\n\n";
   s += "#define ACC " + A + "\n";
   s += "const int D = " + std::to_string(D) + ";\n";
-  s += "const int DA = " + std::to_string(std::max<int64_t>(D, 1)) + ";  // array size (GLSL has no empty arrays)\n";
   s += "const int ROWS = " + std::to_string(kRows) + ";\n";
   s += "const int TILE = " + std::to_string(tile) + ";\n\n";
   for (int k = 0; k < n; ++k)
@@ -134,12 +133,42 @@ bool unroll_head_loops(const Context& ctx, int64_t D) {
   return ctx.info().kind != DeviceInfo::Kind::Cpu || unroll_head_loops_cpu(D);
 }
 
+// CPU implementations, f32, D % 4 == 0: rows in shared memory and registers as vec4s. On
+// lavapipe each shared-memory access is a loop over the SIMD lanes whatever its width
+// (bench/vulkan/NOTES.md), and the inner loops read a shared row per key and query: a vec4
+// read moves 4 elements for the cost of one. ALK_VK_ATTENTION_SCALAR=1: one element each.
+bool shared_vec4(const Context& ctx, DType t, int64_t D) {
+  return ctx.info().kind == DeviceInfo::Kind::Cpu && t == DType::F32 && D % 4 == 0 && D > 0 &&
+         !std::getenv("ALK_VK_ATTENTION_SCALAR");
+}
+
+// The kernels below hold and move rows in chunks: one element (RT = ACC), or four f32s (RT =
+// vec4, shared_vec4). DR chunks per row (DRA as an array size: GLSL has no empty arrays);
+// LDR loads chunk c of row `row` of input `name` (binding k); RDOT is a chunk pair's dot
+// product; STR stores chunk c at element `at` of the output. One text, both widths.
+std::string row_chunks(int64_t D, bool vec4_rows) {
+  if (vec4_rows)
+    return "#define RT vec4\n"
+           "const int DR = D / 4, DRA = D / 4;\n"
+           "#define RZERO vec4(0)\n"
+           "#define RDOT(a, b) dot(a, b)\n"
+           "#define LDR(name, k, b, row, c) name##4(b, row, 4 * (c))\n"
+           "#define STR(at, c, x) { const vec4 chunk_ = (x); [[unroll]] for (int q_ = 0; q_ < 4; ++q_) "
+           "out_data[(at) + uint(4 * (c) + q_)] = chunk_[q_]; }\n\n";
+  return "#define RT ACC\n"
+         "const int DR = D, DRA = " + std::to_string(std::max<int64_t>(D, 1)) + ";\n"
+         "#define RZERO ACC(0)\n"
+         "#define RDOT(a, b) ((a) * (b))\n"
+         "#define LDR(name, k, b, row, c) ld(name##_data[at(k, b, row, c)])\n"
+         "#define STR(at, c, x) out_data[(at) + uint(c)] = st(x)\n\n";
+}
+
 // Forward: workgroup (query block, batch), one invocation per query row.
-std::string forward_source(DType t, int64_t D, bool unroll) {
+std::string forward_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
   const int tile = tile_rows(t, D, 0);
-  std::string s = prelude(t, D, tile, {"q", "k", "v"});
-  s += R"(shared ACC ks[TILE * DA];
-shared ACC vs[TILE * DA];
+  std::string s = prelude(t, D, tile, {"q", "k", "v"}) + row_chunks(D, vec4_rows);
+  s += R"(shared RT ks[TILE * DRA];
+shared RT vs[TILE * DRA];
 
 void main() {
   const int b = int(gl_WorkGroupID.y);
@@ -148,11 +177,11 @@ void main() {
   const int t = t0 + lid;
   const bool live = t < p.T;
   const ACC scale = scale_value();
-  ACC q[DA], o[DA];
-  [[unroll]] for (int d = 0; d < D; ++d) {
-    q[d] = ACC(0);
-    o[d] = ACC(0);
-    if (live) q[d] = ld(q_data[at(0, b, t, d)]) * scale;
+  RT q[DRA], o[DRA];
+  [[unroll]] for (int c = 0; c < DR; ++c) {
+    q[c] = RZERO;
+    o[c] = RZERO;
+    if (live) q[c] = LDR(q, 0, b, t, c) * scale;
   }
   ACC m = neg_inf(), l = ACC(0);
   // Keys any row of the block sees (uniform over the workgroup), and this row's own.
@@ -161,12 +190,12 @@ void main() {
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
     barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
-      const int j = e / D, d = e - j * D;
-      ACC kx = ACC(0), vx = ACC(0);
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int j = e / DR, c = e - j * DR;
+      RT kx = RZERO, vx = RZERO;
       if (j < nj) {
-        kx = ld(k_data[at(1, b, s0 + j, d)]);
-        vx = ld(v_data[at(2, b, s0 + j, d)]);
+        kx = LDR(k, 1, b, s0 + j, c);
+        vx = LDR(v, 2, b, s0 + j, c);
       }
       ks[e] = kx;
       vs[e] = vx;
@@ -177,265 +206,38 @@ void main() {
     [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= vis) break;  // vis <= kend: a visible key is a loaded one
       ACC sc = ACC(0);
-      [[unroll]] for (int d = 0; d < D; ++d) sc += q[d] * ks[j * DA + d];
+      [[unroll]] for (int c = 0; c < DR; ++c) sc += RDOT(q[c], ks[j * DR + c]);
       if (sc > m) {
         const ACC alpha = m == neg_inf() ? ACC(0) : ex(m - sc);
         l *= alpha;
-        [[unroll]] for (int d = 0; d < D; ++d) o[d] *= alpha;
+        [[unroll]] for (int c = 0; c < DR; ++c) o[c] *= alpha;
         m = sc;
       }
       const ACC pj = ex(sc - m);
       l += pj;
-      [[unroll]] for (int d = 0; d < D; ++d) o[d] += pj * vs[j * DA + d];
+      [[unroll]] for (int c = 0; c < DR; ++c) o[c] += pj * vs[j * DR + c];
     }
   }
   if (!live) return;
   const uint row = p.out_first + (uint(b) * uint(p.T) + uint(t)) * uint(D + 1);
   const bool seen = l > ACC(0);
   const ACC inv = seen ? ACC(1) / l : ACC(0);
-  [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(o[d] * inv);
+  [[unroll]] for (int c = 0; c < DR; ++c) STR(row, c, o[c] * inv);
   out_data[row + uint(D)] = st(seen ? m + lg(l) : neg_inf());
 }
 )";
   return unroll_policy(s, unroll);
 }
 
-// CPU implementations, f32, D % 4 == 0: the same kernels with rows in shared memory and
-// registers as vec4s. On lavapipe each shared-memory access is a loop over the SIMD lanes
-// whatever its width (bench/vulkan/NOTES.md), and the inner loops read a shared row per key
-// and query: a vec4 read moves 4 elements for the cost of one.
-bool shared_vec4(const Context& ctx, DType t, int64_t D) {
-  return ctx.info().kind == DeviceInfo::Kind::Cpu && t == DType::F32 && D % 4 == 0 && D > 0 &&
-         !std::getenv("ALK_VK_ATTENTION_SCALAR");
-}
-
-std::string forward_source_vec4(int64_t D) {
-  const int tile = tile_rows(DType::F32, D, 0);
-  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v"});
-  s += R"(const int DV = D / 4;
-shared vec4 ks[TILE * DV];
-shared vec4 vs[TILE * DV];
-
-void main() {
-  const int b = int(gl_WorkGroupID.y);
-  const int t0 = int(gl_WorkGroupID.x) * ROWS;
-  const int lid = int(gl_LocalInvocationID.x);
-  const int t = t0 + lid;
-  const bool live = t < p.T;
-  const float scale = scale_value();
-  vec4 q[DV], o[DV];
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    q[c] = vec4(0);
-    o[c] = vec4(0);
-    if (live) q[c] = q4(b, t, 4 * c) * scale;
-  }
-  float m = neg_inf(), l = 0.0;
-  const int kend = key_end(min(t0 + ROWS, p.T) - 1);
-  const int vis = live ? key_end(t) : 0;
-  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
-    const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
-      const int j = e / DV, c = e - j * DV;
-      vec4 kx = vec4(0), vx = vec4(0);
-      if (j < nj) {
-        kx = k4(b, s0 + j, 4 * c);
-        vx = v4(b, s0 + j, 4 * c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
-      if (s0 + j >= vis) break;
-      float sc = 0.0;
-      [[unroll]] for (int c = 0; c < DV; ++c) sc += dot(q[c], ks[j * DV + c]);
-      if (sc > m) {
-        const float alpha = m == neg_inf() ? 0.0 : ex(m - sc);
-        l *= alpha;
-        [[unroll]] for (int c = 0; c < DV; ++c) o[c] *= alpha;
-        m = sc;
-      }
-      const float pj = ex(sc - m);
-      l += pj;
-      [[unroll]] for (int c = 0; c < DV; ++c) o[c] += pj * vs[j * DV + c];
-    }
-  }
-  if (!live) return;
-  const uint row = p.out_first + (uint(b) * uint(p.T) + uint(t)) * uint(D + 1);
-  const bool seen = l > 0.0;
-  const float inv = seen ? 1.0 / l : 0.0;
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    const vec4 x = o[c] * inv;
-    out_data[row + uint(4 * c)] = x.x;
-    out_data[row + uint(4 * c + 1)] = x.y;
-    out_data[row + uint(4 * c + 2)] = x.z;
-    out_data[row + uint(4 * c + 3)] = x.w;
-  }
-  out_data[row + uint(D)] = seen ? m + lg(l) : neg_inf();
-}
-)";
-  return unroll_policy(s, unroll_head_loops_cpu(D));
-}
-
-// Backward pass 1 (dkdv_source) with vec4 rows (shared_vec4).
-std::string dkdv_source_vec4(int64_t D) {
-  const int tile = tile_rows(DType::F32, D, 2);
-  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v", "f", "g"});
-  s += R"(const int DV = D / 4;
-shared vec4 qs[TILE * DV];
-shared vec4 gs[TILE * DV];
-shared float lse_s[TILE];
-shared float di_s[TILE];
-
-void main() {
-  const int b = int(gl_WorkGroupID.y);
-  const int s_first = int(gl_WorkGroupID.x) * ROWS;
-  const int lid = int(gl_LocalInvocationID.x);
-  const int s = s_first + lid;
-  const bool live = s < p.S;
-  const float scale = scale_value();
-  vec4 kr[DV], vr[DV], dk[DV], dv[DV];
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    kr[c] = vec4(0);
-    vr[c] = vec4(0);
-    dk[c] = vec4(0);
-    dv[c] = vec4(0);
-    if (live) {
-      kr[c] = k4(b, s, 4 * c);
-      vr[c] = v4(b, s, 4 * c);
-    }
-  }
-  const int off = p.S - p.T;
-  const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
-  [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
-    const int ni = min(TILE, p.T - t0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
-      const int i = e / DV, c = e - i * DV;
-      vec4 qx = vec4(0), gx = vec4(0);
-      if (i < ni) {
-        qx = q4(b, t0 + i, 4 * c);
-        gx = g4(b, t0 + i, 4 * c);
-      }
-      qs[e] = qx;
-      gs[e] = gx;
-    }
-    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
-      float di = 0.0, lse = 0.0;
-      if (i < ni) {
-        [[unroll]] for (int c = 0; c < DV; ++c) di += dot(g4(b, t0 + i, 4 * c), f4(b, t0 + i, 4 * c));
-        lse = f_data[at(3, b, t0 + i, D)];
-      }
-      di_s[i] = di;
-      lse_s[i] = lse;
-    }
-    barrier();
-    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
-      if (!live || s >= key_end(t0 + i)) continue;
-      float dot_q = 0.0, dot_g = 0.0;
-      [[unroll]] for (int c = 0; c < DV; ++c) {
-        dot_q += dot(qs[i * DV + c], kr[c]);
-        dot_g += dot(gs[i * DV + c], vr[c]);
-      }
-      const float pr = ex(dot_q * scale - lse_s[i]);
-      const float ds = pr * (dot_g - di_s[i]);
-      [[unroll]] for (int c = 0; c < DV; ++c) {
-        dv[c] += pr * gs[i * DV + c];
-        dk[c] += ds * qs[i * DV + c];
-      }
-    }
-  }
-  if (s >= p.M) return;
-  const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
-  const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    const vec4 x = live ? dk[c] * scale : vec4(0), y = live ? dv[c] : vec4(0);
-    [[unroll]] for (int q = 0; q < 4; ++q) {
-      out_data[dk_row + uint(4 * c + q)] = x[q];
-      out_data[dv_row + uint(4 * c + q)] = y[q];
-    }
-  }
-}
-)";
-  return unroll_policy(s, unroll_head_loops_cpu(D));
-}
-
-// Backward pass 2 (dq_source) with vec4 rows (shared_vec4).
-std::string dq_source_vec4(int64_t D) {
-  const int tile = tile_rows(DType::F32, D, 0);
-  std::string s = prelude(DType::F32, D, tile, {"q", "k", "v", "f", "g"});
-  s += R"(const int DV = D / 4;
-shared vec4 ks[TILE * DV];
-shared vec4 vs[TILE * DV];
-
-void main() {
-  const int b = int(gl_WorkGroupID.y);
-  const int t0 = int(gl_WorkGroupID.x) * ROWS;
-  const int lid = int(gl_LocalInvocationID.x);
-  const int t = t0 + lid;
-  const bool live = t < p.T;
-  const float scale = scale_value();
-  vec4 qr[DV], gr[DV], dq[DV];
-  float di = 0.0, lse = 0.0;
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    qr[c] = vec4(0);
-    gr[c] = vec4(0);
-    dq[c] = vec4(0);
-    if (live) {
-      qr[c] = q4(b, t, 4 * c);
-      gr[c] = g4(b, t, 4 * c);
-      di += dot(gr[c], f4(b, t, 4 * c));
-    }
-  }
-  if (live) lse = f_data[at(3, b, t, D)];
-  const int kend = t0 < p.T ? key_end(min(t0 + ROWS, p.T) - 1) : 0;
-  const int vis = live ? key_end(t) : 0;
-  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
-    const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DV; e += ROWS) {
-      const int j = e / DV, c = e - j * DV;
-      vec4 kx = vec4(0), vx = vec4(0);
-      if (j < nj) {
-        kx = k4(b, s0 + j, 4 * c);
-        vx = v4(b, s0 + j, 4 * c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
-      if (s0 + j >= vis) break;
-      float dot_q = 0.0, dot_g = 0.0;
-      [[unroll]] for (int c = 0; c < DV; ++c) {
-        dot_q += dot(qr[c], ks[j * DV + c]);
-        dot_g += dot(gr[c], vs[j * DV + c]);
-      }
-      const float ds = ex(dot_q * scale - lse) * (dot_g - di);
-      [[unroll]] for (int c = 0; c < DV; ++c) dq[c] += ds * ks[j * DV + c];
-    }
-  }
-  if (t >= p.M) return;
-  const uint row = p.out_first + (uint(b) * uint(p.M) + uint(t)) * uint(D);
-  [[unroll]] for (int c = 0; c < DV; ++c) {
-    const vec4 x = live ? dq[c] * scale : vec4(0);
-    [[unroll]] for (int q = 0; q < 4; ++q) out_data[row + uint(4 * c + q)] = x[q];
-  }
-}
-)";
-  return unroll_policy(s, unroll_head_loops_cpu(D));
-}
-
 // Backward pass 1: workgroup (key block, batch), one invocation per key row s; the query
 // rows that can see the block stream through shared memory with their lse and
 // Di = rowsum(dO * O). dV = sum_t P dO, dK = scale * sum_t dS q with dS = P (dO.v - Di).
 // Writes rows [S, M) of dk and dv as zeros.
-std::string dkdv_source(DType t, int64_t D, bool unroll) {
+std::string dkdv_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
   const int tile = tile_rows(t, D, 2);
-  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"});
-  s += R"(shared ACC qs[TILE * DA];
-shared ACC gs[TILE * DA];
+  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"}) + row_chunks(D, vec4_rows);
+  s += R"(shared RT qs[TILE * DRA];
+shared RT gs[TILE * DRA];
 shared ACC lse_s[TILE];
 shared ACC di_s[TILE];
 
@@ -446,15 +248,15 @@ void main() {
   const int s = s_first + lid;
   const bool live = s < p.S;
   const ACC scale = scale_value();
-  ACC kr[DA], vr[DA], dk[DA], dv[DA];
-  [[unroll]] for (int d = 0; d < D; ++d) {
-    kr[d] = ACC(0);
-    vr[d] = ACC(0);
-    dk[d] = ACC(0);
-    dv[d] = ACC(0);
+  RT kr[DRA], vr[DRA], dk[DRA], dv[DRA];
+  [[unroll]] for (int c = 0; c < DR; ++c) {
+    kr[c] = RZERO;
+    vr[c] = RZERO;
+    dk[c] = RZERO;
+    dv[c] = RZERO;
     if (live) {
-      kr[d] = ld(k_data[at(1, b, s, d)]);
-      vr[d] = ld(v_data[at(2, b, s, d)]);
+      kr[c] = LDR(k, 1, b, s, c);
+      vr[c] = LDR(v, 2, b, s, c);
     }
   }
   // The first query that sees key s is s - (S - T); the block's first key bounds the rows.
@@ -463,12 +265,12 @@ void main() {
   [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
     const int ni = min(TILE, p.T - t0);
     barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
-      const int i = e / D, d = e - i * D;
-      ACC qx = ACC(0), gx = ACC(0);
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int i = e / DR, c = e - i * DR;
+      RT qx = RZERO, gx = RZERO;
       if (i < ni) {
-        qx = ld(q_data[at(0, b, t0 + i, d)]);
-        gx = ld(g_data[at(4, b, t0 + i, d)]);
+        qx = LDR(q, 0, b, t0 + i, c);
+        gx = LDR(g, 4, b, t0 + i, c);
       }
       qs[e] = qx;
       gs[e] = gx;
@@ -476,7 +278,7 @@ void main() {
     [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
       ACC di = ACC(0), lse = ACC(0);
       if (i < ni) {
-        [[unroll]] for (int d = 0; d < D; ++d) di += ld(g_data[at(4, b, t0 + i, d)]) * ld(f_data[at(3, b, t0 + i, d)]);
+        [[unroll]] for (int c = 0; c < DR; ++c) di += RDOT(LDR(g, 4, b, t0 + i, c), LDR(f, 3, b, t0 + i, c));
         lse = ld(f_data[at(3, b, t0 + i, D)]);
       }
       di_s[i] = di;
@@ -487,24 +289,24 @@ void main() {
       // Hidden keys (and rows that see none, whose lse is -inf) contribute nothing.
       if (!live || s >= key_end(t0 + i)) continue;
       ACC dot_q = ACC(0), dot_g = ACC(0);
-      [[unroll]] for (int d = 0; d < D; ++d) {
-        dot_q += qs[i * DA + d] * kr[d];
-        dot_g += gs[i * DA + d] * vr[d];
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        dot_q += RDOT(qs[i * DR + c], kr[c]);
+        dot_g += RDOT(gs[i * DR + c], vr[c]);
       }
       const ACC pr = ex(dot_q * scale - lse_s[i]);
       const ACC ds = pr * (dot_g - di_s[i]);
-      [[unroll]] for (int d = 0; d < D; ++d) {
-        dv[d] += pr * gs[i * DA + d];
-        dk[d] += ds * qs[i * DA + d];
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        dv[c] += pr * gs[i * DR + c];
+        dk[c] += ds * qs[i * DR + c];
       }
     }
   }
   if (s >= p.M) return;
   const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
   const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
-  [[unroll]] for (int d = 0; d < D; ++d) {
-    out_data[dk_row + uint(d)] = st(live ? dk[d] * scale : ACC(0));
-    out_data[dv_row + uint(d)] = st(live ? dv[d] : ACC(0));
+  [[unroll]] for (int c = 0; c < DR; ++c) {
+    STR(dk_row, c, live ? dk[c] * scale : RZERO);
+    STR(dv_row, c, live ? dv[c] : RZERO);
   }
 }
 )";
@@ -513,11 +315,11 @@ void main() {
 
 // Backward pass 2: workgroup (query block, batch), one invocation per query row t; keys
 // stream through shared memory. dQ = scale * sum_s dS k. Writes rows [T, M) as zeros.
-std::string dq_source(DType t, int64_t D, bool unroll) {
+std::string dq_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
   const int tile = tile_rows(t, D, 0);
-  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"});
-  s += R"(shared ACC ks[TILE * DA];
-shared ACC vs[TILE * DA];
+  std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"}) + row_chunks(D, vec4_rows);
+  s += R"(shared RT ks[TILE * DRA];
+shared RT vs[TILE * DRA];
 
 void main() {
   const int b = int(gl_WorkGroupID.y);
@@ -526,16 +328,16 @@ void main() {
   const int t = t0 + lid;
   const bool live = t < p.T;
   const ACC scale = scale_value();
-  ACC qr[DA], gr[DA], dq[DA];
+  RT qr[DRA], gr[DRA], dq[DRA];
   ACC di = ACC(0), lse = ACC(0);
-  [[unroll]] for (int d = 0; d < D; ++d) {
-    qr[d] = ACC(0);
-    gr[d] = ACC(0);
-    dq[d] = ACC(0);
+  [[unroll]] for (int c = 0; c < DR; ++c) {
+    qr[c] = RZERO;
+    gr[c] = RZERO;
+    dq[c] = RZERO;
     if (live) {
-      qr[d] = ld(q_data[at(0, b, t, d)]);
-      gr[d] = ld(g_data[at(4, b, t, d)]);
-      di += gr[d] * ld(f_data[at(3, b, t, d)]);
+      qr[c] = LDR(q, 0, b, t, c);
+      gr[c] = LDR(g, 4, b, t, c);
+      di += RDOT(gr[c], LDR(f, 3, b, t, c));
     }
   }
   if (live) lse = ld(f_data[at(3, b, t, D)]);
@@ -544,12 +346,12 @@ void main() {
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
     barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * D; e += ROWS) {
-      const int j = e / D, d = e - j * D;
-      ACC kx = ACC(0), vx = ACC(0);
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int j = e / DR, c = e - j * DR;
+      RT kx = RZERO, vx = RZERO;
       if (j < nj) {
-        kx = ld(k_data[at(1, b, s0 + j, d)]);
-        vx = ld(v_data[at(2, b, s0 + j, d)]);
+        kx = LDR(k, 1, b, s0 + j, c);
+        vx = LDR(v, 2, b, s0 + j, c);
       }
       ks[e] = kx;
       vs[e] = vx;
@@ -558,17 +360,17 @@ void main() {
     [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= vis) break;
       ACC dot_q = ACC(0), dot_g = ACC(0);
-      [[unroll]] for (int d = 0; d < D; ++d) {
-        dot_q += qr[d] * ks[j * DA + d];
-        dot_g += gr[d] * vs[j * DA + d];
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        dot_q += RDOT(qr[c], ks[j * DR + c]);
+        dot_g += RDOT(gr[c], vs[j * DR + c]);
       }
       const ACC ds = ex(dot_q * scale - lse) * (dot_g - di);
-      [[unroll]] for (int d = 0; d < D; ++d) dq[d] += ds * ks[j * DA + d];
+      [[unroll]] for (int c = 0; c < DR; ++c) dq[c] += ds * ks[j * DR + c];
     }
   }
   if (t >= p.M) return;
   const uint row = p.out_first + (uint(b) * uint(p.M) + uint(t)) * uint(D);
-  [[unroll]] for (int d = 0; d < D; ++d) out_data[row + uint(d)] = st(live ? dq[d] * scale : ACC(0));
+  [[unroll]] for (int c = 0; c < DR; ++c) STR(row, c, live ? dq[c] * scale : RZERO);
 }
 )";
   return unroll_policy(s, unroll);
@@ -706,8 +508,7 @@ AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  source_ = shared_vec4(ctx, dtype, head_dim) ? forward_source_vec4(head_dim)
-                                              : forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim));
+  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim), shared_vec4(ctx, dtype, head_dim));
   pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
 }
 
@@ -730,11 +531,9 @@ AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int6
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention backward cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  const bool v4 = shared_vec4(ctx, dtype, head_dim);
-  dkdv_ = &ctx.pipeline(v4 ? dkdv_source_vec4(head_dim) : dkdv_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)),
-                        7, push_bytes(5));
-  dq_ = &ctx.pipeline(v4 ? dq_source_vec4(head_dim) : dq_source(dtype, head_dim, unroll_head_loops(ctx, head_dim)), 7,
-                      push_bytes(5));
+  const bool v4 = shared_vec4(ctx, dtype, head_dim), unroll = unroll_head_loops(ctx, head_dim);
+  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll, v4), 7, push_bytes(5));
+  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll, v4), 7, push_bytes(5));
 }
 
 void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,
