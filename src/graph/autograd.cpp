@@ -195,8 +195,12 @@ void Tensor::backward(const Tensor& seed, Loc loc) const {
     // layer by layer. (A tied embedding is reached first, through the output head, but is
     // complete only at the bottom: first, it would pull the whole backward before any
     // layer's weight gradient.)
+    auto completed = [&r](const void* key) {  // a root that is itself a leaf: step 0
+      auto it = r.completed.find(key);
+      return it == r.completed.end() ? size_t{0} : it->second;
+    };
     std::stable_sort(r.leaves.begin(), r.leaves.end(),
-                     [&r](const auto& a, const auto& b) { return r.completed[a.second] < r.completed[b.second]; });
+                     [&](const auto& a, const auto& b) { return completed(a.second) < completed(b.second); });
     for (auto [impl, key] : r.leaves) {
       const Tensor& g = r.grads.at(key);
       // A fresh tensor per leaf: one gradient tensor can reach several leaves (a + b hands

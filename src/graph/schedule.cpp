@@ -356,8 +356,10 @@ class Scheduler {
         }
         slot = view;
       }
-      auto& copy_readers = readers[copy.get()];
-      copy_readers.assign(rs.begin() + static_cast<long>(split), rs.end());
+      // The copy runs just before its first reader: later candidates see it read y's inputs there.
+      pos[copy.get()] = first_late;
+      for (size_t s = 0; s < copy->inputs.size(); ++s) readers[copy->inputs[s]->node.get()].push_back({copy.get(), s});
+      readers[copy.get()].assign(rs.begin() + static_cast<long>(split), rs.end());
       rs.resize(split);
       changed = true;
     }
