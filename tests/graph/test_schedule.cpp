@@ -446,6 +446,33 @@ TEST(Schedule, SixteenBitFloatsComputeInF32) {
   EXPECT_EQ(bv, (std::vector<float>{2.0f, 3.5f, -2.25f, 1000.0f}));  // bf16: 1001 rounds to 1000
 }
 
+// Kernels of one source are moved next to each other (an optimizer's per-parameter updates),
+// but never ahead of what they read: here c = 2b + 1 has b's very expression and reads b, and
+// d reads both, for several independent tensors at once; every value is what it is computed
+// one tensor at a time.
+TEST(Schedule, BatchedKernelsOfOneSourceKeepTheirDependencies) {
+  std::vector<Tensor> a, targets;
+  for (int i = 0; i < 5; ++i) a.push_back(tensor(iota_values(static_cast<size_t>(7 + i), 0.1 * (i + 1)), {7 + i}));
+  realize(a);
+  for (const Tensor& x : a) {
+    Tensor b = x * 2.0 + 1.0;
+    Tensor c = b * 2.0 + 1.0;
+    targets.insert(targets.end(), {b, c, c - b * 3.0});
+  }
+  realize(targets);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::vector<double> x = a[i].to_vector<double>();
+    const std::vector<double> b = targets[3 * i].to_vector<double>(), c = targets[3 * i + 1].to_vector<double>(),
+                              d = targets[3 * i + 2].to_vector<double>();
+    for (size_t j = 0; j < x.size(); ++j) {
+      const double bj = x[j] * 2.0 + 1.0, cj = bj * 2.0 + 1.0;  // (the tensors are f64)
+      EXPECT_EQ(b[j], bj) << i << " " << j;
+      EXPECT_EQ(c[j], cj) << i << " " << j;
+      EXPECT_EQ(d[j], cj - bj * 3.0) << i << " " << j;
+    }
+  }
+}
+
 // Under bf16 autocast the GELU of each block's fc output is read by the forward and again by
 // the backward's weight gradient; the backward reads the fc output anyway (the GELU's own
 // backward), so the scheduler computes the GELU again there instead of keeping it from the
