@@ -689,6 +689,9 @@ class Scheduler {
       batches[b].members.push_back(std::move(k));
     }
     for (size_t b = 0; b < batches.size(); ++b) place(b, place);
+    g_stats.batched = 0;
+    for (const Batch& b : batches)
+      if (b.members.size() > 1) g_stats.batched += static_cast<int64_t>(b.members.size());
     kernels_ = std::move(ordered);
     for (size_t i = 0; i < kernels_.size(); ++i) info_[kernels_[i]->root].kernel = static_cast<int>(i);
   }
@@ -961,10 +964,11 @@ class Scheduler {
     }
     if (debug_level("schedule"))
       std::fprintf(stderr,
-                   "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld planned=%lld B naive=%lld B "
+                   "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld batched=%lld planned=%lld B naive=%lld B "
                    "(arena %lld B, most live at once %lld B)\n",
                    static_cast<long long>(g_stats.nodes), static_cast<long long>(g_stats.kernels),
                    static_cast<long long>(g_stats.fused_nodes), static_cast<long long>(g_stats.in_place),
+                   static_cast<long long>(g_stats.batched),
                    static_cast<long long>(g_stats.planned_bytes), static_cast<long long>(g_stats.naive_bytes),
                    static_cast<long long>(g_stats.arena_bytes), static_cast<long long>(live_arena_peak_));
   }

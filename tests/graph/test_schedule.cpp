@@ -473,6 +473,19 @@ TEST(Schedule, BatchedKernelsOfOneSourceKeepTheirDependencies) {
   }
 }
 
+// An eager AdamW step: each parameter's step count, moments and value are Map kernels of four
+// sources (with and without decay for the value), every one of them placed in a run of its own
+// source: ALK_DEBUG=schedule's `batched` counts them.
+TEST(Schedule, AnOptimizerStepIsRunsOfOneSourceEach) {
+  manual_seed(2);
+  nn::Sequential net;
+  net.add(std::make_shared<nn::Linear>(4, 3)).add(std::make_shared<nn::Linear>(3, 2));
+  optim::AdamW opt(net.named_parameters(), 1e-2, optim::AdamOptions{.weight_decay = 0.1});
+  nn::mse_loss(net.forward(randn({5, 4})), randn({5, 2})).backward();
+  opt.step();
+  EXPECT_EQ(last_schedule_stats().batched, 4 * 4);  // 4 parameters x (t, m, v, p)
+}
+
 // Under bf16 autocast the GELU of each block's fc output is read by the forward and again by
 // the backward's weight gradient; the backward reads the fc output anyway (the GELU's own
 // backward), so the scheduler computes the GELU again there instead of keeping it from the
