@@ -96,6 +96,10 @@ class Device {
     auto p = prepare(k);
     launch(*p, k);
   }
+  // Kernels the scheduler placed side by side that may run as one launch: Map kernels of one
+  // source, none reading what another writes (an optimizer's per-parameter updates). The
+  // default runs them one by one; CUDA launches runs of them as multi-tensor kernels.
+  virtual void run_batch(const std::vector<Kernel>& kernels);
 
   // ---- record / replay ----
   // The default records the prepared kernels and replays them one launch each; a GPU

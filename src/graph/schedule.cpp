@@ -84,6 +84,12 @@ struct KernelTimes {
 bool kernel_timing_enabled() { return debug_level("timing") != 0; }
 
 namespace {
+void check_supported(const Device& dev, const Kernel& k) {
+  check(dev.supports(k), std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(),
+        " device cannot run this kernel (", op_name(k.op), " of ", dtype_name(k.output.dtype),
+        "); move the tensors to a device that can with .to(device)");
+}
+
 void launch_now(const Kernel& k, PreparedKernel* prepared) {
   if (k.op == OpId::ToDevice) {
     const KernelArg &in = k.inputs[0], &out = k.output;
@@ -96,10 +102,15 @@ void launch_now(const Kernel& k, PreparedKernel* prepared) {
   }
   Device& dev = *k.output.buffer->device;
   if (prepared) return dev.launch(*prepared, k);
-  check(dev.supports(k), std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(),
-        " device cannot run this kernel (", op_name(k.op), " of ", dtype_name(k.output.dtype),
-        "); move the tensors to a device that can with .to(device)");
+  check_supported(dev, k);
   dev.run(k);
+}
+
+// A multi-tensor run (Map kernels of one source on one device, independent of each other).
+void launch_batch(const std::vector<Kernel>& run) {
+  Device& dev = *run[0].output.buffer->device;
+  for (const Kernel& k : run) check_supported(dev, k);
+  dev.run_batch(run);
 }
 }  // namespace
 
@@ -577,6 +588,7 @@ class Scheduler {
     std::optional<expr::Expr> expr;
     std::optional<expr::Expr> epilogue;
     std::vector<const TensorImpl*> epilogue_leaves;
+    int batch = -1;  // its multi-tensor run (batch_independent_maps), when it has company
   };
 
   void prepare_core(PendingKernel& k, Node* core) {
@@ -642,7 +654,10 @@ class Scheduler {
       batches[b].placed = true;
       if (auto it = open.find(batches[b].key); it != open.end() && it->second == b) open.erase(it);
       for (size_t d : batches[b].after) self(d, self);
-      for (auto& m : batches[b].members) ordered.push_back(std::move(m));
+      for (auto& m : batches[b].members) {
+        if (batches[b].members.size() > 1) m->batch = static_cast<int>(b);
+        ordered.push_back(std::move(m));
+      }
     };
     // True when batch `from` must follow batch `on` (through its `after` edges).
     auto follows = [&](size_t from, size_t on, auto& self) -> bool {
@@ -922,37 +937,49 @@ class Scheduler {
   void execute() {
     const bool show_kernels = debug_level("kernels");
     const bool timing = debug_level("timing");
-    for (auto& pk : kernels_) {
+    auto kernel_of = [&](const PendingKernel& pk) {
       Kernel k;
-      const Node* core = pk->core ? pk->core : pk->root;
+      const Node* core = pk.core ? pk.core : pk.root;
       k.node = KernelOp{core->op, core->params, core->shape,
                         core->op == OpId::Reduce ? core->inputs[0]->shape : Shape{}, core->dtype, core->loc, core->name};
-      k.op = pk->op;
-      for (auto* l : pk->leaves) k.inputs.push_back(arg_for(l));
-      for (auto* l : pk->epilogue_leaves) k.epilogue_inputs.push_back(arg_for(l));
+      k.op = pk.op;
+      for (auto* l : pk.leaves) k.inputs.push_back(arg_for(l));
+      for (auto* l : pk.epilogue_leaves) k.epilogue_inputs.push_back(arg_for(l));
       TensorImpl out_view;
-      out_view.node = std::shared_ptr<Node>(std::shared_ptr<Node>{}, pk->root);  // non-owning
-      out_view.shape = pk->root->shape;
-      out_view.strides = contiguous_strides(pk->root->shape);
-      out_view.dtype = pk->root->dtype;
+      out_view.node = std::shared_ptr<Node>(std::shared_ptr<Node>{}, pk.root);  // non-owning
+      out_view.shape = pk.root->shape;
+      out_view.strides = contiguous_strides(pk.root->shape);
+      out_view.dtype = pk.root->dtype;
       k.output = arg_for(&out_view);
-      k.expr = pk->expr;
-      k.epilogue = pk->epilogue;
+      k.expr = pk.expr;
+      k.epilogue = pk.epilogue;
       if (k.op == OpId::Map && show_kernels) {
         expr::MapSignature sig{"map", {}, k.output.dtype};
         for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
-        std::fprintf(stderr, "[alk kernel %s on %s]\n%s\n", std::string(op_name(pk->root->op)).c_str(),
-                     pk->root->device->name().c_str(), expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
+        std::fprintf(stderr, "[alk kernel %s on %s]\n%s\n", std::string(op_name(pk.root->op)).c_str(),
+                     pk.root->device->name().c_str(), expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
       } else if (show_kernels) {
         std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
-      launch(k, timing);
-      if (TraceRecorder* trace = active_trace()) {
-        trace->produced.insert(k.output.buffer.get());
-        trace->kernels.push_back(std::move(k));
-      }
+      return k;
+    };
+    for (size_t i = 0; i < kernels_.size();) {
+      // A multi-tensor run goes to its device whole (timed runs go kernel by kernel).
+      size_t end = i + 1;
+      if (kernels_[i]->batch >= 0 && !timing)
+        while (end < kernels_.size() && kernels_[end]->batch == kernels_[i]->batch) ++end;
+      std::vector<Kernel> run;
+      for (size_t j = i; j < end; ++j) run.push_back(kernel_of(*kernels_[j]));
+      if (run.size() == 1) launch(run[0], timing);
+      else launch_batch(run);
+      if (TraceRecorder* trace = active_trace())
+        for (Kernel& k : run) {
+          trace->produced.insert(k.output.buffer.get());
+          trace->kernels.push_back(std::move(k));
+        }
+      i = end;
     }
     // Stored nodes become realized data; their inputs (and so the graph below) are freed.
     for (auto& [node, buffer] : stored_) {

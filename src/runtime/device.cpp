@@ -48,6 +48,10 @@ struct PreparedList final : Recording {
 };
 }  // namespace
 
+void Device::run_batch(const std::vector<Kernel>& kernels) {
+  for (const Kernel& k : kernels) run(k);
+}
+
 std::unique_ptr<Recording> Device::record(const std::vector<Kernel>& kernels) {
   auto r = std::make_unique<PreparedList>();
   r->kernels = kernels;

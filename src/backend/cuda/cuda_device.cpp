@@ -1879,41 +1879,24 @@ class CudaDevice final : public Device {
     }
   }
 
-  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
-    // Runs of independent Map kernels of one source become multi-tensor launches.
-    struct Group {
-      size_t begin, end;
-      std::vector<GroupMember> members;
-    };
-    std::vector<Group> groups;
-    const bool group_old = old_path("ALK_CUDA_GROUP");  // =old: every kernel its own launch
-    for (size_t i = 0; i < kernels.size();) {
-      std::optional<GroupMember> first = group_member(kernels[i]);
-      Group g{i, i + 1, {}};
-      if (first) {
-        g.members.push_back(std::move(*first));
-        const std::string key = map_kernel_key(kernels[i]);
-        while (g.end < kernels.size() && !group_old) {
-          std::optional<GroupMember> next = group_member(kernels[g.end]);
-          bool fits = next && map_kernel_key(kernels[g.end]) == key;
-          for (size_t k = 0; fits && k < next->in.size(); ++k) fits = next->in[k].uniform == g.members[0].in[k].uniform;
-          for (const GroupMember& m : g.members) fits = fits && independent(m, *next);
-          if (!fits) break;
-          g.members.push_back(std::move(*next));
-          ++g.end;
-        }
-      }
-      i = g.end;
-      groups.push_back(std::move(g));
-    }
+  void run_batch(const std::vector<Kernel>& kernels) override {
     Context& c = ctx();
-    auto run = [&](const Group& g) {
-      if (g.members.size() < 2) return enqueue(c, kernels[g.begin]);
-      const Kernel& k = kernels[g.begin];
-      expr::MapSignature sig{"map", {}, k.output.dtype};
-      for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
-      launch_map_group(c, *k.expr, sig, g.members);
-    };
+    const std::vector<Group> groups = groups_of(kernels);
+    std::lock_guard lock(mutex_);
+    for (const Group& g : groups) {
+      try {
+        enqueue_group(c, kernels, g);
+      } catch (...) {
+        c.release_scratch();
+        throw;
+      }
+      c.release_scratch();
+    }
+  }
+
+  std::unique_ptr<alk::Recording> record(const std::vector<Kernel>& kernels) override {
+    const std::vector<Group> groups = groups_of(kernels);
+    Context& c = ctx();
     for (const Group& g : groups) {  // compile everything before capturing
       if (g.members.size() < 2) {
         prepare(kernels[g.begin]);
@@ -1922,7 +1905,7 @@ class CudaDevice final : public Device {
       std::lock_guard lock(mutex_);
       c.compile_only = true;
       try {
-        run(g);
+        enqueue_group(c, kernels, g);
       } catch (...) {
         c.compile_only = false;
         throw;
@@ -1935,7 +1918,7 @@ class CudaDevice final : public Device {
     c.begin_capture();
     try {
       for (const Group& g : groups) {
-        run(g);
+        enqueue_group(c, kernels, g);
         c.release_scratch();  // stream order: the next kernels may take it again
       }
     } catch (...) {
@@ -1964,6 +1947,44 @@ class CudaDevice final : public Device {
   }
 
  private:
+  // Runs of independent Map kernels of one source become multi-tensor launches: a group is
+  // one kernel (members empty or one) or members launched together (launch_map_group).
+  struct Group {
+    size_t begin, end;
+    std::vector<GroupMember> members;
+  };
+  static std::vector<Group> groups_of(const std::vector<Kernel>& kernels) {
+    std::vector<Group> groups;
+    const bool one_each = old_path("ALK_CUDA_GROUP");  // =old: every kernel its own launch
+    for (size_t i = 0; i < kernels.size();) {
+      std::optional<GroupMember> first = group_member(kernels[i]);
+      Group g{i, i + 1, {}};
+      if (first) {
+        g.members.push_back(std::move(*first));
+        const std::string key = map_kernel_key(kernels[i]);
+        while (g.end < kernels.size() && !one_each) {
+          std::optional<GroupMember> next = group_member(kernels[g.end]);
+          bool fits = next && map_kernel_key(kernels[g.end]) == key;
+          for (size_t k = 0; fits && k < next->in.size(); ++k) fits = next->in[k].uniform == g.members[0].in[k].uniform;
+          for (const GroupMember& m : g.members) fits = fits && independent(m, *next);
+          if (!fits) break;
+          g.members.push_back(std::move(*next));
+          ++g.end;
+        }
+      }
+      i = g.end;
+      groups.push_back(std::move(g));
+    }
+    return groups;
+  }
+  void enqueue_group(Context& c, const std::vector<Kernel>& kernels, const Group& g) {
+    if (g.members.size() < 2) return enqueue(c, kernels[g.begin]);
+    const Kernel& k = kernels[g.begin];
+    expr::MapSignature sig{"map", {}, k.output.dtype};
+    for (const KernelArg& a : k.inputs) sig.inputs.push_back(a.dtype);
+    launch_map_group(c, *k.expr, sig, g.members);
+  }
+
   Context& ctx() const {
     std::call_once(open_once_, [this] {
       ctx_ = &Context::get(index_);

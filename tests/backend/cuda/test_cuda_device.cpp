@@ -287,6 +287,35 @@ TEST(CudaDevice, CrossEntropyBackwardTakesTheLogitsPlace) {
   EXPECT_GT(gpu_arena, logits_bytes - 1);
 }
 
+// Eager AdamW steps: the scheduler hands each run of per-parameter updates to the device
+// whole (Device::run_batch: multi-tensor launches on CUDA); the weights follow the CPU's.
+TEST(CudaDevice, EagerOptimizerStepsRunAsBatchesAndMatchTheCpu) {
+  ALK_CUDA_OR_SKIP(dev);
+  auto run = [](Device& d) {
+    manual_seed(6);
+    nn::Sequential net;
+    net.add(std::make_shared<nn::Linear>(8, 16)).add(std::make_shared<nn::Linear>(16, 4));
+    net.to(d);
+    optim::AdamW opt(net.named_parameters(), 1e-2, optim::AdamOptions{.weight_decay = 0.1});
+    Tensor x = randn({32, 8}).to(d), y = randn({32, 4}).to(d);
+    for (int i = 0; i < 5; ++i) {
+      nn::mse_loss(net.forward(x), y).backward();
+      opt.step();
+      EXPECT_EQ(last_schedule_stats().batched, 4 * 4);  // 4 parameters x (t, m, v, p)
+      opt.zero_grad();
+    }
+    std::vector<float> w;
+    for (const Tensor& p : net.parameters()) {
+      auto v = p.to(cpu_device()).to_vector<float>();
+      w.insert(w.end(), v.begin(), v.end());
+    }
+    return w;
+  };
+  const std::vector<float> cpu = run(cpu_device()), gpu = run(*dev);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * std::max(1.0f, std::fabs(cpu[i]))) << i;
+}
+
 // A run of independent updates of one source (an optimizer's per-parameter kernels) is one
 // multi-tensor launch per up to 64 members in a recording: members of odd sizes, some
 // reading views at odd offsets (no 16-byte loads for that group), one value shared by all
