@@ -1,7 +1,6 @@
 #include "graph/autograd.h"
 
 #include <algorithm>
-
 #include <unordered_map>
 #include <unordered_set>
 
