@@ -819,13 +819,13 @@ class Scheduler {
           g_stats.planned_bytes += static_cast<int64_t>(bytes);
         }
       } else {
-        // In place: a Map may overwrite a same-sized input that dies here, and so may a
-        // cross-entropy backward its logits (each gradient element is computed from its own
-        // logit and row statistics: the [N, vocab] gradient takes the logits' 1.6 GB at GPT-2 size).
+        // In place: a Map may overwrite a same-sized input that dies here, and so may a template
+        // op whose table entry says it writes over input 0 (the cross-entropy backward over the
+        // logits: the [N, vocab] gradient takes the logits' 1.6 GB at GPT-2 size).
         std::optional<size_t> slot;
         std::vector<const TensorImpl*> overwritable;
         if (k.op == OpId::Map) overwritable = k.leaves;
-        if (k.op == OpId::CrossEntropyBackward && !k.epilogue && !k.leaves.empty()) overwritable = {k.leaves[0]};
+        else if (op_writes_over_input0(k.op) && !k.epilogue && !k.leaves.empty()) overwritable = {k.leaves[0]};
         for (const TensorImpl* l : overwritable) {
           const Node* p = l->node.get();
           auto it = arena_offset_.find(p);

@@ -17,7 +17,7 @@ constexpr std::string_view kNames[] = {
 #define ALK_EW(name, ...) #name,
 #include "ops/elementwise.def"
 #undef ALK_EW
-#define ALK_X(name, differentiable) #name,
+#define ALK_X(name, differentiable, writes_over_input0) #name,
     ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
 };
@@ -34,12 +34,21 @@ bool ElementwiseEntry::differentiable() const {
 std::string_view op_name(OpId op) { return kNames[static_cast<int>(op)]; }
 bool op_differentiable(OpId op) {
   static constexpr bool kTemplate[] = {
-#define ALK_X(name, differentiable) differentiable,
+#define ALK_X(name, differentiable, writes_over_input0) differentiable,
       ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
   };
   if (is_elementwise(op)) return elementwise_entry(op).differentiable();
   return kTemplate[static_cast<int>(op) - kNumElementwiseOps];
+}
+
+bool op_writes_over_input0(OpId op) {
+  static constexpr bool kTemplate[] = {
+#define ALK_X(name, differentiable, writes_over_input0) writes_over_input0,
+      ALK_TEMPLATE_OPS(ALK_X)
+#undef ALK_X
+  };
+  return !is_elementwise(op) && kTemplate[static_cast<int>(op) - kNumElementwiseOps];
 }
 
 bool is_elementwise(OpId op) { return static_cast<int>(op) < kNumElementwiseOps; }

@@ -15,22 +15,28 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
 
 // Ops whose kernels are hand-written per backend (or that are not kernels at all:
 // Buffer is realized data, Const a number, Map a generated elementwise expression).
-// X(name, differentiable): differentiable ops must have a gradcheck case (tests/ops).
-#define ALK_TEMPLATE_OPS(X)                                                                          \
-  X(Buffer, false) X(Const, false) X(Map, false) X(Cast, true) X(Reduce, true) X(ArgReduce, false)    \
-  X(Matmul, true) X(Softmax, true) X(LogSoftmax, true) X(LayerNorm, true) X(RmsNorm, true)           \
-  X(Gather, true) X(IndexSelect, true) X(ScatterAdd, true) X(OneHot, false) X(Tri, true)             \
-  X(Cumsum, true) X(Pad, true) X(Concat, true) X(SliceScatter, true) X(Random, false)              \
-  X(Attention, true) X(AttentionBackward, false) X(Unfold, true) X(Fold, true)                     \
-  X(LayerNormBackward, false) X(ToDevice, false) X(CrossEntropy, true) X(CrossEntropyBackward, false)  \
-  X(Conv2d, true)                                                                                    \
-  X(HostCall, false)
+// X(name, differentiable, writes_over_input0): differentiable ops must have a gradcheck case
+// (tests/ops); writes_over_input0: every backend's kernel computes each output element from
+// the same element of input 0 (and per-row values), reading it first, so the scheduler may
+// give the output input 0's memory when input 0 dies there (the cross-entropy backward's
+// gradient takes the logits' place). Map kernels have their own, general rule.
+#define ALK_TEMPLATE_OPS(X)                                                                      \
+  X(Buffer, false, false) X(Const, false, false) X(Map, false, false) X(Cast, true, false)       \
+  X(Reduce, true, false) X(ArgReduce, false, false) X(Matmul, true, false)                       \
+  X(Softmax, true, false) X(LogSoftmax, true, false) X(LayerNorm, true, false)                   \
+  X(RmsNorm, true, false) X(Gather, true, false) X(IndexSelect, true, false)                     \
+  X(ScatterAdd, true, false) X(OneHot, false, false) X(Tri, true, false) X(Cumsum, true, false)  \
+  X(Pad, true, false) X(Concat, true, false) X(SliceScatter, true, false)                        \
+  X(Random, false, false) X(Attention, true, false) X(AttentionBackward, false, false)           \
+  X(Unfold, true, false) X(Fold, true, false) X(LayerNormBackward, false, false)                 \
+  X(ToDevice, false, false) X(CrossEntropy, true, false) X(CrossEntropyBackward, false, true)    \
+  X(Conv2d, true, false) X(HostCall, false, false)
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,
 #include "ops/elementwise.def"
 #undef ALK_EW
-#define ALK_X(name, differentiable) name,
+#define ALK_X(name, differentiable, writes_over_input0) name,
   ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
 };
@@ -41,7 +47,7 @@ inline constexpr int kNumElementwiseOps = 0
 #undef ALK_EW
     ;
 inline constexpr int kNumOps = kNumElementwiseOps
-#define ALK_X(name, differentiable) +1
+#define ALK_X(name, differentiable, writes_over_input0) +1
     ALK_TEMPLATE_OPS(ALK_X)
 #undef ALK_X
     ;
@@ -61,6 +67,7 @@ struct ElementwiseEntry {
 std::string_view op_name(OpId op);
 // Whether the op has a backward rule (elementwise: any operand has a gradient expression).
 bool op_differentiable(OpId op);
+bool op_writes_over_input0(OpId op);  // the template-op list's third column (false for elementwise ops)
 bool is_elementwise(OpId op);
 const ElementwiseEntry& elementwise_entry(OpId op);
 const std::vector<ElementwiseEntry>& elementwise_table();

@@ -44,6 +44,8 @@ void cross_entropy(const View& x, const View& targets, int64_t ignore_index, con
   });
 }
 
+// out may be x itself (op_table.h: the op writes over input 0): each element is read before
+// its gradient is stored.
 void cross_entropy_backward(const View& x, const View& targets, const View& packed, const View& g, int64_t ignore_index,
                             const View& out, Loc loc) {
   const int64_t rows = x.shape[0], classes = x.shape[1];
