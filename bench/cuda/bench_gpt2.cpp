@@ -4,6 +4,9 @@
 // per token over the dtype's peak) and peak device memory; with --anchor SCRIPT it runs
 // ../shared/anchors/torch_gpt2_cuda.py in the same command and prints RATIO lines.
 //   bench_gpt2 [--batch 16] [--ctx 1024] [--steps 10] [--layers 12] [--dtype bf16|f32] [--tf32] [--anchor PATH]
+//              [--device cuda:0] [--vocab 50304] [--dim 768] [--heads 12]
+// (--device cpu with small sizes shows, without a GPU, the schedule a GPU would get: with
+// ALK_DEBUG=memory,schedule and ALK_RECOMPUTE=1, what the step keeps at its peak.)
 // bf16 is mixed precision (alk::Autocast around the forward, f32 master weights), as the
 // anchor's torch.autocast; --tf32 lets f32 matmuls use TF32 tensor cores.
 #include <algorithm>
@@ -47,7 +50,8 @@ double anchor_peak_gb(const std::string& out, const std::string& mode, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t B = 16, T = 1024, layers = 12;
+  int64_t B = 16, T = 1024, layers = 12, vocab = 50304, dim = 768, heads = 12;
+  std::string device = "cuda:0";
   int steps = 10;
   std::string anchor, dtype = "bf16";
   std::string optimizer = "adamw";  // --optimizer none: forward and backward only (what the update costs, by difference)
@@ -59,18 +63,23 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch")) B = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--ctx")) T = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[++i]));  // a median needs one
     else if (!std::strcmp(argv[i], "--layers")) layers = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--anchor")) anchor = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--optimizer")) optimizer = argv[++i];
+    else if (!std::strcmp(argv[i], "--device")) device = argv[++i];
+    else if (!std::strcmp(argv[i], "--vocab")) vocab = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dim")) dim = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--heads")) heads = std::atoll(argv[++i]);
   }
-  alk::Device& dev = alk::get_device("cuda:0");
+  alk::Device& dev = alk::get_device(device);
   alk::manual_seed(0);
-  alk::nn::GPT model({.vocab = 50304, .ctx = T, .dim = 768, .heads = 12, .layers = layers, .tie_embeddings = true});
+  alk::nn::GPT model({.vocab = vocab, .ctx = T, .dim = dim, .heads = heads, .layers = layers, .tie_embeddings = true});
   model.to(dev);
   alk::optim::AdamW opt(model.named_parameters(), 3e-4);
-  alk::Tensor x = alk::randint(0, 50257, {B, T}).to(dev), y = alk::randint(0, 50257, {B, T}).to(dev);
+  alk::Tensor x = alk::randint(0, std::min<int64_t>(vocab, 50257), {B, T}).to(dev),
+             y = alk::randint(0, std::min<int64_t>(vocab, 50257), {B, T}).to(dev);
   auto step_fn = [&](const std::vector<alk::Tensor>& in) {
     alk::Tensor loss;
     {
@@ -118,15 +127,17 @@ int main(int argc, char** argv) {
               static_cast<double>(first_steps_peak) / 1e9, static_cast<double>(alk::Buffer::peak_bytes()) / 1e9);
   const double alk_ms = median(ms);
   const double n_params = static_cast<double>(model.num_parameters());
-  const double flop_per_token = 6 * n_params + 12.0 * static_cast<double>(layers) * 768 * static_cast<double>(T);
+  const double flop_per_token = 6 * n_params + 12.0 * static_cast<double>(layers * dim) * static_cast<double>(T);
   const double tokens = static_cast<double>(B * T) / (alk_ms / 1e3);
-  const auto mem = alk::cuda::Context::get(0).memory_stats();
+  const bool on_cuda = device.rfind("cuda", 0) == 0;
+  const double peak_gb = static_cast<double>(on_cuda ? alk::cuda::Context::get(device.size() > 5 ? std::atoi(device.c_str() + 5) : 0).memory_stats().peak_bytes
+                                                     : alk::Buffer::peak_bytes()) / 1e9;
   const double peak = dtype == "bf16" ? 989e12 : 67e12;
   std::printf("alk-cuda gpt2 %s%s B=%lld T=%lld L=%lld params=%.1fM ms/step=%.1f tok/s=%.0f MFU=%.1f%% (of %.0f TFLOP/s) "
               "peak_mem=%.2fGB last_loss=%.4f\n",
               dtype.c_str(), alk::float32_matmul_precision() == "high" ? "+tf32" : "", static_cast<long long>(B),
               static_cast<long long>(T), static_cast<long long>(layers), n_params / 1e6, alk_ms, tokens,
-              flop_per_token * tokens / peak * 100, peak / 1e12, static_cast<double>(mem.peak_bytes) / 1e9, loss);
+              flop_per_token * tokens / peak * 100, peak / 1e12, peak_gb, loss);
   if (!anchor.empty()) {
     // The anchor through bench/cuda/torch_gpt2_memory.py, which adds PyTorch's peak allocated memory per mode.
     const std::string out = run("python3 bench/cuda/torch_gpt2_memory.py " + anchor);
@@ -142,6 +153,6 @@ int main(int argc, char** argv) {
     if (torch_gb > 0)
       std::printf("RATIO gpt2-124m-peak-memory alk=%.2fGB anchor=%.2fGB ratio=%.3f (alk's allocated high-water mark vs "
                   "torch.cuda.max_memory_allocated, torch.compile bf16)\n",
-                  static_cast<double>(mem.peak_bytes) / 1e9, torch_gb, static_cast<double>(mem.peak_bytes) / 1e9 / torch_gb);
+                  peak_gb, torch_gb, peak_gb / torch_gb);
   }
 }

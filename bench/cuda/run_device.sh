@@ -3,13 +3,12 @@
 # tool's H200): no compiler toolchain for alk's dependencies is there (gtest, CLI11), so
 # the binaries are built on the development machine and carried in .devcarry/ (a folder
 # .git/info/exclude ignores; a run carries at most 64 MiB, so strip them):
-#   cmake --build build --target alk_tests alk_cli bench_cuda_gpt2 bench_cuda_gemm
-#   mkdir -p .devcarry/bin .devcarry/lib
-#   for b in alk_tests alk bench_cuda_gemm bench_cuda_gpt2; do strip -o .devcarry/bin/$b build/$b; done
+#   bash bench/cuda/pack_carry.sh alk alk_tests bench_cuda_gpt2 bench_cuda_gemm   (-> .devcarry/gz)
+#   mkdir -p .devcarry/lib
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
-#   device run, carry [.devcarry, data]:  bash bench/cuda/run_device.sh [tests|bench|all|rows|memory]
-# (or carry the binaries gzipped in .devcarry/gz and `. bench/cuda/unpack_carry.sh; BIN=b bash ...`).
+#   device run, carry [.devcarry]:
+#     . bench/cuda/unpack_carry.sh; BIN=b bash bench/cuda/run_device.sh [tests|bench|all|rows|memory]
 # Every mode leaves $OUT/cuda-cache.tgz, the compiled kernels: copy it into .devcarry/ and the
 # next run's parity suite skips most NVRTC compiles (unpack_carry.sh restores it).
 # `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
@@ -78,7 +77,10 @@ if [[ $what == memory ]]; then
   echo "==== GPT-2 124M step, peak memory"
   timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps 3 \
     --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | grep -E 'alk buffers|alk-cuda|RATIO|peak_mem' | tail -8
-  echo "==== the eager step's live intermediates at the arena's peak (ALK_DEBUG=memory)"
+  echo "==== the eager step's live intermediates at the arena's largest peak (ALK_DEBUG=memory; alike ones counted)"
   ALK_DEBUG=memory timeout 120 ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps 1 --eager 2>&1 |
-    grep 'alk memory' | awk '!seen[$0]++' | head -80
+    grep 'alk memory' | sed 's/^\[alk memory\] *//' > "$OUT/memory.log"
+  awk '/^arena peak/ { n++; bytes[n] = $3; head[n] = $0; next } { body[n] = body[n] $0 "\n" }
+       END { m = 1; for (i = 1; i <= n; i++) if (bytes[i] + 0 > bytes[m] + 0) m = i; print head[m]; printf "%s", body[m] }' \
+    "$OUT/memory.log" | { read -r head; echo "$head"; sort | uniq -c | sort -k2 -n -r | head -40; }
 fi

@@ -79,15 +79,36 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
     q = operand(q0), k = operand(k0), v = operand(v0);
   }
 
-  const AttentionParams params{causal, scale, reduced_precision};
-  Tensor packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
-  Tensor out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
+  Shape osh = lead;
+  osh.insert(osh.end(), {T, D});
+  // With 16-bit operands the node is 16-bit too, the logsumexps kept apart in f32
+  // (AttentionParams::out_heads): the output is what PyTorch's flash attention returns, and
+  // for q [b, H, T, D] its rows are stored [b, T, H, D], so that `y.transpose(1, 2)` is
+  // the contiguous [b, T, C] the output projection reads in place. Otherwise the rows are
+  // packed with their logsumexp in the node's (f32 under autocast) dtype.
+  const int64_t out_heads = half_operands ? (r == 4 ? lead[1] : 1) : 0;
+  const AttentionParams params{causal, scale, reduced_precision, out_heads};
+  Tensor packed, out;
+  if (out_heads) {
+    packed = make_node(OpId::Attention, {B * T * (D + 2)}, operand_t, {alias(q), alias(k), alias(v)}, params, loc);
+    Shape strides(osh.size());
+    int64_t stride = 1;
+    for (size_t i = osh.size(); i-- > 0;) strides[i] = stride, stride *= osh[i];
+    if (r == 4) strides = {T * out_heads * D, D, out_heads * D, 1};
+    out = make_view(packed, osh, strides, 0);
+  } else {
+    packed = make_node(OpId::Attention, {B, T, D + 1}, t, {alias(q), alias(k), alias(v)}, params, loc);
+    out = make_view(packed, {B, T, D}, {T * (D + 1), D + 1, 1}, 0);
+  }
   const bool grad = qkv ? needs_grad({&qkv_operand}) : needs_grad({&q, &k, &v});
   if (grad) {
     Tensor sq = alias(q), sk = alias(k), sv = alias(v), sfwd = alias(packed);
     const Shape qkv_shape = qkv ? qkv->shape() : Shape{};
     auto backward = [sq, sk, sv, sfwd, params, B, T, S, D, operand_t, qkv_shape, loc](const Tensor& g0) {
-      Tensor g = cast(g0, operand_t, loc).contiguous(loc);
+      // The 16-bit kernels read the output gradient through its strides (the view of the
+      // projection's [b, T, C] gradient); the others want its rows contiguous.
+      Tensor g = cast(g0, operand_t, loc);
+      if (!params.out_heads) g = g.contiguous(loc);
       const int64_t M = std::max(T, S);
       Tensor grads =
           make_node(OpId::AttentionBackward, {3, B, M, D}, operand_t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
@@ -109,9 +130,10 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
     };
     out = qkv ? with_grad(out, kOp, {qkv_operand}, backward) : with_grad(out, kOp, {q, k, v}, backward);
   }
-  Shape osh = lead;
-  osh.insert(osh.end(), {T, D});
-  return out.reshape(osh, loc);
+  // Packed, the rows are f32 under autocast (a cast to 16 bits here would be a kernel of its
+  // own: the caller's transpose of the rows cannot read through a cast; the next matmul's
+  // cast reads the rows in place instead).
+  return out_heads ? out : out.reshape(osh, loc);
 }
 
 }  // namespace

@@ -38,10 +38,16 @@ struct CrossEntropyParams { int64_t ignore_index; };  // rows whose target is th
 // reduced_precision: the products may be computed in bf16 with f32 accumulation (set under
 // autocast, where PyTorch runs attention on half inputs); the softmax statistics, the output
 // and the logsumexp stay in the node's dtype. Backends without such a kernel ignore it.
+// out_heads: the forward node's layout. 0: packed rows [B, T, D + 1] in the node's dtype
+// (every backend). n >= 1 (devices with the "attention_16bit" feature): the node is 16-bit,
+// the output rows first, laid out [B / n, T, n, D] (n = H for q [b, H, T, D]: the [b, T, C]
+// the next projection reads, no copy), then each row's logsumexp as f32, [B, T], at element
+// B * T * D (two 16-bit slots each). The backward node carries the same params.
 struct AttentionParams {
   bool causal;
   double scale;
   bool reduced_precision = false;
+  int64_t out_heads = 0;
 };
 // unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
 struct UnfoldParams {

@@ -625,6 +625,7 @@ std::string attn_row(const TView& v, size_t nb, const std::string& row) {
 
 TemplatePlan attention_forward(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   const auto& p = std::get<AttentionParams>(k.node.params);
+  check(p.out_heads == 0, "scaled_dot_product_attention", k.node.loc, "the WGSL kernels pack each row's logsumexp");
   const AttnShape a = attn_shape(in);
   const size_t nb = a.batch.size();
   const std::string D = n(a.D);
@@ -653,6 +654,7 @@ TemplatePlan attention_forward(const Kernel& k, const std::vector<TView>& in, co
 
 TemplatePlan attention_backward(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   const auto& p = std::get<AttentionParams>(k.node.params);
+  check(p.out_heads == 0, "scaled_dot_product_attention", k.node.loc, "the WGSL kernels pack each row's logsumexp");
   const AttnShape a = attn_shape(in);
   const size_t nb = a.batch.size();
   const int64_t R = std::max(a.T, a.S), B = numel(a.batch);

@@ -357,11 +357,14 @@ class CpuDevice final : public Device {
       }
       case OpId::Attention: {
         const auto& p = std::get<AttentionParams>(n.params);
+        // The layout with the logsumexps apart is made only for devices with "attention_16bit".
+        check(p.out_heads == 0, "scaled_dot_product_attention", n.loc, "the CPU kernels pack each row's logsumexp");
         cpu::attention_forward(in[0], in[1], in[2], p.causal, p.scale, out);
         return;
       }
       case OpId::AttentionBackward: {
         const auto& p = std::get<AttentionParams>(n.params);
+        check(p.out_heads == 0, "scaled_dot_product_attention", n.loc, "the CPU kernels pack each row's logsumexp");
         cpu::attention_backward(in[0], in[1], in[2], in[3], in[4], p.causal, p.scale, out);
         return;
       }

@@ -1490,7 +1490,7 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
 struct AttnLaunchParams {
   KView q, k, v, o, dout;
   int64_t q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
-  int64_t B, Tq, S, D, out_offset, rows_out;
+  int64_t B, Tq, S, D, out_offset, rows_out, lse_at = -1;
   int32_t batch_rank, causal;
 };
 
@@ -1549,6 +1549,15 @@ int attention_tiled_shared(DType t, int64_t D, int which) {
   return static_cast<int>(n * acc);
 }
 
+// The forward's output rows and logsumexps in its 16-bit node (AttentionParams::out_heads
+// n >= 1): rows [B / n, Tq, n, D] from the node's first element, then f32 logsumexps.
+void lse_apart_views(AttnLaunchParams& ap, int64_t out_heads, int64_t node_offset) {
+  const int64_t n = out_heads;
+  ap.o = kview({ap.B / n, n}, {ap.Tq * n * ap.D, ap.D}, node_offset);
+  ap.o_rs = n * ap.D, ap.o_cs = 1;
+  ap.lse_at = node_offset + ap.B * ap.Tq * ap.D;
+}
+
 AttnLaunchParams attention_params(const Kernel& k, const Arg& q, const Arg& kk, const Arg& v) {
   const auto& p = std::get<AttentionParams>(k.node.params);
   AttnLaunchParams ap{};
@@ -1587,9 +1596,15 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg q = arg_of(k.inputs[0]), kk = arg_of(k.inputs[1]), v = arg_of(k.inputs[2]);
   AttnLaunchParams ap = attention_params(k, q, kk, v);
   ap.out_offset = out.offset;
+  const auto& params = std::get<AttentionParams>(k.node.params);
+  if (params.out_heads) {
+    alk::check(attention_mma_ok(k, q.dtype, ap.D, ap.B), "scaled_dot_product_attention", k.node.loc,
+          "a 16-bit output with its logsumexps apart needs the tensor-core kernel (head dim ", ap.D, ")");
+    lse_apart_views(ap, params.out_heads, out.offset);
+  }
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
-  add_attention(args, ap, q.dtype, std::get<AttentionParams>(k.node.params).scale);
+  add_attention(args, ap, q.dtype, params.scale);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const int shared = attention_mma_shared(ap.D, false);
     ctx.launch(ctx.function(attention_mma_source(q.dtype, out.dtype, out.dtype, ap.D), "attention_forward_mma", shared),
@@ -1612,10 +1627,17 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg q = arg_of(k.inputs[0]), kk = arg_of(k.inputs[1]), v = arg_of(k.inputs[2]);
   const Arg fwd = arg_of(k.inputs[3]), dout = arg_of(k.inputs[4]);
   AttnLaunchParams ap = attention_params(k, q, kk, v);
-  attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
+  const auto& params = std::get<AttentionParams>(k.node.params);
+  if (params.out_heads) {
+    alk::check(attention_mma_ok(k, q.dtype, ap.D, ap.B), "scaled_dot_product_attention", k.node.loc,
+          "a 16-bit output with its logsumexps apart needs the tensor-core kernel (head dim ", ap.D, ")");
+    lse_apart_views(ap, params.out_heads, fwd.offset);
+  } else {
+    attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
+  }
   attn_view(dout, ap.dout, ap.d_rs, ap.d_cs);
   ap.out_offset = out.offset;
-  const double scale = std::get<AttentionParams>(k.node.params).scale;
+  const double scale = params.scale;
   const size_t esize = dtype_size(out.dtype);
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);

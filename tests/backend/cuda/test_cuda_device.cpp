@@ -211,6 +211,12 @@ TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
       if (&d != &cpu_device()) scope.emplace(DType::BF16);
       y = scaled_dot_product_attention(part(0), part(1), part(2), true);
     }
+    if (&d != &cpu_device()) {
+      // 16-bit, as PyTorch's flash attention, with its rows stored [B, T, H, D]: the output
+      // projection reads them in place (AttentionParams::out_heads), no transposing copy.
+      EXPECT_EQ(y.dtype(), DType::BF16);
+      EXPECT_TRUE(y.transpose(1, 2).is_contiguous());
+    }
     y = cast(y.transpose(1, 2).reshape({B, T, H * D}), DType::F32);
     sum(y * w.to(d)).backward();
     grad = p.grad();

@@ -3,7 +3,8 @@
 // their storage type T and rounded to bf16 as tiles enter shared memory; every product is an
 // mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax, the logsumexp and the
 // accumulators stay f32. Defines: T (the storage of q, k, v and dout: f32/bf16/f16), TF (the
-// packed forward output's, f32 under autocast), TG (the gradients'), HD (the head dim, a
+// forward output's: f32 when packed with its logsumexps, 16-bit when they are kept apart
+// (AttnParams::lse_at)), TG (the gradients'), HD (the head dim, a
 // multiple of 16 up to 128), T_BF16 (1 when T is bf16: tiles are then copied to shared
 // memory as they are, by cp.async, while the previous tile is being multiplied).
 // AttnParams and limit_of(): attention_shared.cuh.
@@ -242,7 +243,8 @@ __device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[
   mul_tile(o, s, V_tile, lane);
 }
 
-// out [B, Tq, HD + 1]: the output rows and each row's logsumexp of scaled scores.
+// out [B, Tq, HD + 1]: the output rows and each row's logsumexp of scaled scores; or (p.lse_at
+// >= 0) the rows where p.o puts them and the logsumexps apart, as f32.
 extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attention_forward_mma(const T* __restrict__ q,
                                                                            const T* __restrict__ k,
                                                                            const T* __restrict__ v, TF* __restrict__ out,
@@ -286,20 +288,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
     if (s0 <= warp_any) attend_tile(o, m, l, qf, K_tile, V_tile, s0, warp_all, lim, sl2, lane, c);
     __syncthreads();  // the stage is consumed before the next iteration refills it
   }
+  const i64 ob = p.lse_at >= 0 ? lead_offset(p.o, b) : 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(l[r]);
     if (row[r] >= p.Tq) continue;
     // A row that sees no key (causal with S < Tq) is 0, its logsumexp -inf (the CPU's rule).
     const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-    TF* dst = out + p.out_offset + (b * p.Tq + row[r]) * (HD + 1);
+    const float lse = sum > 0 ? (m[r] + log2f(sum)) * LN2 : -(float)ALK_INF;
+    TF* dst = p.lse_at >= 0 ? out + ob + row[r] * p.o_rs : out + p.out_offset + (b * p.Tq + row[r]) * (HD + 1);
 #pragma unroll
     for (int n = 0; n < DT; ++n) {
       dst[n * 8 + 2 * c] = cvt<TF>(o[n][2 * r] * inv);
       dst[n * 8 + 2 * c + 1] = cvt<TF>(o[n][2 * r + 1] * inv);
     }
-    if (c == 0) dst[HD] = cvt<TF>(sum > 0 ? (m[r] + log2f(sum)) * LN2 : -(float)ALK_INF);
+    if (c != 0) continue;
+    if (p.lse_at >= 0) ((float*)(out + p.lse_at))[b * p.Tq + row[r]] = lse;
+    else dst[HD] = cvt<TF>(lse);
   }
+}
+
+// Query row t's logsumexp (of scaled scores, natural log) in batch b: after the row's outputs
+// (ob: lead_offset(p.o, b)), or apart as f32 (p.lse_at).
+__device__ __forceinline__ float lse_of(const TF* __restrict__ fwd, const AttnParams& p, i64 b, i64 t, i64 ob) {
+  return p.lse_at >= 0 ? ((const float*)(fwd + p.lse_at))[b * p.Tq + t] : cvt<float>(fwd[ob + t * p.o_rs + HD * p.o_cs]);
 }
 
 // ---- the one-pass backward ----
@@ -360,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     for (int r = threadIdx.x; r < STREAM; r += KTHREADS) {
       const i64 t = t0 + r;
       // Rows past Tq: +inf logsumexp, so exp2(x - inf) = 0: no probability.
-      col_lse2[stage * STREAM + r] = t < p.Tq ? cvt<float>(fwd[ob + t * p.o_rs + HD * p.o_cs]) * LOG2E : (float)ALK_INF;
+      col_lse2[stage * STREAM + r] = t < p.Tq ? lse_of(fwd, p, b, t, ob) * LOG2E : (float)ALK_INF;
       col_delta[stage * STREAM + r] = t < p.Tq ? delta[b * p.Tq + t] : 0.0f;
     }
   };

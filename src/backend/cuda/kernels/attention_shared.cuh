@@ -6,9 +6,13 @@
 
 struct AttnParams {
   View q, k, v;      // batch part through lead_offset; rows and columns by rs/cs below
-  View o, dout;      // backward: the forward's output [B, Tq, D + 1] and dL/dout [B, Tq, D]
+  View o, dout;      // the forward's output rows [B, Tq, D] (its logsumexp: lse_at) and dL/dout [B, Tq, D]
   i64 q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
   i64 B, Tq, S, D, out_offset, rows_out;  // Tq: queries (T is the storage type); rows_out: max(Tq, S)
+  // -1: each output row is followed by its logsumexp (packed [B, Tq, D + 1]); else the
+  // element (of the forward's 16-bit buffer) where the f32 logsumexps [B, Tq] start
+  // (AttentionParams::out_heads; the mma kernels only).
+  i64 lse_at;
   int batch_rank, causal;
   ACC scale;
 };

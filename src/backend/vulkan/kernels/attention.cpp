@@ -576,6 +576,8 @@ std::string unsupported(const Context& ctx, const Kernel& k) {
   const size_t want = k.op == OpId::Attention ? 3 : 5;
   if (k.inputs.size() != want) return "attention with " + std::to_string(k.inputs.size()) + " inputs";
   if (!std::holds_alternative<AttentionParams>(k.node.params)) return "attention without its parameters";
+  if (std::get<AttentionParams>(k.node.params).out_heads)  // made only for devices with "attention_16bit"
+    return "attention with its logsumexps apart";
   const KernelArg& q = k.inputs[0];
   if (q.shape.size() < 3) return "attention over q of rank " + std::to_string(q.shape.size()) + " (expected >= 3)";
   for (const KernelArg& a : k.inputs)
