@@ -1641,9 +1641,10 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const size_t esize = dtype_size(out.dtype);
   if (ap.Tq != ap.S)  // rows past T (dq) or S (dk, dv) are zero
     ctx.memset0(out.ptr + static_cast<CUdeviceptr>(out.offset) * esize, static_cast<size_t>(numel(out.shape)) * esize);
-  const CUdeviceptr delta = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq)) * (q.dtype == DType::F64 ? 8 : 4));
+  const size_t query_rows = static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq));
   // The tiled and per-row variants run two kernels with the same arguments: dq (which also
   // writes delta), then dk/dv (which reads it).
+  CUdeviceptr delta = 0;  // theirs, allocated below (the tensor-core path keeps its own statistics)
   auto pass = [&](const std::string& src, const char* name, int shared, unsigned grid_x, unsigned grid_y, unsigned block) {
     Args args;
     args.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta);
@@ -1661,15 +1662,17 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
     const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
     // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
+    // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
+    const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
     const CUdeviceptr dq_acc = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq * ap.D)) * 4);
     Args prep;
-    prep.add(fwd.ptr).add(dout.ptr).add(delta).add(dq_acc);
+    prep.add(fwd.ptr).add(dout.ptr).add(stats).add(dq_acc);
     add_attention(prep, ap, q.dtype, scale);
     ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0,
                prep);
     const int shared = attention_mma_shared(ap.D, true, kwarps);
     Args main;
-    main.add(q.ptr).add(kk.ptr).add(v.ptr).add(fwd.ptr).add(dout.ptr).add(out.ptr).add(delta).add(dq_acc);
+    main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
     add_attention(main, ap, q.dtype, scale);
     ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
                static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);
@@ -1680,6 +1683,7 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
                finish);
     return;
   }
+  delta = ctx.scratch(query_rows * (q.dtype == DType::F64 ? 8 : 4));
   if (attention_tiled_ok(ap)) {
     const std::string src = attention_source(q.dtype, ap.D, true);
     pass(src, "attention_backward_dq_tiled", attention_tiled_shared(q.dtype, ap.D, 1), tiles(ap.Tq, 64), batch, 128);

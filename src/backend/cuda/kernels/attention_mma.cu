@@ -107,23 +107,53 @@ __device__ __forceinline__ bool rows_async(i64 base, i64 rs, i64 cs) {
   return T_BF16 && cs == 1 && rs % 8 == 0 && base % 8 == 0;
 }
 
-// load_tile's rows by cp.async when `async` (rows_async; the caller commits and waits),
-// else through registers.
+// A thread's share of copying [N, HD] tiles of a view into shared memory by cp.async (the
+// rows_async case; the caller commits and waits): 16-byte chunk `tr % CHUNKS` of rows tr,
+// tr + RPP, ... (tr = threadIdx.x / CHUNKS). The pointers are set up once per block, so a
+// tile costs a multiply and a few adds per copy, not the view's index arithmetic.
 template <int N, int NTH>
-__device__ __forceinline__ void fetch_tile(h16* dst, const T* __restrict__ src, i64 base, i64 rs, i64 cs, i64 r0, i64 rows,
-                                           bool async) {
-#if T_BF16
-  if (async) {
-    constexpr int chunks = HD / 8;  // 16-byte chunks per row
-    for (int e = threadIdx.x; e < N * chunks; e += NTH) {
-      const int r = e / chunks, d = (e % chunks) * 8;
-      const bool ok = r0 + r < rows;
-      cp_async16(smem_u32(dst + r * LDS + d), ok ? (const void*)(src + base + (r0 + r) * rs + d) : (const void*)src, ok);
-    }
-    return;
+struct TileCopy {
+  static constexpr int CHUNKS = HD / 8, RPP = NTH / CHUNKS, PASSES = (N + RPP - 1) / RPP;
+  const T* src;  // this thread's chunk in row tr of the view
+  i64 rs, step;  // the view's row stride; RPP rows of it
+  unsigned dst;  // the chunk's shared-memory address in the tile at `tile`
+  int tr;
+  __device__ __forceinline__ TileCopy(const T* __restrict__ view, i64 base, i64 rs_, const h16* tile) {
+    tr = threadIdx.x / CHUNKS;
+    const int d = (threadIdx.x % CHUNKS) * 8;
+    src = view + base + tr * rs_ + d;
+    rs = rs_, step = RPP * rs_;
+    dst = smem_u32(tile + tr * LDS + d);
   }
-#endif
-  load_tile<N, NTH>(dst, src, base, rs, cs, r0, rows);
+  // Rows [r0, r0 + N) into the tile `offset` bytes past the constructor's; rows past `rows` are zeros.
+  __device__ __forceinline__ void copy(int r0, int rows, unsigned offset) const {
+    const T* from = src + r0 * rs;
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i, from += step) {
+      const int row = tr + i * RPP;
+      if (RPP * PASSES > N && row >= N) break;  // fewer rows than threads (small head dims)
+      const bool ok = r0 + row < rows;
+      cp_async16(dst + offset + i * RPP * LDS * 2, ok ? (const void*)from : (const void*)src, ok);
+    }
+  }
+};
+
+// A 4-byte cp.async (one f32 of per-row statistics); valid == false writes a zero.
+__device__ __forceinline__ void cp_async4(unsigned smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
+}
+
+// 2^x in one MUFU.EX2 (results below 2^-126 flush to zero: probabilities that small add
+// nothing in f32 anyway; exp2f without fast math adds a range fix-up of three instructions).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two adjacent f32 added into global memory by one instruction (sm_90's vector reduction).
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 
 // A fragments of the warp's 16 rows of a tile (rows 16 w ..), all KD k-steps of the head dim.
@@ -193,29 +223,28 @@ __device__ __forceinline__ bool masked(int j, int e, int c, int lo, int hi) {
 __device__ __forceinline__ int clamp_cols(i64 x) { return (int)min((i64)STREAM, max((i64)0, x)); }
 
 // One key/value tile of the forward for the warp's 16 rows: scores, the online softmax's
-// running max m and sum l (this thread's columns), and o rescaled and accumulated.
+// running max m (log2 domain) and sum l (this thread's columns), and o rescaled and
+// accumulated. The max is taken over the raw scores, so scaling into the log2 domain and
+// subtracting it is one FFMA per score.
 __device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[2], const unsigned qf[KD][4],
-                                            const h16* K_tile, const h16* V_tile, i64 s0, i64 warp_all,
+                                            const h16* K_tile, const h16* V_tile, int s0, i64 warp_all,
                                             const i64 lim[2], float sl2, int lane, int c) {
   float s[NT][4];
   zero<NT>(s);
   mul_tile_t(s, qf, K_tile, lane);
-  float mx[2] = {m[0], m[1]};
+  float mx[2] = {-(float)ALK_INF, -(float)ALK_INF};
   if (s0 + STREAM - 1 <= warp_all) {  // no key of the tile is masked for the warp
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] *= sl2;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-      }
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
   } else {
     const int hi[2] = {clamp_cols(lim[0] - s0 + 1), clamp_cols(lim[1] - s0 + 1)};
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x = masked(j, e, c, 0, hi[e >> 1]) ? -(float)ALK_INF : s[j][e] * sl2;
+        const float x = masked(j, e, c, 0, hi[e >> 1]) ? -(float)ALK_INF : s[j][e];
         s[j][e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -223,18 +252,19 @@ __device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[
   float corr[2], shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = quad_max(mx[r]);
+    // The running max in the log2 domain (sl2 > 0 keeps the order of the raw scores).
+    const float tile_max = quad_max(mx[r]) * sl2, now = fmaxf(m[r], tile_max);
     // Nothing seen yet (max -inf): every term is 0; shift by 0 so no -inf - -inf NaN appears.
-    shift[r] = mx[r] == -(float)ALK_INF ? 0.0f : mx[r];
-    corr[r] = exp2f(m[r] - shift[r]);
-    m[r] = mx[r];
+    shift[r] = now == -(float)ALK_INF ? 0.0f : now;
+    corr[r] = exp2_ftz(m[r] - shift[r]);
+    m[r] = now;
     l[r] *= corr[r];
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float x = exp2f(s[j][e] - shift[e >> 1]);
+      const float x = exp2_ftz(fmaf(s[j][e], sl2, -shift[e >> 1]));
       s[j][e] = x;
       l[e >> 1] += x;
     }
@@ -242,6 +272,10 @@ __device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[
   for (int n = 0; n < DT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
   mul_tile(o, s, V_tile, lane);
 }
+
+// Scores scaled into the log2 domain (exp2 is one instruction). Kept above zero: a zero scale
+// would make a masked score's -inf * 0 a NaN; 1e-30 changes no finite score measurably.
+__device__ __forceinline__ float log2_scale(const AttnParams& p) { return fmaxf((float)p.scale * LOG2E, 1e-30f); }
 
 // out [B, Tq, HD + 1]: the output rows and each row's logsumexp of scaled scores; or (p.lse_at
 // >= 0) the rows where p.o puts them and the logsumexps apart, as f32.
@@ -258,9 +292,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
   const i64 kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const bool async = rows_async(kb, p.k_rs, p.k_cs) && rows_async(vb, p.v_rs, p.v_cs);
   load_tile<OWN, THREADS>(Qs, q, lead_offset(p.q, b), p.q_rs, p.q_cs, t0, p.Tq);
-  auto fetch = [&](i64 s0, int stage) {  // key/value tile s0 into `stage`, one commit group
-    fetch_tile<STREAM, THREADS>(Ks + stage * STREAM * LDS, k, kb, p.k_rs, p.k_cs, s0, p.S, async);
-    fetch_tile<STREAM, THREADS>(Vs + stage * STREAM * LDS, v, vb, p.v_rs, p.v_cs, s0, p.S, async);
+  const TileCopy<STREAM, THREADS> kcopy(k, kb, p.k_rs, Ks), vcopy(v, vb, p.v_rs, Vs);
+  const int S = (int)p.S;
+  auto fetch = [&](int s0, int stage) {  // key/value tile s0 into `stage`, one commit group
+    if (async) {
+      kcopy.copy(s0, S, stage * STREAM * LDS * 2);
+      vcopy.copy(s0, S, stage * STREAM * LDS * 2);
+    } else {
+      load_tile<STREAM, THREADS>(Ks + stage * STREAM * LDS, k, kb, p.k_rs, p.k_cs, s0, p.S);
+      load_tile<STREAM, THREADS>(Vs + stage * STREAM * LDS, v, vb, p.v_rs, p.v_cs, s0, p.S);
+    }
     cp_async_commit();
   };
   fetch(0, 0);
@@ -271,13 +312,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
   const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
   // The warp's rows see keys up to limit_of(first row) all, and none past limit_of(last row).
   const i64 warp_all = limit_of(p, t0 + warp * 16), warp_any = limit_of(p, t0 + warp * 16 + 15);
-  const float sl2 = (float)p.scale * LOG2E;  // scores in the log2 domain: exp2 is one instruction
+  const float sl2 = log2_scale(p);
   float m[2] = {-(float)ALK_INF, -(float)ALK_INF}, l[2] = {0.0f, 0.0f};  // l: this thread's columns only
   float o[DT][4];
   zero<DT>(o);
-  const i64 block_last = limit_of(p, min(p.Tq - 1, t0 + OWN - 1));
+  const int block_last = (int)limit_of(p, min(p.Tq - 1, t0 + OWN - 1));
   int stage = 0;
-  for (i64 s0 = 0; s0 <= block_last; s0 += STREAM, stage ^= 1) {
+  for (int s0 = 0; s0 <= block_last; s0 += STREAM, stage ^= 1) {
     const bool more = s0 + STREAM <= block_last;
     if (more) fetch(s0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
     if (more) cp_async_wait<1>();
@@ -324,13 +365,14 @@ __device__ __forceinline__ float lse_of(const TF* __restrict__ fwd, const AttnPa
 #define NDT (DT / (KWARPS / 4))  // head-dim n-tiles of a warp's dq share
 
 
-// delta[b * Tq + t] = sum_d dout * o (f32, from the stored values) and the f32 dq
-// accumulator's row zeroed: a warp per query row.
+// Per query row (b * Tq + t): delta = sum_d dout * o (f32, from the stored values) and lse2,
+// the row's logsumexp in the log2 domain, side by side in `stats` ([2][B * Tq]) for the main
+// kernel to copy with the tiles; the row of the f32 dq accumulator zeroed. A warp per row.
 extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, const T* __restrict__ dout,
-                                                   float* __restrict__ delta, float* __restrict__ dq_acc, const AttnParams p) {
+                                                   float* __restrict__ stats, float* __restrict__ dq_acc, const AttnParams p) {
   const int lane = threadIdx.x % 32;
-  const i64 warps = (i64)gridDim.x * (blockDim.x / 32);
-  for (i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < p.B * p.Tq; row += warps) {
+  const i64 warps = (i64)gridDim.x * (blockDim.x / 32), rows = p.B * p.Tq;
+  for (i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
     const i64 b = row / p.Tq, t = row % p.Tq;
     const i64 ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
     float acc = 0.0f;
@@ -339,18 +381,24 @@ extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, c
       dq_acc[row * HD + d] = 0.0f;
     }
     acc = warp_sum(acc);
-    if (lane == 0) delta[row] = acc;
+    if (lane == 0) {
+      stats[row] = acc;
+      stats[rows + row] = lse_of(fwd, p, b, t, ob) * LOG2E;
+    }
   }
 }
 
 // dk into out[1], dv into out[2]; dq accumulated into dq_acc ([B, Tq, HD], f32, unscaled).
 // A block owns KOWN keys (16 per warp, KWARPS warps: 4, or 8 where HD % 32 == 0 so that
-// two warps can split each 16-query group's dq over halves of the head dim) and walks the query tiles that see them; the next
-// tile's q and dout are copied while this one is multiplied (cp.async where rows_async).
+// two warps can split each 16-query group's dq over halves of the head dim) and walks the
+// query tiles that see them; the next tile's q, dout and row statistics are copied while this
+// one is multiplied (cp.async; q and dout through registers where not rows_async). Per tile a
+// warp's work is its five products; everything else is kept to a few instructions: copy
+// pointers set up once, masks only on tiles that cross the diagonal or the end of the rows,
+// one FFMA and one MUFU per probability, dq added two values per reduction.
 extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const TF* __restrict__ fwd,
-    const T* __restrict__ dout, TG* __restrict__ out, const float* __restrict__ delta, float* __restrict__ dq_acc,
-    const AttnParams p) {
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ stats,
+    const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ dq_acc, const AttnParams p) {
   extern __shared__ __align__(16) h16 smem[];
   h16* Ks = smem;                        // [KOWN][LDS]
   h16* Vs = Ks + KOWN * LDS;             // [KOWN][LDS]
@@ -361,29 +409,43 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
   float* col_delta = col_lse2 + 2 * STREAM;      // [2][STREAM]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
   const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * KOWN;
-  const i64 qb = lead_offset(p.q, b), ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
+  const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
+  const int Tq = (int)p.Tq;
   const bool async = rows_async(qb, p.q_rs, p.q_cs) && rows_async(db, p.d_rs, p.d_cs);
   load_tile<KOWN, KTHREADS>(Ks, k, lead_offset(p.k, b), p.k_rs, p.k_cs, s0, p.S);
   load_tile<KOWN, KTHREADS>(Vs, v, lead_offset(p.v, b), p.v_rs, p.v_cs, s0, p.S);
-  auto fetch = [&](i64 t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`
-    fetch_tile<STREAM, KTHREADS>(Qs + stage * STREAM * LDS, q, qb, p.q_rs, p.q_cs, t0, p.Tq, async);
-    fetch_tile<STREAM, KTHREADS>(Gs + stage * STREAM * LDS, dout, db, p.d_rs, p.d_cs, t0, p.Tq, async);
-    cp_async_commit();
-    for (int r = threadIdx.x; r < STREAM; r += KTHREADS) {
-      const i64 t = t0 + r;
-      // Rows past Tq: +inf logsumexp, so exp2(x - inf) = 0: no probability.
-      col_lse2[stage * STREAM + r] = t < p.Tq ? lse_of(fwd, p, b, t, ob) * LOG2E : (float)ALK_INF;
-      col_delta[stage * STREAM + r] = t < p.Tq ? delta[b * p.Tq + t] : 0.0f;
+  const TileCopy<STREAM, KTHREADS> qcopy(q, qb, p.q_rs, Qs), gcopy(dout, db, p.d_rs, Gs);
+  // Thread r < STREAM copies row r's statistics of each tile.
+  const float* delta_row = stats + b * p.Tq + threadIdx.x;
+  const float* lse2_row = delta_row + p.B * p.Tq;
+  const unsigned stats_dst = smem_u32(col_lse2 + threadIdx.x);
+  auto fetch = [&](int t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`
+    if (async) {
+      qcopy.copy(t0, Tq, stage * STREAM * LDS * 2);
+      gcopy.copy(t0, Tq, stage * STREAM * LDS * 2);
+    } else {
+      load_tile<STREAM, KTHREADS>(Qs + stage * STREAM * LDS, q, qb, p.q_rs, p.q_cs, t0, p.Tq);
+      load_tile<STREAM, KTHREADS>(Gs + stage * STREAM * LDS, dout, db, p.d_rs, p.d_cs, t0, p.Tq);
     }
+    if (threadIdx.x < STREAM) {
+      // Rows past Tq read as zeros: their columns are masked (hi below), and their q and dout are zero.
+      const bool ok = t0 + (int)threadIdx.x < Tq;
+      cp_async4(stats_dst + stage * STREAM * 4, ok ? (const void*)(lse2_row + t0) : (const void*)stats, ok);
+      cp_async4(stats_dst + (2 + stage) * STREAM * 4, ok ? (const void*)(delta_row + t0) : (const void*)stats, ok);
+    }
+    cp_async_commit();
   };
   const i64 key[2] = {s0 + warp * 16 + g, s0 + warp * 16 + g + 8};
   // Query t sees key s when s <= limit_of(t): causal, t >= s - (S - Tq).
-  const i64 shift = p.causal ? p.S - p.Tq : (i64)1 << 62;  // non-causal: every query sees every key
-  const i64 warp_first = s0 + warp * 16 - shift, warp_last = s0 + warp * 16 + 15 - shift;  // first queries seeing them
-  const float sl2 = (float)p.scale * LOG2E;
-  const i64 first = max((i64)0, p.causal ? s0 - shift : (i64)0);  // the first query that sees the block's first key
-  const i64 t_first = first / STREAM * STREAM;
-  if (t_first < p.Tq) fetch(t_first, 0);
+  const i64 shift = p.causal ? p.S - p.Tq : (i64)1 << 40;  // non-causal: every query sees every key
+  // The first queries seeing the warp's first and last keys (clamped to int range).
+  const int warp_first = (int)max((i64)-STREAM, min((i64)Tq, s0 + warp * 16 - shift));
+  const int warp_last = (int)max((i64)-STREAM, min((i64)Tq, s0 + warp * 16 + 15 - shift));
+  const float sl2 = log2_scale(p);
+  // The first query seeing the block's first key; past the last one, the block has nothing to add to dq.
+  const i64 first_query = max((i64)0, p.causal ? s0 - shift : (i64)0);
+  const int first = (int)min(first_query, (i64)Tq), t_first = first_query >= Tq ? Tq : first / STREAM * STREAM;
+  if (t_first < Tq) fetch(t_first, 0);
   __syncthreads();
   unsigned kf[KD][4], vf[KD][4];
   load_a_rows(kf, Ks, warp, lane);
@@ -391,9 +453,15 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
   float dk[DT][4], dv[DT][4];
   zero<DT>(dk);
   zero<DT>(dv);
+  // dQ's share of this thread: rows qg * 16 + g (+ 8) of each tile, columns n0 * 8 + 2c (+ 1) of n-tile n.
+  const int qg = warp % 4, n0 = (warp / 4) * NDT;
+  float* dq_row = dq_acc + (b * p.Tq + qg * 16 + g) * HD + n0 * 8 + 2 * c;
+  // The warp's keys relative to a tile's first query: key - shift - t0 (where its visible columns start).
+  const int key_lo[2] = {(int)max((i64)-STREAM, min((i64)Tq, key[0] - shift)),
+                         (int)max((i64)-STREAM, min((i64)Tq, key[1] - shift))};
   int stage = 0;
-  for (i64 t0 = t_first; t0 < p.Tq; t0 += STREAM, stage ^= 1) {
-    const bool more = t0 + STREAM < p.Tq;
+  for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1) {
+    const bool more = t0 + STREAM < Tq;
     if (more) fetch(t0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
     if (more) cp_async_wait<1>();
     else cp_async_wait<0>();
@@ -408,18 +476,32 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     if (t0 + STREAM - 1 >= warp_first) {  // some query of the tile sees the warp's keys
       mul_tile_t(st, kf, Q_tile, lane);   // K Q^T: rows keys, columns queries
       mul_tile_t(dpt, vf, G_tile, lane);  // V dO^T
-      const bool full = t0 >= warp_last && t0 + STREAM <= p.Tq;
-      const int hi = clamp_cols(p.Tq - t0);
-      const int lo[2] = {clamp_cols(key[0] - shift - t0), clamp_cols(key[1] - shift - t0)};
+      if (t0 >= warp_last && t0 + STREAM <= Tq) {  // every query of the tile sees every key of the warp
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j) {
+          const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j * 8 + 2 * c + (e & 1);
-          const float pr = full || !masked(j, e, c, lo[e >> 1], hi) ? exp2f(st[j][e] * sl2 - lse2[col]) : 0.0f;
-          st[j][e] = pr;
-          dpt[j][e] = pr * (dpt[j][e] - dlt[col]);  // dS^T
+          for (int e = 0; e < 4; ++e) {
+            const float pr = exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
+            st[j][e] = pr;
+            dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));  // dS^T
+          }
         }
+      } else {
+        const int hi = min(STREAM, Tq - t0);
+        const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float pr =
+                masked(j, e, c, lo[e >> 1], hi) ? 0.0f : exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
+            st[j][e] = pr;
+            dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
+          }
+        }
+      }
       mul_tile(dv, st, G_tile, lane);   // P^T dO
       mul_tile(dk, dpt, Q_tile, lane);  // dS^T Q
     }
@@ -432,9 +514,7 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     __syncthreads();
     // dQ (64 x HD) = dS (64 x KOWN keys) K (KOWN x HD), the A fragments read transposed from Ds,
     // added into dq_acc: a warp takes 16 queries (qg) and NDT n-tiles of the head dim from n0.
-    const int qg = warp % 4, n0 = (warp / 4) * NDT;
-    const i64 t_row = t0 + qg * 16 + g;
-    if (t0 + qg * 16 < p.Tq && t0 + qg * 16 + 15 >= first) {
+    if (t0 + qg * 16 < Tq && t0 + qg * 16 + 15 >= first) {
       float dq[NDT][4];
       zero<NDT>(dq);
 #pragma unroll
@@ -449,15 +529,13 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
           mma_bf16(dq[n + 1], a, r[2], r[3]);
         }
       }
+      float* dst = dq_row + (i64)t0 * HD;
+      const int t_row = t0 + qg * 16 + g;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        if (t_row + 8 * r >= p.Tq) continue;
-        float* dst = dq_acc + (b * p.Tq + t_row + 8 * r) * HD + n0 * 8 + 2 * c;
+        if (t_row + 8 * r >= Tq) continue;
 #pragma unroll
-        for (int n = 0; n < NDT; ++n) {
-          atomicAdd(dst + n * 8, dq[n][2 * r]);
-          atomicAdd(dst + n * 8 + 1, dq[n][2 * r + 1]);
-        }
+        for (int n = 0; n < NDT; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
       }
     }
     __syncthreads();  // Ds and the stage are consumed before the next iteration refills them

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Where a CUDA kernel's time goes, on the GPU machine: Nsight Compute's sections for one launch
+# of each named kernel, and the SASS of the cubins in alk's kernel cache that define it.
+#   . bench/cuda/unpack_carry.sh; OUT=$OUT bash bench/cuda/profile_kernels.sh "CMD" KERNEL [KERNEL ...]
+# CMD runs the kernels (e.g. "b/bench_cuda_attention --no-anchor"); for each KERNEL,
+# $OUT/ncu-KERNEL.txt (one launch: speed of light, warp states, instruction mix, source hot
+# spots) and $OUT/sass-KERNEL-N.txt (cuobjdump of each cached cubin whose source defines it).
+set -uo pipefail
+cmd=$1
+shift
+OUT=${OUT:-/tmp/alk-out}
+NCU=${NCU:-/usr/local/cuda/bin/ncu}
+mkdir -p "$OUT"
+$cmd > /dev/null 2>&1  # fills the kernel cache
+for kernel in "$@"; do
+  timeout 240 "$NCU" --kernel-name "$kernel" --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+    --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section SchedulerStats --section SourceCounters $cmd > "$OUT/ncu-$kernel.txt" 2>&1
+  echo "ncu $kernel: exit $? ($(grep -c . "$OUT/ncu-$kernel.txt") lines)"
+  n=0
+  for f in $(grep -la " $kernel(" -r "${ALK_CACHE_DIR:-/tmp/alk-cache}/cuda" 2>/dev/null); do
+    # A cache entry: a header and the kernel's source, then the cubin (an ELF image).
+    python3 -c "import sys; d = open(sys.argv[1], 'rb').read(); open('/tmp/k.cubin', 'wb').write(d[d.find(b'\x7fELF'):])" "$f"
+    { head -c 400 "$f" | grep -a '^#define'; /usr/local/cuda/bin/cuobjdump -sass /tmp/k.cubin; } > "$OUT/sass-$kernel-$n.txt" 2>&1
+    n=$((n + 1))
+  done
+  echo "sass $kernel: $n cubins"
+done
