@@ -1668,8 +1668,9 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     Args prep;
     prep.add(fwd.ptr).add(dout.ptr).add(stats).add(dq_acc);
     add_attention(prep, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock / 32), 1, 1, kBlock, 0,
-               prep);
+    // HD / 8 lanes per row: 8 warps cover 256 * 8 / HD rows a pass.
+    ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock * 8 / ap.D), 1, 1,
+               kBlock, 0, prep);
     const int shared = attention_mma_shared(ap.D, true, kwarps);
     Args main;
     main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
@@ -1679,8 +1680,8 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     Args finish;
     finish.add(dq_acc).add(out.ptr);
     add_attention(finish, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dq_finish"), blocks_for(ctx, ap.B * ap.Tq * ap.D), 1, 1, kBlock, 0,
-               finish);
+    ctx.launch(ctx.function(src, "attention_backward_dq_finish"), blocks_for(ctx, ap.B * ap.Tq * ap.D / 4), 1, 1, kBlock,
+               0, finish);
     return;
   }
   delta = ctx.scratch(query_rows * (q.dtype == DType::F64 ? 8 : 4));

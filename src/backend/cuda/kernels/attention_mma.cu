@@ -367,21 +367,37 @@ __device__ __forceinline__ float lse_of(const TF* __restrict__ fwd, const AttnPa
 
 // Per query row (b * Tq + t): delta = sum_d dout * o (f32, from the stored values) and lse2,
 // the row's logsumexp in the log2 domain, side by side in `stats` ([2][B * Tq]) for the main
-// kernel to copy with the tiles; the row of the f32 dq accumulator zeroed. A warp per row.
+// kernel to copy with the tiles; the row of the f32 dq accumulator zeroed. HD / 8 lanes per
+// row, 8 elements each (two 4-element loads where the rows allow), one division per row.
 extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, const T* __restrict__ dout,
                                                    float* __restrict__ stats, float* __restrict__ dq_acc, const AttnParams p) {
-  const int lane = threadIdx.x % 32;
-  const i64 warps = (i64)gridDim.x * (blockDim.x / 32), rows = p.B * p.Tq;
-  for (i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-    const i64 b = row / p.Tq, t = row % p.Tq;
-    const i64 ob = lead_offset(p.o, b), db = lead_offset(p.dout, b);
+  constexpr int L = HD / 8, RPW = 32 / L;  // lanes per row, rows per warp and pass
+  const int lane = threadIdx.x % 32, sub = lane % L;
+  const i64 rows = p.B * p.Tq, warps = (i64)gridDim.x * (blockDim.x / 32);
+  // Every lane of a warp runs every pass (the shuffles need them all); rows past the end read nothing.
+  for (i64 base = ((i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * RPW; base < rows; base += warps * RPW) {
+    const i64 row = base + lane / L;
     float acc = 0.0f;
-    for (int d = lane; d < HD; d += 32) {
-      acc += cvt<float>(dout[db + t * p.d_rs + d * p.d_cs]) * cvt<float>(fwd[ob + t * p.o_rs + d * p.o_cs]);
-      dq_acc[row * HD + d] = 0.0f;
+    i64 b = 0, t = 0, ob = 0;
+    if (row < rows) {
+      b = row / p.Tq, t = row % p.Tq, ob = lead_offset(p.o, b);
+      const i64 d0 = sub * 8, gi = lead_offset(p.dout, b) + t * p.d_rs + d0 * p.d_cs, oi = ob + t * p.o_rs + d0 * p.o_cs;
+      if (p.d_cs == 1 && p.o_cs == 1 && gi % 4 == 0 && oi % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 8; h += 4) {
+          const float4 x = load4(dout + gi + h), y = load4(fwd + oi + h);
+          acc += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 8; ++h) acc += cvt<float>(dout[gi + h * p.d_cs]) * cvt<float>(fwd[oi + h * p.o_cs]);
+      }
+      float4* zero_at = (float4*)(dq_acc + row * HD + d0);
+      zero_at[0] = zero_at[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) {
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (row < rows && sub == 0) {
       stats[row] = acc;
       stats[rows + row] = lse_of(fwd, p, b, t, ob) * LOG2E;
     }
@@ -556,11 +572,24 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
   }
 }
 
-// dq = scale * dq_acc into out[0].
+// dq = scale * dq_acc into out[0]. Where out's dq rows are dq_acc's (Tq rows per batch, the
+// usual Tq == S), four elements a thread and no index arithmetic; else row by row.
 extern "C" __global__ void attention_backward_dq_finish(const float* __restrict__ dq_acc, TG* __restrict__ out,
                                                         const AttnParams p) {
-  ALK_FOR(i, p.B * p.Tq * HD) {
-    const i64 row = i / HD, b = row / p.Tq, t = row % p.Tq;
-    out[p.out_offset + (b * p.rows_out + t) * HD + i % HD] = cvt<TG>(dq_acc[i] * (float)p.scale);
+  const float scale = (float)p.scale;
+  const i64 n = p.B * p.Tq * HD;  // a multiple of 16 (HD is)
+  if (p.rows_out == p.Tq) {
+    TG* dst = out + p.out_offset;
+    for (i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += (i64)gridDim.x * blockDim.x * 4) {
+      const float4 x = *(const float4*)(dq_acc + i);
+      dst[i] = cvt<TG>(x.x * scale), dst[i + 1] = cvt<TG>(x.y * scale);
+      dst[i + 2] = cvt<TG>(x.z * scale), dst[i + 3] = cvt<TG>(x.w * scale);
+    }
+    return;
+  }
+  for (i64 row = blockIdx.x; row < p.B * p.Tq; row += gridDim.x) {
+    const i64 b = row / p.Tq, t = row % p.Tq;
+    for (int d = threadIdx.x; d < HD; d += blockDim.x)
+      out[p.out_offset + (b * p.rows_out + t) * HD + d] = cvt<TG>(dq_acc[row * HD + d] * scale);
   }
 }
