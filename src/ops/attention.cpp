@@ -110,8 +110,13 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
       Tensor g = cast(g0, operand_t, loc);
       if (!params.out_heads) g = g.contiguous(loc);
       const int64_t M = std::max(T, S);
+      // With 16-bit kernels, the packed projection's gradient is written in its own layout
+      // (AttentionParams::grads_qkv): no copy puts the three pieces together.
+      AttentionParams bparams = params;
+      bparams.grads_qkv = params.out_heads && !qkv_shape.empty();
+      const Shape grads_shape = bparams.grads_qkv ? qkv_shape : Shape{3, B, M, D};
       Tensor grads =
-          make_node(OpId::AttentionBackward, {3, B, M, D}, operand_t, {sq, sk, sv, sfwd, alias(g)}, params, loc);
+          make_node(OpId::AttentionBackward, grads_shape, operand_t, {sq, sk, sv, sfwd, alias(g)}, bparams, loc);
       // The backward kernel has no gradient of its own: under create_graph, differentiating
       // these gradients again is an error that says so, not a silent zero.
       grads = with_grad(grads, "scaled_dot_product_attention backward", {sq, sk, sv, g0},
@@ -120,6 +125,7 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
                                "has no second derivative (double backward through fused attention is not "
                                "supported; compose attention from matmul and softmax for that)");
                         });
+      if (bparams.grads_qkv) return std::vector<Tensor>{grads};
       if (!qkv_shape.empty()) {  // [3, B*H, T, D] -> [B, T, 3, H, D]: one view (T == S == M)
         const int64_t b = qkv_shape[0], h = qkv_shape[3];
         return std::vector<Tensor>{grads.reshape({3, b, h, T, D}, loc).permute({1, 3, 0, 2, 4}, loc)};

@@ -43,11 +43,14 @@ struct CrossEntropyParams { int64_t ignore_index; };  // rows whose target is th
 // the output rows first, laid out [B / n, T, n, D] (n = H for q [b, H, T, D]: the [b, T, C]
 // the next projection reads, no copy), then each row's logsumexp as f32, [B, T], at element
 // B * T * D (two 16-bit slots each). The backward node carries the same params.
+// grads_qkv (backward nodes of scaled_dot_product_attention_qkv with out_heads = H): the
+// gradients are written as the packed projection's, [b, T, 3, H, D], not [3, B, T, D].
 struct AttentionParams {
   bool causal;
   double scale;
   bool reduced_precision = false;
   int64_t out_heads = 0;
+  bool grads_qkv = false;
 };
 // unfold: [N, C, H, W] -> [N, C*kh*kw, L]; fold is its adjoint (overlaps summed) back to [N, C, h, w].
 struct UnfoldParams {

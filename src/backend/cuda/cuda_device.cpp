@@ -1491,6 +1491,7 @@ struct AttnLaunchParams {
   KView q, k, v, o, dout;
   int64_t q_rs, q_cs, k_rs, k_cs, v_rs, v_cs, o_rs, o_cs, d_rs, d_cs;
   int64_t B, Tq, S, D, out_offset, rows_out, lse_at = -1;
+  int64_t g_plane, g_bs, g_hs, g_rs, g_heads;
   int32_t batch_rank, causal;
 };
 
@@ -1568,6 +1569,7 @@ AttnLaunchParams attention_params(const Kernel& k, const Arg& q, const Arg& kk, 
   ap.B = numel(Shape(q.shape.begin(), q.shape.end() - 2));
   ap.Tq = q.shape[r - 2], ap.S = kk.shape[r - 2], ap.D = q.shape[r - 1];
   ap.rows_out = std::max(ap.Tq, ap.S);
+  ap.g_plane = ap.B * ap.rows_out * ap.D, ap.g_bs = ap.rows_out * ap.D, ap.g_hs = 0, ap.g_rs = ap.D, ap.g_heads = 1;
   ap.batch_rank = static_cast<int32_t>(r - 2), ap.causal = p.causal;
   return ap;
 }
@@ -1634,6 +1636,12 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     lse_apart_views(ap, params.out_heads, fwd.offset);
   } else {
     attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
+  }
+  if (params.grads_qkv) {  // [b, T, 3, H, D]
+    const int64_t h = params.out_heads;
+    alk::check(h > 0 && ap.Tq == ap.S && ap.B % h == 0, "scaled_dot_product_attention", k.node.loc,
+               "the packed projection's gradient layout needs T == S and the heads' layout");
+    ap.g_heads = h, ap.g_plane = h * ap.D, ap.g_hs = ap.D, ap.g_rs = 3 * h * ap.D, ap.g_bs = ap.Tq * ap.g_rs;
   }
   attn_view(dout, ap.dout, ap.d_rs, ap.d_cs);
   ap.out_offset = out.offset;

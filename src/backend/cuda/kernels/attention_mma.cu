@@ -556,12 +556,12 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     }
     __syncthreads();  // Ds and the stage are consumed before the next iteration refills them
   }
-  const i64 plane = p.B * p.rows_out * HD;
+  TG* const grads_b = out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (key[r] >= p.S) continue;
-    TG* dkr = out + p.out_offset + plane + (b * p.rows_out + key[r]) * HD;
-    TG* dvr = dkr + plane;
+    TG* dkr = grads_b + p.g_plane + key[r] * p.g_rs;
+    TG* dvr = dkr + p.g_plane;
 #pragma unroll
     for (int n = 0; n < DT; ++n)
 #pragma unroll
@@ -572,24 +572,35 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
   }
 }
 
-// dq = scale * dq_acc into out[0]. Where out's dq rows are dq_acc's (Tq rows per batch, the
-// usual Tq == S), four elements a thread and no index arithmetic; else row by row.
+// dq = scale * dq_acc into out's plane 0. Where its rows are dq_acc's (Tq rows per batch in
+// [3, B, Tq, D]), four elements a thread and no index arithmetic; else four elements a thread
+// placed by the gradient layout (32-bit divisions where the rows fit).
 extern "C" __global__ void attention_backward_dq_finish(const float* __restrict__ dq_acc, TG* __restrict__ out,
                                                         const AttnParams p) {
   const float scale = (float)p.scale;
-  const i64 n = p.B * p.Tq * HD;  // a multiple of 16 (HD is)
-  if (p.rows_out == p.Tq) {
+  const i64 n = p.B * p.Tq * HD, step = (i64)gridDim.x * blockDim.x * 4;  // n: a multiple of 16 (HD is)
+  const i64 first = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (p.rows_out == p.Tq && p.g_heads == 1) {
     TG* dst = out + p.out_offset;
-    for (i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += (i64)gridDim.x * blockDim.x * 4) {
+    for (i64 i = first; i < n; i += step) {
       const float4 x = *(const float4*)(dq_acc + i);
       dst[i] = cvt<TG>(x.x * scale), dst[i + 1] = cvt<TG>(x.y * scale);
       dst[i + 2] = cvt<TG>(x.z * scale), dst[i + 3] = cvt<TG>(x.w * scale);
     }
     return;
   }
-  for (i64 row = blockIdx.x; row < p.B * p.Tq; row += gridDim.x) {
-    const i64 b = row / p.Tq, t = row % p.Tq;
-    for (int d = threadIdx.x; d < HD; d += blockDim.x)
-      out[p.out_offset + (b * p.rows_out + t) * HD + d] = cvt<TG>(dq_acc[row * HD + d] * scale);
+  const bool small = p.B * p.Tq < (i64)0xffffffff;
+  for (i64 i = first; i < n; i += step) {
+    const i64 row = i / HD, d = i % HD;
+    i64 b, t;
+    if (small) {
+      const unsigned r32 = (unsigned)row, tq = (unsigned)p.Tq, b32 = r32 / tq;
+      b = b32, t = r32 - b32 * tq;
+    } else {
+      b = row / p.Tq, t = row % p.Tq;
+    }
+    TG* dst = out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs + t * p.g_rs + d;
+    const float4 x = *(const float4*)(dq_acc + i);
+    dst[0] = cvt<TG>(x.x * scale), dst[1] = cvt<TG>(x.y * scale), dst[2] = cvt<TG>(x.z * scale), dst[3] = cvt<TG>(x.w * scale);
   }
 }

@@ -13,6 +13,10 @@ struct AttnParams {
   // element (of the forward's 16-bit buffer) where the f32 logsumexps [B, Tq] start
   // (AttentionParams::out_heads; the mma kernels only).
   i64 lse_at;
+  // Where the backward writes gradient `plane` (0 dq, 1 dk, 2 dv) of batch b, row t:
+  // plane * g_plane + (b / g_heads) * g_bs + (b % g_heads) * g_hs + t * g_rs from out_offset.
+  // [3, B, rows_out, D], or the packed projection's [b, T, 3, H, D] (AttentionParams::grads_qkv).
+  i64 g_plane, g_bs, g_hs, g_rs, g_heads;
   int batch_rank, causal;
   ACC scale;
 };
