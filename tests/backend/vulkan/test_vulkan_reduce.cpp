@@ -554,7 +554,13 @@ TEST(VulkanNorm, LayerNormBackwardPacked) {
   for (DType t : {DType::F32, DType::F64, DType::BF16}) {
     if (!runs(dev, t)) continue;
     for (auto [shape, inner] :
-         std::vector<std::pair<Shape, int64_t>>{{{7, 33}, 33}, {{2, 3, 4, 5}, 20}, {{1, 9}, 9}, {{70, 300}, 300}}) {
+         std::vector<std::pair<Shape, int64_t>>{{{7, 33}, 33},
+                                                {{2, 3, 4, 5}, 20},
+                                                {{1, 9}, 9},
+                                                {{70, 300}, 300},
+                                                // dweight/dbias over chunks of rows: 15 and 20 chunks, the last one short
+                                                {{1000, 24}, 24},
+                                                {{10, 130, 16}, 16}}) {
       int64_t n = 1;
       for (int64_t d : shape) n *= d;
       const int64_t rows = n / inner;

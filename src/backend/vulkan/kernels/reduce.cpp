@@ -388,6 +388,34 @@ std::string tree_fns(const Context& ctx, const std::string& m, uint32_t wg) {
          workgroup_fns(ctx, m, {{"tree_sum", "alk_add"}, {"tree_max", "alk_max"}}, wg);
 }
 
+// How layer norm (forward, and its backward's dx) spreads rows: a workgroup per row, whose
+// invocations stride the row and combine their sums through tree_sum; or, on a CPU
+// implementation, an invocation per row of up to 1024 elements: lavapipe runs a workgroup's
+// invocations as fibers and switches all of them at every barrier of the tree (four per row
+// in the backward), while its loads cost the same per element either way. The shader text is
+// one for both: it walks rows r = ROW0, ROW0 + ROW_STEP, ... and elements LANE, LANE + LANES, ...
+// ALK_VK_NORM_ROWS=group|invocation overrides the choice (A/B runs).
+struct RowSpread {
+  bool per_invocation = false;
+  uint32_t wg = 0;
+};
+RowSpread row_spread(const Context& ctx, int64_t len) {
+  const char* force = std::getenv("ALK_VK_NORM_ROWS");
+  const bool per_invocation = force ? std::string_view(force) == "invocation"
+                                    : ctx.info().kind == DeviceInfo::Kind::Cpu && len <= 1024;
+  return {per_invocation, per_invocation ? std::min<uint32_t>(64, workgroup_size(ctx)) : row_workgroup(ctx, len)};
+}
+std::string row_spread_fns(const Context& ctx, const std::string& m, const RowSpread& rs) {
+  if (rs.per_invocation)
+    return m + " tree_sum(" + m + " v) { return v; }\n#define LANE 0u\n#define LANES 1u\n" +
+           "#define ROW0 gl_GlobalInvocationID.x\n#define ROW_STEP (gl_NumWorkGroups.x * WG)\n";
+  return tree_fns(ctx, m, rs.wg) + "#define LANE gl_LocalInvocationID.x\n#define LANES WG\n" +
+         "#define ROW0 gl_WorkGroupID.x\n#define ROW_STEP gl_NumWorkGroups.x\n";
+}
+Groups row_spread_groups(const RowSpread& rs, int64_t rows) {
+  return rs.per_invocation ? thread_groups(rows, rs.wg) : row_groups(rows);
+}
+
 void put_double(std::vector<uint32_t>& w, double v) {
   uint32_t h[2];
   std::memcpy(h, &v, 8);
@@ -949,7 +977,8 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   if (p.inner <= 0) return plan;
   norm_space(x, p.inner, s.outer, s.inner, split);
   if (numel(s.outer) == 0) return plan;
-  s.wg = row_workgroup(ctx, p.inner);
+  const RowSpread spread = row_spread(ctx, p.inner);
+  s.wg = spread.wg;
   s.args.push_back(row_arg(x, split));
   s.args.push_back(param_arg(k.inputs.at(1), s.outer, s.inner, "the weight"));
   if (!rms) s.args.push_back(param_arg(k.inputs.at(2), s.outer, s.inner, "the bias"));
@@ -962,53 +991,53 @@ Plan plan_norm(const Context& ctx, const Kernel& k, bool rms) {
   put_eps(s.extra, m, p.eps);
   const char* rms_text = R"(
 void main() {
-  uint tid = gl_LocalInvocationID.x;
+  uint tid = LANE;
   $M eps = $EPS, n = $M(P(1));
-  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+  for (uint r = ROW0; r < P(0); r += ROW_STEP) {
     uint b0 = row0(r), b1 = row1(r), b2 = row2(r);
     $M q = $M(0);
-    for (uint i = tid; i < P(1); i += WG) {
+    for (uint i = tid; i < P(1); i += LANES) {
       $M v = $X;
       q += v * v;
     }
     $M inv = $M(1) / sqrt(tree_sum(q) / n + eps);
-    for (uint i = tid; i < P(1); i += WG) st2(b2 + uint(el2(i)), $X * inv * $W);
+    for (uint i = tid; i < P(1); i += LANES) st2(b2 + uint(el2(i)), $X * inv * $W);
   }
 }
 )";
   const char* layer_text = R"(
 void main() {
-  uint tid = gl_LocalInvocationID.x;
+  uint tid = LANE;
   $M eps = $EPS, n = $M(P(1));
-  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+  for (uint r = ROW0; r < P(0); r += ROW_STEP) {
     uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);
     $M sum = $M(0);
-    for (uint i = tid; i < P(1); i += WG) sum += $X;
+    for (uint i = tid; i < P(1); i += LANES) sum += $X;
     $M mean = tree_sum(sum) / n;
     // Two passes over the row: sum((x - mean)^2) does not cancel the way E[x^2] - mean^2 does.
     $M q = $M(0);
-    for (uint i = tid; i < P(1); i += WG) {
+    for (uint i = tid; i < P(1); i += LANES) {
       $M d = $X - mean;
       q += d * d;
     }
     $M rstd = $M(1) / sqrt(tree_sum(q) / n + eps);
-    for (uint i = tid; i < P(1); i += WG) st3(b3 + uint(el3(i)), ($X - mean) * rstd * $W + $M(ld2(b2 + uint(el2(i)))));
+    for (uint i = tid; i < P(1); i += LANES) st3(b3 + uint(el3(i)), ($X - mean) * rstd * $W + $M(ld2(b2 + uint(el2(i)))));
   }
 }
 )";
   const std::string body =
-      tree_fns(ctx, m, s.wg) + fill(rms ? rms_text : layer_text, {{"M", m},
+      row_spread_fns(ctx, m, spread) + fill(rms ? rms_text : layer_text, {{"M", m},
                                                                   {"EPS", eps_glsl(m)},
                                                                   {"X", m + "(ld0(b0 + uint(el0(i))))"},
                                                                   {"W", m + "(ld1(b1 + uint(el1(i))))"}});
-  s.groups = row_groups(numel(s.outer));
+  s.groups = row_spread_groups(spread, numel(s.outer));
   finish(ctx, s, rms ? "rms_norm" : "layer_norm", body);
   plan.stages.push_back(std::move(s));
   return plan;
 }
 
-// dx per row (a workgroup each, also saving the row's mean and rstd), then dweight and
-// dbias per column (an invocation each, summing the rows in order).
+// dx per row (a workgroup or an invocation each: row_spread; also saving the row's mean and rstd), then dweight and
+// dbias per column in two passes (chunks of rows, then the chunks in order).
 Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<NormParams>(k.node.params);
   const KernelArg& x = k.inputs.at(0);
@@ -1041,36 +1070,37 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   if (rows > 0) {
     Stage s;
     s.outer = lead, s.inner = trail;
-    s.wg = row_workgroup(ctx, p.inner);
+    const RowSpread spread = row_spread(ctx, p.inner);
+    s.wg = spread.wg;
     s.args = {row_arg(x, split), param_arg(k.inputs.at(1), lead, trail, "the weight"), row_arg(g, split), out, stats};
     s.args[4].write = true;
     put_eps(s.extra, m, p.eps);
     const std::string body =
-        tree_fns(ctx, m, s.wg) + fill(R"(
+        row_spread_fns(ctx, m, spread) + fill(R"(
 void main() {
-  uint tid = gl_LocalInvocationID.x;
+  uint tid = LANE;
   $M eps = $EPS, n = $M(P(1));
-  for (uint r = gl_WorkGroupID.x; r < P(0); r += gl_NumWorkGroups.x) {
+  for (uint r = ROW0; r < P(0); r += ROW_STEP) {
     uint b0 = row0(r), b1 = row1(r), b2 = row2(r), b3 = row3(r);
     $M sum = $M(0);
-    for (uint i = tid; i < P(1); i += WG) sum += $X;
+    for (uint i = tid; i < P(1); i += LANES) sum += $X;
     $M mean = tree_sum(sum) / n;
     $M q = $M(0);
-    for (uint i = tid; i < P(1); i += WG) {
+    for (uint i = tid; i < P(1); i += LANES) {
       $M d = $X - mean;
       q += d * d;
     }
     $M rstd = $M(1) / sqrt(tree_sum(q) / n + eps);
     // xhat = (x - mean) rstd, gx = g w: dx = rstd (gx - mean(gx) - xhat mean(gx xhat)).
     $M sa = $M(0), sb = $M(0);
-    for (uint i = tid; i < P(1); i += WG) {
+    for (uint i = tid; i < P(1); i += LANES) {
       $M xh = ($X - mean) * rstd, gx = $GX;
       sa += gx;
       sb += gx * xh;
     }
     $M mgx = tree_sum(sa) / n;
     $M mgxh = tree_sum(sb) / n;
-    for (uint i = tid; i < P(1); i += WG) {
+    for (uint i = tid; i < P(1); i += LANES) {
       $M xh = ($X - mean) * rstd, gx = $GX;
       st3(b3 + uint(el3(i)), rstd * (gx - mgx - xh * mgxh));
     }
@@ -1085,30 +1115,70 @@ void main() {
                                        {"EPS", eps_glsl(m)},
                                        {"X", m + "(ld0(b0 + uint(el0(i))))"},
                                        {"GX", m + "(ld2(b2 + uint(el2(i)))) * " + m + "(ld1(b1 + uint(el1(i))))"}});
-    s.groups = row_groups(rows);
+    s.groups = row_spread_groups(spread, rows);
     finish(ctx, s, "layer_norm_backward_dx", body);
     plan.stages.push_back(std::move(s));
   }
+  // dweight and dbias: the rows in chunks (enough workgroups to fill the device; on a CPU
+  // implementation, its cores), each invocation one column of one chunk, into partial sums
+  // [chunk][2][inner]; then a column's chunks added in order (the same result on every launch).
+  const int64_t chunks = std::clamp<int64_t>(rows / 64, 1, 256);
+  plan.scratch_bytes.push_back(static_cast<size_t>(chunks * 2 * p.inner) * dtype_size(stat));
+  Arg partial;
+  partial.scratch = 1, partial.dtype = stat;
+  partial.outer.assign(lead.size(), 0);
+  partial.inner.assign(trail.size(), 0);
   {
     Stage s;
     s.outer = lead, s.inner = trail;
     Arg st_in = stats;
     st_in.write = false;
-    s.args = {row_arg(x, split), row_arg(g, split), st_in, out};
+    Arg part_out = partial;
+    part_out.write = true;
+    s.args = {row_arg(x, split), row_arg(g, split), st_in, part_out};
+    s.extra.push_back(static_cast<uint32_t>(chunks));
     const std::string body = fill(R"(
 void main() {
+  uint chunk = (P(0) + P(E) - 1u) / P(E);
+  uint lo = min(P(0), gl_WorkGroupID.y * chunk), hi = min(P(0), lo + chunk);
   for (uint i = gl_GlobalInvocationID.x; i < P(1); i += gl_NumWorkGroups.x * WG) {
     $M dw = $M(0), db = $M(0);
-    for (uint r = 0u; r < P(0); ++r) {
+    for (uint r = lo; r < hi; ++r) {
       uint b0 = row0(r), b1 = row1(r), b2 = row2(r);
       $M gv = $M(ld1(b1 + uint(el1(i))));
       dw += gv * (($M(ld0(b0 + uint(el0(i)))) - ld2(b2)) * ld2(b2 + 1u));
       db += gv;
     }
-    // dweight and dbias: the two rows after dx.
-    uint o = row3(0u) + P(0) * P(1) + uint(el3(i));
+    uint o = gl_WorkGroupID.y * 2u * P(1) + i;
     st3(o, dw);
     st3(o + P(1), db);
+  }
+}
+)",
+                                  {{"M", m}});
+    const uint32_t wg = workgroup_size(ctx);
+    s.groups = thread_groups(p.inner, wg);
+    s.groups.y = static_cast<uint32_t>(chunks);
+    finish(ctx, s, "layer_norm_backward_dparams_parts", body);
+    plan.stages.push_back(std::move(s));
+  }
+  {
+    Stage s;
+    s.outer = lead, s.inner = trail;
+    s.args = {partial, out};
+    s.extra.push_back(static_cast<uint32_t>(chunks));
+    const std::string body = fill(R"(
+void main() {
+  for (uint i = gl_GlobalInvocationID.x; i < P(1); i += gl_NumWorkGroups.x * WG) {
+    $M dw = $M(0), db = $M(0);
+    for (uint c = 0u; c < P(E); ++c) {
+      dw += ld0(c * 2u * P(1) + i);
+      db += ld0(c * 2u * P(1) + P(1) + i);
+    }
+    // dweight and dbias: the two rows after dx.
+    uint o = row1(0u) + P(0) * P(1) + uint(el1(i));
+    st1(o, dw);
+    st1(o + P(1), db);
   }
 }
 )",
