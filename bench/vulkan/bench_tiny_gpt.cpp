@@ -6,7 +6,8 @@
 // alk's CPU thread pool both count), which a machine shared with other jobs distorts less:
 //   RATIO tiny_gpt_step_vulkan_cputime alk=<ms>ms anchor=<ms>ms ratio=<vulkan/cpu>
 // Options: --steps N (median over N steps after 3 warm-up ones), --device vulkan:N,
-// --no-anchor (the Vulkan side only, e.g. under ALK_DEBUG=timing).
+// --no-anchor (the Vulkan side only, e.g. under ALK_DEBUG=timing), --optimizer none (forward
+// and backward only: the update's cost by difference).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -40,7 +41,7 @@ double median(std::vector<double> v) {
 
 // Wall ms per step (median) of the compiled tiny-GPT step on `dev`, CPU ms per step (mean
 // over the timed steps), and its last loss.
-Timing time_step(alk::Device& dev, int steps) {
+Timing time_step(alk::Device& dev, int steps, bool update) {
   const int64_t V = 256, T = 128, B = 8;
   alk::manual_seed(0);
   alk::nn::GPT model({.vocab = V, .ctx = T, .dim = 128, .heads = 4, .layers = 4, .tie_embeddings = false});
@@ -53,6 +54,13 @@ Timing time_step(alk::Device& dev, int steps) {
     alk::Tensor loss = alk::nn::cross_entropy(model(in[0]), in[1]);
     alk::capture("loss", loss);
     loss.backward();
+    if (!update) {  // forward and backward only: what the update costs, by difference
+      std::vector<alk::Tensor> grads;
+      for (const alk::Tensor& p : model.parameters()) grads.push_back(p.grad());
+      alk::realize(grads);
+      opt.zero_grad();
+      return;
+    }
     opt.step();
     opt.zero_grad();
   });
@@ -73,19 +81,20 @@ Timing time_step(alk::Device& dev, int steps) {
 
 int main(int argc, char** argv) {
   int steps = 10;
-  bool anchor = true;
+  bool anchor = true, update = true;
   std::string device = "vulkan";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
+    if (!std::strcmp(argv[i], "--optimizer") && i + 1 < argc) update = std::strcmp(argv[++i], "none") != 0;
   }
   alk::Device& dev = alk::get_device(device);
-  const Timing gpu = time_step(dev, steps);
+  const Timing gpu = time_step(dev, steps, update);
   std::printf("alk-%s tiny-gpt ms/step=%.2f tokens/s=%.0f cpu-ms/step=%.2f loss=%.6f (%s)\n", device.c_str(), gpu.wall_ms,
               1024.0 / gpu.wall_ms * 1e3, gpu.cpu_ms, gpu.loss, dev.info().description.c_str());
   if (!anchor) return 0;
-  const Timing cpu = time_step(alk::cpu_device(), steps);
+  const Timing cpu = time_step(alk::cpu_device(), steps, update);
   std::printf("alk-cpu tiny-gpt ms/step=%.2f tokens/s=%.0f cpu-ms/step=%.2f loss=%.6f\n", cpu.wall_ms,
               1024.0 / cpu.wall_ms * 1e3, cpu.cpu_ms, cpu.loss);
   std::printf("RATIO tiny_gpt_step_vulkan alk=%.2fms anchor=%.2fms ratio=%.3f\n", gpu.wall_ms, cpu.wall_ms,
