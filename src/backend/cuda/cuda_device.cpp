@@ -1551,8 +1551,11 @@ int attention_tiled_shared(DType t, int64_t D, int which) {
 }
 
 // The forward's output rows and logsumexps in its 16-bit node (AttentionParams::out_heads
-// n >= 1): rows [B / n, Tq, n, D] from the node's first element, then f32 logsumexps.
-void lse_apart_views(AttnLaunchParams& ap, int64_t out_heads, int64_t node_offset) {
+// n >= 1): rows [B / n, Tq, n, D] from the node's first element, then f32 logsumexps. Only
+// the tensor-core kernels know this layout.
+void lse_apart_views(const Kernel& k, DType t, AttnLaunchParams& ap, int64_t out_heads, int64_t node_offset) {
+  alk::check(attention_mma_ok(k, t, ap.D, ap.B), "scaled_dot_product_attention", k.node.loc,
+             "a 16-bit output with its logsumexps apart needs the tensor-core kernel (head dim ", ap.D, ")");
   const int64_t n = out_heads;
   ap.o = kview({ap.B / n, n}, {ap.Tq * n * ap.D, ap.D}, node_offset);
   ap.o_rs = n * ap.D, ap.o_cs = 1;
@@ -1599,11 +1602,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   AttnLaunchParams ap = attention_params(k, q, kk, v);
   ap.out_offset = out.offset;
   const auto& params = std::get<AttentionParams>(k.node.params);
-  if (params.out_heads) {
-    alk::check(attention_mma_ok(k, q.dtype, ap.D, ap.B), "scaled_dot_product_attention", k.node.loc,
-          "a 16-bit output with its logsumexps apart needs the tensor-core kernel (head dim ", ap.D, ")");
-    lse_apart_views(ap, params.out_heads, out.offset);
-  }
+  if (params.out_heads) lse_apart_views(k, q.dtype, ap, params.out_heads, out.offset);
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
@@ -1630,13 +1629,8 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg fwd = arg_of(k.inputs[3]), dout = arg_of(k.inputs[4]);
   AttnLaunchParams ap = attention_params(k, q, kk, v);
   const auto& params = std::get<AttentionParams>(k.node.params);
-  if (params.out_heads) {
-    alk::check(attention_mma_ok(k, q.dtype, ap.D, ap.B), "scaled_dot_product_attention", k.node.loc,
-          "a 16-bit output with its logsumexps apart needs the tensor-core kernel (head dim ", ap.D, ")");
-    lse_apart_views(ap, params.out_heads, fwd.offset);
-  } else {
-    attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
-  }
+  if (params.out_heads) lse_apart_views(k, q.dtype, ap, params.out_heads, fwd.offset);
+  else attn_view(fwd, ap.o, ap.o_rs, ap.o_cs);
   if (params.grads_qkv) {  // [b, T, 3, H, D]
     const int64_t h = params.out_heads;
     alk::check(h > 0 && ap.Tq == ap.S && ap.B % h == 0, "scaled_dot_product_attention", k.node.loc,

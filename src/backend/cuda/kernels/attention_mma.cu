@@ -10,13 +10,14 @@
 // AttnParams and limit_of(): attention_shared.cuh.
 //
 // The FlashAttention-2 arrangement. Forward: a block of 8 warps owns 128 queries (16 rows
-// per warp, the m of every mma) and walks the keys in tiles of 64. Backward, one pass: 4
-// warps own 64 keys and walk the query tiles that see them, computing the transposed scores
+// per warp, the m of every mma) and walks the keys in tiles of 64. Backward, one pass: 4 or 8
+// warps own 64 or 128 keys and walk the query tiles that see them, computing the transposed scores
 // K Q^T so that P^T and dS^T come out of the accumulators already in the A-operand layout
 // (an m16n8 accumulator pair is an m16k16 A fragment) for dV += P^T dO and dK += dS^T Q;
 // dS^T goes through shared memory once for dQ += dS K, which every key block adds into an
-// f32 accumulator with atomic adds (attention_backward_prep zeroes it and computes delta =
-// rowsum(dO * O) before; attention_backward_dq_finish scales and stores it after).
+// f32 accumulator with atomic adds (attention_backward_prep zeroes it and computes each row's
+// delta = rowsum(dO * O) and log2-domain logsumexp before; attention_backward_dq_finish scales
+// and stores it after).
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + c; an accumulator holds rows g and
 // g + 8, columns 2c and 2c + 1. Masks are computed only on tiles that cross the causal
 // diagonal (or the end of the rows); a warp skips a tile none of whose columns it sees.
