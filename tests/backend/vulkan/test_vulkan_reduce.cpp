@@ -13,6 +13,7 @@
 #ifdef ALK_HAVE_VULKAN
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -537,7 +538,16 @@ void run_norm(Device* dev, OpId op, DType t, Shape shape, Shape strides, int64_t
                std::string(op_name(op)) + " " + std::string(dtype_name(t)) + " " + to_string(shape));
 }
 
-TEST(VulkanNorm, LayerNormAndRmsNorm) {
+// Norm rows go an invocation each on CPU implementations and a workgroup each on GPUs
+// (reduce.cpp's row_spread): both shaders run here, whichever the device picks by itself.
+class VulkanNormRows : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { setenv("ALK_VK_NORM_ROWS", GetParam(), 1); }
+  void TearDown() override { unsetenv("ALK_VK_NORM_ROWS"); }
+};
+INSTANTIATE_TEST_SUITE_P(Spread, VulkanNormRows, ::testing::Values("invocation", "group"));
+
+TEST_P(VulkanNormRows, LayerNormAndRmsNorm) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (OpId op : {OpId::LayerNorm, OpId::RmsNorm})
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
@@ -549,7 +559,7 @@ TEST(VulkanNorm, LayerNormAndRmsNorm) {
     }
 }
 
-TEST(VulkanNorm, LayerNormBackwardPacked) {
+TEST_P(VulkanNormRows, LayerNormBackwardPacked) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (DType t : {DType::F32, DType::F64, DType::BF16}) {
     if (!runs(dev, t)) continue;
