@@ -1027,17 +1027,18 @@ void main() {
 )";
   const std::string body =
       row_spread_fns(ctx, m, spread) + fill(rms ? rms_text : layer_text, {{"M", m},
-                                                                  {"EPS", eps_glsl(m)},
-                                                                  {"X", m + "(ld0(b0 + uint(el0(i))))"},
-                                                                  {"W", m + "(ld1(b1 + uint(el1(i))))"}});
+                                                                          {"EPS", eps_glsl(m)},
+                                                                          {"X", m + "(ld0(b0 + uint(el0(i))))"},
+                                                                          {"W", m + "(ld1(b1 + uint(el1(i))))"}});
   s.groups = row_spread_groups(spread, numel(s.outer));
   finish(ctx, s, rms ? "rms_norm" : "layer_norm", body);
   plan.stages.push_back(std::move(s));
   return plan;
 }
 
-// dx per row (a workgroup or an invocation each: row_spread; also saving the row's mean and rstd), then dweight and
-// dbias per column in two passes (chunks of rows, then the chunks in order).
+// dx per row (a workgroup or an invocation each: row_spread; also saving the row's mean and
+// rstd), then dweight and dbias per column in two passes (chunks of rows, then the chunks in
+// order).
 Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
   const auto& p = std::get<NormParams>(k.node.params);
   const KernelArg& x = k.inputs.at(0);
