@@ -25,6 +25,7 @@ namespace alk {
 
 class Device;
 struct Kernel;  // src/runtime/kernel.h: what a device runs
+enum class OpId : uint16_t;  // src/ops/op_table.h
 
 // Device memory. Only the owning backend interprets the handle (a host pointer on the CPU,
 // a pool slot on Vulkan); everyone else passes the Buffer back to its device.
@@ -89,6 +90,13 @@ class Device {
 
   // ---- kernels ----
   virtual bool supports(const Kernel& k) const = 0;
+  // What the scheduler may fuse for this device, asked before it builds kernels:
+  // whether a Map over the result of template op `core` may run as that op's epilogue
+  // (Kernel::epilogue; the default: reductions, matmuls and convolutions, which every
+  // backend takes), and whether the kernel of `op` reads input `slot` in any floating
+  // dtype, widening as it loads, so a 16-bit tensor may stand in for its f32 cast.
+  virtual bool fuses_epilogue(OpId core) const;
+  virtual bool widens_input(OpId op, size_t slot) const;
   virtual std::shared_ptr<PreparedKernel> prepare(const Kernel& k) = 0;
   // Enqueues k; errors found while it runs may surface here or at the next synchronize.
   virtual void launch(PreparedKernel& prepared, const Kernel& k) = 0;

@@ -159,6 +159,7 @@ class Scheduler {
       collect();
       find_external();
     }
+    read_narrow_inputs();
     build_kernels();
     batch_independent_maps();
     plan_memory();
@@ -377,6 +378,31 @@ class Scheduler {
     return changed;
   }
 
+  // ---- 2c. 16-bit inputs read as they are ----
+  // Under autocast a template op computing in f32 is often handed the f32 cast of a 16-bit
+  // tensor (a layer norm's backward gets its output gradient from a bf16 product): the cast
+  // writes twice the bytes of its input, and the op reads them again. Where the op's kernel
+  // widens that input itself (Device::widens_input), it reads the 16-bit tensor instead, and
+  // the cast, read by nobody else, is never computed.
+  void read_narrow_inputs() {
+    for (Node* n : order_) {
+      if (is_map(n) || n->realized()) continue;
+      for (size_t s = 0; s < n->inputs.size(); ++s) {
+        std::shared_ptr<TensorImpl>& slot = n->inputs[s];
+        const Node* c = slot->node.get();
+        if (c->op != OpId::Cast || c->realized() || c->inputs.size() != 1 || info_[c].external ||
+            info_[c].users != 1 || !identity_view(slot.get()) || !n->device->widens_input(n->op, s))
+          continue;
+        const std::shared_ptr<TensorImpl>& source = c->inputs[0];
+        const bool widening = c->dtype == DType::F32 && (source->dtype == DType::BF16 || source->dtype == DType::F16);
+        if (!widening || source->shape != c->shape) continue;
+        info_[c].users = 0;  // (its input keeps one reader: this op instead of the cast)
+        info_[c].fused = true;  // never built: its one reader reads its input now
+        slot = source;
+      }
+    }
+  }
+
   // ---- 3. fusion and kernels ----
   bool can_inline(const TensorImpl* impl, const Shape& consumer_shape) {
     Node* p = impl->node.get();
@@ -478,16 +504,18 @@ class Scheduler {
     }
   }
 
-  // A Reduce, Matmul or Conv2d (the CPU's) whose only reader is one fused Map, reading all of it
-  // in order, can hand its result straight to that Map as an epilogue. The Map may read it more
+  // A template op whose only reader is one fused Map, reading all of it in order, can hand
+  // its result straight to that Map as an epilogue where its device takes one
+  // (Device::fuses_epilogue: a Reduce, Matmul or Conv2d anywhere; a layer norm on CUDA,
+  // which then writes a 16-bit copy for the next product itself). The Map may read it more
   // than once (x * clamp(x / 6 + 0.5, 0, 1), a hardswish): every graph reader of the core is then
   // inside this kernel's expression, reading the same view, which the epilogue gets as one value.
   bool epilogue_core(const TensorImpl* leaf) {
     const Node* p = leaf->node.get();
-    if (p->realized() || info_[p].external || !linear_view(leaf)) return false;
+    if (p->realized() || info_[p].external || !linear_view(leaf) || is_map(p)) return false;
     auto reads = leaf_reads_.find(leaf);
     if (info_[p].users != 1 && (reads == leaf_reads_.end() || reads->second != info_[p].users)) return false;
-    return p->op == OpId::Reduce || p->op == OpId::Matmul || p->op == OpId::Conv2d;
+    return p->device->fuses_epilogue(p->op);
   }
 
   // A kernel reads at most kMaxKernelLeaves stored tensors: on a GPU each is a buffer

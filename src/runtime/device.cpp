@@ -48,6 +48,12 @@ struct PreparedList final : Recording {
 };
 }  // namespace
 
+bool Device::fuses_epilogue(OpId core) const {
+  return core == OpId::Reduce || core == OpId::Matmul || core == OpId::Conv2d;
+}
+
+bool Device::widens_input(OpId, size_t) const { return false; }
+
 void Device::run_batch(const std::vector<Kernel>& kernels) {
   for (const Kernel& k : kernels) run(k);
 }

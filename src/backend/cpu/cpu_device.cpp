@@ -196,6 +196,12 @@ class CpuDevice final : public Device {
   }
   void synchronize() override {}
   bool supports(const Kernel&) const override { return true; }  // the reference runs everything
+  // A norm's epilogue runs over its result in place (run_template): no second buffer. Its
+  // backward loads the output gradient in any dtype (RowLayout::load).
+  bool fuses_epilogue(OpId core) const override {
+    return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
+  }
+  bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (k.op != OpId::Map) return template_kernel_;

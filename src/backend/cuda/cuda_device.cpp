@@ -616,6 +616,77 @@ std::string rows_source(DType t, std::initializer_list<std::pair<const char*, st
   return kernel_source(d, sources::rows);
 }
 
+// A template op's epilogue fused into its kernel's store (a matmul's, a norm's): the expression
+// over the op's value (rounded to the node's dtype first, as the separate pass would read it back) and
+// up to four more tensors, each read through its batch view and its row/column strides.
+constexpr size_t kMaxEpilogueInputs = 4;
+struct EpiLaunch {
+  uint64_t ptr[kMaxEpilogueInputs] = {};
+  KView batch[kMaxEpilogueInputs];
+  int64_t rs[kMaxEpilogueInputs] = {}, cs[kMaxEpilogueInputs] = {};
+};
+
+// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes.
+std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out) {
+  expr::MapSignature sig{"epilogue", {}, out};
+  sig.inputs.push_back(node);
+  for (DType t : inputs) sig.inputs.push_back(t);
+  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; };\n";
+  s += expr::emit_function(epilogue, sig, expr::Target::Cuda) + "\n";
+  // Each input's first element of batch item z, computed once per item (divisions).
+  s += "__device__ __forceinline__ void epilogue_bases(i64 z, const EpiParams& e, i64 base[4]) {\n";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s += "  base[" + std::to_string(i) + "] = lead_offset(e.batch[" + std::to_string(i) + "], z);\n";
+  s += "}\n";
+  // The inputs at (gm, gn) are loaded apart from the arithmetic (epilogue_load, then
+  // epilogue_apply), so a kernel can issue many loads before it needs the first value.
+  std::string fields, load = "  EpiIn in;\n";
+  std::string call = "epilogue(x0";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DType t = inputs[i];
+    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1);
+    fields += std::string(" ") + compute_ctype(t) + " " + x + ";";
+    load += "  in." + x + " = " +
+            load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" + n +
+                                   "] + gn * e.cs[" + n + "]]") +
+            ";\n";
+    call += ", in." + x;
+  }
+  s += "struct EpiIn {" + fields + " };\n";
+  // The inputs of W consecutive columns of one row (`count` of them in range): each input's
+  // row address computed once, then stepped by its column stride.
+  std::string load4 =
+      "template <int W>\n__device__ __forceinline__ void epilogue_load_row(const i64 base[4], i64 gm, i64 gn0, int count, "
+      "const EpiParams& e, EpiIn (&in)[W]) {\n";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1), st = storage(inputs[i]);
+    load4 += "  {\n    const " + st + "* row = (const " + st + "*)e.ptr[" + n + "] + (base[" + n + "] + gm * e.rs[" + n +
+             "] + gn0 * e.cs[" + n + "]);\n    const i64 cs = e.cs[" + n + "];\n#pragma unroll\n" +
+             "    for (int c = 0; c < W; ++c)\n      if (c < count) in[c]." + x + " = " + load_as_compute(inputs[i], "row[c * cs]") +
+             ";\n  }\n";
+  }
+  s += load4 + "}\n";
+  s += "__device__ __forceinline__ EpiIn epilogue_load(const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n" +
+       load + "  return in;\n}\n";
+  s += "__device__ __forceinline__ float epilogue_apply(float acc, const EpiIn& in) {\n";
+  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+  s += "  return (float)" + call + ");\n}\n";
+  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
+  return s + "  return epilogue_apply(acc, epilogue_load(base, gm, gn, e));\n}\n";
+}
+
+EpiLaunch epilogue_params(const Kernel& k) {
+  EpiLaunch e;
+  for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
+    const Arg a = arg_of(k.epilogue_inputs[i]);
+    const size_t r = a.shape.size();
+    e.ptr[i] = a.ptr;
+    e.batch[i] = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
+    e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
+  }
+  return e;
+}
+
 // ---- the template ops ----
 
 using Launcher = void (*)(Context&, const Kernel&, const Arg& out);
@@ -692,7 +763,17 @@ std::optional<RowPlan> row_plan(int64_t inner, DType t, std::initializer_list<co
   return std::nullopt;
 }
 
-void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
+// The row-in-registers norm of T = x's dtype storing TO = out's through `epilogue` (epilogue_code's text).
+std::string norm_epilogue_source(const RowPlan& plan, DType x, DType out, const std::string& epilogue) {
+  return plan.defines() + kernel_source(defines({{"T", storage(x)}, {"ACC", acc_type(x)}, {"FLOATING", "1"},
+                                                  {"TO", storage(out)}, {"EPILOGUE", "1"}}),
+                                        epilogue + std::string(sources::rows));
+}
+
+// The norm into out; with `fuse_epilogue`, k's epilogue applied in the store of the
+// row-in-registers kernel (returns false, having launched nothing, where that kernel does
+// not take it: the caller then runs the norm and the epilogue apart).
+bool launch_norm(Context& ctx, const Kernel& k, const Arg& out, bool fuse_epilogue) {
   const auto& p = std::get<NormParams>(k.node.params);
   const bool rms = k.node.op == OpId::RmsNorm;
   const Arg x = arg_of(k.inputs[0]), w = arg_of(k.inputs[1]);
@@ -706,17 +787,38 @@ void norm_op(Context& ctx, const Kernel& k, const Arg& out) {
   const auto affine_bytes = [&](const RowPlan& r) {
     return 2 * 32 * r.warps * r.vec * r.items * static_cast<int64_t>(dtype_size(x.dtype));
   };
-  if (plan && np.rows > 0 && affine_bytes(*plan) <= 40 * 1024) {
-    // The row in registers: x read once with vector loads (a grid-stride loop over rows).
-    const int64_t groups = 8 / plan->warps;
-    const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 8 * int64_t{ctx.props().multiprocessors});
-    ctx.launch(ctx.function(plan->defines() + rows_source(x.dtype), "layer_norm_rows_fused"),
-               static_cast<unsigned>(blocks), 1, 1, kBlock, 0, args);
-    return;
+  const bool fused = plan && np.rows > 0 && affine_bytes(*plan) <= 40 * 1024;
+  std::string src;
+  if (fuse_epilogue) {
+    // The epilogue reads its inputs at (batch item, row, column) of the output seen as
+    // [batch..., e_rows, inner]: the norm must run over the last dim alone, into a
+    // contiguous output, with every input of the output's shape; its value is a float.
+    auto half_or_f32 = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+    const Shape& shape = k.node.shape;
+    bool takes = fused && half_or_f32(k.node.dtype) && half_or_f32(out.dtype) && shape.size() >= 2 &&
+                 shape.back() == p.inner && out.shape == shape && out.strides == contiguous_strides(shape) &&
+                 k.epilogue_inputs.size() <= kMaxEpilogueInputs;
+    for (const KernelArg& a : k.epilogue_inputs) takes = takes && a.shape == shape;
+    if (!takes) return false;
+    std::vector<DType> types;
+    for (const KernelArg& a : k.epilogue_inputs) types.push_back(a.dtype);
+    src = norm_epilogue_source(*plan, x.dtype, out.dtype, epilogue_code(*k.epilogue, k.node.dtype, types, out.dtype));
+    args.add(epilogue_params(k)).add(shape[shape.size() - 2]);
+  } else if (fused) {
+    src = plan->defines() + rows_source(x.dtype);
+  } else {
+    ctx.launch(ctx.function(rows_source(x.dtype), "layer_norm_rows"), blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock,
+               0, args);
+    return true;
   }
-  CUfunction f = ctx.function(rows_source(x.dtype), "layer_norm_rows");
-  ctx.launch(f, blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock, 0, args);
+  // The row in registers: x read once with vector loads (a grid-stride loop over rows).
+  const int64_t groups = 8 / plan->warps;
+  const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1, 8 * int64_t{ctx.props().multiprocessors});
+  ctx.launch(ctx.function(src, "layer_norm_rows_fused"), static_cast<unsigned>(blocks), 1, 1, kBlock, 0, args);
+  return true;
 }
+
+void norm_op(Context& ctx, const Kernel& k, const Arg& out) { launch_norm(ctx, k, out, false); }
 
 void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const auto& p = std::get<NormParams>(k.node.params);
@@ -724,6 +826,9 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   NormLaunchParams np{x.view(), w.view(), {}, g.view(), numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
                       out.offset, p.eps};
   const size_t acc_bytes = x.dtype == DType::F64 ? 8 : 4;
+  // A 16-bit gradient of an f32 norm (read as it is: CudaDevice::widens_input) is widened as it loads.
+  const std::string rows_src =
+      g.dtype == x.dtype ? rows_source(x.dtype) : rows_source(x.dtype, {{"TG", std::string(storage(g.dtype))}});
   const std::optional<RowPlan> plan =
       old_path("ALK_CUDA_LN_BACKWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &g, &out});
   if (plan && np.rows > 0 && np.inner > 0) {
@@ -734,7 +839,7 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     const int64_t groups = 8 / plan->warps;
     const int64_t blocks = std::clamp<int64_t>((np.rows + groups - 1) / groups, 1,
                                                plan->min_blocks * int64_t{ctx.props().multiprocessors});
-    const std::string src = plan->defines() + rows_source(x.dtype);
+    const std::string src = plan->defines() + rows_src;
     const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(blocks * 2 * np.inner) * acc_bytes);
     Args a1;
     a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(partial).add(np);
@@ -745,7 +850,7 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
                1, kBlock, 0, a2);
     return;
   }
-  const std::string src = rows_source(x.dtype);
+  const std::string& src = rows_src;
   const CUdeviceptr stats = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, np.rows)) * 2 * acc_bytes);
   Args a1;
   a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(stats).add(np);
@@ -1153,76 +1258,6 @@ const char* tc_entry(TcShape shape) {
   return shape.persistent ? "matmul_wgmma_tma_persistent" : shape.tma ? "matmul_wgmma_tma" : shape.wgmma ? "matmul_wgmma" : "matmul_tc";
 }
 
-// A matmul's epilogue fused into the tensor-core kernel's store: the expression over the
-// product (rounded to the node's dtype first, as the separate pass would read it back) and
-// up to four more tensors, each read through its batch view and its row/column strides.
-constexpr size_t kMaxEpilogueInputs = 4;
-struct EpiLaunch {
-  uint64_t ptr[kMaxEpilogueInputs] = {};
-  KView batch[kMaxEpilogueInputs];
-  int64_t rs[kMaxEpilogueInputs] = {}, cs[kMaxEpilogueInputs] = {};
-};
-
-// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes.
-std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out) {
-  expr::MapSignature sig{"epilogue", {}, out};
-  sig.inputs.push_back(node);
-  for (DType t : inputs) sig.inputs.push_back(t);
-  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; };\n";
-  s += expr::emit_function(epilogue, sig, expr::Target::Cuda) + "\n";
-  // Each input's first element of batch item z, computed once per item (divisions).
-  s += "__device__ __forceinline__ void epilogue_bases(i64 z, const EpiParams& e, i64 base[4]) {\n";
-  for (size_t i = 0; i < inputs.size(); ++i)
-    s += "  base[" + std::to_string(i) + "] = lead_offset(e.batch[" + std::to_string(i) + "], z);\n";
-  s += "}\n";
-  // The inputs at (gm, gn) are loaded apart from the arithmetic (epilogue_load, then
-  // epilogue_apply), so a kernel can issue many loads before it needs the first value.
-  std::string fields, load = "  EpiIn in;\n";
-  std::string call = "epilogue(x0";
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const DType t = inputs[i];
-    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1);
-    fields += std::string(" ") + compute_ctype(t) + " " + x + ";";
-    load += "  in." + x + " = " +
-            load_as_compute(t, "((const " + storage(t) + "*)e.ptr[" + n + "])[base[" + n + "] + gm * e.rs[" + n +
-                                   "] + gn * e.cs[" + n + "]]") +
-            ";\n";
-    call += ", in." + x;
-  }
-  s += "struct EpiIn {" + fields + " };\n";
-  // The inputs of W consecutive columns of one row (`count` of them in range): each input's
-  // row address computed once, then stepped by its column stride.
-  std::string load4 =
-      "template <int W>\n__device__ __forceinline__ void epilogue_load_row(const i64 base[4], i64 gm, i64 gn0, int count, "
-      "const EpiParams& e, EpiIn (&in)[W]) {\n";
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1), st = storage(inputs[i]);
-    load4 += "  {\n    const " + st + "* row = (const " + st + "*)e.ptr[" + n + "] + (base[" + n + "] + gm * e.rs[" + n +
-             "] + gn0 * e.cs[" + n + "]);\n    const i64 cs = e.cs[" + n + "];\n#pragma unroll\n" +
-             "    for (int c = 0; c < W; ++c)\n      if (c < count) in[c]." + x + " = " + load_as_compute(inputs[i], "row[c * cs]") +
-             ";\n  }\n";
-  }
-  s += load4 + "}\n";
-  s += "__device__ __forceinline__ EpiIn epilogue_load(const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n" +
-       load + "  return in;\n}\n";
-  s += "__device__ __forceinline__ float epilogue_apply(float acc, const EpiIn& in) {\n";
-  s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
-  s += "  return (float)" + call + ");\n}\n";
-  s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
-  return s + "  return epilogue_apply(acc, epilogue_load(base, gm, gn, e));\n}\n";
-}
-
-EpiLaunch epilogue_params(const Kernel& k) {
-  EpiLaunch e;
-  for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
-    const Arg a = arg_of(k.epilogue_inputs[i]);
-    const size_t r = a.shape.size();
-    e.ptr[i] = a.ptr;
-    e.batch[i] = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
-    e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
-  }
-  return e;
-}
 // The ring's bytes. mma.sync: BM = 128, BN = 32 WN, BK = 32, rows padded by 8 elements;
 // wgmma: BM = 128, BK = 64, unpadded (swizzled) rows, plus 1 KiB to align the ring.
 int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
@@ -1856,6 +1891,12 @@ class CudaDevice final : public Device {
   }
 
   bool supports(const Kernel& k) const override { return unsupported_reason(k).empty(); }
+  // A norm applies its epilogue in its store (launch_norm: under autocast it writes the
+  // next product's bf16 operand itself); its backward widens a 16-bit gradient as it loads.
+  bool fuses_epilogue(OpId core) const override {
+    return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
+  }
+  bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (std::string why = unsupported_reason(k); !why.empty())
@@ -2036,6 +2077,7 @@ class CudaDevice final : public Device {
       return launch_map(c, *k.expr, in, out);
     }
     if (k.op == OpId::Matmul && k.epilogue && matmul_with_epilogue(c, k, out)) return;
+    if ((k.op == OpId::LayerNorm || k.op == OpId::RmsNorm) && k.epilogue && launch_norm(c, k, out, true)) return;
     Arg value = out;
     if (k.epilogue) {
       value.dtype = k.node.dtype;
@@ -2087,6 +2129,21 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("rows " + name + " norms, vectors", RowPlan{vec, 1, per_lane / vec, 2}.defines() + rows_source(t));
       out.emplace_back("rows " + name + " norms, scalar 8 warps",
                        RowPlan{1, 8, per_lane * 4 / 3, 1}.defines() + rows_source(t));
+      if (t == DType::F32) {
+        // Under autocast: the forward storing bf16 through an epilogue (a cast and a residual),
+        // the backward reading a bf16 gradient.
+        const std::vector<std::string> names = {"a", "b"};
+        const std::vector<expr::Type> types = {expr::Type::F32, expr::Type::F32};
+        const expr::Expr residual = expr::parse("a * 0.5 + b", names, types, expr::Type::F32);
+        for (const RowPlan& plan : {RowPlan{vec, 1, per_lane / vec, 2}, RowPlan{1, 8, per_lane * 4 / 3, 1}}) {
+          const std::string shape = plan.vec > 1 ? "vectors" : "scalar 8 warps";
+          out.emplace_back("rows f32 norms -> bf16 epilogue, " + shape,
+                           norm_epilogue_source(plan, t, DType::BF16,
+                                                epilogue_code(residual, t, {DType::BF16}, DType::BF16)));
+          out.emplace_back("rows f32 norms, bf16 gradient, " + shape,
+                           plan.defines() + rows_source(t, {{"TG", storage(DType::BF16)}}));
+        }
+      }
       out.emplace_back("matmul " + name, matmul_source(t, t, t));
       out.emplace_back("attention " + name + " D=64", attention_source(t, 64));
       out.emplace_back("attention (tiled) " + name + " D=64", attention_source(t, 64, true));

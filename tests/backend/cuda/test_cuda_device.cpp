@@ -229,6 +229,34 @@ TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
   expect_close(grad, ref_grad, 5e-2, 5e-2);
 }
 
+// Under autocast a layer norm's f32 output is read only by its bf16 cast (the next
+// product's operand): the norm kernel writes the bf16 value itself (its epilogue, here with
+// a residual read through a transposed view too), and its backward reads the bf16 gradient
+// as it is (Device::widens_input). Rows of 768 (16-byte vectors) and of 100 (scalar loads).
+TEST(CudaDevice, LayerNormWritesAndReadsSixteenBitTensorsItself) {
+  ALK_CUDA_OR_SKIP(dev);
+  for (const Shape& shape : {Shape{4, 33, 768}, Shape{5, 7, 100}}) {
+    const int64_t C = shape.back();
+    const Tensor x0 = randn(shape), w0 = randn({C}), b0 = randn({C}), r0 = randn({shape[0], C, shape[1]});
+    const Tensor seed = randn(shape);
+    auto run = [&](Device& d, std::vector<Tensor>& grads) {
+      Tensor x = x0.to(d).detach().requires_grad_(), w = w0.to(d).detach().requires_grad_();
+      Tensor b = b0.to(d).detach().requires_grad_();
+      Tensor y16 = layer_norm(x, {C}, w, b, 1e-5).to(DType::BF16);
+      Tensor mixed = (layer_norm(x, {C}, w, b, 1e-5) * 0.5 + r0.to(d).transpose(1, 2)).to(DType::F16);
+      realize({y16, mixed});
+      sum(y16.to(DType::F32) * seed.to(d)).backward();
+      grads = {x.grad(), w.grad(), b.grad()};
+      return std::vector<Tensor>{y16, mixed};
+    };
+    std::vector<Tensor> ref_grads, grads;
+    const std::vector<Tensor> ref = run(cpu_device(), ref_grads), out = run(*dev, grads);
+    expect_close(out[0], ref[0], 1e-2, 1e-2);  // bf16: values may round to neighbours
+    expect_close(out[1], ref[1], 2e-3, 2e-3);
+    for (size_t i = 0; i < grads.size(); ++i) expect_close(grads[i], ref_grads[i], 1e-4, 1e-3);
+  }
+}
+
 TEST(CudaDevice, BadIndicesRaiseTheCpusErrorAtTheNextRead) {
   ALK_CUDA_OR_SKIP(dev);
   Tensor x = randn({4, 3}).to(*dev);

@@ -2,7 +2,10 @@
 // view), and the norms (a row is `inner` trailing elements).
 // Defines: T (the tensor's storage type), ACC (the type arithmetic runs in: float for
 // f16/bf16/f32, double for f64, i64 for integers), FLOATING (1 for float dtypes: softmax
-// and the norms exist only then), and for argreduce IS_MAX.
+// and the norms exist only then), and for argreduce IS_MAX. The layer-norm backward reads
+// the output gradient as TG (default T: a bf16 gradient of an f32 norm is widened as it
+// loads), and the row-in-registers forward may end in an EPILOGUE (epilogue_at, from the
+// host's epilogue_code) storing TO (default T).
 //
 // Axis rows: `outer` is the view with the axis removed (shape and strides of the other
 // dims), so row r starts at at(outer, r) and steps `stride` along the axis; the output is
@@ -10,6 +13,15 @@
 
 #ifndef IS_MAX
 #define IS_MAX 1
+#endif
+#ifndef TG
+#define TG T
+#endif
+#ifndef TO
+#define TO T
+#endif
+#ifndef EPILOGUE
+#define EPILOGUE 0
 #endif
 
 struct AxisRows {
@@ -126,7 +138,7 @@ extern "C" __global__ void layer_norm_rows(const T* __restrict__ x, const T* __r
 // row's mean and 1/std into stats[2 r], stats[2 r + 1] for pass 2.
 //   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
 extern "C" __global__ void layer_norm_backward_rows(const T* __restrict__ x, const T* __restrict__ w,
-                                                    const T* __restrict__ g, T* __restrict__ out,
+                                                    const TG* __restrict__ g, T* __restrict__ out,
                                                     ACC* __restrict__ stats, const NormParams p) {
   const int lane = threadIdx.x & 31;
   const i64 warps = (i64)gridDim.x * (blockDim.x / 32);
@@ -161,7 +173,7 @@ extern "C" __global__ void layer_norm_backward_rows(const T* __restrict__ x, con
 
 // Pass 2: column sums of g xhat (dweight) and g (dbias) over a chunk of rows each
 // (blockIdx.y = chunk), into partial[chunk][2][inner].
-extern "C" __global__ void layer_norm_backward_columns(const T* __restrict__ x, const T* __restrict__ g,
+extern "C" __global__ void layer_norm_backward_columns(const T* __restrict__ x, const TG* __restrict__ g,
                                                        const ACC* __restrict__ stats, ACC* __restrict__ partial,
                                                        const NormParams p, i64 rows_per_chunk) {
   const i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -203,27 +215,31 @@ extern "C" __global__ void layer_norm_backward_finish(const ACC* __restrict__ pa
 #define ROW_GROUPS (256 / ROW_GROUP)
 #define ROW_SPAN (ROW_GROUP * ROW_VEC * ROW_ITEMS)  // columns a group covers (>= inner)
 
-struct __align__(ROW_VEC * sizeof(T)) RowVec {
-  T v[ROW_VEC];
+template <class E>
+struct __align__(ROW_VEC * sizeof(E)) RowVecOf {
+  E v[ROW_VEC];
 };
+using RowVec = RowVecOf<T>;
 
 // Vector k of this lane: columns row_column(k) .. + ROW_VEC - 1, all present or all absent
 // (the host picks ROW_VEC > 1 only when it divides inner).
 __device__ __forceinline__ i64 row_column(int lane, int k) { return (i64)(lane + k * ROW_GROUP) * ROW_VEC; }
 
-__device__ __forceinline__ RowVec load_row(const T* __restrict__ base, const View& v, i64 i) {
-  RowVec r;
+template <class E>
+__device__ __forceinline__ RowVecOf<E> load_row(const E* __restrict__ base, const View& v, i64 i) {
+  RowVecOf<E> r;
 #if ROW_VEC > 1
-  r = *reinterpret_cast<const RowVec*>(base + v.offset + i);  // contiguous and aligned (host)
+  r = *reinterpret_cast<const RowVecOf<E>*>(base + v.offset + i);  // contiguous and aligned (host)
 #else
   r.v[0] = base[at(v, i)];
 #endif
   return r;
 }
 
-__device__ __forceinline__ void zero_row(RowVec& r) {
+template <class E>
+__device__ __forceinline__ void zero_row(RowVecOf<E>& r) {
 #pragma unroll
-  for (int e = 0; e < ROW_VEC; ++e) r.v[e] = cvt<T>((ACC)0);
+  for (int e = 0; e < ROW_VEC; ++e) r.v[e] = cvt<E>((ACC)0);
 }
 
 // The sum over the row's group; every lane gets the same value (a fixed order: the xor
@@ -243,9 +259,15 @@ __device__ __forceinline__ ACC group_sum(ACC v, ACC* red) {
 }
 
 // Layer norm / RMS norm forward: x read once (kept in registers), out written once.
+// With EPILOGUE, row r is row r % e_rows of batch item r / e_rows of the epilogue's
+// inputs (EpiParams: the output's shape as [batch..., e_rows, inner]).
 extern "C" __global__ void __launch_bounds__(256) layer_norm_rows_fused(const T* __restrict__ x, const T* __restrict__ w,
-                                                                        const T* __restrict__ b, T* __restrict__ out,
-                                                                        const NormParams p, int rms) {
+                                                                        const T* __restrict__ b, TO* __restrict__ out,
+                                                                        const NormParams p, int rms
+#if EPILOGUE
+                                                                        , const EpiParams ep, i64 e_rows
+#endif
+) {
   __shared__ ACC red[8];
   // The affine parameters, read once per block (as T; the host keeps the two within 40 KB).
   __shared__ T wsh[ROW_SPAN], bsh[ROW_SPAN];
@@ -285,17 +307,27 @@ extern "C" __global__ void __launch_bounds__(256) layer_norm_rows_fused(const T*
         }
     const ACC rstd = (ACC)1 / sqrt(group_sum(q, red) / n + (ACC)p.eps);
     if (!valid) continue;  // (after the last group_sum: every thread reaches each barrier)
+#if EPILOGUE
+    i64 ebase[4];
+    epilogue_bases(r / e_rows, ep, ebase);
+    const i64 erow = r % e_rows;
+#endif
 #pragma unroll
     for (int k = 0; k < ROW_ITEMS; ++k) {
       const i64 j0 = row_column(lane, k);
       if (j0 >= p.inner) continue;
-      RowVec o;
+      RowVecOf<TO> o;
 #pragma unroll
       for (int e = 0; e < ROW_VEC; ++e) {
-        o.v[e] = cvt<T>((cvt<ACC>(xv[k].v[e]) - mean) * rstd * cvt<ACC>(wsh[j0 + e]) + cvt<ACC>(bsh[j0 + e]));
+        const ACC y = (cvt<ACC>(xv[k].v[e]) - mean) * rstd * cvt<ACC>(wsh[j0 + e]) + cvt<ACC>(bsh[j0 + e]);
+#if EPILOGUE
+        o.v[e] = cvt<TO>(epilogue_at((float)y, ebase, erow, j0 + e, ep));
+#else
+        o.v[e] = cvt<TO>(y);
+#endif
       }
 #if ROW_VEC > 1
-      *reinterpret_cast<RowVec*>(out + p.out_offset + first + j0) = o;
+      *reinterpret_cast<RowVecOf<TO>*>(out + p.out_offset + first + j0) = o;
 #else
       out[p.out_offset + first + j0] = o.v[0];
 #endif
@@ -333,7 +365,7 @@ __device__ __forceinline__ void add_columns(ACC* column, const ACC (&acc)[ROW_IT
 // sums go to partial[block][2][inner] (dweight, dbias), summed by the finish kernel below.
 //   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
 extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
-    layer_norm_backward_fused(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ g,
+    layer_norm_backward_fused(const T* __restrict__ x, const T* __restrict__ w, const TG* __restrict__ g,
                               T* __restrict__ out, ACC* __restrict__ partial, const NormParams p) {
   __shared__ ACC red[8];
   __shared__ __align__(16) ACC wsh[ROW_SPAN];  // the weight (registers are short: the row and the sums)
@@ -349,7 +381,8 @@ extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
   for (i64 rb = (i64)blockIdx.x * ROW_GROUPS; rb < p.rows; rb += (i64)gridDim.x * ROW_GROUPS) {
     const i64 r = rb + group, first = r * p.inner;
     const bool valid = r < p.rows;
-    RowVec xv[ROW_ITEMS], gv[ROW_ITEMS];
+    RowVec xv[ROW_ITEMS];
+    RowVecOf<TG> gv[ROW_ITEMS];
 #pragma unroll
     for (int k = 0; k < ROW_ITEMS; ++k) {
       if (valid && row_column(lane, k) < p.inner) {
