@@ -27,7 +27,7 @@ OUT=${OUT:-/tmp/alk-out}
 mkdir -p "$OUT"
 export ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0
 # The kernel cache goes back with the results, however the run ends.
-trap 'tar czf "$OUT/cuda-cache.tgz" -C /tmp/alk-cache . 2>/dev/null' EXIT
+trap 'tar cf - -C /tmp/alk-cache . 2>/dev/null | xz -T0 -6 > "$OUT/cuda-cache.tgz"' EXIT  # xz: it stays under the 16 MiB a returned file may have
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 ./$BIN/alk devices
 if [[ $what == tests || $what == all ]]; then

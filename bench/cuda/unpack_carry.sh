@@ -13,5 +13,5 @@ for f in .devcarry/lib/*.gz; do [[ -e $f ]] && gunzip -c "$f" > "lib/$(basename 
 # (DeviceParity.ElementwiseTable 107 s, SoftmaxAndNorms 125 s). Entries are checked against
 # their full source, so a stale cache only misses.
 mkdir -p /tmp/alk-cache
-[[ -e .devcarry/cuda-cache.tgz ]] && tar xzf .devcarry/cuda-cache.tgz -C /tmp/alk-cache
+[[ -e .devcarry/cuda-cache.tgz ]] && tar xf .devcarry/cuda-cache.tgz -C /tmp/alk-cache  # gzip or xz
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/lib ALK_MNIST_DIR=/tmp/data ALK_CACHE_DIR=/tmp/alk-cache NCCL_NVLS_ENABLE=0

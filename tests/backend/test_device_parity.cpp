@@ -757,7 +757,21 @@ TEST(DeviceParity, FusedCrossEntropy) {
   std::mt19937 rng(12);
   using V = std::vector<Tensor>;
   const Tensor targets = tensor(std::vector<int64_t>{3, -100, 0, 39, 7, 12}, {6});
+  // Long rows (many vectors a thread) with masked entries: every 7th logit -inf, and row 5
+  // -inf but for its target (its loss 0).
+  std::vector<double> masked = testing::sample(Domain::Any, 6 * 3000, rng);
+  for (size_t i = 0; i < masked.size(); ++i) {
+    masked[i] *= 8.0;
+    if (i % 7 == 3 || (i / 3000 == 5 && i % 3000 != 12)) masked[i] = -INFINITY;
+  }
+  const Tensor masked_logits = tensor(masked, {6, 3000});
   std::vector<Case> cases = {
+      {"rows of 3000 classes with -inf entries (masked logits), one row all -inf but its target",
+       {masked_logits, targets},
+       {true},
+       [](const V& v) { return cross_entropy_rows(v[0], v[1], -100, Loc::current()); },
+       kFloatDTypes,
+       true},
       {"rows of 40 classes (16-byte vectors), one ignored",
        {randt({6, 40}, rng), targets},
        {true},

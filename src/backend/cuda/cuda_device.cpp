@@ -1188,11 +1188,13 @@ struct TcShape {
   int wait_depth = 1, min_blocks = 1;  // wgmma: groups in flight per K step, blocks per SM
   bool tma = false;                    // wgmma fed by the bulk tensor copies (matmul_wgmma_tma)
   bool persistent = false;             // tma: one block per SM looping over tiles (16-bit results, no split-K)
+  bool pingpong = false;               // persistent: each consumer warpgroup owns whole tiles, in turn
   int bn() const { return 32 * wn; }
 };
 constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
                   kWgmmaTmaPair{4, 3, true, 1, 2, true},  // 128 x 128 tiles, two blocks per SM
-                  kWgmmaTmaPersistent{8, 3, true, 1, 1, true, true};
+                  kWgmmaTmaPersistent{8, 3, true, 1, 1, true, true},
+                  kWgmmaTmaPingpong{4, 4, true, 1, 1, true, true, true};  // 128 x 128 tiles, one per warpgroup
 TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
   const char* force = std::getenv("ALK_CUDA_GEMM");
   const std::string_view f = force ? force : "";
@@ -1203,12 +1205,14 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
     if (f == "wgmmatma") return kWgmmaTma;
     if (f == "wgmmatma128") return kWgmmaTmaPair;
     if (f == "wgmmatmap") return kWgmmaTmaPersistent;
+    if (f == "wgmmatmapp") return kWgmmaTmaPingpong;
     if (N <= 128) return kWgmmaNarrow;
     // Short K (GPT-2's K = 768 products: 12 steps of 64 per tile): a tile's pipeline fill and
     // epilogue are a large share of its time. Two 128 x 128 blocks per SM overlap one's
     // epilogue with the other's main loop (in the GPT-2 step: the fc products 309 -> 248 us);
     // very wide N (the LM head) does better persistent (its ring keeps streaming across
     // tiles: 2.77 -> 2.38 ms). Long K keeps the 128 x 256 per-tile kernel. (bench/cuda/NOTES.md, v19.)
+    // (The ping-pong kernel, ALK_CUDA_GEMM=wgmmatmapp, measured slower in the step: NOTES.md.)
     if (K <= 1024) return N > 4096 ? kWgmmaTmaPersistent : kWgmmaTmaPair;
     return kWgmmaTma;
   }
@@ -1248,6 +1252,7 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"MIN_BLOCKS", std::to_string(shape.min_blocks)},
                                      {"TMA", shape.tma ? "1" : "0"},
                                      {"PERSIST", shape.persistent ? "1" : "0"},
+                                     {"PINGPONG", shape.pingpong ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
@@ -1303,8 +1308,9 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const
   if (epilogue) args.add(epilogue_params(*epilogue));
   if (shape.persistent) {
     // The ring, its barriers (in a 1 KiB slot, so the staging tile after them stays aligned)
-    // and the staging tile of 16-bit results.
-    const int shared = matmul_tc_shared_bytes(la, lb, shape) + 1024 + 128 * (static_cast<int>(bn) + 8) * 2;
+    // and the staging tile of 16-bit results (one per warpgroup in ping-pong).
+    const int shared = matmul_tc_shared_bytes(la, lb, shape) + 1024 +
+                       (shape.pingpong ? 2 : 1) * 128 * (static_cast<int>(bn) + 8) * 2;
     const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
     ctx.launch(ctx.function(src, tc_entry(shape), shared),
                static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.props().multiprocessors))), 1, 1, 384,
@@ -1425,14 +1431,15 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   if (shape.tma && !tma_fits(mp, shape, splits)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
-  if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = kWgmmaTma;
+  if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   return TcPlan{kind, la, lb, shape, splits};
 }
 
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
 void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, TcPlan plan,
                const Kernel* epilogue) {
-  if (plan.shape.persistent && dtype_size(out.dtype) != 2) plan.shape = kWgmmaTma;  // it stages 16-bit results
+  if (plan.shape.persistent && dtype_size(out.dtype) != 2)  // it stages 16-bit results
+    plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   std::string epi;
   if (epilogue) {
     std::vector<DType> types;
@@ -2203,6 +2210,8 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPair));
       out.emplace_back("matmul_wgmma_tma persistent, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPersistent));
+      out.emplace_back("matmul_wgmma_tma ping-pong, layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPingpong));
     }
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
@@ -2231,6 +2240,10 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                      matmul_tc_source(DType::F16, DType::F16, "f16", 0, 0, kWgmmaTmaPersistent,
                                       epilogue_code(sum4, DType::F16, {DType::F32, DType::BF16, DType::F32, DType::F16},
                                                     DType::F16)));
+    out.emplace_back("matmul_wgmma_tma ping-pong + 4-input epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPingpong,
+                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::BF16)));
     out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPair,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));

@@ -141,6 +141,34 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
 }
 
+// Products with a short K and a 16-bit result, on the kernel chosen for them (128 x 128
+// tiles, two blocks per SM) and forced onto the persistent ping-pong kernel (each consumer
+// warpgroup owns whole tiles in turn): more tiles than the SMs hold twice, edges in M, N and
+// K, every operand layout, and epilogues in bf16 (a bias and tanh-GELU; a bias and a residual).
+TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
+  ALK_CUDA_OR_SKIP(dev);
+  const Tensor a = cast(randn({4000, 200}), DType::BF16), b = cast(randn({200, 1000}), DType::BF16);
+  const Tensor bias = randn({1000}), res = cast(randn({4000, 1000}), DType::BF16);
+  const Tensor at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
+  const Tensor ad = a.to(*dev), bd = b.to(*dev), atd = at.to(*dev), btd = bt.to(*dev), biasd = bias.to(*dev);
+  const Tensor resd = res.to(*dev);
+  for (const char* gemm : {"", "wgmmatmapp"}) {
+    SCOPED_TRACE(gemm);
+    if (*gemm) setenv("ALK_CUDA_GEMM", gemm, 1);
+    expect_close(matmul(ad, bd), matmul(a, b), 2e-2, 5e-2);
+    expect_close(matmul(atd.transpose(0, 1), bd), matmul(a, b), 2e-2, 5e-2);
+    expect_close(matmul(ad, btd.transpose(0, 1)), matmul(a, b), 2e-2, 5e-2);
+    expect_close(matmul(atd.transpose(0, 1), btd.transpose(0, 1)), matmul(a, b), 2e-2, 5e-2);
+    auto fc = [](const Tensor& x, const Tensor& w, const Tensor& c) { return cast(gelu_tanh(matmul(x, w) + c), DType::BF16); };
+    expect_close(fc(ad, bd, biasd), fc(a, b, bias), 2e-2, 5e-2);
+    auto block = [](const Tensor& x, const Tensor& w, const Tensor& c, const Tensor& r) {
+      return cast(matmul(x, w) + c, DType::BF16) + r;
+    };
+    expect_close(block(ad, bd, biasd, resd), block(a, b, bias, res), 2e-2, 1e-1);
+    unsetenv("ALK_CUDA_GEMM");
+  }
+}
+
 // Under autocast attention multiplies on the tensor cores in bf16 (kernels/attention_mma.cu):
 // output and q/k/v gradients against the CPU in f32 within bf16's rounding, for causal and
 // full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.

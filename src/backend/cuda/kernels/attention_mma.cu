@@ -144,14 +144,6 @@ __device__ __forceinline__ void cp_async4(unsigned smem, const void* gmem, bool 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 4 : 0));
 }
 
-// 2^x in one MUFU.EX2 (results below 2^-126 flush to zero: probabilities that small add
-// nothing in f32 anyway; exp2f without fast math adds a range fix-up of three instructions).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Two adjacent f32 added into global memory by one instruction (sm_90's vector reduction).
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");

@@ -324,7 +324,30 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
 // registers, write the 16-bit results to a staging tile of their own (rows BN + 8 elements
 // apart: the 8 rows a warp writes from its fragments fall in distinct banks), then store it
 // as 16-byte row vectors.
+//
+// PINGPONG: each consumer warpgroup owns whole tiles (the block's even tiles go to the
+// first, its odd ones to the second; both 64-row halves, 2 x BN / 2 accumulators a thread),
+// so while one applies the epilogue of its tile and stores it, the other's products keep the
+// tensor cores busy (CUTLASS's "ping-pong" schedule). Without it both warpgroups share each
+// tile (a 64-row slab each) and the tensor cores wait while they store. Each ring slot is
+// then released by the one warpgroup that read it, and the two warpgroups' main loops take
+// turns (named barriers 4 + w: "warpgroup w has issued its tile's last products"): besides
+// keeping one warpgroup's epilogue under the other's products, the turns keep the ring's
+// waits unambiguous, since a parity wait on a slot tells its phase apart only from the one
+// before (a warpgroup may not wait for a step whose slot is two fills behind).
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
 #define OUT_LD (BN + 8)
+#if PINGPONG
+#define SLABS 2          // 64-row halves a warpgroup computes per tile
+#define TILE_TEAM 128    // threads storing a tile
+#define SLOT_READERS 1   // warpgroups releasing each ring slot
+#else
+#define SLABS 1
+#define TILE_TEAM 256
+#define SLOT_READERS 2
+#endif
 extern "C" __global__ void __launch_bounds__(384, 1)
     matmul_wgmma_tma_persistent(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
                                 TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
@@ -335,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), 2);
+      mbar_init(bars + 8 * (STAGES + s), SLOT_READERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -365,67 +388,100 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int ct = threadIdx.x - 128, cw = ct / 128;  // thread among the consumers, its warpgroup
   const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
+#if PINGPONG
+  const int team_t = ct % 128;  // thread within the warpgroup, which stores its own tiles
+  TO* my_staging = staging + cw * BM * OUT_LD;
+  // The block's tiles j = cw, cw + 2, ...: K steps of the other warpgroup's tiles are skipped.
+  const int first = cw, step = 2;
+#else
+  const int team_t = ct;
+  TO* my_staging = staging;
+  const int first = 0, step = 1;
+#endif
   EPI_BASES(0);
-  int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  int it = first * ktiles;
+  for (int tile = blockIdx.x + first * gridDim.x; tile < tiles; tile += step * gridDim.x, it += (step - 1) * ktiles) {
     int mt, nt;
-        tile_coords(tile, tiles_m, tiles_n, mt, nt);
-        const int m0 = mt * BM, n0 = nt * BN;
-    float acc[BN / 2];
+    tile_coords(tile, tiles_m, tiles_n, mt, nt);
+    const int m0 = mt * BM, n0 = nt * BN;
+    float acc[SLABS][BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (int h = 0; h < SLABS; ++h)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.0f;
+#if PINGPONG
+    // The other warpgroup's turn at the block's previous tile must be over (none before tile 0).
+    if (tile != (int)blockIdx.x) asm volatile("bar.sync %0, 256;\n" ::"r"(4 + (cw ^ 1)) : "memory");
+#endif
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
       mbar_wait(bars + 8 * s, (it / STAGES) & 1);
       const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
+      for (int ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+        for (int h = 0; h < SLABS; ++h) wgmma_tile(acc[h], a_desc(as, PINGPONG ? h : cw, ks), b_desc(bs, ks));
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       // The previous step's group has retired: its slot may be refilled.
       if (kt > 0 && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
     }
+#if PINGPONG
+    // Every product of this tile is issued: the other warpgroup's turn (if the block has a next tile).
+    if (tile + (int)gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 + cw) : "memory");
+#endif
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-    // Every consumer has stored the previous tile out of the staging tile.
+    // Every thread of the team has stored the previous tile out of the staging tile.
+#if PINGPONG
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#else
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    // Accumulator 4 j + 2 h (+1): row 16 wr + g + 8 h, columns 8 j + 2 t (+1) of the slab.
-    const int r_base = cw * 64 + wr * 16 + g;
-#pragma unroll
-    for (int j0 = 0; j0 < BN / 8; j0 += 4) {
-#if EPILOGUE
-      EpiIn in[4][2][2] = {};
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const i64 gm = m0 + r_base + 8 * h, gn = n0 + 8 * (j0 + j) + 2 * t;
-          if (gm < p.M && gn < p.N) epilogue_load_row<2>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][h]);
-        }
 #endif
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < SLABS; ++h) {
+      // Accumulator 4 j + 2 q (+1): row 16 wr + g + 8 q, columns 8 j + 2 t (+1) of the slab.
+      const int r_base = (PINGPONG ? h : cw) * 64 + wr * 16 + g;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float x0 = acc[4 * (j0 + j) + 2 * h], x1 = acc[4 * (j0 + j) + 2 * h + 1];
+      for (int j0 = 0; j0 < BN / 8; j0 += 4) {
 #if EPILOGUE
-          x0 = epilogue_apply(x0, in[j][h][0]);
-          x1 = epilogue_apply(x1, in[j][h][1]);
+        EpiIn in[4][2][2] = {};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const i64 gm = m0 + r_base + 8 * q, gn = n0 + 8 * (j0 + j) + 2 * t;
+            if (gm < p.M && gn < p.N) epilogue_load_row<2>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][q]);
+          }
 #endif
-          store_pair(staging + (r_base + 8 * h) * OUT_LD + 8 * (j0 + j) + 2 * t, x0, x1);
-        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            float x0 = acc[h][4 * (j0 + j) + 2 * q], x1 = acc[h][4 * (j0 + j) + 2 * q + 1];
+#if EPILOGUE
+            x0 = epilogue_apply(x0, in[j][q][0]);
+            x1 = epilogue_apply(x1, in[j][q][1]);
+#endif
+            store_pair(my_staging + (r_base + 8 * q) * OUT_LD + 8 * (j0 + j) + 2 * t, x0, x1);
+          }
+      }
     }
+#if PINGPONG
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#else
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    // 16-byte row vectors: BN / 8 threads per row, 256 / (BN / 8) rows per pass.
-    constexpr int kPerRow = BN / 8, kRows = 256 / kPerRow;
-    const int c0 = (ct % kPerRow) * 8;
+#endif
+    // 16-byte row vectors: BN / 8 threads per row, TILE_TEAM / (BN / 8) rows per pass.
+    constexpr int kPerRow = BN / 8, kRows = TILE_TEAM / kPerRow;
+    const int c0 = (team_t % kPerRow) * 8;
     const i64 gn0 = n0 + c0;
 #pragma unroll 4
-    for (int r = ct / kPerRow; r < BM; r += kRows) {
+    for (int r = team_t / kPerRow; r < BM; r += kRows) {
       const i64 gm = m0 + r;
       if (gm >= p.M || gn0 >= p.N) continue;
-      const TO* v = staging + r * OUT_LD + c0;
+      const TO* v = my_staging + r * OUT_LD + c0;
       const i64 at = p.out_offset + gm * p.N + gn0;
       if (gn0 + 7 < p.N && (at & 7) == 0) {
         *(uint4*)(out + at) = *(const uint4*)v;
