@@ -1290,15 +1290,17 @@ TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_st
         "cuTensorMapEncodeTiled");
   return map;
 }
-// Whether matmul_wgmma_tma takes a product: one matrix (or split-K slices of whole 64-wide
-// K steps) at least one box in each dimension (smaller ones go to matmul_wgmma).
-bool tma_fits(const MatmulLaunchParams& mp, TcShape shape, int splits) {
-  return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64 && (splits == 1 || (mp.K / splits) % 64 == 0);
+// Whether matmul_wgmma_tma takes a product: one matrix at least one box in each dimension
+// (smaller ones go to matmul_wgmma). Its split-K slices are whole 64-wide K steps, the last
+// one zero-filled past K by the copies (split_k_matmul).
+bool tma_fits(const MatmulLaunchParams& mp, TcShape shape) {
+  return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64;
 }
-// Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product).
+// Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product) of
+// operands `k_extent` long in K (reads past it are zeros).
 void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const MatmulLaunchParams& mp, int la, int lb,
-                TcShape shape, int slices, const std::string& src, const Kernel* epilogue) {
-  const uint64_t k_total = static_cast<uint64_t>(mp.K * slices);
+                TcShape shape, int slices, int64_t k_extent, const std::string& src, const Kernel* epilogue) {
+  const uint64_t k_total = static_cast<uint64_t>(k_extent);
   const int64_t bn = shape.bn();
   const TensorMap ta = la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64);
   const TensorMap tb = lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn))
@@ -1327,10 +1329,35 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const
 // Split-K for products with few output tiles and a long K (the weight gradients dY^T x of a
 // training step: [768, 16384] x [16384, 768] fills 18 blocks of 132 SMs): K is cut into
 // `splits` equal slices run as a batch of products into an f32 workspace, then summed.
+//
+// On the bulk-copy kernel (one block per SM, any number of slices of whole K steps) the count
+// comes from a model of the time, since wave quantization decides it: GPT-2's dW products
+// ([768, 16384] x [16384, 3072]: 72 tiles) took 2 slices, 144 blocks, two waves of which the
+// second held 12 blocks. Time ~ waves x (steps per slice x a step's time + a block's fill
+// and f32 store) + the slices' round trip through memory (written, then read by the sum).
 int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
   if (mp.batch != 1) return 1;
   const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + shape.bn() - 1) / shape.bn());
   const int64_t sms = std::max(1, ctx.props().multiprocessors);
+  if (shape.tma && shape.min_blocks == 1 && tma_fits(mp, shape) && !old_path("ALK_CUDA_SPLIT_K")) {
+    const int64_t steps = (mp.K + 63) / 64;
+    // A 128 x BN x 64 step at ~80% of an SM's ~7 TFLOP/s; ~5 us to fill a block and store its
+    // f32 slice; ~3 TB/s for the slices' bytes; ~4 us for the summing launch.
+    const double step_us = 128.0 * static_cast<double>(shape.bn()) * 64 * 2 / 5.7e6, block_us = 5;
+    const double mn_bytes = static_cast<double>(mp.M * mp.N) * 4;
+    auto estimate = [&](int s) {
+      const int64_t per_slice = (steps + s - 1) / s, waves = (tiles * s + sms - 1) / sms;
+      const double sum_us = s > 1 ? 2 * s * mn_bytes / 3e6 + 4 : 0;
+      return static_cast<double>(waves) * (static_cast<double>(per_slice) * step_us + block_us) + sum_us;
+    };
+    int best = 1;
+    for (int s = 2; s <= 16; ++s) {
+      const int64_t per_slice = (steps + s - 1) / s;
+      if (per_slice < 8 || per_slice * (s - 1) >= steps) continue;  // short slices; an empty last slice
+      if (estimate(s) < estimate(best)) best = s;
+    }
+    return best;
+  }
   int splits = 1;
   // Double while the grid is short of one block per SM and each slice keeps >= 1024 of K in
   // whole 16-byte vectors.
@@ -1340,7 +1367,10 @@ int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
 
 void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
                     const char* kind, int la, int lb, TcShape shape, int splits) {
-  const int64_t slice = whole.K / splits, mn = whole.M * whole.N;
+  // Whole 64-wide steps a slice on the bulk-copy kernel (the last slice's overrun reads
+  // zeros); K / splits elsewhere (split_k divides K evenly there).
+  const int64_t slice = shape.tma ? ((whole.K + 63) / 64 + splits - 1) / splits * 64 : whole.K / splits;
+  const int64_t mn = whole.M * whole.N;
   MatmulLaunchParams mp = whole;
   mp.K = slice, mp.batch = splits, mp.batch_rank = 1, mp.out_offset = 0;
   mp.a_batch = kview({splits}, {slice * whole.a_cs}, a.offset);  // slice s starts at column s * slice of a
@@ -1348,7 +1378,7 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
   const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
   const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
   if (shape.tma) {
-    launch_tma(ctx, a, b, partial, mp, la, lb, shape, splits, src, nullptr);
+    launch_tma(ctx, a, b, partial, mp, la, lb, shape, splits, whole.K, src, nullptr);
   } else {
     const int shared = matmul_tc_shared_bytes(la, lb, shape);
     const int64_t bn = shape.bn();
@@ -1428,7 +1458,7 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   if (la < 0 || lb < 0) return std::nullopt;
   TcShape shape = tc_shape(ctx, mp.N, mp.K);
   const int splits = split_k(ctx, mp, shape);
-  if (shape.tma && !tma_fits(mp, shape, splits)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
+  if (shape.tma && !tma_fits(mp, shape)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
@@ -1447,7 +1477,7 @@ void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const M
     epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
   }
   const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
-  if (plan.shape.tma) return launch_tma(ctx, a, b, out.ptr, mp, plan.la, plan.lb, plan.shape, 1, src, epilogue);
+  if (plan.shape.tma) return launch_tma(ctx, a, b, out.ptr, mp, plan.la, plan.lb, plan.shape, 1, mp.K, src, epilogue);
   const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
   const int64_t bn = plan.shape.bn();
   Args args;

@@ -139,6 +139,13 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   Tensor gd = g.to(*dev), xd = x.to(*dev);
   expect_close(matmul(gd.transpose(0, 1), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
   expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
+  // On the bulk-copy kernel the slices are whole 64-wide K steps and the last may be shorter
+  // (its overrun reads zeros): K of 131 steps, and of 131 steps and 8 elements.
+  for (int64_t k : {8384, 8392}) {
+    SCOPED_TRACE(k);
+    Tensor u = cast(randn({k, 256}), DType::BF16), v = cast(randn({k, 512}), DType::BF16);
+    expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
+  }
 }
 
 // Products with a short K and a 16-bit result, on the kernel chosen for them (128 x 128
