@@ -963,7 +963,7 @@ class Scheduler {
 
   // ---- 5. run ----
   void execute() {
-    const bool show_kernels = debug_level("kernels");
+    const bool show_kernels = debug_level("kernels"), show_schedule = debug_level("schedule");
     const bool timing = debug_level("timing");
     auto kernel_of = [&](const PendingKernel& pk) {
       Kernel k;
@@ -990,6 +990,18 @@ class Scheduler {
         std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
+      }
+      if (show_schedule) {
+        // One line a kernel, in launch order: what it computes (a Map by its root op, fused
+        // nodes in brackets), what it reads and writes, and its multi-tensor run.
+        std::string reads;
+        for (const KernelArg& a : k.inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);
+        for (const KernelArg& a : k.epilogue_inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);
+        const std::string what = k.op == OpId::Map ? "map:" + std::string(op_name(pk.root->op)) : std::string(op_name(k.op));
+        std::fprintf(stderr, "[alk schedule]   %s%s%s:%s -> %s%s%s\n", what.c_str(),
+                     k.op == OpId::Reduce && k.expr && k.expr->nodes.size() > 1 ? " +prologue" : "",
+                     k.epilogue ? " +epilogue" : "", reads.c_str(), std::string(dtype_name(k.output.dtype)).c_str(),
+                     to_string(k.output.shape).c_str(), pk.batch >= 0 ? (" (run " + std::to_string(pk.batch) + ")").c_str() : "");
       }
       return k;
     };
