@@ -992,8 +992,8 @@ class Scheduler {
                      k.epilogue ? (" epilogue: " + k.epilogue->str()).c_str() : "");
       }
       if (show_schedule) {
-        // One line a kernel, in launch order: what it computes (a Map by its root op, fused
-        // nodes in brackets), what it reads and writes, and its multi-tensor run.
+        // One line a kernel, in launch order: what it computes (a Map by its root op), whether
+        // a prologue or epilogue was fused into it, what it reads and writes, its multi-tensor run.
         std::string reads;
         for (const KernelArg& a : k.inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);
         for (const KernelArg& a : k.epilogue_inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);

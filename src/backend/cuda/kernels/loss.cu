@@ -10,8 +10,9 @@
 // an ignored row. With VEC a 16-byte vector is folded at once: its max first, so the
 // running sum is rescaled at most once per vector and each element costs one exponential
 // (the hardware's, exp_fast) and no branch: at GPT-2's [16384, 50304] bf16 logits the
-// per-element fold, with its branch and the precise expf, made the pass compute-bound. Backward: d x = (g_nll + g_lse) exp(x - lse) - g_nll [c == target], in
-// T, from the forward's lse (no second reduction).
+// per-element fold, with its branch and the precise expf, made the pass compute-bound.
+// Backward: d x = (g_nll + g_lse) exp(x - lse) - g_nll [c == target], in T, from the
+// forward's lse (no second reduction).
 
 struct CrossEntropyParams {
   View x, targets, packed, grad;  // packed and grad: [N, 2]
