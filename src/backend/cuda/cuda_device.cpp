@@ -1326,6 +1326,30 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const
              args);
 }
 
+}  // namespace
+
+int split_k_slices(int64_t tiles, int64_t k, int64_t bn, int64_t mn, int64_t sms) {
+  const int64_t steps = (k + 63) / 64;
+  // A 128 x BN x 64 step at ~80% of an SM's ~7 TFLOP/s; ~5 us to fill a block and store its
+  // f32 slice; ~3 TB/s for the slices' bytes; ~4 us for the summing launch.
+  const double step_us = 128.0 * static_cast<double>(bn) * 64 * 2 / 5.7e6, block_us = 5;
+  const double mn_bytes = static_cast<double>(mn) * 4;
+  auto estimate = [&](int s) {
+    const int64_t per_slice = (steps + s - 1) / s, waves = (tiles * s + sms - 1) / sms;
+    const double sum_us = s > 1 ? 2 * s * mn_bytes / 3e6 + 4 : 0;
+    return static_cast<double>(waves) * (static_cast<double>(per_slice) * step_us + block_us) + sum_us;
+  };
+  int best = 1;
+  for (int s = 2; s <= 16; ++s) {
+    const int64_t per_slice = (steps + s - 1) / s;
+    if (per_slice < 8 || per_slice * (s - 1) >= steps) continue;  // short slices; an empty last slice
+    if (estimate(s) < estimate(best)) best = s;
+  }
+  return best;
+}
+
+namespace {
+
 // Split-K for products with few output tiles and a long K (the weight gradients dY^T x of a
 // training step: [768, 16384] x [16384, 768] fills 18 blocks of 132 SMs): K is cut into
 // `splits` equal slices run as a batch of products into an f32 workspace, then summed.
@@ -1339,25 +1363,8 @@ int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
   if (mp.batch != 1) return 1;
   const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + shape.bn() - 1) / shape.bn());
   const int64_t sms = std::max(1, ctx.props().multiprocessors);
-  if (shape.tma && shape.min_blocks == 1 && tma_fits(mp, shape) && !old_path("ALK_CUDA_SPLIT_K")) {
-    const int64_t steps = (mp.K + 63) / 64;
-    // A 128 x BN x 64 step at ~80% of an SM's ~7 TFLOP/s; ~5 us to fill a block and store its
-    // f32 slice; ~3 TB/s for the slices' bytes; ~4 us for the summing launch.
-    const double step_us = 128.0 * static_cast<double>(shape.bn()) * 64 * 2 / 5.7e6, block_us = 5;
-    const double mn_bytes = static_cast<double>(mp.M * mp.N) * 4;
-    auto estimate = [&](int s) {
-      const int64_t per_slice = (steps + s - 1) / s, waves = (tiles * s + sms - 1) / sms;
-      const double sum_us = s > 1 ? 2 * s * mn_bytes / 3e6 + 4 : 0;
-      return static_cast<double>(waves) * (static_cast<double>(per_slice) * step_us + block_us) + sum_us;
-    };
-    int best = 1;
-    for (int s = 2; s <= 16; ++s) {
-      const int64_t per_slice = (steps + s - 1) / s;
-      if (per_slice < 8 || per_slice * (s - 1) >= steps) continue;  // short slices; an empty last slice
-      if (estimate(s) < estimate(best)) best = s;
-    }
-    return best;
-  }
+  if (shape.tma && shape.min_blocks == 1 && tma_fits(mp, shape) && !old_path("ALK_CUDA_SPLIT_K"))
+    return split_k_slices(tiles, mp.K, shape.bn(), mp.M * mp.N, sms);
   int splits = 1;
   // Double while the grid is short of one block per SM and each slice keeps >= 1024 of K in
   // whole 16-byte vectors.

@@ -47,6 +47,26 @@ TEST(CudaCompile, EveryTemplateKernelSourceCompiles) {
   }
 }
 
+// The split-K count of the bulk-copy GEMM (no GPU needed: a model of the time). GPT-2's
+// weight gradients on the H200's 132 SMs: fc dW (72 tiles of 128 x 256, K = 16384) takes 3
+// slices, 216 blocks in two nearly full waves, not 2 (144 blocks: a second wave of 12 as
+// long as the first); proj dW (18 tiles) 7 slices in one wave; a product that fills the SMs
+// is not split; slices keep >= 8 steps and none is empty; the count never passes 16.
+TEST(CudaCompile, SplitKFillsWholeWaves) {
+  EXPECT_EQ(split_k_slices(72, 16384, 256, 3072 * 768, 132), 3);
+  EXPECT_EQ(split_k_slices(54, 16384, 256, 2304 * 768, 132), 2);
+  EXPECT_EQ(split_k_slices(18, 16384, 256, 768 * 768, 132), 7);
+  EXPECT_EQ(split_k_slices(1182, 16384, 256, 768 * 50304, 132), 1);  // the LM head's dW
+  EXPECT_EQ(split_k_slices(4, 768, 256, 256 * 512, 132), 1);          // 12 steps: no two slices of 8
+  for (int64_t k : {1024, 8384, 8392, 100000, 1 << 20})
+    for (int64_t tiles : {1, 4, 72, 131, 133}) {
+      const int s = split_k_slices(tiles, k, 256, tiles * 128 * 256, 132);
+      const int64_t steps = (k + 63) / 64, per_slice = (steps + s - 1) / s;
+      EXPECT_TRUE(s >= 1 && s <= 16) << k << " " << tiles;
+      EXPECT_TRUE(s == 1 || (per_slice >= 8 && per_slice * (s - 1) < steps)) << k << " " << tiles << " " << s;
+    }
+}
+
 TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
   ALK_NEED_NVRTC();
   int compiled = 0;
