@@ -608,6 +608,13 @@ TEST(Schedule, LayerNormTakesElementwiseConsumerAsEpilogue) {
   std::vector<float> got2 = fused2.to(DType::F32).to_vector<float>();
   std::vector<float> want2 = (alone * 0.5 + r.transpose(1, 2)).to(DType::F16).to(DType::F32).to_vector<float>();
   EXPECT_EQ(got2, want2);
+  // RMS norm, the same way.
+  Tensor rms = rms_norm(x, {64}, w, 1e-6).to(DType::BF16);
+  rms.realize();
+  EXPECT_EQ(last_schedule_stats().kernels, 1);
+  Tensor rms_alone = rms_norm(x, {64}, w, 1e-6);
+  rms_alone.realize();
+  EXPECT_EQ(rms.to(DType::F32).to_vector<float>(), rms_alone.to(DType::BF16).to(DType::F32).to_vector<float>());
 }
 
 // The backward of a layer norm is handed the f32 cast of a bf16 gradient (a product's under

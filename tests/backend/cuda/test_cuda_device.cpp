@@ -279,15 +279,17 @@ TEST(CudaDevice, LayerNormWritesAndReadsSixteenBitTensorsItself) {
       Tensor b = b0.to(d).detach().requires_grad_();
       Tensor y16 = layer_norm(x, {C}, w, b, 1e-5).to(DType::BF16);
       Tensor mixed = (layer_norm(x, {C}, w, b, 1e-5) * 0.5 + r0.to(d).transpose(1, 2)).to(DType::F16);
-      realize({y16, mixed});
+      Tensor rms16 = rms_norm(x.detach(), {C}, w.detach(), 1e-6).to(DType::BF16);
+      realize({y16, mixed, rms16});
       sum(y16.to(DType::F32) * seed.to(d)).backward();
       grads = {x.grad(), w.grad(), b.grad()};
-      return std::vector<Tensor>{y16, mixed};
+      return std::vector<Tensor>{y16, mixed, rms16};
     };
     std::vector<Tensor> ref_grads, grads;
     const std::vector<Tensor> ref = run(cpu_device(), ref_grads), out = run(*dev, grads);
     expect_close(out[0], ref[0], 1e-2, 1e-2);  // bf16: values may round to neighbours
     expect_close(out[1], ref[1], 2e-3, 2e-3);
+    expect_close(out[2], ref[2], 1e-2, 1e-2);
     for (size_t i = 0; i < grads.size(); ++i) expect_close(grads[i], ref_grads[i], 1e-4, 1e-3);
   }
 }
