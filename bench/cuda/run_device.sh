@@ -8,10 +8,14 @@
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry/lib/  (alk links them)
 #   cp ../shared/anchors/torch_gpt2_cuda.py .devcarry/
 #   device run, carry [.devcarry]:
-#     . bench/cuda/unpack_carry.sh; BIN=b bash bench/cuda/run_device.sh [tests|bench|all|rows|memory]
+#     . bench/cuda/unpack_carry.sh; BIN=b bash bench/cuda/run_device.sh [tests|bench|all|rows|memory|ab]
 # Every mode leaves $OUT/cuda-cache.tgz, the compiled kernels: copy it into .devcarry/ and the
 # next run's parity suite skips most NVRTC compiles (unpack_carry.sh restores it).
 # `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
+# `ab`: an A/B of one switch inside one call, AB_VAR=ALK_CUDA_SPLIT_K AB_VALUES="new old" (default),
+# ROUNDS (2) times in alternation: the GPT-2 step, and bench_cuda_gemm --gpt2 where carried. Each
+# call lands on a fresh machine and machines differ by up to ~8%, so variants are compared only
+# inside one call (bench/cuda/NOTES.md, ninth session).
 # `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
 # bench_cuda_gpt2 carried): their parity families, bench_cuda_rows (new, old and PyTorch),
 # and the GPT-2 step with the new kernels and then the old ones (the ALK_CUDA_*=old switches).
@@ -69,6 +73,18 @@ if [[ $what == rows ]]; then
     echo "==== GPT-2 124M step${old:+ (old norm kernels)}"
     ALK_CUDA_LN_BACKWARD=$old ALK_CUDA_LN_FORWARD=$old timeout 200 \
       ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | tail -4
+  done
+fi
+if [[ $what == ab ]]; then
+  var=${AB_VAR:-ALK_CUDA_SPLIT_K}
+  for round in $(seq "${ROUNDS:-2}"); do
+    for value in ${AB_VALUES:-new old}; do
+      echo "==== round $round: $var=$value"
+      if [[ -x $BIN/bench_cuda_gemm ]]; then
+        env "$var=$value" timeout 120 ./$BIN/bench_cuda_gemm --gpt2 --no-anchor 2>&1 | grep '^gpt2'
+      fi
+      env "$var=$value" timeout 120 ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | grep ms/step
+    done
   done
 fi
 if [[ $what == memory ]]; then
