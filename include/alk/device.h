@@ -5,7 +5,8 @@
 //              synchronize are the only calls that wait (the host waits where it reads)
 //   compiler   prepare(kernel) -> a compiled kernel, cached by its full source; launch(it, kernel)
 //   graphs     record(kernels) once -> replay() many times (a command buffer, a CUDA graph)
-//   support    supports(kernel): the scheduler sends a device only what it can run
+//   support    supports(kernel): the scheduler sends a device only what it can run;
+//              fuses_epilogue(op) / widens_input(op, slot): what it may fuse for the device
 // and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
 // Nothing outside src/backend reads or writes device memory except through this interface.
 // Public, so a user can list devices and pick one; backends include src/runtime/device.h,
