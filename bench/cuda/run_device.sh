@@ -12,8 +12,9 @@
 # Every mode leaves $OUT/cuda-cache.tgz, the compiled kernels: copy it into .devcarry/ and the
 # next run's parity suite skips most NVRTC compiles (unpack_carry.sh restores it).
 # `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
-# `ab`: an A/B of one switch inside one call, AB_VAR=ALK_CUDA_SPLIT_K AB_VALUES="new old" (default),
-# ROUNDS (2) times in alternation: the GPT-2 step, and bench_cuda_gemm --gpt2 where carried. Each
+# `ab`: an A/B of one switch inside one call, AB_VAR=ALK_CUDA_SPLIT_K AB_VALUES="new old" (default;
+# the value `unset` runs with the variable unset), ROUNDS (2) times in alternation: the GPT-2
+# step, and bench_cuda_gemm --gpt2 where carried. Each
 # call lands on a fresh machine and machines differ by up to ~8%, so variants are compared only
 # inside one call (bench/cuda/NOTES.md, ninth session).
 # `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
@@ -80,10 +81,13 @@ if [[ $what == ab ]]; then
   for round in $(seq "${ROUNDS:-2}"); do
     for value in ${AB_VALUES:-new old}; do
       echo "==== round $round: $var=$value"
+      setting=("$var=$value")
+      [[ $value == unset ]] && setting=(-u "$var")
       if [[ -x $BIN/bench_cuda_gemm ]]; then
-        env "$var=$value" timeout 120 ./$BIN/bench_cuda_gemm --gpt2 --no-anchor 2>&1 | grep '^gpt2'
+        env "${setting[@]}" timeout 120 ./$BIN/bench_cuda_gemm --gpt2 --no-anchor 2>&1 | grep '^gpt2'
       fi
-      env "$var=$value" timeout 120 ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 | grep ms/step
+      env "${setting[@]}" timeout 120 ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" 2>&1 |
+        grep ms/step
     done
   done
 fi
