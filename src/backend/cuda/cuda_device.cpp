@@ -654,13 +654,15 @@ std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vec
   }
   s += "struct EpiIn {" + fields + " };\n";
   // The inputs of W consecutive columns of one row (`count` of them in range): each input's
-  // row address computed once, then stepped by its column stride.
+  // row address computed once, then stepped by its column stride. Only the inputs in MASK
+  // (bit i: input i) are loaded; the others' fields are left as they are.
   std::string load4 =
-      "template <int W>\n__device__ __forceinline__ void epilogue_load_row(const i64 base[4], i64 gm, i64 gn0, int count, "
-      "const EpiParams& e, EpiIn (&in)[W]) {\n";
+      "template <int W, int MASK = 15>\n__device__ __forceinline__ void epilogue_load_row(const i64 base[4], i64 gm, "
+      "i64 gn0, int count, const EpiParams& e, EpiIn (&in)[W]) {\n";
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string n = std::to_string(i), x = "x" + std::to_string(i + 1), st = storage(inputs[i]);
-    load4 += "  {\n    const " + st + "* row = (const " + st + "*)e.ptr[" + n + "] + (base[" + n + "] + gm * e.rs[" + n +
+    load4 += "  if (MASK & " + std::to_string(1 << i) + ") {\n    const " + st + "* row = (const " + st + "*)e.ptr[" + n +
+             "] + (base[" + n + "] + gm * e.rs[" + n +
              "] + gn0 * e.cs[" + n + "]);\n    const i64 cs = e.cs[" + n + "];\n#pragma unroll\n" +
              "    for (int c = 0; c < W; ++c)\n      if (c < count) in[c]." + x + " = " + load_as_compute(inputs[i], "row[c * cs]") +
              ";\n  }\n";
@@ -685,6 +687,35 @@ EpiLaunch epilogue_params(const Kernel& k) {
     e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
   }
   return e;
+}
+
+// How the persistent GEMM (kernels/matmul_wgmma.cu) reads a fused epilogue's inputs: `tile`,
+// the first 16-bit input of the result's shape whose rows bulk copies can read (16-byte
+// aligned, contiguous), comes into the staging tile by TMA under the main loop; `cols`
+// (bit i: input i), the inputs constant along rows (a bias), into registers before it; the
+// `rest` from memory in the epilogue. The kernel's source carries them as defines.
+struct EpiRoles {
+  int tile = -1, cols = 0, rest = 0;
+  std::string defines(const std::vector<DType>& types) const {
+    std::string d = "#define EPI_TILE " + std::to_string(tile) + "\n#define EPI_COLS " + std::to_string(cols) +
+                    "\n#define EPI_REST " + std::to_string(rest) + "\n";
+    if (tile >= 0)
+      d += "#define EPI_TILE_FIELD x" + std::to_string(tile + 1) + "\n#define EPI_TILE_T " +
+           storage(types[static_cast<size_t>(tile)]) + "\n";
+    return d;
+  }
+};
+EpiRoles epilogue_roles(const EpiLaunch& e, const std::vector<DType>& types) {
+  EpiRoles r;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const int bit = 1 << i;
+    const bool half = types[i] == DType::BF16 || types[i] == DType::F16;
+    if (e.rs[i] == 0) r.cols |= bit;
+    else if (r.tile < 0 && half && e.cs[i] == 1 && e.rs[i] % 8 == 0 && (e.ptr[i] + e.batch[i].offset * 2) % 16 == 0)
+      r.tile = static_cast<int>(i);
+    else r.rest |= bit;
+  }
+  return r;
 }
 
 // ---- the template ops ----
@@ -1212,8 +1243,11 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
     // epilogue with the other's main loop (in the GPT-2 step: the fc products 309 -> 248 us);
     // very wide N (the LM head) does better persistent (its ring keeps streaming across
     // tiles: 2.77 -> 2.38 ms). Long K keeps the 128 x 256 per-tile kernel. (bench/cuda/NOTES.md, v19.)
-    // (The ping-pong kernel, ALK_CUDA_GEMM=wgmmatmapp, measured slower in the step: NOTES.md.)
-    if (K <= 1024) return N > 4096 ? kWgmmaTmaPersistent : kWgmmaTmaPair;
+    // The persistent ping-pong kernel (each consumer warpgroup owns whole 128 x 128 tiles, one
+    // storing while the other multiplies) does better still where its epilogue is arithmetic
+    // on shared memory (inputs by TMA or in registers, results out by TMA; NOTES.md, tenth
+    // session); ALK_CUDA_SHORT_K=old keeps the two-block kernel.
+    if (K <= 1024) return N > 4096 ? kWgmmaTmaPersistent : old_path("ALK_CUDA_SHORT_K") ? kWgmmaTmaPair : kWgmmaTmaPingpong;
     return kWgmmaTma;
   }
   const bool wide = !f.empty() && f.substr(0, 5) != "wgmma" ? f == "wide" : N > 128;
@@ -1267,6 +1301,9 @@ const char* tc_entry(TcShape shape) {
 // wgmma: BM = 128, BK = 64, unpadded (swizzled) rows, plus 1 KiB to align the ring.
 int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
   const int bn = shape.bn();
+  // The persistent kernel: the ring, its barriers (in a 1 KiB slot, so the staging tiles after
+  // them stay aligned) and the staging tiles of 16-bit results (one per warpgroup in ping-pong).
+  if (shape.persistent) return shape.stages * (128 + bn) * 64 * 2 + 2048 + (shape.pingpong ? 2 : 1) * 128 * bn * 2;
   if (shape.wgmma) return shape.stages * (128 + bn) * 64 * 2 + 1024;
   const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
   return shape.stages * (a + b) * 2;
@@ -1278,17 +1315,20 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
 struct alignas(64) TensorMap {
   uint64_t bits[16];
 };
-TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_stride, unsigned box_rows) {
+// `first`: the address of element 0 (16-byte aligned, as the row stride's bytes must be).
+TensorMap tensor_map(DType t, uint64_t first, uint64_t inner, uint64_t rows, int64_t row_stride, unsigned box_rows) {
   TensorMap map{};
   const uint64_t dims[2] = {inner, rows}, strides[1] = {static_cast<uint64_t>(row_stride) * 2};
   const unsigned box[2] = {64, box_rows}, element_strides[2] = {1, 1};
   constexpr int kBf16 = 9, kF16 = 6, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote128 = 2, kFillZero = 0;
-  check(driver()->cuTensorMapEncodeTiled(&map, x.dtype == DType::BF16 ? kBf16 : kF16, 2,
-                                         reinterpret_cast<void*>(x.ptr + static_cast<uint64_t>(x.offset) * 2), dims,
+  check(driver()->cuTensorMapEncodeTiled(&map, t == DType::BF16 ? kBf16 : kF16, 2, reinterpret_cast<void*>(first), dims,
                                          strides, box, element_strides, kInterleaveNone, kSwizzle128, kL2Promote128,
                                          kFillZero),
         "cuTensorMapEncodeTiled");
   return map;
+}
+TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_stride, unsigned box_rows) {
+  return tensor_map(x.dtype, x.ptr + static_cast<uint64_t>(x.offset) * 2, inner, rows, row_stride, box_rows);
 }
 // Whether matmul_wgmma_tma takes a product: one matrix at least one box in each dimension
 // (smaller ones go to matmul_wgmma). Its split-K slices are whole 64-wide K steps, the last
@@ -1296,29 +1336,45 @@ TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_st
 bool tma_fits(const MatmulLaunchParams& mp, TcShape shape) {
   return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64;
 }
+// Whether the persistent kernel can store a product's result: 16-bit, one matrix (bulk
+// copies out of the staging tile: rows of whole 16-byte vectors from a 16-byte boundary).
+bool persistent_fits(const Arg& out, const MatmulLaunchParams& mp) {
+  return dtype_size(out.dtype) == 2 && mp.batch == 1 && mp.N % 8 == 0 && (out.ptr + static_cast<uint64_t>(mp.out_offset) * 2) % 16 == 0;
+}
 // Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product) of
-// operands `k_extent` long in K (reads past it are zeros).
-void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, const MatmulLaunchParams& mp, int la, int lb,
-                TcShape shape, int slices, int64_t k_extent, const std::string& src, const Kernel* epilogue) {
+// operands `k_extent` long in K (reads past it are zeros). The persistent kernel also takes
+// the tensor maps of the result and of the epilogue input `tile_input` (EpiRoles::tile).
+void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType out_dtype, const MatmulLaunchParams& mp,
+                int la, int lb, TcShape shape, int slices, int64_t k_extent, const std::string& src, const Kernel* epilogue,
+                int tile_input = -1) {
   const uint64_t k_total = static_cast<uint64_t>(k_extent);
   const int64_t bn = shape.bn();
   const TensorMap ta = la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64);
   const TensorMap tb = lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn))
                           : tensor_map(b, mp.N, k_total, mp.b_rs, 64);
   Args args;
-  args.add(ta).add(tb).add(out).add(mp);
-  if (epilogue) args.add(epilogue_params(*epilogue));
+  args.add(ta).add(tb);
   if (shape.persistent) {
-    // The ring, its barriers (in a 1 KiB slot, so the staging tile after them stays aligned)
-    // and the staging tile of 16-bit results (one per warpgroup in ping-pong).
-    const int shared = matmul_tc_shared_bytes(la, lb, shape) + 1024 +
-                       (shape.pingpong ? 2 : 1) * 128 * (static_cast<int>(bn) + 8) * 2;
+    const uint64_t m = static_cast<uint64_t>(mp.M), n = static_cast<uint64_t>(mp.N);
+    const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
+    TensorMap tin = tout;  // unread without a tile input
+    if (tile_input >= 0) {
+      const KernelArg& x = epilogue->epilogue_inputs[static_cast<size_t>(tile_input)];
+      const EpiLaunch e = epilogue_params(*epilogue);
+      const size_t i = static_cast<size_t>(tile_input);
+      tin = tensor_map(x.dtype, e.ptr[i] + static_cast<uint64_t>(e.batch[i].offset) * 2, n, m, e.rs[i], 128);
+    }
+    args.add(tout).add(tin).add(mp);
+    if (epilogue) args.add(epilogue_params(*epilogue));
+    const int shared = matmul_tc_shared_bytes(la, lb, shape);
     const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
     ctx.launch(ctx.function(src, tc_entry(shape), shared),
                static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.props().multiprocessors))), 1, 1, 384,
                static_cast<unsigned>(shared), args);
     return;
   }
+  args.add(out).add(mp);
+  if (epilogue) args.add(epilogue_params(*epilogue));
   const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
   ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
              static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), shape.min_blocks > 1 ? 288 : 384,
@@ -1360,7 +1416,7 @@ namespace {
 // second held 12 blocks. Time ~ waves x (steps per slice x a step's time + a block's fill
 // and f32 store) + the slices' round trip through memory (written, then read by the sum).
 int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
-  if (mp.batch != 1) return 1;
+  if (mp.batch != 1 || shape.pingpong) return 1;  // ping-pong: short K (tc_shape), not worth slicing
   const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + shape.bn() - 1) / shape.bn());
   const int64_t sms = std::max(1, ctx.props().multiprocessors);
   if (shape.tma && shape.min_blocks == 1 && tma_fits(mp, shape) && !old_path("ALK_CUDA_SPLIT_K"))
@@ -1385,7 +1441,7 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
   const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(splits * mn) * 4);
   const std::string src = matmul_tc_source(a.dtype, DType::F32, kind, la, lb, shape);
   if (shape.tma) {
-    launch_tma(ctx, a, b, partial, mp, la, lb, shape, splits, whole.K, src, nullptr);
+    launch_tma(ctx, a, b, partial, DType::F32, mp, la, lb, shape, splits, whole.K, src, nullptr);
   } else {
     const int shared = matmul_tc_shared_bytes(la, lb, shape);
     const int64_t bn = shape.bn();
@@ -1475,16 +1531,21 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
 void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, TcPlan plan,
                const Kernel* epilogue) {
-  if (plan.shape.persistent && dtype_size(out.dtype) != 2)  // it stages 16-bit results
-    plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
+  if (plan.shape.persistent && !persistent_fits(out, mp)) plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   std::string epi;
+  EpiRoles roles;
   if (epilogue) {
     std::vector<DType> types;
     for (const KernelArg& x : epilogue->epilogue_inputs) types.push_back(x.dtype);
     epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
+    if (plan.shape.persistent) {
+      roles = epilogue_roles(epilogue_params(*epilogue), types);
+      epi += roles.defines(types);
+    }
   }
   const std::string src = matmul_tc_source(a.dtype, out.dtype, plan.kind, plan.la, plan.lb, plan.shape, epi);
-  if (plan.shape.tma) return launch_tma(ctx, a, b, out.ptr, mp, plan.la, plan.lb, plan.shape, 1, mp.K, src, epilogue);
+  if (plan.shape.tma)
+    return launch_tma(ctx, a, b, out.ptr, out.dtype, mp, plan.la, plan.lb, plan.shape, 1, mp.K, src, epilogue, roles.tile);
   const int shared = matmul_tc_shared_bytes(plan.la, plan.lb, plan.shape);
   const int64_t bn = plan.shape.bn();
   Args args;
@@ -2281,6 +2342,28 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPingpong,
                                       epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
                                                     DType::BF16)));
+    // The persistent kernel's epilogue roles (EpiRoles): a staged tile input, row-constant
+    // inputs and the rest, in both schedules.
+    const std::vector<DType> four = {DType::F32, DType::BF16, DType::F32, DType::F16};
+    for (const auto& [name, shape] : {std::pair{"ping-pong", kWgmmaTmaPingpong}, std::pair{"persistent", kWgmmaTmaPersistent}}) {
+      EpiRoles tile_and_cols;
+      tile_and_cols.tile = 1, tile_and_cols.cols = 1 | 4, tile_and_cols.rest = 8;
+      out.emplace_back(std::string("matmul_wgmma_tma ") + name + " + staged, row-constant and loaded epilogue inputs",
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, shape,
+                                        epilogue_code(sum4, DType::BF16, four, DType::BF16) + tile_and_cols.defines(four)));
+      EpiRoles bias;
+      bias.cols = 1;
+      out.emplace_back(std::string("matmul_wgmma_tma ") + name + " + a bias",
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, shape,
+                                        epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16) +
+                                            bias.defines({DType::F32})));
+      EpiRoles staged;
+      staged.tile = 0;
+      out.emplace_back(std::string("matmul_wgmma_tma ") + name + " + a staged input",
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, shape,
+                                        epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16) +
+                                            staged.defines({DType::BF16})));
+    }
     out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPair,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));

@@ -148,18 +148,21 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   }
 }
 
-// Products with a short K and a 16-bit result, on the kernel chosen for them (128 x 128
-// tiles, two blocks per SM) and forced onto the persistent ping-pong kernel (each consumer
-// warpgroup owns whole tiles in turn): more tiles than the SMs hold twice, edges in M, N and
-// K, every operand layout, and epilogues in bf16 (a bias and tanh-GELU; a bias and a residual).
+// Products with a short K and a 16-bit result, on the kernel chosen for them and forced onto
+// the persistent kernels (each consumer warpgroup owning whole tiles in turn, "ping-pong", or
+// both sharing each tile): more tiles than the SMs hold twice, edges in M, N and K, every
+// operand layout, and epilogues in bf16: a bias and tanh-GELU (the bias loaded before the
+// main loop), a bias and a residual (the residual copied into the staging tile by TMA), and a
+// residual whose rows bulk copies cannot read (a row stride of 1003: loaded in the epilogue).
 TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
   ALK_CUDA_OR_SKIP(dev);
   const Tensor a = cast(randn({4000, 200}), DType::BF16), b = cast(randn({200, 1000}), DType::BF16);
   const Tensor bias = randn({1000}), res = cast(randn({4000, 1000}), DType::BF16);
+  const Tensor res_wide = cast(randn({4000, 1003}), DType::BF16), res_odd = res_wide.slice(1, 2, 1002);
   const Tensor at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
   const Tensor ad = a.to(*dev), bd = b.to(*dev), atd = at.to(*dev), btd = bt.to(*dev), biasd = bias.to(*dev);
-  const Tensor resd = res.to(*dev);
-  for (const char* gemm : {"", "wgmmatmapp"}) {
+  const Tensor resd = res.to(*dev), res_oddd = res_wide.to(*dev).slice(1, 2, 1002);
+  for (const char* gemm : {"", "wgmmatmapp", "wgmmatmap"}) {
     SCOPED_TRACE(gemm);
     if (*gemm) setenv("ALK_CUDA_GEMM", gemm, 1);
     expect_close(matmul(ad, bd), matmul(a, b), 2e-2, 5e-2);
@@ -172,6 +175,7 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
       return cast(matmul(x, w) + c, DType::BF16) + r;
     };
     expect_close(block(ad, bd, biasd, resd), block(a, b, bias, res), 2e-2, 1e-1);
+    expect_close(block(ad, bd, biasd, res_oddd), block(a, b, bias, res_odd), 2e-2, 1e-1);
     unsetenv("ALK_CUDA_GEMM");
   }
 }

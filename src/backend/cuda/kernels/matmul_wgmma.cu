@@ -319,46 +319,89 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
 // The persistent form, for a whole matrix with a 16-bit result: gridDim.x blocks (one per
 // SM) take the 128 x BN output tiles in turn. The producer's ring runs on across tiles, so
 // while the consumers apply the epilogue of one tile the next tile's first steps are
-// already landing (the non-persistent kernel starts each tile with an empty ring and stages
-// its results through it). The consumers apply the epilogue to their accumulators in
-// registers, write the 16-bit results to a staging tile of their own (rows BN + 8 elements
-// apart: the 8 rows a warp writes from its fragments fall in distinct banks), then store it
-// as 16-byte row vectors.
+// already landing.
 //
 // PINGPONG: each consumer warpgroup owns whole tiles (the block's even tiles go to the
 // first, its odd ones to the second; both 64-row halves, 2 x BN / 2 accumulators a thread),
-// so while one applies the epilogue of its tile and stores it, the other's products keep the
-// tensor cores busy (CUTLASS's "ping-pong" schedule). Without it both warpgroups share each
-// tile (a 64-row slab each) and the tensor cores wait while they store. Each ring slot is
-// then released by the one warpgroup that read it, and the two warpgroups' main loops take
-// turns (named barriers 4 + w: "warpgroup w has issued its tile's last products"): besides
-// keeping one warpgroup's epilogue under the other's products, the turns keep the ring's
-// waits unambiguous, since a parity wait on a slot tells its phase apart only from the one
-// before (a warpgroup may not wait for a step whose slot is two fills behind).
+// so while one applies the epilogue of its tile, the other's products keep the tensor cores
+// busy (CUTLASS's "ping-pong" schedule). Without it both warpgroups share each tile (a 64-row
+// slab each). Each ring slot is then released by the one warpgroup that read it, and the two
+// warpgroups' main loops take turns (named barriers 4 + w: "warpgroup w has issued its
+// tile's last products"): besides keeping one warpgroup's epilogue under the other's
+// products, the turns keep the ring's waits unambiguous, since a parity wait on a slot tells
+// its phase apart only from the one before (a warpgroup may not wait for a step whose slot
+// is two fills behind).
+//
+// The epilogue is arithmetic on shared memory; its memory traffic is bulk copies issued by
+// the producer warpgroup's other warps:
+// - each tile's results go to a staging tile (one per warpgroup in ping-pong), in the ring's
+//   128-byte-swizzled layout, BN / 64 boxes of 128 rows x 64 columns, and a storer warp
+//   (warp 1 + w of the producer warpgroup) writes it out with bulk tensor copies (`tout`),
+//   then frees it (barrier stage_free[w]);
+// - EPI_TILE >= 0: that epilogue input, a 16-bit tensor of the output's shape, is copied
+//   into the staging tile by the producer while the tile's main loop runs (`tin`, barrier
+//   stage_full[w]), and each result is written over its input element;
+// - EPI_COLS: the inputs constant along rows (a bias) are loaded into registers before the
+//   tile's main loop;
+// - EPI_REST: the other inputs are loaded from memory in the epilogue, as elsewhere.
 #ifndef PINGPONG
 #define PINGPONG 0
 #endif
-#define OUT_LD (BN + 8)
+#ifndef EPI_TILE
+#define EPI_TILE -1
+#endif
+#ifndef EPI_COLS
+#define EPI_COLS 0
+#endif
+#ifndef EPI_REST
+#define EPI_REST 0
+#endif
 #if PINGPONG
-#define SLABS 2          // 64-row halves a warpgroup computes per tile
-#define TILE_TEAM 128    // threads storing a tile
-#define SLOT_READERS 1   // warpgroups releasing each ring slot
+#define SLABS 2         // 64-row halves a warpgroup computes per tile
+#define TILE_TEAM 128   // consumer threads writing a staging tile
+#define SLOT_READERS 1  // warpgroups releasing each ring slot
+#define STAGINGS 2
 #else
 #define SLABS 1
 #define TILE_TEAM 256
 #define SLOT_READERS 2
+#define STAGINGS 1
 #endif
+#define STAGING_BYTES (BM * BN * 2)
+
+// Byte offset of element (r, c) (16-bit) in a staging tile: box c / 64, its 16-byte chunk
+// (c % 64) / 8 of row r at the swizzled position.
+__device__ __forceinline__ unsigned staged(int r, int c) {
+  return (unsigned)((c >> 6) * (BM * 128)) + swizzled(r, (c >> 3) & 7) + (unsigned)((c & 7) * 2);
+}
+__device__ __forceinline__ void tma_store(const TensorMap& map, unsigned src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((u64)&map), "r"(x),
+               "r"(y), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ float2 to_float2(unsigned v, __nv_bfloat16*) {
+  return __bfloat1622float2(*(const __nv_bfloat162*)&v);
+}
+__device__ __forceinline__ float2 to_float2(unsigned v, __half*) { return __half22float2(*(const __half2*)&v); }
+
 extern "C" __global__ void __launch_bounds__(384, 1)
     matmul_wgmma_tma_persistent(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
-                                TO* __restrict__ out, const MatmulParams p EPI_PARAM) {
+                                const __grid_constant__ TensorMap tout, const __grid_constant__ TensorMap tin,
+                                const MatmulParams p EPI_PARAM) {
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-  TO* staging = (TO*)(smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + 1024);
+  // full[STAGES], empty[STAGES], stage_full[2], stage_free[2]; the staging tiles after 1 KiB.
+  const unsigned bars = base + STAGES * STAGE_BYTES, staging = bars + 1024;
+  const unsigned stage_full = bars + 16 * STAGES, stage_free = stage_full + 16;
+  unsigned char* const staging_ptr = smem_raw + (staging - smem_u32(smem_raw));
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
       mbar_init(bars + 8 * (STAGES + s), SLOT_READERS);
+    }
+    for (int w = 0; w < 2; ++w) {
+      mbar_init(stage_full + 8 * w, 1);
+      mbar_init(stage_free + 8 * w, 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -367,9 +410,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int ktiles = (int)((p.K + BK - 1) / BK);
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       int it = 0;  // K steps issued over every tile so far: slot it % STAGES, phase it / STAGES
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int local = 0;  // the block's tiles so far
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
         int mt, nt;
         tile_coords(tile, tiles_m, tiles_n, mt, nt);
         const int m0 = mt * BM, n0 = nt * BN;
@@ -378,10 +423,39 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
           const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
           mbar_expect_tx(full, STAGE_BYTES);
-          const int k = kt * BK;
-          tma_load_stage(as, bs, ta, tb, full, k, m0, n0);
+          tma_load_stage(as, bs, ta, tb, full, kt * BK, m0, n0);
+#if EPI_TILE >= 0
+          // The epilogue input, once the warpgroup's previous tile has left its staging tile: by
+          // step STAGES of this tile the warpgroup has begun it (it released step 0's slot), so
+          // its previous epilogue is done and the wait is at most for the store's reads.
+          if (kt == min(ktiles - 1, STAGES)) {
+            const int w = PINGPONG ? local & 1 : 0, wg_tile = PINGPONG ? local >> 1 : local;
+            if (wg_tile > 0) mbar_wait(stage_free + 8 * w, (wg_tile - 1) & 1);
+            mbar_expect_tx(stage_full + 8 * w, STAGING_BYTES);
+#pragma unroll
+            for (int q = 0; q < BN / 64; ++q)
+              tma_load(staging + w * STAGING_BYTES + q * BM * 128, tin, stage_full + 8 * w, n0 + q * 64, m0);
+          }
+#endif
         }
       }
+    } else if (warp >= 1 && warp <= STAGINGS) {
+      // Storer of staging tile w: waits until its warpgroup(s) wrote a tile, copies it out.
+      const int w = warp - 1, lane = threadIdx.x % 32;
+      for (int tile = blockIdx.x + (PINGPONG ? w : 0) * gridDim.x; tile < tiles; tile += (PINGPONG ? 2 : 1) * gridDim.x) {
+        int mt, nt;
+        tile_coords(tile, tiles_m, tiles_n, mt, nt);
+        asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
+        if (lane == 0) {
+#pragma unroll
+          for (int q = 0; q < BN / 64; ++q) tma_store(tout, staging + w * STAGING_BYTES + q * BM * 128, nt * BN + q * 64, mt * BM);
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+          asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+          mbar_arrive(stage_free + 8 * w);
+        }
+        __syncwarp();
+      }
+      if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
     }
     return;
   }
@@ -389,21 +463,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int ct = threadIdx.x - 128, cw = ct / 128;  // thread among the consumers, its warpgroup
   const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
 #if PINGPONG
-  const int team_t = ct % 128;  // thread within the warpgroup, which stores its own tiles
-  TO* my_staging = staging + cw * BM * OUT_LD;
   // The block's tiles j = cw, cw + 2, ...: K steps of the other warpgroup's tiles are skipped.
-  const int first = cw, step = 2;
+  const int first = cw, step = 2, w = cw;
 #else
-  const int team_t = ct;
-  TO* my_staging = staging;
-  const int first = 0, step = 1;
+  const int first = 0, step = 1, w = 0;
 #endif
+  TO* const my_staging = (TO*)(staging_ptr + w * STAGING_BYTES);
   EPI_BASES(0);
-  int it = first * ktiles;
-  for (int tile = blockIdx.x + first * gridDim.x; tile < tiles; tile += step * gridDim.x, it += (step - 1) * ktiles) {
+  int it = first * ktiles, wg_tile = 0;  // wg_tile: this warpgroup's tiles so far
+  for (int tile = blockIdx.x + first * gridDim.x; tile < tiles;
+       tile += step * gridDim.x, it += (step - 1) * ktiles, ++wg_tile) {
     int mt, nt;
     tile_coords(tile, tiles_m, tiles_n, mt, nt);
     const int m0 = mt * BM, n0 = nt * BN;
+#if EPILOGUE && EPI_COLS
+    // Row-constant inputs of the thread's columns 8 j + 2 t (+1), loaded under the main loop.
+    EpiIn cols[BN / 8][2] = {};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const i64 gn = n0 + 8 * j + 2 * t;
+      epilogue_load_row<2, EPI_COLS>(eb, 0, gn, gn < p.N ? (int)min((i64)2, p.N - gn) : 0, e, cols[j]);
+    }
+#endif
     float acc[SLABS][BN / 2];
 #pragma unroll
     for (int h = 0; h < SLABS; ++h)
@@ -433,11 +514,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-    // Every thread of the team has stored the previous tile out of the staging tile.
-#if PINGPONG
-    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#if EPI_TILE >= 0
+    mbar_wait(stage_full + 8 * w, wg_tile & 1);  // the input landed (after the previous tile's store)
 #else
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (wg_tile > 0) mbar_wait(stage_free + 8 * w, (wg_tile - 1) & 1);  // the previous tile is out
 #endif
 #pragma unroll
     for (int h = 0; h < SLABS; ++h) {
@@ -446,49 +526,51 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int j0 = 0; j0 < BN / 8; j0 += 4) {
 #if EPILOGUE
-        EpiIn in[4][2][2] = {};
+        EpiIn in[4][2][2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+#if EPI_COLS
+              in[j][q][c] = cols[j0 + j][c];
+#else
+              in[j][q][c] = EpiIn{};
+#endif
+            }
+#if EPI_REST
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             const i64 gm = m0 + r_base + 8 * q, gn = n0 + 8 * (j0 + j) + 2 * t;
-            if (gm < p.M && gn < p.N) epilogue_load_row<2>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][q]);
+            if (gm < p.M && gn < p.N) epilogue_load_row<2, EPI_REST>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][q]);
           }
+#endif
 #endif
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
+            TO* at = (TO*)((unsigned char*)my_staging + staged(r_base + 8 * q, 8 * (j0 + j) + 2 * t));
             float x0 = acc[h][4 * (j0 + j) + 2 * q], x1 = acc[h][4 * (j0 + j) + 2 * q + 1];
 #if EPILOGUE
+#if EPI_TILE >= 0
+            const float2 v = to_float2(*(const unsigned*)at, (EPI_TILE_T*)nullptr);
+            in[j][q][0].EPI_TILE_FIELD = v.x;
+            in[j][q][1].EPI_TILE_FIELD = v.y;
+#endif
             x0 = epilogue_apply(x0, in[j][q][0]);
             x1 = epilogue_apply(x1, in[j][q][1]);
 #endif
-            store_pair(my_staging + (r_base + 8 * q) * OUT_LD + 8 * (j0 + j) + 2 * t, x0, x1);
+            store_pair(at, x0, x1);
           }
       }
     }
-#if PINGPONG
-    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
-#else
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-#endif
-    // 16-byte row vectors: BN / 8 threads per row, TILE_TEAM / (BN / 8) rows per pass.
-    constexpr int kPerRow = BN / 8, kRows = TILE_TEAM / kPerRow;
-    const int c0 = (team_t % kPerRow) * 8;
-    const i64 gn0 = n0 + c0;
-#pragma unroll 4
-    for (int r = team_t / kPerRow; r < BM; r += kRows) {
-      const i64 gm = m0 + r;
-      if (gm >= p.M || gn0 >= p.N) continue;
-      const TO* v = my_staging + r * OUT_LD + c0;
-      const i64 at = p.out_offset + gm * p.N + gn0;
-      if (gn0 + 7 < p.N && (at & 7) == 0) {
-        *(uint4*)(out + at) = *(const uint4*)v;
-      } else {
-        for (int c = 0; c < 8 && gn0 + c < p.N; ++c) out[at + c] = v[c];
-      }
-    }
+    // The bulk copies read through the async proxy what these threads wrote through the generic one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
   }
 }
 #endif  // PERSIST
