@@ -1272,8 +1272,9 @@ std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor
 }
 
 // `epilogue`: empty, or the text epilogue_code() writes (EpiParams and epilogue_at()).
+// stream_k: the source of matmul_wgmma_tma_stream_k and matmul_stream_k_sum (stream_k_matmul).
 std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape,
-                             const std::string& epilogue = {}) {
+                             const std::string& epilogue = {}, bool stream_k = false) {
   const std::string defs = defines({{"TA", storage(t)},
                                      {"TO", storage(out)},
                                      {"MMA_TYPE", std::string("\"") + kind + "\""},
@@ -1287,6 +1288,7 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"TMA", shape.tma ? "1" : "0"},
                                      {"PERSIST", shape.persistent ? "1" : "0"},
                                      {"PINGPONG", shape.pingpong ? "1" : "0"},
+                                     {"STREAMK", stream_k ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
@@ -1336,6 +1338,14 @@ TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_st
 bool tma_fits(const MatmulLaunchParams& mp, TcShape shape) {
   return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64;
 }
+// The bulk-copy kernels' first two arguments: the tensor maps of A and B (boxes as
+// kernels/matmul_wgmma.cu's tma_load_stage reads them), `k_extent` long in K.
+void add_operand_maps(Args& args, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, int la, int lb, int64_t bn,
+                      int64_t k_extent) {
+  const uint64_t k_total = static_cast<uint64_t>(k_extent);
+  args.add(la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64));
+  args.add(lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn)) : tensor_map(b, mp.N, k_total, mp.b_rs, 64));
+}
 // Whether the persistent kernel can store a product's result: 16-bit, one matrix (bulk
 // copies out of the staging tile: rows of whole 16-byte vectors from a 16-byte boundary).
 bool persistent_fits(const Arg& out, const MatmulLaunchParams& mp) {
@@ -1347,13 +1357,9 @@ bool persistent_fits(const Arg& out, const MatmulLaunchParams& mp) {
 void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType out_dtype, const MatmulLaunchParams& mp,
                 int la, int lb, TcShape shape, int slices, int64_t k_extent, const std::string& src, const Kernel* epilogue,
                 int tile_input = -1) {
-  const uint64_t k_total = static_cast<uint64_t>(k_extent);
   const int64_t bn = shape.bn();
-  const TensorMap ta = la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64);
-  const TensorMap tb = lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn))
-                          : tensor_map(b, mp.N, k_total, mp.b_rs, 64);
   Args args;
-  args.add(ta).add(tb);
+  add_operand_maps(args, a, b, mp, la, lb, bn, k_extent);
   if (shape.persistent) {
     const uint64_t m = static_cast<uint64_t>(mp.M), n = static_cast<uint64_t>(mp.N);
     const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
@@ -1428,8 +1434,38 @@ int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
   return splits;
 }
 
+// Stream-K on the bulk-copy kernel (kernels/matmul_wgmma.cu): the tiles' K steps in equal
+// ranges, one block per SM, each range's (at most two) pieces into an f32 workspace, then
+// summed per tile. Unlike equal slices per tile it leaves no partial last wave (GPT-2's fc
+// dW: 72 tiles x 256 steps = 139.6 steps a block on 132 SMs, against 3 slices of 85 steps
+// in 1.6 waves). False where it does not apply: the caller slices K evenly.
+bool stream_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp,
+                     const char* kind, int la, int lb, TcShape shape) {
+  const char* force = std::getenv("ALK_CUDA_SPLIT_K");  // "slices", "old": equal slices per tile
+  if (force && *force) return false;
+  if (!shape.tma || shape.persistent || shape.min_blocks != 1 || !tma_fits(mp, shape) || mp.N % 8 != 0) return false;
+  const int64_t bn = shape.bn(), tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn), ktiles = (mp.K + 63) / 64;
+  const int64_t steps = tiles * ktiles;
+  // At least 8 steps a block; no range longer than a tile's K (so at most two pieces a block).
+  const int64_t blocks = std::min<int64_t>(std::max(1, ctx.props().multiprocessors), steps / 8);
+  if (blocks < tiles || (steps + blocks - 1) / blocks > ktiles) return false;
+  const CUdeviceptr ws = ctx.scratch(static_cast<size_t>(2 * blocks * 128 * bn) * 4);
+  const std::string src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape, {}, true);
+  Args args;
+  add_operand_maps(args, a, b, mp, la, lb, bn, mp.K);
+  args.add(ws).add(mp);
+  const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
+  ctx.launch(ctx.function(src, "matmul_wgmma_tma_stream_k", shared), static_cast<unsigned>(blocks), 1, 1, 384,
+             static_cast<unsigned>(shared), args);
+  Args sum;
+  sum.add(ws).add(out.ptr).add(mp).add(static_cast<int32_t>(blocks));
+  ctx.launch(ctx.function(src, "matmul_stream_k_sum"), blocks_for(ctx, mp.M * mp.N / 4), 1, 1, kBlock, 0, sum);
+  return true;
+}
+
 void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
                     const char* kind, int la, int lb, TcShape shape, int splits) {
+  if (stream_k_matmul(ctx, a, b, out, whole, kind, la, lb, shape)) return;
   // Whole 64-wide steps a slice on the bulk-copy kernel (the last slice's overrun reads
   // zeros); K / splits elsewhere (split_k divides K evenly there).
   const int64_t slice = shape.tma ? ((whole.K + 63) / 64 + splits - 1) / splits * 64 : whole.K / splits;
@@ -2310,6 +2346,8 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPersistent));
       out.emplace_back("matmul_wgmma_tma ping-pong, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPingpong));
+      out.emplace_back("matmul_wgmma_tma stream-K, layouts " + std::to_string(la) + std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma, {}, true));
     }
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));

@@ -139,12 +139,21 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   Tensor gd = g.to(*dev), xd = x.to(*dev);
   expect_close(matmul(gd.transpose(0, 1), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
   expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
-  // On the bulk-copy kernel the slices are whole 64-wide K steps and the last may be shorter
-  // (its overrun reads zeros): K of 131 steps, and of 131 steps and 8 elements.
-  for (int64_t k : {8384, 8392}) {
-    SCOPED_TRACE(k);
-    Tensor u = cast(randn({k, 256}), DType::BF16), v = cast(randn({k, 512}), DType::BF16);
-    expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
+  // On the bulk-copy kernel these run stream-K (every block the same share of all tiles' K
+  // steps, a share crossing a tile boundary in two pieces; the pieces summed per tile), or
+  // with ALK_CUDA_SPLIT_K=slices K slices of whole 64-wide steps of which the last may be
+  // shorter (its overrun reads zeros): K of 131 steps, and of 131 steps and 8 elements, on
+  // whole tiles and on edge tiles (200 x 264).
+  for (const char* split : {"", "slices"}) {
+    SCOPED_TRACE(split);
+    if (*split) setenv("ALK_CUDA_SPLIT_K", split, 1);
+    for (int64_t k : {8384, 8392})
+      for (auto [m, n] : {std::pair<int64_t, int64_t>{256, 512}, {200, 264}}) {
+        SCOPED_TRACE(std::to_string(k) + " " + std::to_string(m) + " x " + std::to_string(n));
+        Tensor u = cast(randn({k, m}), DType::BF16), v = cast(randn({k, n}), DType::BF16);
+        expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
+      }
+    unsetenv("ALK_CUDA_SPLIT_K");
   }
 }
 

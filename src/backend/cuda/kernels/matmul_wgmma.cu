@@ -4,8 +4,10 @@
 // block shape and operand layout (its 64 x BN accumulator list is generated text).
 // Defines: TA, TO, A_KMAJOR, B_KMAJOR (as matmul_tc.cu), BN (128 or 256), STAGES (>= 3),
 // WAIT_DEPTH (wgmma groups left in flight at the end of a K step: 0 or 1), MIN_BLOCKS
-// (blocks per SM the registers must allow), EPILOGUE, TMA (1: the kernel at the end of
-// this file, matmul_wgmma_tma, instead of matmul_wgmma).
+// (blocks per SM the registers must allow), EPILOGUE, TMA (1: the bulk-copy kernels
+// further down instead of matmul_wgmma), with TMA: PERSIST and PINGPONG (the persistent
+// kernel and its schedule; EPI_TILE, EPI_COLS, EPI_REST: how it reads the epilogue's
+// inputs), STREAMK (the stream-K kernel and its sum).
 //
 // A block is two warpgroups (256 threads) computing 128 x BN outputs, each warpgroup a
 // 64 x BN slab; K goes in steps of 64 through a STAGES-deep ring of shared memory filled by
@@ -314,6 +316,104 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
   }
 }
 #endif  // !PERSIST
+
+#if STREAMK
+// Stream-K, for products of few output tiles and a long K (the weight gradients): the
+// tiles' K steps, tile after tile (row-major tile order), are cut into gridDim.x equal
+// ranges, one per block, so every SM gets the same work whatever the tile count (equal
+// K slices per tile leave the last wave part empty: 72 tiles x 3 slices on 132 SMs is 1.6
+// waves). A range crosses at most one tile boundary (the host ensures a range is no
+// longer than a tile's K), so a block computes at most two pieces; each piece's f32
+// accumulators go to the workspace `ws` (slot 2 x block + piece, a 128 x BN tile), and
+// matmul_stream_k_sum adds each tile's pieces in block order.
+__device__ __forceinline__ i64 stream_k_begin(i64 block, i64 steps, i64 blocks) { return block * steps / blocks; }
+extern "C" __global__ void __launch_bounds__(384, 1)
+    matmul_wgmma_tma_stream_k(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
+                              float* __restrict__ ws, const MatmulParams p) {
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int tiles_n = (int)((p.N + BN - 1) / BN), ktiles = (int)((p.K + BK - 1) / BK);
+  const i64 steps = (i64)((p.M + BM - 1) / BM) * tiles_n * ktiles;
+  const i64 begin = stream_k_begin(blockIdx.x, steps, gridDim.x), end = stream_k_begin(blockIdx.x + 1, steps, gridDim.x);
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      for (i64 it = begin; it < end; ++it) {
+        const int i = (int)(it - begin), s = i % STAGES;
+        if (i >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((i / STAGES) & 1) ^ 1);
+        const int tile = (int)(it / ktiles), kt = (int)(it % ktiles);
+        const unsigned full = bars + 8 * s, as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+        mbar_expect_tx(full, STAGE_BYTES);
+        tma_load_stage(as, bs, ta, tb, full, kt * BK, tile / tiles_n * BM, tile % tiles_n * BN);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int ct = threadIdx.x - 128, cw = ct / 128;
+  const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
+  i64 it = begin;
+  for (int piece = 0; it < end; ++piece) {
+    const i64 piece_end = min(end, (it / ktiles + 1) * ktiles);
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (const i64 first = it; it < piece_end; ++it) {
+      const int i = (int)(it - begin), s = i % STAGES;
+      mbar_wait(bars + 8 * s, (i / STAGES) & 1);
+      const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      // The previous step's group (of this piece) has retired: its slot may be refilled.
+      if (it > first && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (int)(it - 1 - begin) % STAGES));
+    // Accumulator 4 j + 2 q (+1): row 16 wr + g + 8 q of the warpgroup's slab, columns 8 j + 2 t (+1).
+    float* slot = ws + ((i64)blockIdx.x * 2 + piece) * (BM * BN);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        *(float2*)(slot + (cw * 64 + wr * 16 + g + 8 * q) * BN + 8 * j + 2 * t) =
+            make_float2(acc[4 * j + 2 * q], acc[4 * j + 2 * q + 1]);
+  }
+}
+
+// out = the sum of each tile's pieces (matmul_wgmma_tma_stream_k), in block order. Four
+// consecutive columns a thread (N is a multiple of 8: the bulk copies' rows).
+extern "C" __global__ void matmul_stream_k_sum(const float* __restrict__ ws, TO* __restrict__ out, const MatmulParams p,
+                                               int blocks) {
+  const int tiles_n = (int)((p.N + BN - 1) / BN), ktiles = (int)((p.K + BK - 1) / BK);
+  const i64 steps = (i64)((p.M + BM - 1) / BM) * tiles_n * ktiles;
+  ALK_FOR(v, p.M * p.N / 4) {
+    const i64 m = v * 4 / p.N, n = v * 4 % p.N;
+    const i64 tile = m / BM * tiles_n + n / BN, first_step = tile * ktiles;
+    // The blocks whose ranges meet the tile: block b begins at stream_k_begin(b).
+    const i64 b0 = ((first_step + 1) * blocks - 1) / steps, b1 = ((first_step + ktiles) * blocks - 1) / steps;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (i64 b = b0; b <= b1; ++b) {
+      const int piece = stream_k_begin(b, steps, blocks) >= first_step ? 0 : 1;
+      const float4 x = *(const float4*)(ws + (b * 2 + piece) * (BM * BN) + (m % BM) * BN + n % BN);
+      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    TO* o = out + p.out_offset + m * p.N + n;
+    o[0] = cvt<TO>(acc.x), o[1] = cvt<TO>(acc.y), o[2] = cvt<TO>(acc.z), o[3] = cvt<TO>(acc.w);
+  }
+}
+#endif  // STREAMK
 
 #if PERSIST
 // The persistent form, for a whole matrix with a 16-bit result: gridDim.x blocks (one per
