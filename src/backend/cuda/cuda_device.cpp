@@ -1271,6 +1271,24 @@ std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor
          (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
 }
 
+// The same with A from registers (four bf16x2 a thread: the m16n8k16 A fragment of the
+// warp's 16 rows), B from shared memory: wgmma_tile_ra(d, a, db).
+std::string wgmma_tile_ra_code(int bn, const char* kind, int b_kmajor) {
+  const int regs = bn / 2;
+  std::string list, operands, a;
+  for (int i = 0; i < regs; ++i) {
+    list += (i ? ", %" : "%") + std::to_string(i);
+    operands += std::string(i ? ", " : "") + "\"+f\"(d[" + std::to_string(i) + "])";
+  }
+  for (int i = 0; i < 4; ++i) a += (i ? ", %" : "%") + std::to_string(regs + i);
+  return "__device__ __forceinline__ void wgmma_tile_ra(float (&d)[" + std::to_string(regs) +
+         "], const unsigned a[4], u64 db) {\n"
+         "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + std::to_string(regs + 5) +
+         ", 0;\\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32." + kind + "." + kind + " {" + list +
+         "}, {" + a + "}, %" + std::to_string(regs + 4) + ", p, 1, 1, " + (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " +
+         operands + "\n    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(1));\n}\n";
+}
+
 // `epilogue`: empty, or the text epilogue_code() writes (EpiParams and epilogue_at()).
 // stream_k: the source of matmul_wgmma_tma_stream_k and matmul_stream_k_sum (stream_k_matmul).
 std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor, int b_kmajor, TcShape shape,
@@ -1701,6 +1719,36 @@ std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D, int
                                 {"KWARPS", std::to_string(kwarps)}}),
                        std::string(sources::attention_shared) + std::string(sources::attention_mma));
 }
+// The forward on Hopper's warpgroup instructions (kernels/attention_mma.cu, ATTN_WGMMA): bf16
+// q, k, v, head dim 64.
+std::string attention_wgmma_source(DType fwd) {
+  return kernel_source(defines({{"T", storage(DType::BF16)},
+                                {"TF", storage(fwd)},
+                                {"TG", storage(fwd)},
+                                {"T_BF16", "1"},
+                                {"ACC", "float"},
+                                {"HD", "64"},
+                                {"KWARPS", "4"},
+                                {"ATTN_WGMMA", "1"}}),
+                       std::string(sources::attention_shared) + wgmma_tile_code(64, "bf16", 1, 1) +
+                           wgmma_tile_ra_code(64, "bf16", 0) + std::string(sources::attention_mma));
+}
+// Whether attention_forward_wgmma takes a forward: asked for (ALK_CUDA_ATTENTION_FORWARD=wgmma),
+// sm_90a, bf16 rows of 64 that 16-byte copies read from every batch item. Opt-in: as it is
+// (each warpgroup waiting on its products, no softmax under them) it measured slower than the
+// mma.sync kernel (0.242 vs 0.230 ms, bench/cuda/NOTES.md, tenth session).
+bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t) {
+  const char* force = std::getenv("ALK_CUDA_ATTENTION_FORWARD");
+  if (!force || std::string_view(force) != "wgmma" || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 ||
+      t != DType::BF16 || ap.D != 64)
+    return false;
+  auto rows_16byte = [](const KView& v, int64_t rs, int64_t cs) {
+    bool ok = cs == 1 && rs % 8 == 0 && v.offset % 8 == 0;
+    for (int d = 0; d < v.rank; ++d) ok = ok && v.strides[d] % 8 == 0;
+    return ok;
+  };
+  return rows_16byte(ap.q, ap.q_rs, ap.q_cs) && rows_16byte(ap.k, ap.k_rs, ap.k_cs) && rows_16byte(ap.v, ap.v_rs, ap.v_cs);
+}
 bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
          D <= 128 && B <= 65535;
@@ -1782,6 +1830,13 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype)) {
+    const int shared = (128 + 4 * 64) * 128 + 1024;  // Q, two stages of K and V (128-byte rows); 1 KiB to align
+    ctx.launch(ctx.function(attention_wgmma_source(out.dtype), "attention_forward_wgmma", shared),
+               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
+               args);
+    return;
+  }
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const int shared = attention_mma_shared(ap.D, false);
     ctx.launch(ctx.function(attention_mma_source(q.dtype, out.dtype, out.dtype, ap.D), "attention_forward_mma", shared),
@@ -2349,6 +2404,8 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul_wgmma_tma stream-K, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma, {}, true));
     }
+  out.emplace_back("attention forward wgmma, packed f32 output", attention_wgmma_source(DType::F32));
+  out.emplace_back("attention forward wgmma, bf16 output", attention_wgmma_source(DType::BF16));
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {

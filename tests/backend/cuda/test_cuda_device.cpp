@@ -193,14 +193,17 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
 // output and q/k/v gradients against the CPU in f32 within bf16's rounding, for causal and
 // full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.
 // With bf16 q, k, v (a bf16 projection under autocast) the kernels read them as they are and
-// return bf16 gradients (feature "attention_16bit"); the CPU reference widens them.
+// return bf16 gradients (feature "attention_16bit"); the CPU reference widens them. On sm_90a
+// the bf16 cases run again with the forward on warpgroup instructions (ALK_CUDA_ATTENTION_FORWARD=wgmma,
+// head dim 64 only): causal, full, Tq != S.
 TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
   ALK_CUDA_OR_SKIP(dev);
   struct Case { int64_t B, H, T, S, D; bool causal, half; };
   for (const Case& c : {Case{2, 3, 100, 100, 64, true, false}, Case{1, 2, 70, 130, 64, true, false},
                         Case{2, 1, 129, 129, 32, false, false}, Case{1, 1, 150, 80, 64, true, false},
                         Case{2, 3, 200, 200, 64, true, true}, Case{1, 2, 70, 130, 64, true, true},
-                        Case{2, 1, 129, 129, 32, false, true}, Case{1, 2, 150, 80, 128, true, true}}) {
+                        Case{2, 1, 129, 129, 32, false, true}, Case{1, 2, 150, 80, 128, true, true},
+                        Case{2, 2, 150, 90, 64, false, true}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " D " +
                  std::to_string(c.D) + (c.causal ? " causal" : "") + (c.half ? " bf16 operands" : ""));
     auto operand = [&](int64_t rows) {
@@ -234,6 +237,12 @@ TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
     for (int i = 0; i < 3; ++i) expect_close(tc_grads[i], ref_grads[i], 5e-2, 5e-2);
     if (c.half) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(tc_grads[i].dtype(), DType::BF16);
+      setenv("ALK_CUDA_ATTENTION_FORWARD", "wgmma", 1);
+      std::vector<Tensor> wg_grads;
+      Tensor wg = run(*dev, true, wg_grads);
+      unsetenv("ALK_CUDA_ATTENTION_FORWARD");
+      expect_close(wg, ref, 3e-2, 3e-2);
+      for (int i = 0; i < 3; ++i) expect_close(wg_grads[i], ref_grads[i], 5e-2, 5e-2);
       continue;  // without autocast, bf16 operands take the bf16 kernels: covered by the parity suite
     }
     Tensor f32 = run(*dev, false, f32_grads);

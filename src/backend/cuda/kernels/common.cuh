@@ -143,3 +143,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const h16* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(p)));
 }
+
+// Hopper's warpgroup tensor-core operands (wgmma, sm_90a): tiles of 128-byte rows stored with
+// the 128-byte swizzle (the 16-byte chunks of row r at chunk index c ^ (r % 8), so the 8 rows
+// of a 1024-byte atom spread every chunk column over all banks), read through descriptors.
+// Byte offset of 16-byte chunk c of row r in such a tile:
+__device__ __forceinline__ unsigned swizzled(int r, int c) { return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4)); }
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets (in 16-
+// byte units), 128-byte swizzle.
+__device__ __forceinline__ u64 smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}

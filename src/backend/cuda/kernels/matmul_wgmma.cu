@@ -37,15 +37,6 @@
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
 #define LOOKAHEAD (STAGES - 1 - WAIT_DEPTH)
 
-// Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows, 128-byte swizzle.
-__device__ __forceinline__ unsigned swizzled(int r, int c) { return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4)); }
-
-// A shared-memory matrix descriptor: start address, leading and stride byte offsets (in 16-
-// byte units), 128-byte swizzle.
-__device__ __forceinline__ u64 smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
-}
-
 // One stage: the A tile (128 of M x 64 of K: 1024 vectors, four per thread) and the B tile
 // (BN x 64: BN / 32 vectors per thread).
 __device__ __forceinline__ void load_stage(unsigned as, unsigned bs, const TA* __restrict__ a, const TA* __restrict__ b,
@@ -212,6 +203,21 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, uns
       : "memory");
 }
 
+// The ring's barriers, set up by thread 0 before anything else: full[s] (one arrival, the
+// producer's, with the copies' bytes) and empty[s] (`readers` consumer warpgroups retired
+// the slot), then `extra` more of one arrival each after them.
+__device__ __forceinline__ void init_barriers(unsigned bars, unsigned readers, int extra = 0) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), readers);
+    }
+    for (int i = 0; i < extra; ++i) mbar_init(bars + 8 * (2 * STAGES + i), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
 // The copies that fill one ring slot (A at `as`, B at `bs`) with K step k of the tile at
 // (m0, n0), all completing on the slot's `full` barrier: A's 64 x 128 box (two 64 x 64 when
 // M-contiguous), B's 64 x BN box (BN / 64 boxes of 64 x 64 when N-contiguous).
@@ -253,14 +259,7 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
   const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
   const int ct = (int)threadIdx.x - TMA_CONSUMER0;  // thread index among the 256 consumers
   const bool producer = ct < 0 || ct >= 256;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_barriers(bars, 2);
   int mt, nt;
   tile_coords((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, mt, nt);
   const int m0 = mt * BM, n0 = nt * BN, z = (int)blockIdx.z;
@@ -333,14 +332,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_barriers(bars, 2);
   const int tiles_n = (int)((p.N + BN - 1) / BN), ktiles = (int)((p.K + BK - 1) / BK);
   const i64 steps = (i64)((p.M + BM - 1) / BM) * tiles_n * ktiles;
   const i64 begin = stream_k_begin(blockIdx.x, steps, gridDim.x), end = stream_k_begin(blockIdx.x + 1, steps, gridDim.x);
@@ -494,18 +486,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const unsigned bars = base + STAGES * STAGE_BYTES, staging = bars + 1024;
   const unsigned stage_full = bars + 16 * STAGES, stage_free = stage_full + 16;
   unsigned char* const staging_ptr = smem_raw + (staging - smem_u32(smem_raw));
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), SLOT_READERS);
-    }
-    for (int w = 0; w < 2; ++w) {
-      mbar_init(stage_full + 8 * w, 1);
-      mbar_init(stage_free + 8 * w, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_barriers(bars, SLOT_READERS, 4);  // and stage_full[2], stage_free[2]
   const int tiles_n = (int)((p.N + BN - 1) / BN), tiles_m = (int)((p.M + BM - 1) / BM), tiles = tiles_m * tiles_n;
   const int ktiles = (int)((p.K + BK - 1) / BK);
   if (threadIdx.x < 128) {
