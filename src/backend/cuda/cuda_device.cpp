@@ -1831,7 +1831,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype)) {
-    const int shared = (128 + 4 * 64) * 128 + 1024;  // Q, two stages of K and V (128-byte rows); 1 KiB to align
+    const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
     ctx.launch(ctx.function(attention_wgmma_source(out.dtype), "attention_forward_wgmma", shared),
                static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
                args);

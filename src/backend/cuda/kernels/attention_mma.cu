@@ -216,11 +216,12 @@ __device__ __forceinline__ bool masked(int j, int e, int c, int lo, int hi) {
 __device__ __forceinline__ int clamp_cols(i64 x) { return (int)min((i64)STREAM, max((i64)0, x)); }
 
 // The online softmax over one key tile's scores s (the accumulators of the warp's 16 rows x
-// STREAM keys): the running max m (log2 domain) and sum l (this thread's columns) updated, o
-// rescaled, s turned into the tile's probabilities. The max is taken over the raw scores, so
-// scaling into the log2 domain and subtracting it is one FFMA per score.
-__device__ __forceinline__ void softmax_tile(float s[NT][4], float o[DT][4], float m[2], float l[2], int s0,
-                                             i64 warp_all, const i64 lim[2], float sl2, int c) {
+// STREAM keys): the running max m (log2 domain) and sum l (this thread's columns) updated, s
+// turned into the tile's probabilities, corr the factor the rows' output so far is to be
+// rescaled by (rescale_rows). The max is taken over the raw scores, so scaling into the log2
+// domain and subtracting it is one FFMA per score.
+__device__ __forceinline__ void softmax_tile(float s[NT][4], float m[2], float l[2], int s0, i64 warp_all,
+                                             const i64 lim[2], float sl2, int c, float corr[2]) {
   float mx[2] = {-(float)ALK_INF, -(float)ALK_INF};
   if (s0 + STREAM - 1 <= warp_all) {  // no key of the tile is masked for the warp
 #pragma unroll
@@ -238,7 +239,7 @@ __device__ __forceinline__ void softmax_tile(float s[NT][4], float o[DT][4], flo
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
   }
-  float corr[2], shift[2];
+  float shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // The running max in the log2 domain (sl2 > 0 keeps the order of the raw scores).
@@ -257,6 +258,8 @@ __device__ __forceinline__ void softmax_tile(float s[NT][4], float o[DT][4], flo
       s[j][e] = x;
       l[e >> 1] += x;
     }
+}
+__device__ __forceinline__ void rescale_rows(float o[DT][4], const float corr[2]) {
 #pragma unroll
   for (int n = 0; n < DT; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
 }
@@ -269,7 +272,9 @@ __device__ __forceinline__ void attend_tile(float o[DT][4], float m[2], float l[
   float s[NT][4];
   zero<NT>(s);
   mul_tile_t(s, qf, K_tile, lane);
-  softmax_tile(s, o, m, l, s0, warp_all, lim, sl2, c);
+  float corr[2];
+  softmax_tile(s, m, l, s0, warp_all, lim, sl2, c, corr);
+  rescale_rows(o, corr);
   mul_tile(o, s, V_tile, lane);
 }
 
@@ -294,26 +299,6 @@ __device__ __forceinline__ void store_rows(TF* __restrict__ out, const AttnParam
     if (c != 0) continue;
     if (p.lse_at >= 0) ((float*)(out + p.lse_at))[b * p.Tq + row[r]] = lse;
     else dst[HD] = cvt<TF>(lse);
-  }
-}
-
-// A forward block's walk over the key tiles [0, block_last]: tile s0's keys and values are
-// copied by fetch(s0, stage) (one cp.async group) while the tile before is in use, then
-// use(s0, stage) runs once they landed; the stage is refilled only after every thread is
-// done with it. ASYNC_PROXY: the tiles are read by the tensor cores through the async proxy
-// (wgmma), which must be told of the copies' generic-proxy writes.
-template <bool ASYNC_PROXY, class Fetch, class Use>
-__device__ __forceinline__ void walk_key_tiles(int block_last, Fetch fetch, Use use) {
-  int stage = 0;
-  for (int s0 = 0; s0 <= block_last; s0 += STREAM, stage ^= 1) {
-    const bool more = s0 + STREAM <= block_last;
-    if (more) fetch(s0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
-    if (more) cp_async_wait<1>();
-    else cp_async_wait<0>();
-    if (ASYNC_PROXY) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    use(s0, stage);
-    __syncthreads();  // the stage is consumed before the next iteration refills it
   }
 }
 
@@ -360,86 +345,125 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
   float m[2] = {-(float)ALK_INF, -(float)ALK_INF}, l[2] = {0.0f, 0.0f};  // l: this thread's columns only
   float o[DT][4];
   zero<DT>(o);
-  walk_key_tiles<false>((int)limit_of(p, min(p.Tq - 1, t0 + OWN - 1)), fetch, [&](int s0, int stage) {
-    if (s0 <= warp_any)
-      attend_tile(o, m, l, qf, Ks + stage * STREAM * LDS, Vs + stage * STREAM * LDS, s0, warp_all, lim, sl2, lane, c);
-  });
+  const int block_last = (int)limit_of(p, min(p.Tq - 1, t0 + OWN - 1));
+  int stage = 0;
+  for (int s0 = 0; s0 <= block_last; s0 += STREAM, stage ^= 1) {
+    const bool more = s0 + STREAM <= block_last;
+    if (more) fetch(s0 + STREAM, stage ^ 1);  // in flight while this tile is multiplied
+    if (more) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    const h16* K_tile = Ks + stage * STREAM * LDS;
+    const h16* V_tile = Vs + stage * STREAM * LDS;
+    if (s0 <= warp_any) attend_tile(o, m, l, qf, K_tile, V_tile, s0, warp_all, lim, sl2, lane, c);
+    __syncthreads();  // the stage is consumed before the next iteration refills it
+  }
   store_rows(out, p, b, row, o, m, l, c);
 }
 
 #if ATTN_WGMMA
 // The forward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v whose rows are 16-byte
 // copyable; HD = 64, so a row is one 128-byte swizzled line). A block of two warpgroups owns
-// 128 queries, 64 a warpgroup; the whole block walks the key tiles of 64, the next tile's
-// keys and values copied (cp.async) while this one is multiplied. Per tile a warpgroup
-// computes S = Q K^T (wgmma, both operands from shared memory through descriptors), the
-// online softmax on S in registers (the accumulators of a warp are the mma kernel's layout:
-// rows 16 w + g and + 8, columns 8 j + 2 c (+1)), then O += P V with P straight from the
-// registers as the A operand (an accumulator pair is an A fragment) and V from shared memory,
-// read transposed. Host side: wgmma_tile (smem A and B) and wgmma_tile_ra (A in registers, B
-// transposed) for n = 64.
+// 128 queries, 64 a warpgroup, and walks the key tiles of 64 (a three-stage ring of keys and
+// values, the next tile copied by cp.async while this one is used). Per tile j a warpgroup
+// issues S_j = Q K_j^T (wgmma, both operands from shared memory through descriptors) and then
+// the previous tile's O += P_{j-1} V_{j-1} (P from registers as the A operand: an accumulator
+// pair is an A fragment; V read transposed), and runs tile j's online softmax while the
+// second product is in flight (FlashAttention-3's overlap within a warpgroup); O is rescaled
+// once that product is done. The accumulators of a warp have the mma kernel's layout (rows
+// 16 w + g and + 8, columns 8 j + 2 c (+1)), so softmax_tile is shared. Host side: wgmma_tile
+// (A and B in shared memory) and wgmma_tile_ra (A in registers, B transposed) for n = 64.
+#define KV_STAGES 3
 extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(const T* __restrict__ q,
                                                                             const T* __restrict__ k,
                                                                             const T* __restrict__ v,
                                                                             TF* __restrict__ out, const AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Swizzled tiles sit on 1024-byte boundaries (the host asks for 1 KiB extra). Q: 128 rows;
-  // K and V: two stages of 64 rows each.
-  const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + 128 * 128, vs = ks + 2 * STREAM * 128;
+  // K and V: KV_STAGES stages of 64 rows each.
+  const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + 128 * 128, vs = ks + KV_STAGES * STREAM * 128;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
   const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * 128;
   const i64 qb = lead_offset(p.q, b), kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const int S = (int)p.S;
-  // Rows [r0, r0 + n) of a view into a swizzled tile at dst: chunk tid % 8 of every 32nd row
-  // from tid / 8; rows past `rows` are zeros.
+  // Rows [r0, r0 + n) (n <= 128) of a view into a swizzled tile at dst: chunk tid % 8 of rows
+  // tid / 8 + 32 i; rows past `rows` are zeros. A fixed trip count: a loop bound that depends
+  // on the thread makes ptxas serialize every wgmma of the kernel (warning C7520).
   auto copy_rows = [&](unsigned dst, const T* __restrict__ src, i64 base, i64 rs, i64 r0, i64 rows, int n) {
     const int chunk = tid & 7;
-    for (int r = tid >> 3; r < n; r += 32) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (i * 32 >= n) break;
+      const int r = (tid >> 3) + 32 * i;
       const bool ok = r0 + r < rows;
       cp_async16(dst + swizzled(r, chunk), ok ? (const void*)(src + base + (r0 + r) * rs + chunk * 8) : (const void*)src, ok);
     }
   };
-  auto fetch = [&](int s0, int stage) {  // key/value tile s0 into `stage`, one commit group
-    copy_rows(ks + stage * STREAM * 128, k, kb, p.k_rs, s0, S, STREAM);
-    copy_rows(vs + stage * STREAM * 128, v, vb, p.v_rs, s0, S, STREAM);
+  auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES, one commit group
+    const unsigned at = (j % KV_STAGES) * STREAM * 128;
+    copy_rows(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
+    copy_rows(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
     cp_async_commit();
   };
   copy_rows(qs, q, qb, p.q_rs, t0, p.Tq, 128);  // joins the first tile's group
-  fetch(0, 0);
+  fetch(0);
   const i64 row[2] = {t0 + wg * 64 + warp * 16 + g, t0 + wg * 64 + warp * 16 + g + 8};
   const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
-  // The warp's rows see keys up to limit_of(first row) all; the warpgroup's none past
-  // limit_of(its last row) (a wgmma is the whole warpgroup's, so it skips tiles as one).
-  const i64 warp_all = limit_of(p, t0 + wg * 64 + warp * 16), wg_any = limit_of(p, t0 + wg * 64 + 63);
+  // The warp's rows see keys up to limit_of(first row) all.
+  const i64 warp_all = limit_of(p, t0 + wg * 64 + warp * 16);
+  // The block's tiles. Both warpgroups take every one: a tile the first sees none of (the
+  // diagonal's last) is all masked and adds nothing; skipping it would put the wgmma
+  // instructions on a path the compiler cannot prove warpgroup-uniform, and it serializes them.
+  const int tiles = (int)(limit_of(p, min(p.Tq - 1, t0 + 127)) + STREAM) / STREAM;
   const float sl2 = log2_scale(p);
   float m[2] = {-(float)ALK_INF, -(float)ALK_INF}, l[2] = {0.0f, 0.0f};
   float o[DT][4];
   zero<DT>(o);
   const unsigned q_rows = qs + wg * 64 * 128;
-  walk_key_tiles<true>((int)limit_of(p, min(p.Tq - 1, t0 + 127)), fetch, [&](int s0, int stage) {
-    if (s0 <= wg_any) {
-      const unsigned k_tile = ks + stage * STREAM * 128, v_tile = vs + stage * STREAM * 128;
-      float s[NT][4];
-      zero<NT>(s);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  unsigned a[STREAM / 16][4];  // P of the previous tile
+  // O += P V for tile j's values, P in `a`, issued and committed (the caller waits).
+  auto multiply_pv = [&](int j) {
+    const unsigned v_tile = vs + (j % KV_STAGES) * STREAM * 128;
 #pragma unroll
-      for (int kc = 0; kc < KD; ++kc)
-        wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(s), smem_desc(q_rows + kc * 32, 16, 1024),
-                   smem_desc(k_tile + kc * 32, 16, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-      softmax_tile(s, o, m, l, s0, warp_all, lim, sl2, c);
-      unsigned a[STREAM / 16][4];
+    for (int kc = 0; kc < STREAM / 16; ++kc)
+      wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(o), a[kc], smem_desc(v_tile + kc * 16 * 128, STREAM * 128, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  };
+  for (int j = 0; j < tiles; ++j) {
+    cp_async_wait<0>();  // tile j (the only group in flight)
+    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // Every thread's tile j landed, and every warpgroup is done with tile j - 2, whose stage
+    // tile j + 1 takes.
+    __syncthreads();
+    if (j + 1 < tiles) fetch(j + 1);
+    float s[NT][4];
+    zero<NT>(s);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    const unsigned k_tile = ks + (j % KV_STAGES) * STREAM * 128;
 #pragma unroll
-      for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(a[kc], s[2 * kc], s[2 * kc + 1]);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int kc = 0; kc < STREAM / 16; ++kc)
-        wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(o), a[kc], smem_desc(v_tile + kc * 16 * 128, STREAM * 128, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    for (int kc = 0; kc < KD; ++kc)
+      wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(s), smem_desc(q_rows + kc * 32, 16, 1024),
+                 smem_desc(k_tile + kc * 32, 16, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    if (j > 0) {
+      multiply_pv(j - 1);
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j done, P V in flight
+    } else {
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
-  });
+    float corr[2];
+    softmax_tile(s, m, l, j * STREAM, warp_all, lim, sl2, c, corr);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // O and a are free
+    rescale_rows(o, corr);
+#pragma unroll
+    for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(a[kc], s[2 * kc], s[2 * kc + 1]);
+  }
+  if (tiles > 0) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    multiply_pv(tiles - 1);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  }
   store_rows(out, p, b, row, o, m, l, c);
 }
 #endif  // ATTN_WGMMA
