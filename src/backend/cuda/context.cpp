@@ -77,13 +77,54 @@ std::string arch_of(const DeviceProps& p) {
   return p.cc_major == 9 && p.cc_minor == 0 ? a + "a" : a;
 }
 
+namespace {
+std::vector<std::string> nvrtc_options(const Nvrtc& nv, const std::string& arch) {
+  std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space"};
+  if (!nv.include_dir.empty()) options.push_back("--include-path=" + nv.include_dir);
+  return options;
+}
+// One NVRTC compile: the cubin (empty when it failed) and the program's log.
+std::pair<std::string, std::string> nvrtc_compile(const Nvrtc& nv, const std::string& source,
+                                                  const std::vector<std::string>& options, const std::string& arch) {
+  nvrtcProgram prog = nullptr;
+  if (nvrtcResult r = nv.nvrtcCreateProgram(&prog, source.c_str(), "alk_kernel.cu", 0, nullptr, nullptr); r != 0)
+    fail(std::string("nvrtcCreateProgram failed: ") + nv.nvrtcGetErrorString(r));
+  std::vector<const char*> opts;
+  for (const std::string& o : options) opts.push_back(o.c_str());
+  const nvrtcResult compiled = nv.nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  size_t log_size = 0;
+  nv.nvrtcGetProgramLogSize(prog, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size) nv.nvrtcGetProgramLog(prog, log.data());
+  std::string cubin;
+  if (compiled == 0) {
+    size_t bytes = 0;
+    nv.nvrtcGetCUBINSize(prog, &bytes);
+    cubin.resize(bytes);
+    if (bytes) nv.nvrtcGetCUBIN(prog, cubin.data());
+  }
+  nv.nvrtcDestroyProgram(&prog);
+  if (compiled != 0 || cubin.empty())
+    fail("CUDA compile (NVRTC, " + arch + ") failed: " + nv.nvrtcGetErrorString(compiled) + "\n" + log +
+         "source (first lines):\n" + first_lines(source, 12));
+  return {std::move(cubin), std::move(log)};
+}
+}  // namespace
+
+std::string ptxas_report(const std::string& source, const std::string& arch) {
+  const Nvrtc* nv = nvrtc();
+  if (!nv) fail("cannot compile CUDA kernels: " + nvrtc_unavailable_reason());
+  std::vector<std::string> options = nvrtc_options(*nv, arch);
+  options.push_back("--ptxas-options=-v");
+  return nvrtc_compile(*nv, source, options, arch).second;
+}
+
 std::string compile_cubin(const std::string& source, const std::string& arch) {
   const Nvrtc* nv = nvrtc();
   if (!nv) fail("cannot compile CUDA kernels: " + nvrtc_unavailable_reason());
   int major = 0, minor = 0;
   nv->nvrtcVersion(&major, &minor);
-  std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space"};
-  if (!nv->include_dir.empty()) options.push_back("--include-path=" + nv->include_dir);
+  const std::vector<std::string> options = nvrtc_options(*nv, arch);
   std::string key = "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
   for (const std::string& o : options) key += " " + o;
   key += "\n" + source;
@@ -107,27 +148,7 @@ std::string compile_cubin(const std::string& source, const std::string& arch) {
       return cache.memory.emplace(key, std::move(*cubin)).first->second;
     }
 
-  nvrtcProgram prog = nullptr;
-  if (nvrtcResult r = nv->nvrtcCreateProgram(&prog, source.c_str(), "alk_kernel.cu", 0, nullptr, nullptr); r != 0)
-    fail(std::string("nvrtcCreateProgram failed: ") + nv->nvrtcGetErrorString(r));
-  std::vector<const char*> opts;
-  for (const std::string& o : options) opts.push_back(o.c_str());
-  const nvrtcResult compiled = nv->nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
-  size_t log_size = 0;
-  nv->nvrtcGetProgramLogSize(prog, &log_size);
-  std::string log(log_size, '\0');
-  if (log_size) nv->nvrtcGetProgramLog(prog, log.data());
-  std::string cubin;
-  if (compiled == 0) {
-    size_t bytes = 0;
-    nv->nvrtcGetCUBINSize(prog, &bytes);
-    cubin.resize(bytes);
-    if (bytes) nv->nvrtcGetCUBIN(prog, cubin.data());
-  }
-  nv->nvrtcDestroyProgram(&prog);
-  if (compiled != 0 || cubin.empty())
-    fail("CUDA compile (NVRTC, " + arch + ") failed: " + nv->nvrtcGetErrorString(compiled) + "\n" + log +
-         "source (first lines):\n" + first_lines(source, 12));
+  std::string cubin = nvrtc_compile(*nv, source, options, arch).first;
   if (!path.empty()) write_cache_entry(path, kMagic, key, cubin);
   std::lock_guard lock(cache.mutex);
   ++cache.stats.compiles;

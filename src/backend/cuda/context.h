@@ -41,6 +41,9 @@ std::string arch_of(const DeviceProps& p);
 // the source, arch, options and NVRTC version). Throws alk::Error with NVRTC's log and
 // the source's first lines when it does not compile. Needs no GPU.
 std::string compile_cubin(const std::string& source, const std::string& arch);
+// What ptxas says compiling `source` (uncached, `-v`): each function's registers and spills,
+// and its performance advisories (C7520: wgmma instructions serialized). For tests.
+std::string ptxas_report(const std::string& source, const std::string& arch);
 struct CompileStats {
   int64_t memory_hits = 0, disk_hits = 0, compiles = 0;
 };
