@@ -157,10 +157,10 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   }
 }
 
-// Products with a short K and a 16-bit result, on the kernel chosen for them and forced onto
-// the persistent kernels (each consumer warpgroup owning whole tiles in turn, "ping-pong", or
-// both sharing each tile): more tiles than the SMs hold twice, edges in M, N and K, every
-// operand layout, and epilogues in bf16: a bias and tanh-GELU (the bias loaded before the
+// Products with a short K and a 16-bit result, on the kernel chosen for them (the persistent
+// ping-pong kernel: each consumer warpgroup owns whole tiles in turn) and forced onto the
+// persistent kernel whose warpgroups share each tile and onto the two-block kernel: more
+// tiles than the SMs hold twice, edges in M, N and K, every operand layout, and epilogues in bf16: a bias and tanh-GELU (the bias loaded before the
 // main loop), a bias and a residual (the residual copied into the staging tile by TMA), and a
 // residual whose rows bulk copies cannot read (a row stride of 1003: loaded in the epilogue).
 TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
@@ -171,7 +171,7 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
   const Tensor at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
   const Tensor ad = a.to(*dev), bd = b.to(*dev), atd = at.to(*dev), btd = bt.to(*dev), biasd = bias.to(*dev);
   const Tensor resd = res.to(*dev), res_oddd = res_wide.to(*dev).slice(1, 2, 1002);
-  for (const char* gemm : {"", "wgmmatmapp", "wgmmatmap"}) {
+  for (const char* gemm : {"", "wgmmatmap", "wgmmatma128"}) {
     SCOPED_TRACE(gemm);
     if (*gemm) setenv("ALK_CUDA_GEMM", gemm, 1);
     expect_close(matmul(ad, bd), matmul(a, b), 2e-2, 5e-2);
