@@ -237,6 +237,23 @@ __device__ __forceinline__ void tma_load_stage(unsigned as, unsigned bs, const T
 #endif
 }
 
+// One K step of a consumer warpgroup of the bulk-copy kernels: wait for ring slot s's copies
+// (phase `parity`), issue its BK / 16 products into acc (the warpgroup's 64-row slab `slab` of
+// the A tile), and once the step before has retired (one group left in flight) release that
+// step's slot `prev` to the producer (release_prev: there is one; thread `ct % 128 == 0` of
+// each warpgroup arrives).
+__device__ __forceinline__ void consume_step(float (&acc)[BN / 2], unsigned base, unsigned bars, int s, unsigned parity,
+                                             int slab, bool release_prev, int prev, int ct) {
+  mbar_wait(bars + 8 * s, parity);
+  const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, slab, ks), b_desc(bs, ks));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+  if (release_prev && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+}
+
 // Two blocks per SM (128 x 128 tiles, so one block's epilogue and pipeline fill overlap the
 // other's main loop) must share the SM's 64 K registers, and ptxas compiles the whole kernel
 // under the launch bound (a 64 x 128 wgmma needs ~90 a thread): there the producer is one
@@ -287,18 +304,8 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int s = kt % STAGES;
-      mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
-      const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-      // Step kt - 1's group has retired: its slot may be refilled.
-      if (kt > 0 && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
-    }
+    for (int kt = 0; kt < ktiles; ++kt)
+      consume_step(acc, base, bars, kt % STAGES, (kt / STAGES) & 1, cw, kt > 0, (kt - 1) % STAGES, ct);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     // Every copy the producer issued has been waited for: the ring takes the results now.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -360,16 +367,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     for (const i64 first = it; it < piece_end; ++it) {
-      const int i = (int)(it - begin), s = i % STAGES;
-      mbar_wait(bars + 8 * s, (i / STAGES) & 1);
-      const unsigned as = base + s * STAGE_BYTES, bs = as + A_STAGE_BYTES;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, cw, ks), b_desc(bs, ks));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-      // The previous step's group (of this piece) has retired: its slot may be refilled.
-      if (it > first && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (i - 1) % STAGES));
+      const int i = (int)(it - begin);
+      // The step before is released once retired, if it was this piece's (the last of the
+      // piece before was released after its final wait).
+      consume_step(acc, base, bars, i % STAGES, (i / STAGES) & 1, cw, it > first, (i - 1) % STAGES, ct);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (int)(it - 1 - begin) % STAGES));
