@@ -12,7 +12,7 @@
 # Every mode leaves $OUT/cuda-cache.tgz, the compiled kernels: copy it into .devcarry/ and the
 # next run's parity suite skips most NVRTC compiles (unpack_carry.sh restores it).
 # `memory`: the GPT-2 step's peak (compiled, against PyTorch) and the eager step's arena at its peak.
-# `ab`: an A/B of one switch inside one call, AB_VAR=ALK_CUDA_SPLIT_K AB_VALUES="new old" (default;
+# `ab`: an A/B of one switch inside one call, AB_VAR=ALK_CUDA_SPLIT_K AB_VALUES="unset slices" (default;
 # the value `unset` runs with the variable unset), ROUNDS (2) times in alternation: the GPT-2
 # step, and bench_cuda_gemm --gpt2 where carried. Each
 # call lands on a fresh machine and machines differ by up to ~8%, so variants are compared only
@@ -79,7 +79,7 @@ fi
 if [[ $what == ab ]]; then
   var=${AB_VAR:-ALK_CUDA_SPLIT_K}
   for round in $(seq "${ROUNDS:-2}"); do
-    for value in ${AB_VALUES:-new old}; do
+    for value in ${AB_VALUES:-unset slices}; do
       echo "==== round $round: $var=$value"
       setting=("$var=$value")
       [[ $value == unset ]] && setting=(-u "$var")
