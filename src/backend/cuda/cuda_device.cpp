@@ -1376,6 +1376,7 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
                 int la, int lb, TcShape shape, int slices, int64_t k_extent, const std::string& src, const Kernel* epilogue,
                 int tile_input = -1) {
   const int64_t bn = shape.bn();
+  const EpiLaunch epi = epilogue ? epilogue_params(*epilogue) : EpiLaunch{};
   Args args;
   add_operand_maps(args, a, b, mp, la, lb, bn, k_extent);
   if (shape.persistent) {
@@ -1383,13 +1384,12 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
     const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
     TensorMap tin = tout;  // unread without a tile input
     if (tile_input >= 0) {
-      const KernelArg& x = epilogue->epilogue_inputs[static_cast<size_t>(tile_input)];
-      const EpiLaunch e = epilogue_params(*epilogue);
       const size_t i = static_cast<size_t>(tile_input);
-      tin = tensor_map(x.dtype, e.ptr[i] + static_cast<uint64_t>(e.batch[i].offset) * 2, n, m, e.rs[i], 128);
+      tin = tensor_map(epilogue->epilogue_inputs[i].dtype, epi.ptr[i] + static_cast<uint64_t>(epi.batch[i].offset) * 2, n,
+                       m, epi.rs[i], 128);
     }
     args.add(tout).add(tin).add(mp);
-    if (epilogue) args.add(epilogue_params(*epilogue));
+    if (epilogue) args.add(epi);
     const int shared = matmul_tc_shared_bytes(la, lb, shape);
     const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
     ctx.launch(ctx.function(src, tc_entry(shape), shared),
@@ -1398,7 +1398,7 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
     return;
   }
   args.add(out).add(mp);
-  if (epilogue) args.add(epilogue_params(*epilogue));
+  if (epilogue) args.add(epi);
   const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
   ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
              static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), shape.min_blocks > 1 ? 288 : 384,
