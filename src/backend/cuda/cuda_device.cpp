@@ -1719,26 +1719,30 @@ std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D, int
                                 {"KWARPS", std::to_string(kwarps)}}),
                        std::string(sources::attention_shared) + std::string(sources::attention_mma));
 }
-// The forward on Hopper's warpgroup instructions (kernels/attention_mma.cu, ATTN_WGMMA): bf16
-// q, k, v, head dim 64.
-std::string attention_wgmma_source(DType fwd) {
+// The kernels on Hopper's warpgroup instructions (kernels/attention_mma.cu, ATTN_WGMMA): bf16
+// q, k, v (and dout), head dim 64; fwd: the forward output's storage, grads: the gradients'.
+// wgmma_tile for n = 64 (K-major operands: the scores) and n = 32 (both transposed: the
+// backward's dq halves), wgmma_tile_ra for n = 64 (B transposed: P V, P^T dO, dS^T Q).
+std::string attention_wgmma_source(DType fwd, DType grads) {
   return kernel_source(defines({{"T", storage(DType::BF16)},
                                 {"TF", storage(fwd)},
-                                {"TG", storage(fwd)},
+                                {"TG", storage(grads)},
                                 {"T_BF16", "1"},
                                 {"ACC", "float"},
                                 {"HD", "64"},
                                 {"KWARPS", "4"},
                                 {"ATTN_WGMMA", "1"}}),
                        std::string(sources::attention_shared) + wgmma_tile_code(64, "bf16", 1, 1) +
-                           wgmma_tile_ra_code(64, "bf16", 0) + std::string(sources::attention_mma));
+                           wgmma_tile_code(32, "bf16", 0, 0) + wgmma_tile_ra_code(64, "bf16", 0) +
+                           std::string(sources::attention_mma));
 }
-// Whether attention_forward_wgmma takes a forward: asked for (ALK_CUDA_ATTENTION_FORWARD=wgmma),
-// sm_90a, bf16 rows of 64 that 16-byte copies read from every batch item. Opt-in: as it is
-// (each warpgroup waiting on its products, no softmax under them) it measured slower than the
-// mma.sync kernel (0.242 vs 0.230 ms, bench/cuda/NOTES.md, tenth session).
-bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t) {
-  const char* force = std::getenv("ALK_CUDA_ATTENTION_FORWARD");
+// Whether the warpgroup kernels take an attention op: asked for (`variable`=wgmma), sm_90a,
+// bf16 rows of 64 that 16-byte copies read from every batch item (q, k, v and, for the
+// backward, dout). The forward is opt-in: it measured no faster than the mma.sync kernel
+// (0.222 vs 0.223 ms, bench/cuda/NOTES.md, tenth session).
+bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, const char* variable,
+                        bool backward = false) {
+  const char* force = std::getenv(variable);
   if (!force || std::string_view(force) != "wgmma" || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 ||
       t != DType::BF16 || ap.D != 64)
     return false;
@@ -1747,7 +1751,8 @@ bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t)
     for (int d = 0; d < v.rank; ++d) ok = ok && v.strides[d] % 8 == 0;
     return ok;
   };
-  return rows_16byte(ap.q, ap.q_rs, ap.q_cs) && rows_16byte(ap.k, ap.k_rs, ap.k_cs) && rows_16byte(ap.v, ap.v_rs, ap.v_cs);
+  return rows_16byte(ap.q, ap.q_rs, ap.q_cs) && rows_16byte(ap.k, ap.k_rs, ap.k_cs) &&
+         rows_16byte(ap.v, ap.v_rs, ap.v_cs) && (!backward || rows_16byte(ap.dout, ap.d_rs, ap.d_cs));
 }
 bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
@@ -1830,9 +1835,9 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
-  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype)) {
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, "ALK_CUDA_ATTENTION_FORWARD")) {
     const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
-    ctx.launch(ctx.function(attention_wgmma_source(out.dtype), "attention_forward_wgmma", shared),
+    ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype), "attention_forward_wgmma", shared),
                static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
                args);
     return;
@@ -1887,13 +1892,13 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   auto tiles = [](int64_t rows, int64_t per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); };
   const auto batch = static_cast<unsigned>(ap.B);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
-    static const std::string variant = [] {
-      const char* e = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
-      return std::string(e ? e : "");
-    }();
+    const char* variant_env = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
+    const std::string_view variant = variant_env ? variant_env : "";
+    const bool wgmma = attention_wgmma_ok(ctx, ap, q.dtype, "ALK_CUDA_ATTENTION_BACKWARD", true);
     // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
-    const std::string src = attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
+    const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype)
+                                  : attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
     // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
     // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
     const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
@@ -1904,12 +1909,20 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     // HD / 8 lanes per row: 8 warps cover 256 * 8 / HD rows a pass.
     ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock * 8 / ap.D), 1, 1,
                kBlock, 0, prep);
-    const int shared = attention_mma_shared(ap.D, true, kwarps);
     Args main;
     main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
     add_attention(main, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
-               static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);
+    if (wgmma) {
+      // K, V (128 rows each), two stages of q and dout (64 rows), two dS^T buffers (128 rows):
+      // 128-byte rows; two stages of two f32 statistics per query; 1 KiB to align.
+      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 1024;
+      ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), tiles(ap.S, 128), batch, 1, 256,
+                 static_cast<unsigned>(shared), main);
+    } else {
+      const int shared = attention_mma_shared(ap.D, true, kwarps);
+      ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
+                 static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);
+    }
     Args finish;
     finish.add(dq_acc).add(out.ptr);
     add_attention(finish, ap, q.dtype, scale);
@@ -2404,8 +2417,9 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back("matmul_wgmma_tma stream-K, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma, {}, true));
     }
-  out.emplace_back("attention forward wgmma, packed f32 output", attention_wgmma_source(DType::F32));
-  out.emplace_back("attention forward wgmma, bf16 output", attention_wgmma_source(DType::BF16));
+  out.emplace_back("attention wgmma, packed f32 output", attention_wgmma_source(DType::F32, DType::F32));
+  out.emplace_back("attention wgmma, bf16 output and gradients", attention_wgmma_source(DType::BF16, DType::BF16));
+  out.emplace_back("attention wgmma, packed f32 output, bf16 gradients", attention_wgmma_source(DType::F32, DType::BF16));
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {

@@ -197,6 +197,15 @@ __device__ __forceinline__ void zero(float x[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
 }
+// Accumulators a wgmma product wrote, read only after this point: an empty asm that claims to
+// change them keeps the compiler from moving their reads above the wait that retires the
+// product (the registers are an asynchronous instruction's until then).
+template <int N>
+__device__ __forceinline__ void fence_operands(float x[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(x[i][0]), "+f"(x[i][1]), "+f"(x[i][2]), "+f"(x[i][3])::"memory");
+}
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -362,6 +371,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
 }
 
 #if ATTN_WGMMA
+// Rows [r0, r0 + n) (n <= 128, a multiple of 32) of a [rows, 64] bf16 view (row stride rs from
+// element base) into a swizzled tile at dst by a block of 256 threads, cp.async (the caller
+// commits): chunk tid % 8 of rows tid / 8 + 32 i; rows past `rows` are zeros. A fixed trip
+// count: a loop bound that depends on the thread makes ptxas serialize every wgmma of the
+// kernel (warning C7520).
+__device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __restrict__ src, i64 base, i64 rs, i64 r0,
+                                                   i64 rows, int n) {
+  const int tid = threadIdx.x, chunk = tid & 7;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (i * 32 >= n) break;
+    const int r = (tid >> 3) + 32 * i;
+    const bool ok = r0 + r < rows;
+    cp_async16(dst + swizzled(r, chunk), ok ? (const void*)(src + base + (r0 + r) * rs + chunk * 8) : (const void*)src, ok);
+  }
+}
+
 // The forward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v whose rows are 16-byte
 // copyable; HD = 64, so a row is one 128-byte swizzled line). A block of two warpgroups owns
 // 128 queries, 64 a warpgroup, and walks the key tiles of 64 (a three-stage ring of keys and
@@ -386,26 +412,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(con
   const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * 128;
   const i64 qb = lead_offset(p.q, b), kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const int S = (int)p.S;
-  // Rows [r0, r0 + n) (n <= 128) of a view into a swizzled tile at dst: chunk tid % 8 of rows
-  // tid / 8 + 32 i; rows past `rows` are zeros. A fixed trip count: a loop bound that depends
-  // on the thread makes ptxas serialize every wgmma of the kernel (warning C7520).
-  auto copy_rows = [&](unsigned dst, const T* __restrict__ src, i64 base, i64 rs, i64 r0, i64 rows, int n) {
-    const int chunk = tid & 7;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (i * 32 >= n) break;
-      const int r = (tid >> 3) + 32 * i;
-      const bool ok = r0 + r < rows;
-      cp_async16(dst + swizzled(r, chunk), ok ? (const void*)(src + base + (r0 + r) * rs + chunk * 8) : (const void*)src, ok);
-    }
-  };
   auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES, one commit group
     const unsigned at = (j % KV_STAGES) * STREAM * 128;
-    copy_rows(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
-    copy_rows(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
+    copy_rows_swizzled(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
+    copy_rows_swizzled(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
     cp_async_commit();
   };
-  copy_rows(qs, q, qb, p.q_rs, t0, p.Tq, 128);  // joins the first tile's group
+  copy_rows_swizzled(qs, q, qb, p.q_rs, t0, p.Tq, 128);  // joins the first tile's group
   fetch(0);
   const i64 row[2] = {t0 + wg * 64 + warp * 16 + g, t0 + wg * 64 + warp * 16 + g + 8};
   const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
@@ -523,6 +536,58 @@ extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, c
   }
 }
 
+// The backward's dk (scaled) and dv of the thread's two keys (rows key[r] of the accumulators,
+// this thread's columns) into out's planes 1 and 2.
+__device__ __forceinline__ void store_key_grads(TG* __restrict__ out, const AttnParams& p, i64 b, const i64 key[2],
+                                                const float dk[DT][4], const float dv[DT][4], int c) {
+  TG* const grads_b = out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= p.S) continue;
+    TG* dkr = grads_b + p.g_plane + key[r] * p.g_rs;
+    TG* dvr = dkr + p.g_plane;
+#pragma unroll
+    for (int n = 0; n < DT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        dkr[n * 8 + 2 * c + e] = cvt<TG>(dk[n][2 * r + e] * (float)p.scale);
+        dvr[n * 8 + 2 * c + e] = cvt<TG>(dv[n][2 * r + e]);
+      }
+  }
+}
+
+// P^T and dS^T of one query tile for the thread's accumulator rows (keys) in place of the
+// scores st (K Q^T) and dpt (V dO^T): P^T = exp2(st * sl2 - lse2 of the column's query),
+// dS^T = P^T (dpt - delta of the column's query); columns a key does not see are 0. full:
+// every query of the tile sees every key of the thread's warp; else columns [lo[r], hi) are
+// visible to row r (relative to the tile).
+__device__ __forceinline__ void probabilities_t(float st[NT][4], float dpt[NT][4], const float* lse2, const float* dlt,
+                                                float sl2, bool full, const int lo[2], int hi, int c) {
+  if (full) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
+        st[j][e] = pr;
+        dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pr = masked(j, e, c, lo[e >> 1], hi) ? 0.0f : exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
+      st[j][e] = pr;
+      dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
+    }
+  }
+}
+
 // dk into out[1], dv into out[2]; dq accumulated into dq_acc ([B, Tq, HD], f32, unscaled).
 // A block owns KOWN keys (16 per warp, KWARPS warps: 4, or 8 where HD % 32 == 0 so that
 // two warps can split each 16-query group's dq over halves of the head dim) and walks the
@@ -611,32 +676,9 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     if (t0 + STREAM - 1 >= warp_first) {  // some query of the tile sees the warp's keys
       mul_tile_t(st, kf, Q_tile, lane);   // K Q^T: rows keys, columns queries
       mul_tile_t(dpt, vf, G_tile, lane);  // V dO^T
-      if (t0 >= warp_last && t0 + STREAM <= Tq) {  // every query of the tile sees every key of the warp
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float pr = exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
-            st[j][e] = pr;
-            dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));  // dS^T
-          }
-        }
-      } else {
-        const int hi = min(STREAM, Tq - t0);
-        const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float pr =
-                masked(j, e, c, lo[e >> 1], hi) ? 0.0f : exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
-            st[j][e] = pr;
-            dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
-          }
-        }
-      }
+      const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
+      // full: every query of the tile sees every key of the warp
+      probabilities_t(st, dpt, lse2, dlt, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
       mul_tile(dv, st, G_tile, lane);   // P^T dO
       mul_tile(dk, dpt, Q_tile, lane);  // dS^T Q
     }
@@ -675,21 +717,166 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
     }
     __syncthreads();  // Ds and the stage are consumed before the next iteration refills them
   }
-  TG* const grads_b = out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (key[r] >= p.S) continue;
-    TG* dkr = grads_b + p.g_plane + key[r] * p.g_rs;
-    TG* dvr = dkr + p.g_plane;
-#pragma unroll
-    for (int n = 0; n < DT; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        dkr[n * 8 + 2 * c + e] = cvt<TG>(dk[n][2 * r + e] * (float)p.scale);
-        dvr[n * 8 + 2 * c + e] = cvt<TG>(dv[n][2 * r + e]);
-      }
-  }
+  store_key_grads(out, p, b, key, dk, dv, c);
 }
+
+#if ATTN_WGMMA
+// The one-pass backward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v and dout with
+// 16-byte copyable rows; HD = 64). A block of two warpgroups owns 128 keys, 64 a warpgroup, and
+// walks the query tiles of 64 that see them (q, dout and the rows' statistics in two stages, the
+// next tile copied by cp.async while this one is used). Per tile a warpgroup computes, on its
+// keys: S^T = K Q^T and dP^T = V dO^T (both operands from shared memory), P^T and dS^T in
+// registers (probabilities_t, as the mma.sync kernel), dV += P^T dO and dK += dS^T Q (the
+// accumulators as the register A operand, dO and Q read transposed); then dS^T goes to shared
+// memory, and after a block barrier each warpgroup computes half the head dim of the tile's
+// dQ = dS K over all 128 keys (dS read transposed as the A operand, K as B), which it adds
+// into dq_acc (vector atomics) under the next tile's S^T and dP^T products: a block adds each
+// tile's dq once, as the 128-key mma.sync kernel does; dS^T has two buffers, so that product
+// may still read one while the next tile's dS^T is written. The accumulators of a warp have
+// the mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side:
+// wgmma_tile for n = 64 (S^T, dP^T) and n = 32 (dQ, both operands transposed), wgmma_tile_ra
+// for n = 64 (B transposed).
+extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ stats,
+    const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ dq_acc, const AttnParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 1024-byte aligned swizzled tiles (the host asks for 1 KiB extra): K and V 128 rows each, q
+  // and dout two stages of 64, dS^T two buffers of 128 rows (keys) of 64 queries; then the
+  // statistics, [2 stages][lse2, delta][64] f32.
+  const unsigned base = smem_u32(smem_raw), ks = (base + 1023u) & ~1023u, vs = ks + 128 * 128, qs = vs + 128 * 128,
+                 gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128, stat = dss + 2 * 128 * 128;
+  float* const col_stats = (float*)(smem_raw + (stat - base));
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
+  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * 128;
+  const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
+  const int Tq = (int)p.Tq;
+  // Thread r < STREAM copies row r's statistics of each tile.
+  const float* delta_row = stats + b * p.Tq + tid;
+  const float* lse2_row = delta_row + p.B * p.Tq;
+  auto fetch = [&](int t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`, one commit group
+    copy_rows_swizzled(qs + stage * STREAM * 128, q, qb, p.q_rs, t0, Tq, STREAM);
+    copy_rows_swizzled(gs + stage * STREAM * 128, dout, db, p.d_rs, t0, Tq, STREAM);
+    if (tid < STREAM) {
+      // Rows past Tq read as zeros: their columns are masked, and their q and dout are zero.
+      const bool ok = t0 + tid < Tq;
+      const unsigned at = stat + (stage * 2 * STREAM + tid) * 4;
+      cp_async4(at, ok ? (const void*)(lse2_row + t0) : (const void*)stats, ok);
+      cp_async4(at + STREAM * 4, ok ? (const void*)(delta_row + t0) : (const void*)stats, ok);
+    }
+    cp_async_commit();
+  };
+  copy_rows_swizzled(ks, k, lead_offset(p.k, b), p.k_rs, s0, p.S, 128);  // join the first tile's group
+  copy_rows_swizzled(vs, v, lead_offset(p.v, b), p.v_rs, s0, p.S, 128);
+  const i64 key0 = s0 + wg * 64 + warp * 16;  // the warp's first key
+  const i64 key[2] = {key0 + g, key0 + g + 8};
+  // Query t sees key s when s <= limit_of(t): causal, t >= s - (S - Tq).
+  const i64 shift = p.causal ? p.S - p.Tq : (i64)1 << 40;
+  const int warp_last = (int)max((i64)-STREAM, min((i64)Tq, key0 + 15 - shift));
+  const int key_lo[2] = {(int)max((i64)-STREAM, min((i64)Tq, key[0] - shift)),
+                         (int)max((i64)-STREAM, min((i64)Tq, key[1] - shift))};
+  const float sl2 = log2_scale(p);
+  // The first query seeing the block's first key. Both warpgroups take every tile: one that
+  // sees none of a warpgroup's keys is all masked for it and adds nothing (skipping it would
+  // put wgmma on a path ptxas cannot prove warpgroup-uniform, and it serializes them).
+  const i64 first_query = max((i64)0, p.causal ? s0 - shift : (i64)0);
+  const int t_first = first_query >= Tq ? Tq : (int)first_query / STREAM * STREAM;
+  if (t_first < Tq) fetch(t_first, 0);
+  else cp_async_commit();
+  const unsigned k_rows = ks + wg * 64 * 128, v_rows = vs + wg * 64 * 128;
+  float dk[DT][4], dv[DT][4];
+  zero<DT>(dk);
+  zero<DT>(dv);
+  // The thread's dq share of a tile: rows warp * 16 + g (+ 8), columns 32 wg + 8 n + 2 c (+ 1).
+  float dq[4][4];
+  zero<4>(dq);
+  float* const dq_row = dq_acc + (b * p.Tq + warp * 16 + g) * HD + wg * 32 + 2 * c;  // + t0 * HD: the tile's rows
+  auto add_dq = [&](int t0) {  // the finished dq share of tile t0 into dq_acc
+    float* dst = dq_row + (i64)t0 * HD;
+    const int t_row = t0 + warp * 16 + g;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (t_row + 8 * r >= Tq) continue;
+#pragma unroll
+      for (int n = 0; n < 4; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+    }
+  };
+  int stage = 0;
+  for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1) {
+    cp_async_wait<0>();  // tile t0 (the only group in flight)
+    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // Every thread's tile landed, and both warpgroups are done with the previous tile's stage
+    // (its dV and dK products retired at the end of the last iteration), which the next tile takes.
+    __syncthreads();
+    if (t0 + STREAM < Tq) fetch(t0 + STREAM, stage ^ 1);
+    const unsigned q_tile = qs + stage * STREAM * 128, g_tile = gs + stage * STREAM * 128,
+                   ds_tile = dss + stage * 128 * 128;
+    const float* lse2 = col_stats + stage * 2 * STREAM;
+    const float* dlt = lse2 + STREAM;
+    float st[NT][4], dpt[NT][4];
+    zero<NT>(st);
+    zero<NT>(dpt);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kc = 0; kc < KD; ++kc)
+      wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(st), smem_desc(k_rows + kc * 32, 16, 1024),
+                 smem_desc(q_tile + kc * 32, 16, 1024));
+#pragma unroll
+    for (int kc = 0; kc < KD; ++kc)
+      wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(dpt), smem_desc(v_rows + kc * 32, 16, 1024),
+                 smem_desc(g_tile + kc * 32, 16, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    // The previous tile's dQ (the group before) is done: its atomics run under these products.
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    fence_operands<4>(dq);
+    if (t0 > t_first) add_dq(t0 - STREAM);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_operands<NT>(st);
+    fence_operands<NT>(dpt);
+    const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
+    probabilities_t(st, dpt, lse2, dlt, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
+    unsigned pa[STREAM / 16][4], da[STREAM / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < STREAM / 16; ++kc) {
+      acc_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
+      acc_to_a(da[kc], dpt[2 * kc], dpt[2 * kc + 1]);
+    }
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kc = 0; kc < STREAM / 16; ++kc)  // dV += P^T dO
+      wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dv), pa[kc], smem_desc(g_tile + kc * 16 * 128, STREAM * 128, 1024));
+#pragma unroll
+    for (int kc = 0; kc < STREAM / 16; ++kc)  // dK += dS^T Q
+      wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dk), da[kc], smem_desc(q_tile + kc * 16 * 128, STREAM * 128, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    // dS^T in bf16 to shared memory while those run: row = key, 16-byte chunk j = queries 8 j ..
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = wg * 64 + warp * 16 + g + 8 * r;
+        *(unsigned*)(smem_raw + (ds_tile - base) + swizzled(row, j) + 4 * c) = pack_bf16(dpt[j][2 * r], dpt[j][2 * r + 1]);
+      }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // both warpgroups' dS^T
+    // dQ[:, 32 wg ..] (64 queries x 32) = dS (64 x 128 keys) K[:, 32 wg ..]: A is dS^T read
+    // transposed, B the key rows from column 32 wg (64 bytes into each swizzled row).
+    zero<4>(dq);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kc = 0; kc < 128 / 16; ++kc)
+      wgmma_tile(reinterpret_cast<float(&)[16]>(dq), smem_desc(ds_tile + kc * 16 * 128, STREAM * 128, 1024),
+                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dV and dK done; dQ in flight
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands<4>(dq);
+  if (t_first < Tq) add_dq(t_first + (Tq - 1 - t_first) / STREAM * STREAM);  // the last tile's
+  cp_async_wait<0>();
+  store_key_grads(out, p, b, key, dk, dv, c);
+}
+#endif  // ATTN_WGMMA
 
 // dq = scale * dq_acc into out's plane 0. Where its rows are dq_acc's (Tq rows per batch in
 // [3, B, Tq, D]), four elements a thread and no index arithmetic; else four elements a thread
