@@ -1256,6 +1256,7 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
 
 // The one wgmma instruction of a 64 x bn slab (kernels/matmul_wgmma.cu's wgmma_tile): its
 // bn / 2 accumulators per thread are listed one by one, so the list is generated here.
+// `accumulate` 0 (the first k step of a product) writes A B over d, so d needs no zeroing.
 std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor) {
   const int regs = bn / 2;
   std::string list, operands;
@@ -1264,11 +1265,11 @@ std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor
     operands += std::string(i ? ", " : "") + "\"+f\"(d[" + std::to_string(i) + "])";
   }
   const std::string n = std::to_string(regs);
-  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db) {\n"
+  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db, int accumulate = 1) {\n"
          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + std::to_string(regs + 2) +
          ", 0;\\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32." + kind + "." + kind + " {" +
          list + "}, %" + n + ", %" + std::to_string(regs + 1) + ", p, 1, 1, " + (a_kmajor ? "0" : "1") + ", " +
-         (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
+         (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(accumulate));\n}\n";
 }
 
 // The same with A from registers (four bf16x2 a thread: the m16n8k16 A fragment of the
@@ -1736,15 +1737,16 @@ std::string attention_wgmma_source(DType fwd, DType grads) {
                            wgmma_tile_code(32, "bf16", 0, 0) + wgmma_tile_ra_code(64, "bf16", 0) +
                            std::string(sources::attention_mma));
 }
-// Whether the warpgroup kernels take an attention op: asked for (`variable`=wgmma), sm_90a,
-// bf16 rows of 64 that 16-byte copies read from every batch item (q, k, v and, for the
-// backward, dout). The forward is opt-in: it measured no faster than the mma.sync kernel
-// (0.222 vs 0.223 ms, bench/cuda/NOTES.md, tenth session).
-bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, const char* variable,
-                        bool backward = false) {
-  const char* force = std::getenv(variable);
-  if (!force || std::string_view(force) != "wgmma" || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 ||
-      t != DType::BF16 || ap.D != 64)
+// Whether the warpgroup kernels take an attention op: sm_90a, bf16 rows of 64 that 16-byte
+// copies read from every batch item (q, k, v and, for the backward, dout). The backward by
+// default (ALK_CUDA_ATTENTION_BACKWARD=mma or 64-keys: the mma.sync kernel); the forward when
+// asked for (ALK_CUDA_ATTENTION_FORWARD=wgmma): it measured no faster than the mma.sync
+// kernel (0.222 vs 0.223 ms, bench/cuda/NOTES.md, tenth session).
+bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, bool backward) {
+  const char* choice = std::getenv(backward ? "ALK_CUDA_ATTENTION_BACKWARD" : "ALK_CUDA_ATTENTION_FORWARD");
+  const bool wanted = backward ? !choice || !*choice || std::string_view(choice) == "wgmma"
+                               : choice && std::string_view(choice) == "wgmma";
+  if (!wanted || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 || t != DType::BF16 || ap.D != 64)
     return false;
   auto rows_16byte = [](const KView& v, int64_t rs, int64_t cs) {
     bool ok = cs == 1 && rs % 8 == 0 && v.offset % 8 == 0;
@@ -1835,7 +1837,7 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
-  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, "ALK_CUDA_ATTENTION_FORWARD")) {
+  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, false)) {
     const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
     ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype), "attention_forward_wgmma", shared),
                static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
@@ -1894,7 +1896,7 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const char* variant_env = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
     const std::string_view variant = variant_env ? variant_env : "";
-    const bool wgmma = attention_wgmma_ok(ctx, ap, q.dtype, "ALK_CUDA_ATTENTION_BACKWARD", true);
+    const bool wgmma = attention_wgmma_ok(ctx, ap, q.dtype, true);
     // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
     const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype)

@@ -194,8 +194,9 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
 // full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.
 // With bf16 q, k, v (a bf16 projection under autocast) the kernels read them as they are and
 // return bf16 gradients (feature "attention_16bit"); the CPU reference widens them. On sm_90a
-// the bf16 cases run again with the forward, then the backward, on warpgroup instructions
-// (ALK_CUDA_ATTENTION_FORWARD / _BACKWARD=wgmma, head dim 64 only): causal, full, Tq != S.
+// the bf16 cases at head dim 64 take the backward on warpgroup instructions, then run again with
+// the other kernels (ALK_CUDA_ATTENTION_FORWARD=wgmma, ALK_CUDA_ATTENTION_BACKWARD=mma): causal,
+// full, Tq != S.
 TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
   ALK_CUDA_OR_SKIP(dev);
   struct Case { int64_t B, H, T, S, D; bool causal, half; };
@@ -237,15 +238,15 @@ TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
     for (int i = 0; i < 3; ++i) expect_close(tc_grads[i], ref_grads[i], 5e-2, 5e-2);
     if (c.half) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(tc_grads[i].dtype(), DType::BF16);
-      for (const char* variable : {"ALK_CUDA_ATTENTION_FORWARD", "ALK_CUDA_ATTENTION_BACKWARD"}) {
-        SCOPED_TRACE(std::string(variable) + "=wgmma");
-        setenv(variable, "wgmma", 1);
-        std::vector<Tensor> wg_grads;
-        Tensor wg = run(*dev, true, wg_grads);
-        unsetenv(variable);
-        expect_close(wg, ref, 3e-2, 3e-2);
-        for (int i = 0; i < 3; ++i) expect_close(wg_grads[i], ref_grads[i], 5e-2, 5e-2);
-      }
+      // The other kernels: the forward on warpgroup instructions, the backward on mma.sync.
+      setenv("ALK_CUDA_ATTENTION_FORWARD", "wgmma", 1);
+      setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
+      std::vector<Tensor> other_grads;
+      Tensor other = run(*dev, true, other_grads);
+      unsetenv("ALK_CUDA_ATTENTION_FORWARD");
+      unsetenv("ALK_CUDA_ATTENTION_BACKWARD");
+      expect_close(other, ref, 3e-2, 3e-2);
+      for (int i = 0; i < 3; ++i) expect_close(other_grads[i], ref_grads[i], 5e-2, 5e-2);
       continue;  // without autocast, bf16 operands take the bf16 kernels: covered by the parity suite
     }
     Tensor f32 = run(*dev, false, f32_grads);
@@ -287,12 +288,12 @@ TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
   EXPECT_EQ(grad.dtype(), DType::BF16);
   expect_close(out, ref, 3e-2, 3e-2);
   expect_close(grad, ref_grad, 5e-2, 5e-2);
-  // The backward on warpgroup instructions (sm_90a) writes the packed gradient too.
-  setenv("ALK_CUDA_ATTENTION_BACKWARD", "wgmma", 1);
-  Tensor wg_grad;
-  run(*dev, wg_grad);
+  // The mma.sync backward (the warpgroup one is the default on sm_90a) writes the packed gradient too.
+  setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
+  Tensor mma_grad;
+  run(*dev, mma_grad);
   unsetenv("ALK_CUDA_ATTENTION_BACKWARD");
-  expect_close(wg_grad, ref_grad, 5e-2, 5e-2);
+  expect_close(mma_grad, ref_grad, 5e-2, 5e-2);
 }
 
 // Under autocast a layer norm's f32 output is read only by its bf16 cast (the next

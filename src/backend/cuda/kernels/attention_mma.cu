@@ -556,35 +556,36 @@ __device__ __forceinline__ void store_key_grads(TG* __restrict__ out, const Attn
   }
 }
 
-// P^T and dS^T of one query tile for the thread's accumulator rows (keys) in place of the
-// scores st (K Q^T) and dpt (V dO^T): P^T = exp2(st * sl2 - lse2 of the column's query),
-// dS^T = P^T (dpt - delta of the column's query); columns a key does not see are 0. full:
-// every query of the tile sees every key of the thread's warp; else columns [lo[r], hi) are
-// visible to row r (relative to the tile).
-__device__ __forceinline__ void probabilities_t(float st[NT][4], float dpt[NT][4], const float* lse2, const float* dlt,
-                                                float sl2, bool full, const int lo[2], int hi, int c) {
+// P^T of one query tile for the thread's accumulator rows (keys) in place of the scores st
+// (K Q^T): exp2(st * sl2 - lse2 of the column's query); columns a key does not see are 0.
+// full: every query of the tile sees every key of the thread's warp; else columns [lo[r], hi)
+// are visible to row r (relative to the tile).
+__device__ __forceinline__ void probabilities_t(float st[NT][4], const float* lse2, float sl2, bool full, const int lo[2],
+                                                int hi, int c) {
   if (full) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
+      const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pr = exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
-        st[j][e] = pr;
-        dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
-      }
+      for (int e = 0; e < 4; ++e) st[j][e] = exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
     }
     return;
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c), dl = *(const float2*)(dlt + j * 8 + 2 * c);
+    const float2 l2 = *(const float2*)(lse2 + j * 8 + 2 * c);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pr = masked(j, e, c, lo[e >> 1], hi) ? 0.0f : exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
-      st[j][e] = pr;
-      dpt[j][e] = pr * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
-    }
+    for (int e = 0; e < 4; ++e)
+      st[j][e] = masked(j, e, c, lo[e >> 1], hi) ? 0.0f : exp2_ftz(fmaf(st[j][e], sl2, -(e & 1 ? l2.y : l2.x)));
+  }
+}
+// dS^T = P^T (dP^T - delta of the column's query) in place of dpt (V dO^T).
+__device__ __forceinline__ void score_grads_t(float dpt[NT][4], const float pt[NT][4], const float* dlt, int c) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const float2 dl = *(const float2*)(dlt + j * 8 + 2 * c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dpt[j][e] = pt[j][e] * (dpt[j][e] - (e & 1 ? dl.y : dl.x));
   }
 }
 
@@ -678,7 +679,8 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
       mul_tile_t(dpt, vf, G_tile, lane);  // V dO^T
       const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
       // full: every query of the tile sees every key of the warp
-      probabilities_t(st, dpt, lse2, dlt, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
+      probabilities_t(st, lse2, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
+      score_grads_t(dpt, st, dlt, c);
       mul_tile(dv, st, G_tile, lane);   // P^T dO
       mul_tile(dk, dpt, Q_tile, lane);  // dS^T Q
     }
@@ -813,38 +815,42 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
                    ds_tile = dss + stage * 128 * 128;
     const float* lse2 = col_stats + stage * 2 * STREAM;
     const float* dlt = lse2 + STREAM;
-    float st[NT][4], dpt[NT][4];
-    zero<NT>(st);
-    zero<NT>(dpt);
+    float st[NT][4], dpt[NT][4];  // written by the first k step (accumulate = 0): no zeroing
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < KD; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(st), smem_desc(k_rows + kc * 32, 16, 1024),
-                 smem_desc(q_tile + kc * 32, 16, 1024));
+                 smem_desc(q_tile + kc * 32, 16, 1024), kc > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < KD; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(dpt), smem_desc(v_rows + kc * 32, 16, 1024),
-                 smem_desc(g_tile + kc * 32, 16, 1024));
+                 smem_desc(g_tile + kc * 32, 16, 1024), kc > 0);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    // The previous tile's dQ (the group before) is done: its atomics run under these products.
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    // In flight: the previous tile's dQ, S^T, dP^T (groups retire in order). dQ's atomics run
+    // under S^T and dP^T, P^T's exponentials under dP^T, dS^T under dV += P^T dO.
+    asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
     fence_operands<4>(dq);
     if (t0 > t_first) add_dq(t0 - STREAM);
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     fence_operands<NT>(st);
-    fence_operands<NT>(dpt);
     const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
-    probabilities_t(st, dpt, lse2, dlt, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
+    probabilities_t(st, lse2, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
+    // P^T and dS^T as A fragments (apart: the dV product still reads P^T's while dS^T's are made).
     unsigned pa[STREAM / 16][4], da[STREAM / 16][4];
 #pragma unroll
-    for (int kc = 0; kc < STREAM / 16; ++kc) {
-      acc_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
-      acc_to_a(da[kc], dpt[2 * kc], dpt[2 * kc + 1]);
-    }
+    for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < STREAM / 16; ++kc)  // dV += P^T dO
       wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dv), pa[kc], smem_desc(g_tile + kc * 16 * 128, STREAM * 128, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dP^T done; dV in flight
+    fence_operands<NT>(dpt);
+    score_grads_t(dpt, st, dlt, c);
+#pragma unroll
+    for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(da[kc], dpt[2 * kc], dpt[2 * kc + 1]);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < STREAM / 16; ++kc)  // dK += dS^T Q
       wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dk), da[kc], smem_desc(q_tile + kc * 16 * 128, STREAM * 128, 1024));
@@ -861,12 +867,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     __syncthreads();  // both warpgroups' dS^T
     // dQ[:, 32 wg ..] (64 queries x 32) = dS (64 x 128 keys) K[:, 32 wg ..]: A is dS^T read
     // transposed, B the key rows from column 32 wg (64 bytes into each swizzled row).
-    zero<4>(dq);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < 128 / 16; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[16]>(dq), smem_desc(ds_tile + kc * 16 * 128, STREAM * 128, 1024),
-                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024));
+                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024), kc > 0);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dV and dK done; dQ in flight
   }
