@@ -1256,7 +1256,6 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
 
 // The one wgmma instruction of a 64 x bn slab (kernels/matmul_wgmma.cu's wgmma_tile): its
 // bn / 2 accumulators per thread are listed one by one, so the list is generated here.
-// `accumulate` 0 (the first k step of a product) writes A B over d, so d needs no zeroing.
 std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor) {
   const int regs = bn / 2;
   std::string list, operands;
@@ -1265,11 +1264,11 @@ std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor
     operands += std::string(i ? ", " : "") + "\"+f\"(d[" + std::to_string(i) + "])";
   }
   const std::string n = std::to_string(regs);
-  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db, int accumulate = 1) {\n"
+  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db) {\n"
          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + std::to_string(regs + 2) +
          ", 0;\\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32." + kind + "." + kind + " {" +
          list + "}, %" + n + ", %" + std::to_string(regs + 1) + ", p, 1, 1, " + (a_kmajor ? "0" : "1") + ", " +
-         (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(accumulate));\n}\n";
+         (b_kmajor ? "0" : "1") + ";\\n}\\n\"\n    : " + operands + "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n";
 }
 
 // The same with A from registers (four bf16x2 a thread: the m16n8k16 A fragment of the

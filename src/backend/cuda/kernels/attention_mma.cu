@@ -734,7 +734,10 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // dQ = dS K over all 128 keys (dS read transposed as the A operand, K as B), which it adds
 // into dq_acc (vector atomics) under the next tile's S^T and dP^T products: a block adds each
 // tile's dq once, as the 128-key mma.sync kernel does; dS^T has two buffers, so that product
-// may still read one while the next tile's dS^T is written. The accumulators of a warp have
+// may still read one while the next tile's dS^T is written. (Measured on the H200, eleventh
+// session: waiting for S^T alone to run P^T's exponentials under dP^T, and dS^T under dV,
+// gained nothing; letting each product's first k step overwrite its accumulators instead of
+// zeroing them made the kernel 12% slower: 234 registers instead of 212.) The accumulators of a warp have
 // the mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side:
 // wgmma_tile for n = 64 (S^T, dP^T) and n = 32 (dQ, both operands transposed), wgmma_tile_ra
 // for n = 64 (B transposed).
@@ -815,42 +818,40 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
                    ds_tile = dss + stage * 128 * 128;
     const float* lse2 = col_stats + stage * 2 * STREAM;
     const float* dlt = lse2 + STREAM;
-    float st[NT][4], dpt[NT][4];  // written by the first k step (accumulate = 0): no zeroing
+    float st[NT][4], dpt[NT][4];
+    zero<NT>(st);
+    zero<NT>(dpt);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < KD; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(st), smem_desc(k_rows + kc * 32, 16, 1024),
-                 smem_desc(q_tile + kc * 32, 16, 1024), kc > 0);
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                 smem_desc(q_tile + kc * 32, 16, 1024));
 #pragma unroll
     for (int kc = 0; kc < KD; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[NT * 4]>(dpt), smem_desc(v_rows + kc * 32, 16, 1024),
-                 smem_desc(g_tile + kc * 32, 16, 1024), kc > 0);
+                 smem_desc(g_tile + kc * 32, 16, 1024));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    // In flight: the previous tile's dQ, S^T, dP^T (groups retire in order). dQ's atomics run
-    // under S^T and dP^T, P^T's exponentials under dP^T, dS^T under dV += P^T dO.
-    asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
+    // In flight: the previous tile's dQ, then S^T and dP^T (groups retire in order): dQ's
+    // atomics run under this tile's first products.
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     fence_operands<4>(dq);
     if (t0 > t_first) add_dq(t0 - STREAM);
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands<NT>(st);
+    fence_operands<NT>(dpt);
     const int lo[2] = {key_lo[0] - t0, key_lo[1] - t0};
     probabilities_t(st, lse2, sl2, t0 >= warp_last && t0 + STREAM <= Tq, lo, min(STREAM, Tq - t0), c);
-    // P^T and dS^T as A fragments (apart: the dV product still reads P^T's while dS^T's are made).
-    unsigned pa[STREAM / 16][4], da[STREAM / 16][4];
+    score_grads_t(dpt, st, dlt, c);
+    unsigned pa[STREAM / 16][4], da[STREAM / 16][4];  // P^T and dS^T as A fragments
 #pragma unroll
-    for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
+    for (int kc = 0; kc < STREAM / 16; ++kc) {
+      acc_to_a(pa[kc], st[2 * kc], st[2 * kc + 1]);
+      acc_to_a(da[kc], dpt[2 * kc], dpt[2 * kc + 1]);
+    }
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < STREAM / 16; ++kc)  // dV += P^T dO
       wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dv), pa[kc], smem_desc(g_tile + kc * 16 * 128, STREAM * 128, 1024));
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dP^T done; dV in flight
-    fence_operands<NT>(dpt);
-    score_grads_t(dpt, st, dlt, c);
-#pragma unroll
-    for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(da[kc], dpt[2 * kc], dpt[2 * kc + 1]);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < STREAM / 16; ++kc)  // dK += dS^T Q
       wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(dk), da[kc], smem_desc(q_tile + kc * 16 * 128, STREAM * 128, 1024));
@@ -867,11 +868,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     __syncthreads();  // both warpgroups' dS^T
     // dQ[:, 32 wg ..] (64 queries x 32) = dS (64 x 128 keys) K[:, 32 wg ..]: A is dS^T read
     // transposed, B the key rows from column 32 wg (64 bytes into each swizzled row).
+    zero<4>(dq);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < 128 / 16; ++kc)
       wgmma_tile(reinterpret_cast<float(&)[16]>(dq), smem_desc(ds_tile + kc * 16 * 128, STREAM * 128, 1024),
-                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024), kc > 0);
+                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dV and dK done; dQ in flight
   }
