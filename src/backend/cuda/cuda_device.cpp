@@ -1721,10 +1721,10 @@ std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D, int
 }
 // The kernels on Hopper's warpgroup instructions (kernels/attention_mma.cu, ATTN_WGMMA): bf16
 // q, k, v (and dout), head dim 64; fwd: the forward output's storage, grads: the gradients';
-// bwd_wg, fwd_wg: warpgroups (of 64 keys, 64 queries) per block. wgmma_tile for n = 64 (K-major
+// bwd_wg: the backward's warpgroups (of 64 keys) per block. wgmma_tile for n = 64 (K-major
 // operands: the scores), wgmma_tile_dq for the backward's dq share (64 / bwd_wg columns, both
 // operands transposed), wgmma_tile_ra for n = 64 (B transposed: P V, P^T dO, dS^T Q).
-std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2, int fwd_wg = 2) {
+std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2) {
   return kernel_source(defines({{"T", storage(DType::BF16)},
                                 {"TF", storage(fwd)},
                                 {"TG", storage(grads)},
@@ -1733,7 +1733,6 @@ std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2, int f
                                 {"HD", "64"},
                                 {"KWARPS", "4"},
                                 {"BWD_WG", std::to_string(bwd_wg)},
-                                {"FWD_WG", std::to_string(fwd_wg)},
                                 {"ATTN_WGMMA", "1"}}),
                        std::string(sources::attention_shared) + wgmma_tile_code(64, "bf16", 1, 1) +
                            wgmma_tile_code(64 / bwd_wg, "bf16", 0, 0, "wgmma_tile_dq") +
@@ -1747,7 +1746,7 @@ std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2, int f
 bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, bool backward) {
   const char* choice = std::getenv(backward ? "ALK_CUDA_ATTENTION_BACKWARD" : "ALK_CUDA_ATTENTION_FORWARD");
   const bool wanted = backward ? !choice || !*choice || std::string_view(choice).substr(0, 5) == "wgmma"
-                               : choice && std::string_view(choice).substr(0, 5) == "wgmma";
+                               : choice && std::string_view(choice) == "wgmma";
   if (!wanted || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 || t != DType::BF16 || ap.D != 64)
     return false;
   auto rows_16byte = [](const KView& v, int64_t rs, int64_t cs) {
@@ -1840,13 +1839,10 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, false)) {
-    // wgmma64: blocks of one warpgroup (64 queries), three per SM, each on its own.
-    const char* choice = std::getenv("ALK_CUDA_ATTENTION_FORWARD");
-    const int fwd_wg = std::string_view(choice) == "wgmma64" ? 1 : 2, rows = 64 * fwd_wg;
-    const int shared = (rows + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
-    ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype, 2, fwd_wg), "attention_forward_wgmma", shared),
-               static_cast<unsigned>((ap.Tq + rows - 1) / rows), static_cast<unsigned>(ap.B), 1,
-               static_cast<unsigned>(128 * fwd_wg), static_cast<unsigned>(shared), args);
+    const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
+    ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype), "attention_forward_wgmma", shared),
+               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
+               args);
     return;
   }
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
@@ -2429,7 +2425,7 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   out.emplace_back("attention wgmma, packed f32 output", attention_wgmma_source(DType::F32, DType::F32));
   out.emplace_back("attention wgmma, bf16 output and gradients", attention_wgmma_source(DType::BF16, DType::BF16));
   out.emplace_back("attention wgmma, packed f32 output, bf16 gradients", attention_wgmma_source(DType::F32, DType::BF16));
-  out.emplace_back("attention wgmma, blocks of one warpgroup", attention_wgmma_source(DType::BF16, DType::BF16, 1, 1));
+  out.emplace_back("attention wgmma, backward blocks of one warpgroup", attention_wgmma_source(DType::BF16, DType::BF16, 1));
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {

@@ -401,29 +401,26 @@ __device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __rest
 // once that product is done. The accumulators of a warp have the mma kernel's layout (rows
 // 16 w + g and + 8, columns 8 j + 2 c (+1)), so softmax_tile is shared. Host side: wgmma_tile
 // (A and B in shared memory) and wgmma_tile_ra (A in registers, B transposed) for n = 64.
-// FWD_WG (2, or 1 for blocks of one warpgroup, three per SM): warpgroups per block.
 #define KV_STAGES 3
-#ifndef FWD_WG
-#define FWD_WG 2
-#endif
-#define FWD_ROWS (64 * FWD_WG)
-extern "C" __global__ void __launch_bounds__(128 * FWD_WG, FWD_WG == 2 ? 2 : 3) attention_forward_wgmma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, TF* __restrict__ out, const AttnParams p) {
+extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(const T* __restrict__ q,
+                                                                            const T* __restrict__ k,
+                                                                            const T* __restrict__ v,
+                                                                            TF* __restrict__ out, const AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // Swizzled tiles sit on 1024-byte boundaries (the host asks for 1 KiB extra). Q: FWD_ROWS
-  // rows; K and V: KV_STAGES stages of 64 rows each.
-  const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + FWD_ROWS * 128, vs = ks + KV_STAGES * STREAM * 128;
+  // Swizzled tiles sit on 1024-byte boundaries (the host asks for 1 KiB extra). Q: 128 rows;
+  // K and V: KV_STAGES stages of 64 rows each.
+  const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + 128 * 128, vs = ks + KV_STAGES * STREAM * 128;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * FWD_ROWS;
+  const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * 128;
   const i64 qb = lead_offset(p.q, b), kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const int S = (int)p.S;
   auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES, one commit group
     const unsigned at = (j % KV_STAGES) * STREAM * 128;
-    copy_rows_swizzled<128 * FWD_WG>(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
-    copy_rows_swizzled<128 * FWD_WG>(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
+    copy_rows_swizzled(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
+    copy_rows_swizzled(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
     cp_async_commit();
   };
-  copy_rows_swizzled<128 * FWD_WG>(qs, q, qb, p.q_rs, t0, p.Tq, FWD_ROWS);  // joins the first tile's group
+  copy_rows_swizzled(qs, q, qb, p.q_rs, t0, p.Tq, 128);  // joins the first tile's group
   fetch(0);
   const i64 row[2] = {t0 + wg * 64 + warp * 16 + g, t0 + wg * 64 + warp * 16 + g + 8};
   const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
@@ -432,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(128 * FWD_WG, FWD_WG == 2 ? 2 : 3) 
   // The block's tiles. Both warpgroups take every one: a tile the first sees none of (the
   // diagonal's last) is all masked and adds nothing; skipping it would put the wgmma
   // instructions on a path the compiler cannot prove warpgroup-uniform, and it serializes them.
-  const int tiles = (int)(limit_of(p, min(p.Tq - 1, t0 + FWD_ROWS - 1)) + STREAM) / STREAM;
+  const int tiles = (int)(limit_of(p, min(p.Tq - 1, t0 + 127)) + STREAM) / STREAM;
   const float sl2 = log2_scale(p);
   float m[2] = {-(float)ALK_INF, -(float)ALK_INF}, l[2] = {0.0f, 0.0f};
   float o[DT][4];
