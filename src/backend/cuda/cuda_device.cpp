@@ -1256,7 +1256,7 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
 
 // The one wgmma instruction of a 64 x bn slab (kernels/matmul_wgmma.cu's wgmma_tile): its
 // bn / 2 accumulators per thread are listed one by one, so the list is generated here.
-std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor, const std::string& name = "wgmma_tile") {
+std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor) {
   const int regs = bn / 2;
   std::string list, operands;
   for (int i = 0; i < regs; ++i) {
@@ -1264,7 +1264,7 @@ std::string wgmma_tile_code(int bn, const char* kind, int a_kmajor, int b_kmajor
     operands += std::string(i ? ", " : "") + "\"+f\"(d[" + std::to_string(i) + "])";
   }
   const std::string n = std::to_string(regs);
-  return "__device__ __forceinline__ void " + name + "(float (&d)[" + n + "], u64 da, u64 db) {\n"
+  return "__device__ __forceinline__ void wgmma_tile(float (&d)[" + n + "], u64 da, u64 db) {\n"
          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + std::to_string(regs + 2) +
          ", 0;\\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(bn) + "k16.f32." + kind + "." + kind + " {" +
          list + "}, %" + n + ", %" + std::to_string(regs + 1) + ", p, 1, 1, " + (a_kmajor ? "0" : "1") + ", " +
@@ -1720,11 +1720,10 @@ std::string attention_mma_source(DType t, DType fwd, DType grads, int64_t D, int
                        std::string(sources::attention_shared) + std::string(sources::attention_mma));
 }
 // The kernels on Hopper's warpgroup instructions (kernels/attention_mma.cu, ATTN_WGMMA): bf16
-// q, k, v (and dout), head dim 64; fwd: the forward output's storage, grads: the gradients';
-// bwd_wg: the backward's warpgroups (of 64 keys) per block. wgmma_tile for n = 64 (K-major
-// operands: the scores), wgmma_tile_dq for the backward's dq share (64 / bwd_wg columns, both
-// operands transposed), wgmma_tile_ra for n = 64 (B transposed: P V, P^T dO, dS^T Q).
-std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2) {
+// q, k, v (and dout), head dim 64; fwd: the forward output's storage, grads: the gradients'.
+// wgmma_tile for n = 64 (K-major operands: the scores) and n = 32 (both transposed: the
+// backward's dq halves), wgmma_tile_ra for n = 64 (B transposed: P V, P^T dO, dS^T Q).
+std::string attention_wgmma_source(DType fwd, DType grads) {
   return kernel_source(defines({{"T", storage(DType::BF16)},
                                 {"TF", storage(fwd)},
                                 {"TG", storage(grads)},
@@ -1732,11 +1731,10 @@ std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2) {
                                 {"ACC", "float"},
                                 {"HD", "64"},
                                 {"KWARPS", "4"},
-                                {"BWD_WG", std::to_string(bwd_wg)},
                                 {"ATTN_WGMMA", "1"}}),
                        std::string(sources::attention_shared) + wgmma_tile_code(64, "bf16", 1, 1) +
-                           wgmma_tile_code(64 / bwd_wg, "bf16", 0, 0, "wgmma_tile_dq") +
-                           wgmma_tile_ra_code(64, "bf16", 0) + std::string(sources::attention_mma));
+                           wgmma_tile_code(32, "bf16", 0, 0) + wgmma_tile_ra_code(64, "bf16", 0) +
+                           std::string(sources::attention_mma));
 }
 // Whether the warpgroup kernels take an attention op: sm_90a, bf16 rows of 64 that 16-byte
 // copies read from every batch item (q, k, v and, for the backward, dout). The backward by
@@ -1745,7 +1743,7 @@ std::string attention_wgmma_source(DType fwd, DType grads, int bwd_wg = 2) {
 // kernel (0.222 vs 0.223 ms, bench/cuda/NOTES.md, tenth session).
 bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, bool backward) {
   const char* choice = std::getenv(backward ? "ALK_CUDA_ATTENTION_BACKWARD" : "ALK_CUDA_ATTENTION_FORWARD");
-  const bool wanted = backward ? !choice || !*choice || std::string_view(choice).substr(0, 5) == "wgmma"
+  const bool wanted = backward ? !choice || !*choice || std::string_view(choice) == "wgmma"
                                : choice && std::string_view(choice) == "wgmma";
   if (!wanted || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 || t != DType::BF16 || ap.D != 64)
     return false;
@@ -1900,9 +1898,7 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     const bool wgmma = attention_wgmma_ok(ctx, ap, q.dtype, true);
     // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
-    // wgmma64: blocks of one warpgroup (64 keys), two per SM, each on its own.
-    const int bwd_wg = variant == "wgmma64" ? 1 : 2;
-    const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype, bwd_wg)
+    const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype)
                                   : attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
     // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
     // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
@@ -1918,11 +1914,11 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
     add_attention(main, ap, q.dtype, scale);
     if (wgmma) {
-      // K, V (64 bwd_wg rows each), two stages of q and dout (64 rows), two dS^T buffers (64
-      // bwd_wg rows): 128-byte rows; two stages of two f32 statistics per query; 1 KiB to align.
-      const int keys = 64 * bwd_wg, shared = (keys * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 1024;
-      ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), tiles(ap.S, keys), batch, 1,
-                 static_cast<unsigned>(128 * bwd_wg), static_cast<unsigned>(shared), main);
+      // K, V (128 rows each), two stages of q and dout (64 rows), two dS^T buffers (128 rows):
+      // 128-byte rows; two stages of two f32 statistics per query; 1 KiB to align.
+      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 1024;
+      ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), tiles(ap.S, 128), batch, 1, 256,
+                 static_cast<unsigned>(shared), main);
     } else {
       const int shared = attention_mma_shared(ap.D, true, kwarps);
       ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
@@ -2425,7 +2421,6 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   out.emplace_back("attention wgmma, packed f32 output", attention_wgmma_source(DType::F32, DType::F32));
   out.emplace_back("attention wgmma, bf16 output and gradients", attention_wgmma_source(DType::BF16, DType::BF16));
   out.emplace_back("attention wgmma, packed f32 output, bf16 gradients", attention_wgmma_source(DType::F32, DType::BF16));
-  out.emplace_back("attention wgmma, backward blocks of one warpgroup", attention_wgmma_source(DType::BF16, DType::BF16, 1));
   out.emplace_back("matmul_wgmma f16 -> f32 narrow",
                    matmul_tc_source(DType::F16, DType::F32, "f16", 1, 0, kWgmmaNarrow));
   {

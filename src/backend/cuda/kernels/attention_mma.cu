@@ -371,20 +371,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
 }
 
 #if ATTN_WGMMA
-// Rows [r0, r0 + n) (n <= 128, a multiple of NTH / 8) of a [rows, 64] bf16 view (row stride
-// rs from element base) into a swizzled tile at dst by a block of NTH threads, cp.async (the
-// caller commits): chunk tid % 8 of rows tid / 8 + NTH / 8 * i; rows past `rows` are zeros. A
-// fixed trip count: a loop bound that depends on the thread makes ptxas serialize every wgmma
-// of the kernel (warning C7520).
-template <int NTH = 256>
+// Rows [r0, r0 + n) (n <= 128, a multiple of 32) of a [rows, 64] bf16 view (row stride rs from
+// element base) into a swizzled tile at dst by a block of 256 threads, cp.async (the caller
+// commits): chunk tid % 8 of rows tid / 8 + 32 i; rows past `rows` are zeros. A fixed trip
+// count: a loop bound that depends on the thread makes ptxas serialize every wgmma of the
+// kernel (warning C7520).
 __device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __restrict__ src, i64 base, i64 rs, i64 r0,
                                                    i64 rows, int n) {
-  constexpr int RPP = NTH / 8;  // rows a pass
   const int tid = threadIdx.x, chunk = tid & 7;
 #pragma unroll
-  for (int i = 0; i < 128 / RPP; ++i) {
-    if (i * RPP >= n) break;
-    const int r = (tid >> 3) + RPP * i;
+  for (int i = 0; i < 4; ++i) {
+    if (i * 32 >= n) break;
+    const int r = (tid >> 3) + 32 * i;
     const bool ok = r0 + r < rows;
     cp_async16(dst + swizzled(r, chunk), ok ? (const void*)(src + base + (r0 + r) * rs + chunk * 8) : (const void*)src, ok);
   }
@@ -743,32 +741,26 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // the mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side:
 // wgmma_tile for n = 64 (S^T, dP^T) and n = 32 (dQ, both operands transposed), wgmma_tile_ra
 // for n = 64 (B transposed).
-#ifndef BWD_WG
-#define BWD_WG 2  // warpgroups (of 64 keys each) per block
-#endif
-#define BWD_KEYS (64 * BWD_WG)
-#define DQN (64 / BWD_WG)  // dq columns a warpgroup computes
-extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention_backward_wgmma(
+extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ stats,
     const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ dq_acc, const AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // 1024-byte aligned swizzled tiles (the host asks for 1 KiB extra): K and V BWD_KEYS rows
-  // each, q and dout two stages of 64, dS^T two buffers of BWD_KEYS rows (keys) of 64 queries;
-  // then the statistics, [2 stages][lse2, delta][64] f32.
-  const unsigned base = smem_u32(smem_raw), ks = (base + 1023u) & ~1023u, vs = ks + BWD_KEYS * 128,
-                 qs = vs + BWD_KEYS * 128, gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128,
-                 stat = dss + 2 * BWD_KEYS * 128;
+  // 1024-byte aligned swizzled tiles (the host asks for 1 KiB extra): K and V 128 rows each, q
+  // and dout two stages of 64, dS^T two buffers of 128 rows (keys) of 64 queries; then the
+  // statistics, [2 stages][lse2, delta][64] f32.
+  const unsigned base = smem_u32(smem_raw), ks = (base + 1023u) & ~1023u, vs = ks + 128 * 128, qs = vs + 128 * 128,
+                 gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128, stat = dss + 2 * 128 * 128;
   float* const col_stats = (float*)(smem_raw + (stat - base));
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * BWD_KEYS;
+  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * 128;
   const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
   const int Tq = (int)p.Tq;
   // Thread r < STREAM copies row r's statistics of each tile.
   const float* delta_row = stats + b * p.Tq + tid;
   const float* lse2_row = delta_row + p.B * p.Tq;
   auto fetch = [&](int t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`, one commit group
-    copy_rows_swizzled<128 * BWD_WG>(qs + stage * STREAM * 128, q, qb, p.q_rs, t0, Tq, STREAM);
-    copy_rows_swizzled<128 * BWD_WG>(gs + stage * STREAM * 128, dout, db, p.d_rs, t0, Tq, STREAM);
+    copy_rows_swizzled(qs + stage * STREAM * 128, q, qb, p.q_rs, t0, Tq, STREAM);
+    copy_rows_swizzled(gs + stage * STREAM * 128, dout, db, p.d_rs, t0, Tq, STREAM);
     if (tid < STREAM) {
       // Rows past Tq read as zeros: their columns are masked, and their q and dout are zero.
       const bool ok = t0 + tid < Tq;
@@ -778,8 +770,8 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
     }
     cp_async_commit();
   };
-  copy_rows_swizzled<128 * BWD_WG>(ks, k, lead_offset(p.k, b), p.k_rs, s0, p.S, BWD_KEYS);  // join the first tile's group
-  copy_rows_swizzled<128 * BWD_WG>(vs, v, lead_offset(p.v, b), p.v_rs, s0, p.S, BWD_KEYS);
+  copy_rows_swizzled(ks, k, lead_offset(p.k, b), p.k_rs, s0, p.S, 128);  // join the first tile's group
+  copy_rows_swizzled(vs, v, lead_offset(p.v, b), p.v_rs, s0, p.S, 128);
   const i64 key0 = s0 + wg * 64 + warp * 16;  // the warp's first key
   const i64 key[2] = {key0 + g, key0 + g + 8};
   // Query t sees key s when s <= limit_of(t): causal, t >= s - (S - Tq).
@@ -799,10 +791,10 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
   float dk[DT][4], dv[DT][4];
   zero<DT>(dk);
   zero<DT>(dv);
-  // The thread's dq share of a tile: rows warp * 16 + g (+ 8), columns DQN wg + 8 n + 2 c (+ 1).
-  float dq[DQN / 8][4];
-  zero<DQN / 8>(dq);
-  float* const dq_row = dq_acc + (b * p.Tq + warp * 16 + g) * HD + wg * DQN + 2 * c;  // + t0 * HD: the tile's rows
+  // The thread's dq share of a tile: rows warp * 16 + g (+ 8), columns 32 wg + 8 n + 2 c (+ 1).
+  float dq[4][4];
+  zero<4>(dq);
+  float* const dq_row = dq_acc + (b * p.Tq + warp * 16 + g) * HD + wg * 32 + 2 * c;  // + t0 * HD: the tile's rows
   auto add_dq = [&](int t0) {  // the finished dq share of tile t0 into dq_acc
     float* dst = dq_row + (i64)t0 * HD;
     const int t_row = t0 + warp * 16 + g;
@@ -810,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
     for (int r = 0; r < 2; ++r) {
       if (t_row + 8 * r >= Tq) continue;
 #pragma unroll
-      for (int n = 0; n < DQN / 8; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+      for (int n = 0; n < 4; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
     }
   };
   int stage = 0;
@@ -823,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
     __syncthreads();
     if (t0 + STREAM < Tq) fetch(t0 + STREAM, stage ^ 1);
     const unsigned q_tile = qs + stage * STREAM * 128, g_tile = gs + stage * STREAM * 128,
-                   ds_tile = dss + stage * BWD_KEYS * 128;
+                   ds_tile = dss + stage * 128 * 128;
     const float* lse2 = col_stats + stage * 2 * STREAM;
     const float* dlt = lse2 + STREAM;
     float st[NT][4], dpt[NT][4];
@@ -842,7 +834,7 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
     // In flight: the previous tile's dQ, then S^T and dP^T (groups retire in order): dQ's
     // atomics run under this tile's first products.
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-    fence_operands<DQN / 8>(dq);
+    fence_operands<4>(dq);
     if (t0 > t_first) add_dq(t0 - STREAM);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands<NT>(st);
@@ -873,20 +865,20 @@ extern "C" __global__ void __launch_bounds__(128 * BWD_WG, 2 / BWD_WG) attention
         *(unsigned*)(smem_raw + (ds_tile - base) + swizzled(row, j) + 4 * c) = pack_bf16(dpt[j][2 * r], dpt[j][2 * r + 1]);
       }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();  // every warpgroup's dS^T
-    // dQ[:, DQN wg ..] (64 queries x DQN) = dS (64 x BWD_KEYS keys) K[:, DQN wg ..]: A is dS^T
-    // read transposed, B the key rows from column DQN wg (2 DQN bytes into each swizzled row).
-    zero<DQN / 8>(dq);
+    __syncthreads();  // both warpgroups' dS^T
+    // dQ[:, 32 wg ..] (64 queries x 32) = dS (64 x 128 keys) K[:, 32 wg ..]: A is dS^T read
+    // transposed, B the key rows from column 32 wg (64 bytes into each swizzled row).
+    zero<4>(dq);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kc = 0; kc < BWD_KEYS / 16; ++kc)
-      wgmma_tile_dq(reinterpret_cast<float(&)[DQN / 2]>(dq), smem_desc(ds_tile + kc * 16 * 128, STREAM * 128, 1024),
-                    smem_desc(ks + wg * DQN * 2 + kc * 16 * 128, STREAM * 128, 1024));
+    for (int kc = 0; kc < 128 / 16; ++kc)
+      wgmma_tile(reinterpret_cast<float(&)[16]>(dq), smem_desc(ds_tile + kc * 16 * 128, STREAM * 128, 1024),
+                 smem_desc(ks + wg * 64 + kc * 16 * 128, STREAM * 128, 1024));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // dV and dK done; dQ in flight
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  fence_operands<DQN / 8>(dq);
+  fence_operands<4>(dq);
   if (t_first < Tq) add_dq(t_first + (Tq - 1 - t_first) / STREAM * STREAM);  // the last tile's
   cp_async_wait<0>();
   store_key_grads(out, p, b, key, dk, dv, c);
