@@ -1737,14 +1737,13 @@ std::string attention_wgmma_source(DType fwd, DType grads) {
                            std::string(sources::attention_mma));
 }
 // Whether the warpgroup kernels take an attention op: sm_90a, bf16 rows of 64 that 16-byte
-// copies read from every batch item (q, k, v and, for the backward, dout). The backward by
-// default (ALK_CUDA_ATTENTION_BACKWARD=mma or 64-keys: the mma.sync kernel); the forward when
-// asked for (ALK_CUDA_ATTENTION_FORWARD=wgmma): it measured no faster than the mma.sync
-// kernel (0.222 vs 0.223 ms, bench/cuda/NOTES.md, tenth session).
+// copies read from every batch item (q, k, v and, for the backward, dout); unless the mma.sync
+// kernels are asked for (ALK_CUDA_ATTENTION_FORWARD=mma; ALK_CUDA_ATTENTION_BACKWARD=mma or
+// 64-keys). In GPT-2's step they take 0.161 ms a layer forward (mma.sync 0.198) and 0.417
+// backward (0.553), bench/cuda/NOTES.md, eleventh session.
 bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t, bool backward) {
   const char* choice = std::getenv(backward ? "ALK_CUDA_ATTENTION_BACKWARD" : "ALK_CUDA_ATTENTION_FORWARD");
-  const bool wanted = backward ? !choice || !*choice || std::string_view(choice) == "wgmma"
-                               : choice && std::string_view(choice) == "wgmma";
+  const bool wanted = !choice || !*choice || std::string_view(choice) == "wgmma";
   if (!wanted || ctx.props().cc_major != 9 || ctx.props().cc_minor != 0 || t != DType::BF16 || ap.D != 64)
     return false;
   auto rows_16byte = [](const KView& v, int64_t rs, int64_t cs) {

@@ -194,9 +194,8 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
 // full masks, Tq != S, and head dims 32 and 64; without autocast the same call stays f32.
 // With bf16 q, k, v (a bf16 projection under autocast) the kernels read them as they are and
 // return bf16 gradients (feature "attention_16bit"); the CPU reference widens them. On sm_90a
-// the bf16 cases at head dim 64 take the backward on warpgroup instructions, then run again with
-// the other kernels (ALK_CUDA_ATTENTION_FORWARD=wgmma, ALK_CUDA_ATTENTION_BACKWARD=mma): causal,
-// full, Tq != S.
+// the bf16 cases at head dim 64 take the kernels on warpgroup instructions, then run again on
+// mma.sync (ALK_CUDA_ATTENTION_FORWARD / _BACKWARD=mma): causal, full, Tq != S.
 TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
   ALK_CUDA_OR_SKIP(dev);
   struct Case { int64_t B, H, T, S, D; bool causal, half; };
@@ -238,8 +237,8 @@ TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
     for (int i = 0; i < 3; ++i) expect_close(tc_grads[i], ref_grads[i], 5e-2, 5e-2);
     if (c.half) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(tc_grads[i].dtype(), DType::BF16);
-      // The other kernels: the forward on warpgroup instructions, the backward on mma.sync.
-      setenv("ALK_CUDA_ATTENTION_FORWARD", "wgmma", 1);
+      // The other kernels: forward and backward on mma.sync.
+      setenv("ALK_CUDA_ATTENTION_FORWARD", "mma", 1);
       setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
       std::vector<Tensor> other_grads;
       Tensor other = run(*dev, true, other_grads);
@@ -288,11 +287,15 @@ TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
   EXPECT_EQ(grad.dtype(), DType::BF16);
   expect_close(out, ref, 3e-2, 3e-2);
   expect_close(grad, ref_grad, 5e-2, 5e-2);
-  // The mma.sync backward (the warpgroup one is the default on sm_90a) writes the packed gradient too.
+  // The mma.sync kernels (the warpgroup ones are the default on sm_90a) read and write the
+  // packed layouts too.
+  setenv("ALK_CUDA_ATTENTION_FORWARD", "mma", 1);
   setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
   Tensor mma_grad;
-  run(*dev, mma_grad);
+  const Tensor mma_out = run(*dev, mma_grad);
+  unsetenv("ALK_CUDA_ATTENTION_FORWARD");
   unsetenv("ALK_CUDA_ATTENTION_BACKWARD");
+  expect_close(mma_out, ref, 3e-2, 3e-2);
   expect_close(mma_grad, ref_grad, 5e-2, 5e-2);
 }
 
