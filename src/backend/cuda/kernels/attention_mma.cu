@@ -556,6 +556,18 @@ __device__ __forceinline__ void store_key_grads(TG* __restrict__ out, const Attn
   }
 }
 
+// The thread's dq share of a query tile (accumulator rows t_row and t_row + 8, N n-tiles of 8
+// columns from dst, a row of dq_acc) added into dq_acc; rows past Tq are skipped.
+template <int N>
+__device__ __forceinline__ void add_dq_rows(float* dst, const float dq[N][4], int t_row, int Tq) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (t_row + 8 * r >= Tq) continue;
+#pragma unroll
+    for (int n = 0; n < N; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+  }
+}
+
 // P^T of one query tile for the thread's accumulator rows (keys) in place of the scores st
 // (K Q^T): exp2(st * sl2 - lse2 of the column's query); columns a key does not see are 0.
 // full: every query of the tile sees every key of the thread's warp; else columns [lo[r], hi)
@@ -708,14 +720,7 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
           mma_bf16(dq[n + 1], a, r[2], r[3]);
         }
       }
-      float* dst = dq_row + (i64)t0 * HD;
-      const int t_row = t0 + qg * 16 + g;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (t_row + 8 * r >= Tq) continue;
-#pragma unroll
-        for (int n = 0; n < NDT; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
-      }
+      add_dq_rows<NDT>(dq_row + (i64)t0 * HD, dq, t0 + qg * 16 + g, Tq);
     }
     __syncthreads();  // Ds and the stage are consumed before the next iteration refills them
   }
@@ -734,13 +739,14 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // dQ = dS K over all 128 keys (dS read transposed as the A operand, K as B), which it adds
 // into dq_acc (vector atomics) under the next tile's S^T and dP^T products: a block adds each
 // tile's dq once, as the 128-key mma.sync kernel does; dS^T has two buffers, so that product
-// may still read one while the next tile's dS^T is written. (Measured on the H200, eleventh
-// session: waiting for S^T alone to run P^T's exponentials under dP^T, and dS^T under dV,
-// gained nothing; letting each product's first k step overwrite its accumulators instead of
-// zeroing them made the kernel 12% slower: 234 registers instead of 212.) The accumulators of a warp have
-// the mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side:
-// wgmma_tile for n = 64 (S^T, dP^T) and n = 32 (dQ, both operands transposed), wgmma_tile_ra
-// for n = 64 (B transposed).
+// may still read one while the next tile's dS^T is written. The accumulators of a warp have the
+// mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side: wgmma_tile
+// for n = 64 (S^T, dP^T) and n = 32 (dQ, both operands transposed), wgmma_tile_ra for n = 64
+// (B transposed). Measured on the H200 (bench/cuda/NOTES.md, eleventh session) and not kept:
+// waiting for S^T alone to run P^T's exponentials under dP^T and dS^T under dV (no change);
+// each product's first k step overwriting its accumulators instead of zeroing them (12% slower:
+// 234 registers instead of 212); blocks of one warpgroup, without the barrier between
+// warpgroups (5% slower: twice the dq atomics).
 extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ stats,
     const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ dq_acc, const AttnParams p) {
@@ -795,16 +801,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   float dq[4][4];
   zero<4>(dq);
   float* const dq_row = dq_acc + (b * p.Tq + warp * 16 + g) * HD + wg * 32 + 2 * c;  // + t0 * HD: the tile's rows
-  auto add_dq = [&](int t0) {  // the finished dq share of tile t0 into dq_acc
-    float* dst = dq_row + (i64)t0 * HD;
-    const int t_row = t0 + warp * 16 + g;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (t_row + 8 * r >= Tq) continue;
-#pragma unroll
-      for (int n = 0; n < 4; ++n) red_add2(dst + r * 8 * HD + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
-    }
-  };
+  auto add_dq = [&](int t0) { add_dq_rows<4>(dq_row + (i64)t0 * HD, dq, t0 + warp * 16 + g, Tq); };
   int stage = 0;
   for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1) {
     cp_async_wait<0>();  // tile t0 (the only group in flight)
