@@ -107,10 +107,18 @@ void launch_now(const Kernel& k, PreparedKernel* prepared) {
 }
 
 // A multi-tensor run (Map kernels of one source on one device, independent of each other).
-void launch_batch(const std::vector<Kernel>& run) {
+// Timed as the device runs it, whole (an optimizer's step is a few such runs: timing its
+// hundreds of kernels one by one would show launches the step does not make); the time is
+// shared evenly among the run's kernels.
+void launch_batch(const std::vector<Kernel>& run, bool timing) {
   Device& dev = *run[0].output.buffer->device;
   for (const Kernel& k : run) check_supported(dev, k);
+  const auto t0 = std::chrono::steady_clock::now();
   dev.run_batch(run);
+  if (!timing) return;
+  dev.synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const Kernel& k : run) record_kernel_time(k, seconds / static_cast<double>(run.size()));
 }
 }  // namespace
 
@@ -1006,14 +1014,14 @@ class Scheduler {
       return k;
     };
     for (size_t i = 0; i < kernels_.size();) {
-      // A multi-tensor run goes to its device whole (timed runs go kernel by kernel).
+      // A multi-tensor run goes to its device whole.
       size_t end = i + 1;
-      if (kernels_[i]->batch >= 0 && !timing)
+      if (kernels_[i]->batch >= 0)
         while (end < kernels_.size() && kernels_[end]->batch == kernels_[i]->batch) ++end;
       std::vector<Kernel> run;
       for (size_t j = i; j < end; ++j) run.push_back(kernel_of(*kernels_[j]));
       if (run.size() == 1) launch(run[0], timing);
-      else launch_batch(run);
+      else launch_batch(run, timing);
       if (TraceRecorder* trace = active_trace())
         for (Kernel& k : run) {
           trace->produced.insert(k.output.buffer.get());

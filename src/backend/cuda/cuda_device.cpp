@@ -2037,6 +2037,40 @@ GpuTimes& gpu_times() {
   return *t;
 }
 
+// ALK_DEBUG=timing: GPU events around what is enqueued between its construction (from the
+// next launch on: Context::time_next_launch) and add(), which waits for the stop event and
+// adds the time to the table under `name`, counted `calls` times. Off, it does nothing.
+class GpuTimer {
+ public:
+  explicit GpuTimer(Context& c) {
+    if (!gpu_timing_enabled()) return;
+    check(driver()->cuEventCreate(&start_, 0), "cuEventCreate");
+    check(driver()->cuEventCreate(&stop_, 0), "cuEventCreate");
+    c.time_next_launch(start_);
+  }
+  ~GpuTimer() {
+    if (start_) driver()->cuEventDestroy_v2(start_);
+    if (stop_) driver()->cuEventDestroy_v2(stop_);
+  }
+  GpuTimer(const GpuTimer&) = delete;
+  GpuTimer& operator=(const GpuTimer&) = delete;
+  void add(Context& c, const std::string& name, int64_t calls) {
+    if (!start_) return;
+    c.finish_timing();
+    check(driver()->cuEventRecord(stop_, c.stream()), "cuEventRecord");
+    check(driver()->cuEventSynchronize(stop_), "cuEventSynchronize");
+    float ms = 0;
+    driver()->cuEventElapsedTime(&ms, start_, stop_);
+    std::lock_guard tl(gpu_times().mu);
+    auto& t = gpu_times().by_kernel[name];
+    t.first += calls;
+    t.second += ms;
+  }
+
+ private:
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
 std::string timing_name(const Kernel& k) {
   std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
   if (k.op == OpId::Reduce) name += " " + to_string(k.node.in_shape) + " -> " + to_string(k.node.shape);
@@ -2129,12 +2163,7 @@ class CudaDevice final : public Device {
   void launch(PreparedKernel&, const Kernel& k) override {
     Context& c = ctx();
     std::lock_guard lock(mutex_);
-    CUevent start = nullptr, stop = nullptr;
-    if (gpu_timing_enabled()) {
-      check(driver()->cuEventCreate(&start, 0), "cuEventCreate");
-      check(driver()->cuEventCreate(&stop, 0), "cuEventCreate");
-      c.time_next_launch(start);
-    }
+    GpuTimer timer(c);
     try {
       enqueue(c, k);
     } catch (...) {
@@ -2143,19 +2172,7 @@ class CudaDevice final : public Device {
       throw;
     }
     c.release_scratch();
-    if (start) {
-      c.finish_timing();
-      check(driver()->cuEventRecord(stop, c.stream()), "cuEventRecord");
-      check(driver()->cuEventSynchronize(stop), "cuEventSynchronize");
-      float ms = 0;
-      driver()->cuEventElapsedTime(&ms, start, stop);
-      driver()->cuEventDestroy_v2(start);
-      driver()->cuEventDestroy_v2(stop);
-      std::lock_guard tl(gpu_times().mu);
-      auto& t = gpu_times().by_kernel[timing_name(k)];
-      ++t.first;
-      t.second += ms;
-    }
+    timer.add(c, timing_name(k), 1);
   }
 
   void run_batch(const std::vector<Kernel>& kernels) override {
@@ -2163,13 +2180,20 @@ class CudaDevice final : public Device {
     const std::vector<Group> groups = groups_of(kernels);
     std::lock_guard lock(mutex_);
     for (const Group& g : groups) {
+      GpuTimer timer(c);
       try {
         enqueue_group(c, kernels, g);
       } catch (...) {
         c.release_scratch();
+        c.time_next_launch(nullptr);
         throw;
       }
       c.release_scratch();
+      // A multi-tensor group by its op (members of any shape), counted once per member.
+      const Kernel& first = kernels[g.begin];
+      const size_t members = g.members.size();
+      timer.add(c, members > 1 ? "group: map:" + std::string(op_name(first.node.op)) : timing_name(first),
+                static_cast<int64_t>(std::max<size_t>(1, members)));
     }
   }
 
