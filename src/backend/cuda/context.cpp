@@ -347,6 +347,13 @@ void Context::synchronize() {
   check_index_flag();
 }
 
+bool Context::loaded(std::string_view entry) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, f] : functions_)
+    if (key.size() > entry.size() && key[entry.size()] == '\n' && key.compare(0, entry.size(), entry) == 0) return true;
+  return false;
+}
+
 CUfunction Context::function(const std::string& source, const std::string& entry, int dynamic_shared) {
   const std::string key = entry + "\n" + source;
   CUfunction f = nullptr;

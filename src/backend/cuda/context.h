@@ -14,6 +14,7 @@
 #include <mutex>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -108,6 +109,9 @@ class Context {
   // ---- kernels ----
   // The function `entry` of `source`, compiled (compile_cubin) and loaded once.
   CUfunction function(const std::string& source, const std::string& entry, int dynamic_shared = 0);
+  // Whether a kernel named `entry` has been loaded (from any source): which kernel an op chose,
+  // for tests where every choice gives the same results.
+  bool loaded(std::string_view entry) const;
   // ALK_DEBUG=timing: `start` is recorded on the stream just before the next kernel launch,
   // so a template op's GPU time excludes the host's own work before it (compile-cache
   // lookups, argument packing). finish_timing() records it now if no launch took it.
