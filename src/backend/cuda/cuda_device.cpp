@@ -1220,8 +1220,6 @@ struct TcShape {
   bool tma = false;                    // wgmma fed by the bulk tensor copies (matmul_wgmma_tma)
   bool persistent = false;             // tma: one block per SM looping over tiles (16-bit results, no split-K)
   bool pingpong = false;               // persistent: each consumer warpgroup owns whole tiles, in turn
-  int cluster = 1;                     // tma: blocks a cluster, sharing B by multicast (2: M tiles in pairs)
-  bool cluster_local = false;          // experiment: clusters whose blocks share nothing
   int bn() const { return 32 * wn; }
 };
 constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
@@ -1309,8 +1307,6 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"PERSIST", shape.persistent ? "1" : "0"},
                                      {"PINGPONG", shape.pingpong ? "1" : "0"},
                                      {"STREAMK", stream_k ? "1" : "0"},
-                                     {"CLUSTER", std::to_string(shape.cluster)},
-                                     {"SHARED_B", shape.cluster > 1 && !shape.cluster_local ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
@@ -1361,14 +1357,12 @@ bool tma_fits(const MatmulLaunchParams& mp, TcShape shape) {
   return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64;
 }
 // The bulk-copy kernels' first two arguments: the tensor maps of A and B (boxes as
-// kernels/matmul_wgmma.cu's tma_load_stage reads them; each block of a cluster copies
-// 1 / cluster of B's tile), `k_extent` long in K.
+// kernels/matmul_wgmma.cu's tma_load_stage reads them), `k_extent` long in K.
 void add_operand_maps(Args& args, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, int la, int lb, int64_t bn,
-                      int64_t k_extent, int cluster = 1) {
+                      int64_t k_extent) {
   const uint64_t k_total = static_cast<uint64_t>(k_extent);
   args.add(la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64));
-  args.add(lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn / cluster))
-              : tensor_map(b, mp.N, k_total, mp.b_rs, 64));
+  args.add(lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn)) : tensor_map(b, mp.N, k_total, mp.b_rs, 64));
 }
 // Whether the persistent kernel can store a product's result: 16-bit, one matrix (bulk
 // copies out of the staging tile: rows of whole 16-byte vectors from a 16-byte boundary).
@@ -1384,7 +1378,7 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
   const int64_t bn = shape.bn();
   const EpiLaunch epi = epilogue ? epilogue_params(*epilogue) : EpiLaunch{};
   Args args;
-  add_operand_maps(args, a, b, mp, la, lb, bn, k_extent, shape.cluster_local ? 1 : shape.cluster);
+  add_operand_maps(args, a, b, mp, la, lb, bn, k_extent);
   if (shape.persistent) {
     const uint64_t m = static_cast<uint64_t>(mp.M), n = static_cast<uint64_t>(mp.N);
     const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
@@ -1397,29 +1391,19 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
     args.add(tout).add(tin).add(mp);
     if (epilogue) args.add(epi);
     const int shared = matmul_tc_shared_bytes(la, lb, shape);
-    // One block per SM (whole clusters), none idle: units are a cluster's tiles.
-    const int64_t units = ((mp.M + 127) / 128) / shape.cluster * ((mp.N + bn - 1) / bn);
-    const int64_t clusters = std::min<int64_t>(units, std::max(1, ctx.props().multiprocessors / shape.cluster));
-    ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>(clusters * shape.cluster), 1, 1, 384,
+    const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
+    ctx.launch(ctx.function(src, tc_entry(shape), shared),
+               static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.props().multiprocessors))), 1, 1, 384,
                static_cast<unsigned>(shared), args);
     return;
   }
   args.add(out).add(mp);
   if (epilogue) args.add(epi);
   const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
-  ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn * shape.cluster),
-             static_cast<unsigned>((mp.M + 127) / 128 / shape.cluster), static_cast<unsigned>(slices),
-             shape.min_blocks > 1 ? 288 : 384, static_cast<unsigned>(shared), args);
-}
-
-// Clusters of two blocks sharing B (kernels/matmul_wgmma.cu, CLUSTER) for a product on the
-// bulk-copy kernels with one block per SM: where the M tiles pair up and K is not sliced.
-// ALK_CUDA_CLUSTER=1 turns them off, =2 on.
-int cluster_blocks(const TcShape& shape, const MatmulLaunchParams& mp, int splits) {
-  const char* force = std::getenv("ALK_CUDA_CLUSTER");
-  if (!force || std::string_view(force).substr(0, 1) != "2") return 1;
-  const bool fits = shape.tma && shape.min_blocks == 1 && splits == 1 && tma_fits(mp, shape) && ((mp.M + 127) / 128) % 2 == 0;
-  return fits ? 2 : 1;
+  ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
+             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), shape.min_blocks > 1 ? 288 : 384,
+             static_cast<unsigned>(shared),
+             args);
 }
 
 }  // namespace
@@ -1595,18 +1579,13 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
-  shape.cluster = cluster_blocks(shape, mp, splits);
-  shape.cluster_local = shape.cluster > 1 && std::getenv("ALK_CUDA_CLUSTER") == std::string("2local");
   return TcPlan{kind, la, lb, shape, splits};
 }
 
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
 void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, TcPlan plan,
                const Kernel* epilogue) {
-  if (plan.shape.persistent && !persistent_fits(out, mp)) {
-    plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
-    plan.shape.cluster = cluster_blocks(plan.shape, mp, 1);
-  }
+  if (plan.shape.persistent && !persistent_fits(out, mp)) plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   std::string epi;
   EpiRoles roles;
   if (epilogue) {
@@ -2461,13 +2440,6 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPingpong));
       out.emplace_back("matmul_wgmma_tma stream-K, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma, {}, true));
-      // Clusters of two blocks sharing B by multicast, on each kernel that takes them.
-      for (TcShape shape : {kWgmmaTma, kWgmmaTmaPersistent, kWgmmaTmaPingpong}) {
-        shape.cluster = 2;
-        out.emplace_back(std::string(tc_entry(shape)) + (shape.pingpong ? " ping-pong" : "") + " in clusters of two, layouts " +
-                             std::to_string(la) + std::to_string(lb),
-                         matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, shape));
-      }
     }
   out.emplace_back("attention wgmma, packed f32 output", attention_wgmma_source(DType::F32, DType::F32));
   out.emplace_back("attention wgmma, bf16 output and gradients", attention_wgmma_source(DType::BF16, DType::BF16));

@@ -7,8 +7,7 @@
 // (blocks per SM the registers must allow), EPILOGUE, TMA (1: the bulk-copy kernels
 // further down instead of matmul_wgmma), with TMA: PERSIST and PINGPONG (the persistent
 // kernel and its schedule; EPI_TILE, EPI_COLS, EPI_REST: how it reads the epilogue's
-// inputs), STREAMK (the stream-K kernel and its sum), CLUSTER (1, or 2: the bulk-copy kernels
-// in clusters of two blocks sharing B, below).
+// inputs), STREAMK (the stream-K kernel and its sum).
 //
 // A block is two warpgroups (256 threads) computing 128 x BN outputs, each warpgroup a
 // 64 x BN slab; K goes in steps of 64 through a STAGES-deep ring of shared memory filled by
@@ -204,81 +203,19 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, uns
       : "memory");
 }
 
-// Clusters (CLUSTER = 2; not the stream-K kernel): the two blocks of a cluster compute
-// vertically adjacent output tiles (same columns, M tiles 2i and 2i + 1), so they read the
-// same B tile at every K step. Each block's producer copies half of it and multicasts that
-// half into both blocks' rings (same offsets, completing on both blocks' `full` barriers),
-// halving B's reads from L2. A slot may then be refilled only when the consumers of both
-// blocks have released it: each releases it in both blocks (the `empty` barriers count
-// the readers of the cluster), and before exiting a producer waits until every slot's last
-// fill was released, so no arrival from the other block can reach a block that has exited.
-#ifndef CLUSTER
-#define CLUSTER 1
-#endif
-#ifndef SHARED_B
-#define SHARED_B (CLUSTER > 1)  // experiment: 0 launches clusters whose blocks share nothing
-#endif
-#if CLUSTER > 1
-#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
-#else
-#define CLUSTER_DIMS
-#endif
-// The block's rank in its cluster: clusters are CLUSTER consecutive blocks along x.
-__device__ __forceinline__ int cluster_rank() { return (int)(blockIdx.x % CLUSTER); }
-// Releases ring slot `empty` (its barrier's address) in every block of the cluster.
-__device__ __forceinline__ void release_slot(unsigned empty) {
-#if SHARED_B
-#pragma unroll
-  for (unsigned r = 0; r < CLUSTER; ++r) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(empty), "r"(r));
-    // Release at CTA scope (the default), as CUTLASS's cluster barrier: the consumers' reads of
-    // the slot were the tensor cores', retired by wgmma.wait_group; a cluster-scope release
-    // made every such arrival wait for the thread's memory operations (ncu: long-scoreboard
-    // stalls; the product 1.5x slower than without clusters).
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-  }
-#else
-  mbar_arrive(empty);
-#endif
-}
-// A bulk copy into the same offset of every block of the cluster, each block's barrier at
-// `bar`'s offset counting its bytes.
-__device__ __forceinline__ void tma_load_multicast(unsigned dst, const TensorMap& map, unsigned bar, int x, int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3}], [%4], %5;\n" ::"r"(dst),
-      "l"((u64)&map), "r"(x), "r"(y), "r"(bar), "h"((unsigned short)((1u << CLUSTER) - 1))
-      : "memory");
-}
-// A producer's last act (clusters): wait until the last fill of every slot, of the `issued`
-// K steps it filled, was released by the consumers of both blocks.
-__device__ __forceinline__ void drain_ring(unsigned bars, int issued) {
-#if SHARED_B
-  for (int i = max(0, issued - STAGES); i < issued; ++i) mbar_wait(bars + 8 * (STAGES + i % STAGES), (i / STAGES) & 1);
-#else
-  (void)bars, (void)issued;
-#endif
-}
-
 // The ring's barriers, set up by thread 0 before anything else: full[s] (one arrival, the
 // producer's, with the copies' bytes) and empty[s] (`readers` consumer warpgroups retired
-// the slot, in every block of the cluster), then `extra` more of one arrival each after them.
-// With clusters every block's barriers are ready before any block copies or arrives.
+// the slot), then `extra` more of one arrival each after them.
 __device__ __forceinline__ void init_barriers(unsigned bars, unsigned readers, int extra = 0) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), SHARED_B ? readers * CLUSTER : readers);
+      mbar_init(bars + 8 * (STAGES + s), readers);
     }
     for (int i = 0; i < extra; ++i) mbar_init(bars + 8 * (2 * STAGES + i), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-#if CLUSTER > 1
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
   __syncthreads();
-#endif
 }
 
 // The copies that fill one ring slot (A at `as`, B at `bs`) with K step k of the tile at
@@ -292,18 +229,7 @@ __device__ __forceinline__ void tma_load_stage(unsigned as, unsigned bs, const T
   tma_load(as, ta, full, m0, k);
   tma_load(as + BK * 128, ta, full, m0 + 64, k);
 #endif
-#if SHARED_B
-  // This block's share of B (rows BN / CLUSTER x rank on; B's tensor map has boxes of
-  // BN / CLUSTER rows when K-contiguous), multicast.
-  const int r = cluster_rank();
 #if B_KMAJOR
-  tma_load_multicast(bs + r * (BN / CLUSTER) * 128, tb, full, k, n0 + r * (BN / CLUSTER));
-#else
-#pragma unroll
-  for (int q = r * (BN / 64 / CLUSTER); q < (r + 1) * (BN / 64 / CLUSTER); ++q)
-    tma_load_multicast(bs + q * BK * 128, tb, full, n0 + q * 64, k);
-#endif
-#elif B_KMAJOR
   tma_load(bs, tb, full, k, n0);
 #else
 #pragma unroll
@@ -325,7 +251,7 @@ __device__ __forceinline__ void consume_step(float (&acc)[BN / 2], unsigned base
   for (int ks = 0; ks < BK / 16; ++ks) wgmma_tile(acc, a_desc(as, slab, ks), b_desc(bs, ks));
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-  if (release_prev && ct % 128 == 0) release_slot(bars + 8 * (STAGES + prev));
+  if (release_prev && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
 // Two blocks per SM (128 x 128 tiles, so one block's epilogue and pipeline fill overlap the
@@ -342,7 +268,7 @@ __device__ __forceinline__ void consume_step(float (&acc)[BN / 2], unsigned base
 #endif
 
 #if !PERSIST
-extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS) CLUSTER_DIMS
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
     matmul_wgmma_tma(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb, TO* __restrict__ out,
                      const MatmulParams p EPI_PARAM) {
   extern __shared__ unsigned char smem_raw[];
@@ -351,11 +277,8 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS) CLUSTER_DI
   const int ct = (int)threadIdx.x - TMA_CONSUMER0;  // thread index among the 256 consumers
   const bool producer = ct < 0 || ct >= 256;
   init_barriers(bars, 2);
-  // The grid: CLUSTER x the N tiles along x, the M tiles / CLUSTER along y, the slices along z.
-  const int clusters_x = (int)gridDim.x / CLUSTER;
   int mt, nt;
-  tile_coords((int)(blockIdx.y * clusters_x + blockIdx.x / CLUSTER), (int)gridDim.y, clusters_x, mt, nt);
-  mt = mt * CLUSTER + cluster_rank();
+  tile_coords((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, mt, nt);
   const int m0 = mt * BM, n0 = nt * BN, z = (int)blockIdx.z;
   const int ktiles = (int)((p.K + BK - 1) / BK), k_begin = z * (int)p.K;
   if (producer) {
@@ -371,7 +294,6 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS) CLUSTER_DI
         const int k = k_begin + kt * BK;
         tma_load_stage(as, bs, ta, tb, full, k, m0, n0);
       }
-      drain_ring(bars, ktiles);
     }
   } else {
 #if MIN_BLOCKS == 1
@@ -385,7 +307,6 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS) CLUSTER_DI
     for (int kt = 0; kt < ktiles; ++kt)
       consume_step(acc, base, bars, kt % STAGES, (kt / STAGES) & 1, cw, kt > 0, (kt - 1) % STAGES, ct);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    if (ct % 128 == 0) release_slot(bars + 8 * (STAGES + (ktiles - 1) % STAGES));  // for drain_ring
     // Every copy the producer issued has been waited for: the ring takes the results now.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     float* tile = (float*)(smem_raw + (base - smem_u32(smem_raw)));
@@ -402,9 +323,6 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS) CLUSTER_DI
 }
 #endif  // !PERSIST
 
-#if STREAMK && CLUSTER > 1
-#error "the stream-K kernel runs without clusters"
-#endif
 #if STREAMK
 // Stream-K, for products of few output tiles and a long K (the weight gradients): the
 // tiles' K steps, tile after tile (row-major tile order), are cut into gridDim.x equal
@@ -554,20 +472,12 @@ __device__ __forceinline__ void tma_store(const TensorMap& map, unsigned src, in
                "r"(y), "r"(src)
                : "memory");
 }
-// Unit `unit` (the cluster's tiles, tile_coords' order over pairs of M tiles) to this
-// block's tile: its first row and column.
-__device__ __forceinline__ void unit_origin(int unit, int tiles_m, int tiles_n, int& m0, int& n0) {
-  int mt, nt;
-  tile_coords(unit, tiles_m / CLUSTER, tiles_n, mt, nt);
-  m0 = (mt * CLUSTER + cluster_rank()) * BM;
-  n0 = nt * BN;
-}
 __device__ __forceinline__ float2 to_float2(unsigned v, __nv_bfloat16*) {
   return __bfloat1622float2(*(const __nv_bfloat162*)&v);
 }
 __device__ __forceinline__ float2 to_float2(unsigned v, __half*) { return __half22float2(*(const __half2*)&v); }
 
-extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
+extern "C" __global__ void __launch_bounds__(384, 1)
     matmul_wgmma_tma_persistent(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
                                 const __grid_constant__ TensorMap tout, const __grid_constant__ TensorMap tin,
                                 const MatmulParams p EPI_PARAM) {
@@ -578,10 +488,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
   const unsigned stage_full = bars + 16 * STAGES, stage_free = stage_full + 16;
   unsigned char* const staging_ptr = smem_raw + (staging - smem_u32(smem_raw));
   init_barriers(bars, SLOT_READERS, 4);  // and stage_full[2], stage_free[2]
-  // The block walks units (a cluster's CLUSTER vertically adjacent tiles; the host makes the
-  // M tiles a multiple of CLUSTER) first_unit, first_unit + units_step, ...
-  const int tiles_n = (int)((p.N + BN - 1) / BN), tiles_m = (int)((p.M + BM - 1) / BM);
-  const int units = tiles_m / CLUSTER * tiles_n, first_unit = (int)blockIdx.x / CLUSTER, units_step = (int)gridDim.x / CLUSTER;
+  const int tiles_n = (int)((p.N + BN - 1) / BN), tiles_m = (int)((p.M + BM - 1) / BM), tiles = tiles_m * tiles_n;
   const int ktiles = (int)((p.K + BK - 1) / BK);
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -589,9 +496,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
     if (threadIdx.x == 0) {
       int it = 0;  // K steps issued over every tile so far: slot it % STAGES, phase it / STAGES
       int local = 0;  // the block's tiles so far
-      for (int unit = first_unit; unit < units; unit += units_step, ++local) {
-        int m0, n0;
-        unit_origin(unit, tiles_m, tiles_n, m0, n0);
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
+        int mt, nt;
+        tile_coords(tile, tiles_m, tiles_n, mt, nt);
+        const int m0 = mt * BM, n0 = nt * BN;
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
@@ -613,17 +521,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
 #endif
         }
       }
-      drain_ring(bars, it);
     } else if (warp >= 1 && warp <= STAGINGS) {
       // Storer of staging tile w: waits until its warpgroup(s) wrote a tile, copies it out.
       const int w = warp - 1, lane = threadIdx.x % 32;
-      for (int unit = first_unit + (PINGPONG ? w : 0) * units_step; unit < units; unit += (PINGPONG ? 2 : 1) * units_step) {
-        int m0, n0;
-        unit_origin(unit, tiles_m, tiles_n, m0, n0);
+      for (int tile = blockIdx.x + (PINGPONG ? w : 0) * gridDim.x; tile < tiles; tile += (PINGPONG ? 2 : 1) * gridDim.x) {
+        int mt, nt;
+        tile_coords(tile, tiles_m, tiles_n, mt, nt);
         asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
         if (lane == 0) {
 #pragma unroll
-          for (int q = 0; q < BN / 64; ++q) tma_store(tout, staging + w * STAGING_BYTES + q * BM * 128, n0 + q * 64, m0);
+          for (int q = 0; q < BN / 64; ++q) tma_store(tout, staging + w * STAGING_BYTES + q * BM * 128, nt * BN + q * 64, mt * BM);
           asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
           asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
           mbar_arrive(stage_free + 8 * w);
@@ -646,10 +553,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
   TO* const my_staging = (TO*)(staging_ptr + w * STAGING_BYTES);
   EPI_BASES(0);
   int it = first * ktiles, wg_tile = 0;  // wg_tile: this warpgroup's tiles so far
-  for (int unit = first_unit + first * units_step; unit < units;
-       unit += step * units_step, it += (step - 1) * ktiles, ++wg_tile) {
-    int m0, n0;
-    unit_origin(unit, tiles_m, tiles_n, m0, n0);
+  for (int tile = blockIdx.x + first * gridDim.x; tile < tiles;
+       tile += step * gridDim.x, it += (step - 1) * ktiles, ++wg_tile) {
+    int mt, nt;
+    tile_coords(tile, tiles_m, tiles_n, mt, nt);
+    const int m0 = mt * BM, n0 = nt * BN;
 #if EPILOGUE && EPI_COLS
     // Row-constant inputs of the thread's columns 8 j + 2 t (+1), loaded under the main loop.
     EpiIn cols[BN / 8][2] = {};
@@ -666,7 +574,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
       for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.0f;
 #if PINGPONG
     // The other warpgroup's turn at the block's previous tile must be over (none before tile 0).
-    if (unit != first_unit) asm volatile("bar.sync %0, 256;\n" ::"r"(4 + (cw ^ 1)) : "memory");
+    if (tile != (int)blockIdx.x) asm volatile("bar.sync %0, 256;\n" ::"r"(4 + (cw ^ 1)) : "memory");
 #endif
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int s = it % STAGES;
@@ -680,14 +588,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) CLUSTER_DIMS
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       // The previous step's group has retired: its slot may be refilled.
-      if (kt > 0 && ct % 128 == 0) release_slot(bars + 8 * (STAGES + (it - 1) % STAGES));
+      if (kt > 0 && ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
     }
 #if PINGPONG
     // Every product of this tile is issued: the other warpgroup's turn (if the block has a next tile).
-    if (unit + units_step < units) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 + cw) : "memory");
+    if (tile + (int)gridDim.x < tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 + cw) : "memory");
 #endif
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    if (ct % 128 == 0) release_slot(bars + 8 * (STAGES + (it - 1) % STAGES));
+    if (ct % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 #if EPI_TILE >= 0
     mbar_wait(stage_full + 8 * w, wg_tile & 1);  // the input landed (after the previous tile's store)
 #else
