@@ -5,7 +5,10 @@
 // With --gpt2: the bf16 products of a GPT-2 124M training step at B16 x T1024 (M = 16384 rows),
 // each linear layer's forward x W^T and its two backward products dY W and dY^T x, beside
 // the same products in PyTorch, so the slow layouts show.
-//   bench_gemm [--n 4096] [--no-anchor] [--gpt2] [--only qkv|proj|fc|fc2|head]
+// With --soak S: the bf16 product back to back for S seconds, nothing printed (to watch the
+// clocks and power it runs at: nvidia-smi --query-gpu=clocks.sm,power.draw -lms 100).
+//   bench_gemm [--n 4096] [--no-anchor] [--gpt2] [--only qkv|proj|fc|fc2|head] [--soak S]
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,14 +113,25 @@ void gpt2_products(alk::Device& dev, bool anchor, const std::string& only) {
 int main(int argc, char** argv) {
   int64_t n = 4096;
   bool anchor = true, gpt2 = false;
+  double soak_s = 0;
   std::string only;  // --only NAME: one GPT-2 shape (qkv, proj, fc, fc2, head), e.g. under a profiler
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--no-anchor")) anchor = false;
     if (!std::strcmp(argv[i], "--gpt2")) gpt2 = true;
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i], gpt2 = true;
+    if (!std::strcmp(argv[i], "--soak") && i + 1 < argc) soak_s = std::atof(argv[++i]);
   }
   alk::Device& dev = alk::get_device("cuda:0");
+  if (soak_s > 0) {
+    alk::Tensor a = alk::cast(alk::randn({n, n}), alk::DType::BF16).to(dev), b = alk::cast(alk::randn({n, n}), alk::DType::BF16).to(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < soak_s) {
+      for (int i = 0; i < 20; ++i) alk::matmul(a, b).realize();
+      dev.synchronize();
+    }
+    return 0;
+  }
   if (gpt2) {
     gpt2_products(dev, anchor, only);
     return 0;
