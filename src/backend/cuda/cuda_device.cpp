@@ -677,6 +677,16 @@ std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vec
   return s + "  return epilogue_apply(acc, epilogue_load(base, gm, gn, e));\n}\n";
 }
 
+std::vector<DType> epilogue_input_types(const Kernel& k) {
+  std::vector<DType> types;
+  for (const KernelArg& x : k.epilogue_inputs) types.push_back(x.dtype);
+  return types;
+}
+// A fused kernel's epilogue text, for a result of dtype `out`.
+std::string epilogue_code(const Kernel& k, DType out) {
+  return epilogue_code(*k.epilogue, k.node.dtype, epilogue_input_types(k), out);
+}
+
 EpiLaunch epilogue_params(const Kernel& k) {
   EpiLaunch e;
   for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
@@ -1210,7 +1220,7 @@ const char* mma_kind(const Arg& a, const Arg& b, DType out) {
 // 128 x bn blocks (bn 256, or 128 for narrow N) and a `stages`-deep ring. Elsewhere
 // kernels/matmul_tc.cu (mma.sync): wn m16n8 tiles per warp along N (block width 32 wn);
 // wide blocks halve the shared-memory reads per mma, narrow ones keep more blocks for small
-// N. ALK_CUDA_GEMM=wgmmatma|wgmmatma128|wgmmatmap|wgmma256|wgmma128|wide|narrow forces one
+// N. ALK_CUDA_GEMM=wgmmatma|wgmmatma128|wgmmatma192|wgmmatmap|wgmmatmapp|wgmma256|wgmma128|wide|narrow forces one
 // (benchmarks; wgmma only on sm_90a; the bulk-copy kernels only where tma_fits() holds, else
 // the cp.async one of the same width).
 struct TcShape {
@@ -1220,12 +1230,16 @@ struct TcShape {
   bool tma = false;                    // wgmma fed by the bulk tensor copies (matmul_wgmma_tma)
   bool persistent = false;             // tma: one block per SM looping over tiles (16-bit results, no split-K)
   bool pingpong = false;               // persistent: each consumer warpgroup owns whole tiles, in turn
+  int consumers = 2;                   // tma, per tile: consumer warpgroups, 64 rows each (2 or 3)
   int bn() const { return 32 * wn; }
+  int bm() const { return 64 * consumers; }
 };
 constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
                   kWgmmaTmaPair{4, 3, true, 1, 2, true},  // 128 x 128 tiles, two blocks per SM
                   kWgmmaTmaPersistent{8, 3, true, 1, 1, true, true},
                   kWgmmaTmaPingpong{4, 4, true, 1, 1, true, true, true};  // 128 x 128 tiles, one per warpgroup
+// 192 x 192 tiles (three consumer warpgroups) for the weight gradients' K slices (wave_slices).
+constexpr TcShape kWgmmaTma192{6, 4, true, 1, 1, true, false, false, 3};
 TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
   const char* force = std::getenv("ALK_CUDA_GEMM");
   const std::string_view f = force ? force : "";
@@ -1237,6 +1251,7 @@ TcShape tc_shape(const Context& ctx, int64_t N, int64_t K) {
     if (f == "wgmmatma128") return kWgmmaTmaPair;
     if (f == "wgmmatmap") return kWgmmaTmaPersistent;
     if (f == "wgmmatmapp") return kWgmmaTmaPingpong;
+    if (f == "wgmmatma192") return kWgmmaTma192;
     if (N <= 128) return kWgmmaNarrow;
     // Short K (GPT-2's K = 768 products: 12 steps of 64 per tile): a tile's pipeline fill and
     // epilogue are a large share of its time. Two 128 x 128 blocks per SM overlap one's
@@ -1307,6 +1322,7 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"PERSIST", shape.persistent ? "1" : "0"},
                                      {"PINGPONG", shape.pingpong ? "1" : "0"},
                                      {"STREAMK", stream_k ? "1" : "0"},
+                                     {"CONSUMERS", std::to_string(shape.consumers)},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
@@ -1324,7 +1340,7 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
   // The persistent kernel: the ring, its barriers (in a 1 KiB slot, so the staging tiles after
   // them stay aligned) and the staging tiles of 16-bit results (one per warpgroup in ping-pong).
   if (shape.persistent) return shape.stages * (128 + bn) * 64 * 2 + 2048 + (shape.pingpong ? 2 : 1) * 128 * bn * 2;
-  if (shape.wgmma) return shape.stages * (128 + bn) * 64 * 2 + 1024;
+  if (shape.wgmma) return shape.stages * (shape.bm() + bn) * 64 * 2 + 1024;
   const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
   return shape.stages * (a + b) * 2;
 }
@@ -1354,14 +1370,14 @@ TensorMap tensor_map(const Arg& x, uint64_t inner, uint64_t rows, int64_t row_st
 // (smaller ones go to matmul_wgmma). Its split-K slices are whole 64-wide K steps, the last
 // one zero-filled past K by the copies (split_k_matmul).
 bool tma_fits(const MatmulLaunchParams& mp, TcShape shape) {
-  return mp.batch == 1 && mp.M >= 128 && mp.N >= shape.bn() && mp.K >= 64;
+  return mp.batch == 1 && mp.M >= shape.bm() && mp.N >= shape.bn() && mp.K >= 64;
 }
 // The bulk-copy kernels' first two arguments: the tensor maps of A and B (boxes as
 // kernels/matmul_wgmma.cu's tma_load_stage reads them), `k_extent` long in K.
 void add_operand_maps(Args& args, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, int la, int lb, int64_t bn,
-                      int64_t k_extent) {
+                      int64_t k_extent, unsigned bm = 128) {
   const uint64_t k_total = static_cast<uint64_t>(k_extent);
-  args.add(la ? tensor_map(a, k_total, mp.M, mp.a_rs, 128) : tensor_map(a, mp.M, k_total, mp.a_cs, 64));
+  args.add(la ? tensor_map(a, k_total, mp.M, mp.a_rs, bm) : tensor_map(a, mp.M, k_total, mp.a_cs, 64));
   args.add(lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn)) : tensor_map(b, mp.N, k_total, mp.b_rs, 64));
 }
 // Whether the persistent kernel can store a product's result: 16-bit, one matrix (bulk
@@ -1378,7 +1394,7 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
   const int64_t bn = shape.bn();
   const EpiLaunch epi = epilogue ? epilogue_params(*epilogue) : EpiLaunch{};
   Args args;
-  add_operand_maps(args, a, b, mp, la, lb, bn, k_extent);
+  add_operand_maps(args, a, b, mp, la, lb, bn, k_extent, static_cast<unsigned>(shape.bm()));
   if (shape.persistent) {
     const uint64_t m = static_cast<uint64_t>(mp.M), n = static_cast<uint64_t>(mp.N);
     const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
@@ -1401,7 +1417,8 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
   if (epilogue) args.add(epi);
   const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
   ctx.launch(ctx.function(src, tc_entry(shape), shared), static_cast<unsigned>((mp.N + bn - 1) / bn),
-             static_cast<unsigned>((mp.M + 127) / 128), static_cast<unsigned>(slices), shape.min_blocks > 1 ? 288 : 384,
+             static_cast<unsigned>((mp.M + shape.bm() - 1) / shape.bm()), static_cast<unsigned>(slices),
+             shape.min_blocks > 1 ? 288 : 128 * (shape.consumers + 1),
              static_cast<unsigned>(shared),
              args);
 }
@@ -1441,7 +1458,7 @@ namespace {
 // and f32 store) + the slices' round trip through memory (written, then read by the sum).
 int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
   if (mp.batch != 1 || shape.pingpong) return 1;  // ping-pong: short K (tc_shape), not worth slicing
-  const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + shape.bn() - 1) / shape.bn());
+  const int64_t tiles = ((mp.M + shape.bm() - 1) / shape.bm()) * ((mp.N + shape.bn() - 1) / shape.bn());
   const int64_t sms = std::max(1, ctx.props().multiprocessors);
   if (shape.tma && shape.min_blocks == 1 && tma_fits(mp, shape) && !old_path("ALK_CUDA_SPLIT_K"))
     return split_k_slices(tiles, mp.K, shape.bn(), mp.M * mp.N, sms);
@@ -1456,12 +1473,15 @@ int split_k(const Context& ctx, const MatmulLaunchParams& mp, TcShape shape) {
 // ranges, one block per SM, each range's (at most two) pieces into an f32 workspace, then
 // summed per tile. Unlike equal slices per tile it leaves no partial last wave (GPT-2's fc
 // dW: 72 tiles x 256 steps = 139.6 steps a block on 132 SMs, against 3 slices of 85 steps
-// in 1.6 waves). False where it does not apply: the caller slices K evenly.
+// in 1.6 waves). With `epilogue` the sum applies it (a weight gradient's cast to f32 then
+// costs no pass of its own). False where it does not apply: the caller slices K evenly.
 bool stream_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp,
-                     const char* kind, int la, int lb, TcShape shape) {
+                     const char* kind, int la, int lb, TcShape shape, const Kernel* epilogue = nullptr) {
   const char* force = std::getenv("ALK_CUDA_SPLIT_K");  // "slices", "old": equal slices per tile
   if (force && *force) return false;
-  if (!shape.tma || shape.persistent || shape.min_blocks != 1 || !tma_fits(mp, shape) || mp.N % 8 != 0) return false;
+  if (!shape.tma || shape.persistent || shape.min_blocks != 1 || shape.consumers != 2 || !tma_fits(mp, shape) ||
+      mp.N % 8 != 0)
+    return false;
   const int64_t bn = shape.bn(), tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn), ktiles = (mp.K + 63) / 64;
   const int64_t steps = tiles * ktiles;
   // At least 8 steps a block; no range longer than a tile's K (so at most two pieces a block).
@@ -1475,15 +1495,22 @@ bool stream_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, c
   const int shared = matmul_tc_shared_bytes(la, lb, shape) + 2 * shape.stages * 8;  // + the ring's barriers
   ctx.launch(ctx.function(src, "matmul_wgmma_tma_stream_k", shared), static_cast<unsigned>(blocks), 1, 1, 384,
              static_cast<unsigned>(shared), args);
+  // The sum's own source carries the epilogue: the products' kernel is the same with or without one.
+  std::string sum_src = src;
   Args sum;
   sum.add(ws).add(out.ptr).add(mp).add(static_cast<int32_t>(blocks));
-  ctx.launch(ctx.function(src, "matmul_stream_k_sum"), blocks_for(ctx, mp.M * mp.N / 4), 1, 1, kBlock, 0, sum);
+  if (epilogue) {
+    sum_src = matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape, epilogue_code(*epilogue, out.dtype), true);
+    sum.add(epilogue_params(*epilogue));
+  }
+  ctx.launch(ctx.function(sum_src, "matmul_stream_k_sum"), blocks_for(ctx, mp.M * mp.N / 4), 1, 1, kBlock, 0, sum);
   return true;
 }
 
+// With `epilogue` the sum applies it.
 void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
-                    const char* kind, int la, int lb, TcShape shape, int splits) {
-  if (stream_k_matmul(ctx, a, b, out, whole, kind, la, lb, shape)) return;
+                    const char* kind, int la, int lb, TcShape shape, int splits, const Kernel* epilogue = nullptr) {
+  if (stream_k_matmul(ctx, a, b, out, whole, kind, la, lb, shape, epilogue)) return;
   // Whole 64-wide steps a slice on the bulk-copy kernel (the last slice's overrun reads
   // zeros); K / splits elsewhere (split_k divides K evenly there).
   const int64_t slice = shape.tma ? ((whole.K + 63) / 64 + splits - 1) / splits * 64 : whole.K / splits;
@@ -1506,8 +1533,11 @@ void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, co
                static_cast<unsigned>(shared), args);
   }
   Args sum;
-  sum.add(partial).add(out.ptr).add(mn).add(static_cast<int64_t>(splits)).add(whole.out_offset);
-  ctx.launch(ctx.function(matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape), "matmul_split_sum"),
+  sum.add(partial).add(out.ptr).add(mn).add(static_cast<int64_t>(splits)).add(whole.out_offset).add(whole.N);
+  if (epilogue) sum.add(epilogue_params(*epilogue));
+  ctx.launch(ctx.function(matmul_tc_source(a.dtype, out.dtype, kind, la, lb, shape,
+                                           epilogue ? epilogue_code(*epilogue, out.dtype) : std::string()),
+                          "matmul_split_sum"),
              blocks_for(ctx, mn), 1, 1, kBlock, 0, sum);
 }
 
@@ -1548,6 +1578,20 @@ bool fold_batch_into_rows(MatmulLaunchParams& mp) {
   return true;
 }
 
+// Weight gradients (few output tiles, a long K: split_k slices them) on 192 x 192 tiles in
+// K slices that fill one wave: every block then walks the same K region at once and both
+// operands' bands stay in L2, where stream-K's blocks stand all over K (GPT-2's fc dW ran
+// there at ~530 TFLOP/s; cuBLAS runs it this way). The slice count: the first that fills
+// >= 90% of the SMs in one wave with >= 8 steps a slice (GPT-2's fc and fc2 dW: 64 tiles x
+// 2 slices = 128 blocks of 132; proj dW 16 x 8), else 0. ALK_CUDA_DW=old keeps stream-K.
+int wave_slices(const Context& ctx, const MatmulLaunchParams& mp) {
+  const int64_t sms = std::max(1, ctx.props().multiprocessors), steps = (mp.K + 63) / 64;
+  const int64_t tiles = ((mp.M + 191) / 192) * ((mp.N + 191) / 192);
+  for (int64_t s = 1; tiles * s <= sms; ++s)
+    if (tiles * s * 10 >= sms * 9 && steps / s >= 8) return static_cast<int>(s);
+  return 0;
+}
+
 // How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
 // 16-bit operands are 16-byte-vector readable.
 struct TcPlan {
@@ -1574,11 +1618,14 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
   TcShape shape = tc_shape(ctx, mp.N, mp.K);
-  const int splits = split_k(ctx, mp, shape);
+  int splits = split_k(ctx, mp, shape);
   if (shape.tma && !tma_fits(mp, shape)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
+  if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && tma_fits(mp, kWgmmaTma192) &&
+      !old_path("ALK_CUDA_DW"))
+    if (const int slices = wave_slices(ctx, mp); slices > 0) shape = kWgmmaTma192, splits = slices;
   return TcPlan{kind, la, lb, shape, splits};
 }
 
@@ -1589,9 +1636,8 @@ void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const M
   std::string epi;
   EpiRoles roles;
   if (epilogue) {
-    std::vector<DType> types;
-    for (const KernelArg& x : epilogue->epilogue_inputs) types.push_back(x.dtype);
-    epi = epilogue_code(*epilogue->epilogue, epilogue->node.dtype, types, out.dtype);
+    const std::vector<DType> types = epilogue_input_types(*epilogue);
+    epi = epilogue_code(*epilogue, out.dtype);
     if (plan.shape.persistent) {
       roles = epilogue_roles(epilogue_params(*epilogue), types);
       epi += roles.defines(types);
@@ -1611,7 +1657,8 @@ void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const M
 }
 
 // A Matmul with an epilogue, both in one tensor-core kernel where that kernel takes the
-// product (floating result and output, no split-K, at most four more epilogue inputs).
+// product (floating result and output, at most four more epilogue inputs; with split-K
+// the sum of the slices applies it).
 // False: the caller runs the product and then the epilogue as a Map kernel.
 bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg a = arg_of(k.inputs[0]), b = arg_of(k.inputs[1]);
@@ -1631,8 +1678,10 @@ bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
     if (inputs_fold) mp = folded;
   }
   const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
-  if (!plan || plan->splits > 1) return false;
-  launch_tc(ctx, a, b, out, mp, *plan, &k);
+  if (!plan) return false;
+  // Split K: the sum of the slices applies the epilogue.
+  if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits, &k);
+  else launch_tc(ctx, a, b, out, mp, *plan, &k);
   return true;
 }
 
@@ -2440,6 +2489,9 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTmaPingpong));
       out.emplace_back("matmul_wgmma_tma stream-K, layouts " + std::to_string(la) + std::to_string(lb),
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", la, lb, kWgmmaTma, {}, true));
+      out.emplace_back("matmul_wgmma_tma 192 x 192, three consumer warpgroups, f32, layouts " + std::to_string(la) +
+                           std::to_string(lb),
+                       matmul_tc_source(DType::BF16, DType::F32, "bf16", la, lb, kWgmmaTma192));
     }
   out.emplace_back("attention wgmma, packed f32 output", attention_wgmma_source(DType::F32, DType::F32));
   out.emplace_back("attention wgmma, bf16 output and gradients", attention_wgmma_source(DType::BF16, DType::BF16));
@@ -2497,6 +2549,15 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                                         epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16) +
                                             staged.defines({DType::BF16})));
     }
+    out.emplace_back("matmul_wgmma_tma 192 x 192 + epilogue",
+                     matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTma192,
+                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::BF16)));
+    out.emplace_back("matmul_wgmma_tma stream-K + epilogue in the sum",
+                     matmul_tc_source(DType::BF16, DType::F32, "bf16", 0, 0, kWgmmaTma,
+                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
+                                                    DType::F32),
+                                      true));
     out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPair,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));

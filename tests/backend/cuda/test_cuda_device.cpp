@@ -152,14 +152,32 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
         SCOPED_TRACE(std::to_string(k) + " " + std::to_string(m) + " x " + std::to_string(n));
         Tensor u = cast(randn({k, m}), DType::BF16), v = cast(randn({k, n}), DType::BF16);
         expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
+        // With an epilogue (stream-K applies it in its sum; slices run it as a pass of its own):
+        // a weight gradient's cast to f32, and arithmetic with an f32 input.
+        auto grad = [](const Tensor& x, const Tensor& y) { return cast(matmul(x.transpose(0, 1), y), DType::F32); };
+        expect_close(grad(u.to(*dev), v.to(*dev)), grad(u, v), 1e-2, 1.0);
+        Tensor w = randn({m, n});
+        auto scaled = [](const Tensor& x, const Tensor& y, const Tensor& c) { return matmul(x.transpose(0, 1), y) * 0.5 + c; };
+        expect_close(scaled(u.to(*dev), v.to(*dev), w.to(*dev)), scaled(u, v, w), 1e-2, 1.0);
       }
     unsetenv("ALK_CUDA_SPLIT_K");
+  }
+  // Weight gradients whose K slices fill one wave of 192 x 192 tiles (three consumer
+  // warpgroups; wave_slices): [768, 768] over K 8192 (16 tiles x 8 slices) and edge tiles
+  // (712 x 520: 12 x 10), bare and cast to f32 as a gradient (the slices' sum applies it).
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{768, 768}, {712, 520}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n) + " over K 8192");
+    Tensor u = cast(randn({8192, m}), DType::BF16), v = cast(randn({8192, n}), DType::BF16);
+    expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
+    auto grad = [](const Tensor& x, const Tensor& y) { return cast(matmul(x.transpose(0, 1), y), DType::F32); };
+    expect_close(grad(u.to(*dev), v.to(*dev)), grad(u, v), 1e-2, 1.0);
   }
 }
 
 // Products with a short K and a 16-bit result, on the kernel chosen for them (the persistent
 // ping-pong kernel: each consumer warpgroup owns whole tiles in turn) and forced onto the
-// persistent kernel whose warpgroups share each tile and onto the two-block kernel: more
+// persistent kernel whose warpgroups share each tile, onto the two-block kernel and onto
+// 192 x 192 tiles of three consumer warpgroups (the weight gradients' kernel): more
 // tiles than the SMs hold twice, edges in M, N and K, every operand layout, and epilogues in bf16: a bias and tanh-GELU (the bias loaded before the
 // main loop), a bias and a residual (the residual copied into the staging tile by TMA), and a
 // residual whose rows bulk copies cannot read (a row stride of 1003: loaded in the epilogue).
@@ -171,7 +189,7 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
   const Tensor at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
   const Tensor ad = a.to(*dev), bd = b.to(*dev), atd = at.to(*dev), btd = bt.to(*dev), biasd = bias.to(*dev);
   const Tensor resd = res.to(*dev), res_oddd = res_wide.to(*dev).slice(1, 2, 1002);
-  for (const char* gemm : {"", "wgmmatmap", "wgmmatma128"}) {
+  for (const char* gemm : {"", "wgmmatmap", "wgmmatma128", "wgmmatma192"}) {
     SCOPED_TRACE(gemm);
     if (*gemm) setenv("ALK_CUDA_GEMM", gemm, 1);
     expect_close(matmul(ad, bd), matmul(a, b), 2e-2, 5e-2);

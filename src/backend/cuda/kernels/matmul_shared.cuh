@@ -51,18 +51,20 @@ __device__ __forceinline__ void store_result_pair(TO* __restrict__ out, const Ma
 }
 
 #ifdef BN
-// A block's 128 x BN results, staged as f32 in shared memory (`tile`, rows TILE_LD floats
+// A block's ROWS x BN results, staged as f32 in shared memory (`tile`, rows TILE_LD floats
 // apart: the padding puts the 8 rows a warp writes from its fragments in distinct banks),
-// stored with the epilogue applied. Thread i owns 4 consecutive columns of every
-// (256 / (BN / 4))-th row: the warp's loads of epilogue inputs and its stores to `out` are
+// stored with the epilogue applied by THREADS threads. Thread i owns 4 consecutive columns of
+// every (THREADS / (BN / 4))-th row: the warp's loads of epilogue inputs and its stores to `out` are
 // contiguous along the row (16-byte vectors where aligned). The epilogue first loads the
 // inputs of 8 rows into registers, then computes, so their latencies overlap instead of
 // adding up element by element.
 #define TILE_LD (BN + 8)
-// `tid`: the thread's index among the 256 that store.
+// `tid`: the thread's index among those that store.
+template <int ROWS, int THREADS>
 __device__ __forceinline__ void store_tile(float* tile, TO* __restrict__ out, const MatmulParams& p, i64 z, i64 m0,
                                            i64 n0, int tid EPI_STORE_PARAM) {
-  constexpr int kThreadsPerRow = BN / 4, kRowsPerPass = 256 / kThreadsPerRow, kPasses = 128 / kRowsPerPass;
+  constexpr int kThreadsPerRow = BN / 4, kRowsPerPass = THREADS / kThreadsPerRow, kPasses = ROWS / kRowsPerPass;
+  static_assert(THREADS % kThreadsPerRow == 0 && ROWS % kRowsPerPass == 0, "whole rows a pass, whole passes a tile");
   const int c0 = (tid % kThreadsPerRow) * 4, r0 = tid / kThreadsPerRow;
   const i64 gn0 = n0 + c0;
 #if EPILOGUE
@@ -103,12 +105,19 @@ __device__ __forceinline__ void store_tile(float* tile, TO* __restrict__ out, co
 #endif
 
 // Split-K's second half (the host cut K into `splits` slices, each a batch item whose f32
-// product went to partial[s]): out = the sum of the slices, in slice order.
+// product went to partial[s]): out = the sum of the slices, in slice order, through the
+// product's epilogue if it has one (rows of n).
 extern "C" __global__ void matmul_split_sum(const float* __restrict__ partial, TO* __restrict__ out, i64 mn, i64 splits,
-                                            i64 out_offset) {
+                                            i64 out_offset, i64 n EPI_PARAM) {
+  EPI_BASES(0);
   ALK_FOR(i, mn) {
     float acc = 0.0f;
     for (i64 s = 0; s < splits; ++s) acc += partial[s * mn + i];
+#if EPILOGUE
+    acc = epilogue_at(acc, eb, i / n, i % n, e);
+#else
+    (void)n;
+#endif
     out[out_offset + i] = cvt<TO>(acc);
   }
 }

@@ -7,7 +7,8 @@
 // (blocks per SM the registers must allow), EPILOGUE, TMA (1: the bulk-copy kernels
 // further down instead of matmul_wgmma), with TMA: PERSIST and PINGPONG (the persistent
 // kernel and its schedule; EPI_TILE, EPI_COLS, EPI_REST: how it reads the epilogue's
-// inputs), STREAMK (the stream-K kernel and its sum).
+// inputs), STREAMK (the stream-K kernel and its sum), CONSUMERS (2, or 3 for blocks of 192
+// rows: matmul_wgmma_tma only).
 //
 // A block is two warpgroups (256 threads) computing 128 x BN outputs, each warpgroup a
 // 64 x BN slab; K goes in steps of 64 through a STAGES-deep ring of shared memory filled by
@@ -30,7 +31,13 @@
 // The results go through shared memory (store_tile in matmul_shared.cuh): the epilogue's
 // loads and the stores to `out` are then contiguous along rows.
 
-#define BM 128
+#ifndef CONSUMERS
+#define CONSUMERS 2
+#endif
+#if CONSUMERS != 2 && (!TMA || PERSIST || STREAMK || MIN_BLOCKS > 1)
+#error "blocks of three consumer warpgroups are matmul_wgmma_tma's, one per SM"
+#endif
+#define BM (64 * CONSUMERS)
 #define BK 64
 #define A_STAGE_BYTES (BM * BK * 2)
 #define B_STAGE_BYTES (BN * BK * 2)
@@ -147,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
             make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     __syncthreads();
     EPI_BASES(z);
-    store_tile(tile, out, p, z, m0, n0, threadIdx.x EPI_ARG);
+    store_tile<BM, 256>(tile, out, p, z, m0, n0, threadIdx.x EPI_ARG);
     __syncthreads();  // the next batch item refills the ring
   }
 }
@@ -226,8 +233,8 @@ __device__ __forceinline__ void tma_load_stage(unsigned as, unsigned bs, const T
 #if A_KMAJOR
   tma_load(as, ta, full, k, m0);
 #else
-  tma_load(as, ta, full, m0, k);
-  tma_load(as + BK * 128, ta, full, m0 + 64, k);
+#pragma unroll
+  for (int q = 0; q < BM / 64; ++q) tma_load(as + q * BK * 128, ta, full, m0 + q * 64, k);
 #endif
 #if B_KMAJOR
   tma_load(bs, tb, full, k, n0);
@@ -259,12 +266,20 @@ __device__ __forceinline__ void consume_step(float (&acc)[BN / 2], unsigned base
 // under the launch bound (a 64 x 128 wgmma needs ~90 a thread): there the producer is one
 // warp after the two consumer warpgroups (288 threads, 112 registers each) instead of a
 // warpgroup that hands its registers to the consumers (setmaxnreg).
+// Three consumer warpgroups (BM = 192) hold 96 accumulators a thread and share what the
+// producer warpgroup gives up: 152 registers each.
 #if MIN_BLOCKS > 1
 #define TMA_THREADS 288
 #define TMA_CONSUMER0 0
 #else
-#define TMA_THREADS 384
+#define TMA_THREADS (128 * (CONSUMERS + 1))
 #define TMA_CONSUMER0 128
+#endif
+#define CONSUMER_THREADS (128 * CONSUMERS)
+#if CONSUMERS == 3
+#define CONSUMER_REGS "152"
+#else
+#define CONSUMER_REGS "232"
 #endif
 
 #if !PERSIST
@@ -274,9 +289,9 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-  const int ct = (int)threadIdx.x - TMA_CONSUMER0;  // thread index among the 256 consumers
-  const bool producer = ct < 0 || ct >= 256;
-  init_barriers(bars, 2);
+  const int ct = (int)threadIdx.x - TMA_CONSUMER0;  // thread index among the consumers
+  const bool producer = ct < 0 || ct >= CONSUMER_THREADS;
+  init_barriers(bars, CONSUMERS);
   int mt, nt;
   tile_coords((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, mt, nt);
   const int m0 = mt * BM, n0 = nt * BN, z = (int)blockIdx.z;
@@ -285,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
 #if MIN_BLOCKS == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 #endif
-    if (threadIdx.x == (TMA_CONSUMER0 ? 0 : 256)) {
+    if (threadIdx.x == (TMA_CONSUMER0 ? 0 : CONSUMER_THREADS)) {
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
         if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) & 1) ^ 1);
@@ -297,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
     }
   } else {
 #if MIN_BLOCKS == 1
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 " CONSUMER_REGS ";\n");
 #endif
     const int cw = ct / 128;  // consumer warpgroup
     const int warp = ct / 32, lane = ct % 32, g = lane >> 2, t = lane & 3, wr = warp % 4;
@@ -308,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
       consume_step(acc, base, bars, kt % STAGES, (kt / STAGES) & 1, cw, kt > 0, (kt - 1) % STAGES, ct);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     // Every copy the producer issued has been waited for: the ring takes the results now.
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
     float* tile = (float*)(smem_raw + (base - smem_u32(smem_raw)));
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
@@ -316,9 +331,9 @@ extern "C" __global__ void __launch_bounds__(TMA_THREADS, MIN_BLOCKS)
       for (int h = 0; h < 2; ++h)
         *(float2*)(tile + (cw * 64 + wr * 16 + g + h * 8) * TILE_LD + j * 8 + 2 * t) =
             make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
     EPI_BASES(z);
-    store_tile(tile, out, p, z, m0, n0, ct EPI_ARG);
+    store_tile<BM, CONSUMER_THREADS>(tile, out, p, z, m0, n0, ct EPI_ARG);
   }
 }
 #endif  // !PERSIST
@@ -385,10 +400,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   }
 }
 
-// out = the sum of each tile's pieces (matmul_wgmma_tma_stream_k), in block order. Four
-// consecutive columns a thread (N is a multiple of 8: the bulk copies' rows).
+// out = the sum of each tile's pieces (matmul_wgmma_tma_stream_k), in block order, through
+// the product's epilogue if it has one (a weight gradient's cast to f32). Four consecutive
+// columns a thread (N is a multiple of 8: the bulk copies' rows).
 extern "C" __global__ void matmul_stream_k_sum(const float* __restrict__ ws, TO* __restrict__ out, const MatmulParams p,
-                                               int blocks) {
+                                               int blocks EPI_PARAM) {
+  EPI_BASES(0);
   const int tiles_n = (int)((p.N + BN - 1) / BN), ktiles = (int)((p.K + BK - 1) / BK);
   const i64 steps = (i64)((p.M + BM - 1) / BM) * tiles_n * ktiles;
   ALK_FOR(v, p.M * p.N / 4) {
@@ -402,6 +419,10 @@ extern "C" __global__ void matmul_stream_k_sum(const float* __restrict__ ws, TO*
       const float4 x = *(const float4*)(ws + (b * 2 + piece) * (BM * BN) + (m % BM) * BN + n % BN);
       acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
     }
+#if EPILOGUE
+    acc.x = epilogue_at(acc.x, eb, m, n, e), acc.y = epilogue_at(acc.y, eb, m, n + 1, e);
+    acc.z = epilogue_at(acc.z, eb, m, n + 2, e), acc.w = epilogue_at(acc.w, eb, m, n + 3, e);
+#endif
     TO* o = out + p.out_offset + m * p.N + n;
     o[0] = cvt<TO>(acc.x), o[1] = cvt<TO>(acc.y), o[2] = cvt<TO>(acc.z), o[3] = cvt<TO>(acc.w);
   }
