@@ -1,6 +1,8 @@
 // GEMM on a CUDA device against cuBLAS (through PyTorch, in the same command): 4096^3 in
-// bf16 and in f32 with TF32 (alk's tensor-core kernel), and f32 on the CUDA cores. Median
-// of 10 products after 3 warm-ups, timed with device synchronization; random inputs.
+// bf16 and in f32 with TF32 (alk's tensor-core kernel), and f32 on the CUDA cores. alk's
+// products: the median of 5 rounds of 10 enqueued back to back between synchronizations
+// (until 2026-12-02 each product between two, which charged it a synchronization and a
+// launch, ~10-30 us); PyTorch's: GPU events around each. Random inputs.
 // Prints TFLOP/s and `RATIO gemm-4096-<kind> alk=<ms>ms anchor=<ms>ms ratio=<alk/cublas>`.
 // With --gpt2: the bf16 products of a GPT-2 124M training step at B16 x T1024 (M = 16384 rows),
 // each linear layer's forward x W^T and its two backward products dY W and dY^T x, beside
@@ -23,7 +25,7 @@ using bench::field;
 using bench::run_python;
 
 double time_product(alk::Device& dev, const alk::Tensor& a, const alk::Tensor& b) {
-  return bench::time_ms(dev, [&] { alk::matmul(a, b).realize(); });
+  return bench::time_ms_batched(dev, [&] { alk::matmul(a, b).realize(); });
 }
 
 double time_alk(alk::Device& dev, int64_t n, alk::DType t) {
@@ -93,8 +95,8 @@ void gpt2_products(alk::Device& dev, bool anchor, const std::string& only) {
         {"fwd", time_product(dev, x, wt)},
         {"dx", time_product(dev, g, w)},
         {"dw", time_product(dev, g.transpose(0, 1), x)},
-        {"fwd+bias", bench::time_ms(dev, [&] { (alk::matmul(x, wt) + bias).realize(); })},
-        {"dx*h", bench::time_ms(dev, [&] { (alk::matmul(g, w) * h).realize(); })}};
+        {"fwd+bias", bench::time_ms_batched(dev, [&] { (alk::matmul(x, wt) + bias).realize(); })},
+        {"dx*h", bench::time_ms_batched(dev, [&] { (alk::matmul(g, w) * h).realize(); })}};
     for (const auto& [kind, ms] : runs) {
       const std::string key = std::string(s.name) + "-" + kind;
       const double torch_ms = field(out, key);

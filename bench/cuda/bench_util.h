@@ -32,6 +32,22 @@ inline double time_ms(alk::Device& dev, const std::function<void()>& f) {
   return median(ms);
 }
 
+// Median milliseconds per run of `f` enqueued `batch` times between two device
+// synchronizations (5 rounds after a warm-up one): the host's enqueueing overlaps the
+// device's work, so a kernel's time is not charged the ~10-30 us of a synchronization and a
+// launch (what time_ms adds to every product; PyTorch's side times each with GPU events).
+inline double time_ms_batched(alk::Device& dev, const std::function<void()>& f, int batch = 10) {
+  std::vector<double> ms;
+  for (int i = 0; i < 6; ++i) {
+    dev.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < batch; ++j) f();
+    dev.synchronize();
+    if (i >= 1) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / batch);
+  }
+  return median(ms);
+}
+
 // The standard output (and error) of a shell command.
 inline std::string run(const std::string& cmd) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((cmd + " 2>&1").c_str(), "r"), pclose);

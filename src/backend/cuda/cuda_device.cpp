@@ -1507,10 +1507,11 @@ bool stream_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, c
   return true;
 }
 
-// With `epilogue` the sum applies it.
+// With `epilogue` the sum applies it; `even`: slices even where stream-K would apply (wave_slices).
 void split_k_matmul(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& whole,
-                    const char* kind, int la, int lb, TcShape shape, int splits, const Kernel* epilogue = nullptr) {
-  if (stream_k_matmul(ctx, a, b, out, whole, kind, la, lb, shape, epilogue)) return;
+                    const char* kind, int la, int lb, TcShape shape, int splits, bool even,
+                    const Kernel* epilogue = nullptr) {
+  if (!even && stream_k_matmul(ctx, a, b, out, whole, kind, la, lb, shape, epilogue)) return;
   // Whole 64-wide steps a slice on the bulk-copy kernel (the last slice's overrun reads
   // zeros); K / splits elsewhere (split_k divides K evenly there).
   const int64_t slice = shape.tma ? ((whole.K + 63) / 64 + splits - 1) / splits * 64 : whole.K / splits;
@@ -1578,18 +1579,34 @@ bool fold_batch_into_rows(MatmulLaunchParams& mp) {
   return true;
 }
 
-// Weight gradients (few output tiles, a long K: split_k slices them) on 192 x 192 tiles in
-// K slices that fill one wave: every block then walks the same K region at once and both
-// operands' bands stay in L2, where stream-K's blocks stand all over K (GPT-2's fc dW ran
-// there at ~530 TFLOP/s; cuBLAS runs it this way). The slice count: the first that fills
-// >= 90% of the SMs in one wave with >= 8 steps a slice (GPT-2's fc and fc2 dW: 64 tiles x
-// 2 slices = 128 blocks of 132; proj dW 16 x 8), else 0. ALK_CUDA_DW=old keeps stream-K.
-int wave_slices(const Context& ctx, const MatmulLaunchParams& mp) {
+// Weight gradients (few output tiles, a long K: split_k slices them) in K slices that fill
+// one wave: every block then walks the same K region at once and both operands' bands stay
+// in L2, where stream-K's blocks stand all over K (GPT-2's fc dW ran there at ~530 TFLOP/s;
+// cuBLAS runs it this way). Of the tiles of 192 x 192 (three consumer warpgroups) and 128 x
+// 256, and the slice counts filling >= 80% of the SMs with >= 8 steps a slice, the one with
+// the least work a block (GPT-2's fc and fc2 dW: 64 tiles of 192 x 192 x 2 slices = 128
+// blocks of 132; qkv dW 54 of 128 x 256 x 2; proj dW 16 of 192 x 192 x 8), else none.
+// ALK_CUDA_DW=old keeps stream-K; =192 takes only 192 x 192 tiles (for A/B benchmarks).
+struct WaveSlices {
+  TcShape shape;
+  int slices;
+};
+std::optional<WaveSlices> wave_slices(const Context& ctx, const MatmulLaunchParams& mp) {
   const int64_t sms = std::max(1, ctx.props().multiprocessors), steps = (mp.K + 63) / 64;
-  const int64_t tiles = ((mp.M + 191) / 192) * ((mp.N + 191) / 192);
-  for (int64_t s = 1; tiles * s <= sms; ++s)
-    if (tiles * s * 10 >= sms * 9 && steps / s >= 8) return static_cast<int>(s);
-  return 0;
+  const char* force = std::getenv("ALK_CUDA_DW");
+  const bool only_192 = force && std::string_view(force) == "192";
+  std::optional<WaveSlices> best;
+  int64_t best_work = 0;
+  for (const TcShape& shape : {kWgmmaTma192, kWgmmaTma}) {
+    if (!tma_fits(mp, shape) || (only_192 && shape.consumers != 3)) continue;
+    const int64_t tiles = ((mp.M + shape.bm() - 1) / shape.bm()) * ((mp.N + shape.bn() - 1) / shape.bn());
+    for (int64_t s = 1; tiles * s <= sms; ++s) {
+      const int64_t work = (steps + s - 1) / s * shape.bm() * shape.bn();
+      if (tiles * s * 5 < sms * 4 || steps / s < 8 || (best && work >= best_work)) continue;
+      best = WaveSlices{shape, static_cast<int>(s)}, best_work = work;
+    }
+  }
+  return best;
 }
 
 // How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
@@ -1599,6 +1616,7 @@ struct TcPlan {
   int la, lb;  // each operand: 1 contiguous along K, 0 along M (N)
   TcShape shape;
   int splits;
+  bool even_slices = false;  // wave_slices chose the slices: no stream-K
 };
 std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, const MatmulLaunchParams& mp, DType out) {
   const char* kind = mma_kind(a, b, out);
@@ -1623,9 +1641,8 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
-  if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && tma_fits(mp, kWgmmaTma192) &&
-      !old_path("ALK_CUDA_DW"))
-    if (const int slices = wave_slices(ctx, mp); slices > 0) shape = kWgmmaTma192, splits = slices;
+  if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && !old_path("ALK_CUDA_DW"))
+    if (const std::optional<WaveSlices> w = wave_slices(ctx, mp)) return TcPlan{kind, la, lb, w->shape, w->slices, true};
   return TcPlan{kind, la, lb, shape, splits};
 }
 
@@ -1680,7 +1697,8 @@ bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
   const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
   if (!plan) return false;
   // Split K: the sum of the slices applies the epilogue.
-  if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits, &k);
+  if (plan->splits > 1)
+    split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits, plan->even_slices, &k);
   else launch_tc(ctx, a, b, out, mp, *plan, &k);
   return true;
 }
@@ -1691,7 +1709,8 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (mp.M == 0 || mp.N == 0 || mp.batch == 0) return;
   fold_batch_into_rows(mp);
   if (const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, out.dtype)) {
-    if (plan->splits > 1) split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits);
+    if (plan->splits > 1)
+      split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits, plan->even_slices);
     else launch_tc(ctx, a, b, out, mp, *plan, nullptr);
     return;
   }

@@ -162,10 +162,11 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
       }
     unsetenv("ALK_CUDA_SPLIT_K");
   }
-  // Weight gradients whose K slices fill one wave of 192 x 192 tiles (three consumer
-  // warpgroups; wave_slices): [768, 768] over K 8192 (16 tiles x 8 slices) and edge tiles
-  // (712 x 520: 12 x 10), bare and cast to f32 as a gradient (the slices' sum applies it).
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{768, 768}, {712, 520}}) {
+  // Weight gradients whose K slices fill one wave (wave_slices): of 192 x 192 tiles (three
+  // consumer warpgroups), [768, 768] over K 8192 (16 tiles x 8 slices) and edge tiles
+  // (712 x 520: 12 x 11); of 128 x 256 tiles, [2304, 256] (18 x 7); bare and cast to f32 as a
+  // gradient (the slices' sum applies it).
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{768, 768}, {712, 520}, {2304, 256}}) {
     SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n) + " over K 8192");
     Tensor u = cast(randn({8192, m}), DType::BF16), v = cast(randn({8192, n}), DType::BF16);
     expect_close(matmul(u.to(*dev).transpose(0, 1), v.to(*dev)), matmul(u.transpose(0, 1), v), 1e-2, 1.0);
