@@ -145,7 +145,7 @@ Expr rewrite(const Expr& e, const Rewrites& r) {
     });
   }
   if (r.f64_math_in_f32) {
-    // pow stays f64: GLSL spells it alk_pow_f64 (glsl_pow_f64_helper), exact to a few ulps
+    // pow stays f64: GLSL spells it alk_pow_f64 (glsl_f64_helpers), exact to a few ulps
     // for integral exponents (Adam's bias corrections beta^t: in f32 they put the optimizer
     // 2.6e-6 away from the CPU's).
     out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
@@ -410,21 +410,15 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, cons
   return out + lang.epilogue();
 }
 
-std::string glsl_pow_f64_helper();  // emit_glsl.cpp
-
-bool has_f64_pow(const Expr& e) {
-  for (const Node& x : e.nodes)
-    if (x.fn == Fn::Pow && x.type == Type::F64) return true;
-  return false;
-}
+std::string glsl_f64_helpers(const Expr& e);  // emit_glsl.cpp
 
 std::string emit_function(const Lang& lang, const Expr& e0, const MapSignature& sig) {
   if (e0.nodes.empty()) bad("function " + sig.name + ": empty expression");
   const Expr e = rewrite(conform(e0, sig), lang.rewrites());
   std::vector<Type> params;
   for (DType d : sig.inputs) params.push_back(compute_type(d));
-  // GLSL's f64 pow is a helper function, defined once per shader (guarded) before its users.
-  std::string out = lang.rewrites().f64_math_in_f32 && has_f64_pow(e) ? glsl_pow_f64_helper() : "";
+  // GLSL's f64 pow and round are helper functions, defined once per shader (guarded) before their users.
+  std::string out = lang.rewrites().f64_math_in_f32 ? glsl_f64_helpers(e) : "";
   out += lang.function_head(sig.name, params, compute_type(sig.output)) + "\n";
   const std::vector<std::string> v = emit_values(lang, e, "  ", out);
   return out + "  return " + v.back() + ";\n}\n";

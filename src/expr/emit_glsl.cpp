@@ -1,6 +1,6 @@
 // GLSL (Vulkan compute, #version 450) spelling of a map kernel. GLSL has no erf,
 // log1p or expm1 and no transcendental functions on double: those are rewritten in
-// the IR (emit_common.cpp), except pow on double (alk_pow_f64 below). 8/16-bit and 64-bit integer storage use the standard
+// the IR (emit_common.cpp), except pow and round on double (glsl_f64_helpers below). 8/16-bit and 64-bit integer storage use the standard
 // Vulkan extensions, enabled only when the kernel needs them.
 #include <cmath>
 #include <string>
@@ -9,7 +9,7 @@
 
 namespace alk::expr::emit_detail {
 
-std::string glsl_pow_f64_helper();
+std::string glsl_f64_helpers(const Expr& e);
 
 namespace {
 
@@ -62,7 +62,9 @@ struct Glsl final : Lang {
       case Fn::Abs: return "abs";
       case Fn::Floor: return "floor";
       case Fn::Ceil: return "ceil";
-      case Fn::Round: return "roundEven";  // GLSL round() may round halves either way
+      // GLSL round() may round halves either way; roundEven on double is wrong on Mesa 22.3.6's
+      // lavapipe (-3.5 -> -3), so doubles take a helper.
+      case Fn::Round: return t == Type::F64 ? "alk_round_f64" : "roundEven";
       case Fn::Pow: return t == Type::F64 ? "alk_pow_f64" : "pow";
       case Fn::Log1p: case Fn::Expm1: case Fn::Erf: return "";  // rewritten in the IR
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
@@ -188,11 +190,7 @@ struct Glsl final : Lang {
            "  if (isnan(v)) return (b >> 16) | 0x40u;\n"
            "  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;\n"
            "}\n\n";
-    for (const Node& x : lowered.nodes)
-      if (x.fn == Fn::Pow && x.type == Type::F64) {
-        s += glsl_pow_f64_helper() + "\n";
-        break;
-      }
+    if (const std::string h = glsl_f64_helpers(lowered); !h.empty()) s += h + "\n";
     s += "void main() {\n";
     s += "  uint step = gl_NumWorkGroups.x * 256u;\n";
     s += "  uint alk_first = 0u;  // elements below it were done by the vector loop\n";
@@ -283,12 +281,34 @@ struct Glsl final : Lang {
 
 std::unique_ptr<Lang> make_glsl() { return std::make_unique<Glsl>(); }
 
-// GLSL has no pow on double. x^y for x >= 0 (build_pow handles signs and zero): by
-// squaring in double where y is an integer below 2^24 (relative error ~|y| ulps: the
-// optimizers' beta^t to ~1e-13 where f32 gave ~1e-7), else through f32 like exp and log.
-// Guarded, so several emitted functions in one shader define it once.
-std::string glsl_pow_f64_helper() {
-  return R"(#ifndef ALK_POW_F64
+// The helpers an expression's double math needs, each guarded so several emitted functions
+// in one shader define it once.
+// - GLSL has no pow on double. x^y for x >= 0 (build_pow handles signs and zero): by squaring
+//   in double where y is an integer below 2^24 (relative error ~|y| ulps: the optimizers'
+//   beta^t to ~1e-13 where f32 gave ~1e-7), else through f32 like exp and log.
+// - Round half to even on double without roundEven (miscompiled by Mesa 22.3.6's lavapipe):
+//   floor(x + 0.5) is exact below 2^52 (above it every double is an integer), and a tie that
+//   landed on an odd integer goes to the even one below.
+std::string glsl_f64_helpers(const Expr& e) {
+  bool pow = false, round = false;
+  for (const Node& x : e.nodes) {
+    pow = pow || (x.fn == Fn::Pow && x.type == Type::F64);
+    round = round || (x.fn == Fn::Round && x.type == Type::F64);
+  }
+  std::string s;
+  if (round)
+    s += R"(#ifndef ALK_ROUND_F64
+#define ALK_ROUND_F64
+double alk_round_f64(double x) {
+  if (abs(x) >= 4503599627370496.0lf) return x;
+  double r = floor(x + 0.5lf);
+  if (r - x == 0.5lf && r != 2.0lf * floor(r * 0.5lf)) r -= 1.0lf;
+  return r;
+}
+#endif
+)";
+  if (!pow) return s;
+  return s + R"(#ifndef ALK_POW_F64
 #define ALK_POW_F64
 double alk_pow_f64(double x, double y) {
   const double n = abs(y);

@@ -132,18 +132,7 @@ void launch(const Kernel& k, bool timing, PreparedKernel* prepared) {
 
 void record_kernel_time(const Kernel& k, double seconds) {
   static KernelTimes times;
-  std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
-  if (k.epilogue) name += "+epilogue";
-  if (k.op == OpId::Matmul) {  // by shape: the first question about a slow matmul; "^T" marks a transposed operand
-    for (size_t i = 0; i < 2 && i < k.inputs.size(); ++i) {
-      const KernelArg& a = k.inputs[i];
-      const size_t r = a.shape.size();
-      name += (i == 0 ? " " : " x ") + to_string(a.shape);
-      if (r >= 2 && a.strides[r - 1] != 1 && a.strides[r - 2] == 1) name += "^T";
-    }
-  }
-  if (k.op == OpId::Conv2d && k.inputs.size() >= 2)  // input and weight shapes: a depthwise layer's weight is [C, 1, kh, kw]
-    name += " " + to_string(k.inputs[0].shape) + " * " + to_string(k.inputs[1].shape);
+  const std::string name = kernel_label(k);
   std::lock_guard<std::mutex> lock(times.mu);
   auto& t = times.by_op[name];
   ++t.first;

@@ -114,6 +114,33 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+std::string kernel_label(const Kernel& k) {
+  std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
+  if (k.op == OpId::Reduce) name += " " + to_string(k.node.in_shape) + " -> " + to_string(k.node.shape);
+  else if (k.op != OpId::Map || numel(k.output.shape) > (1 << 20)) name += " " + to_string(k.output.shape);
+  if (k.op == OpId::Matmul)
+    for (size_t i = 0; i < 2 && i < k.inputs.size(); ++i) {
+      const KernelArg& a = k.inputs[i];
+      const size_t r = a.shape.size();
+      name += (i == 0 ? " " : " x ") + to_string(a.shape);
+      if (r >= 2 && a.strides[r - 1] != 1 && a.strides[r - 2] == 1) name += "^T";
+    }
+  if (k.op == OpId::Conv2d && k.inputs.size() >= 2)  // a depthwise layer's weight is [C, 1, kh, kw]
+    name += " " + to_string(k.inputs[0].shape) + " * " + to_string(k.inputs[1].shape);
+  if (k.epilogue) {
+    name += " +epilogue(";
+    for (size_t i = 0; i < k.epilogue_inputs.size(); ++i) {
+      const KernelArg& a = k.epilogue_inputs[i];
+      Shape extent = a.shape;
+      for (size_t d = 0; d < extent.size(); ++d)
+        if (a.strides[d] == 0) extent[d] = 1;
+      name += std::string(i ? ", " : "") + std::string(dtype_name(a.dtype)) + to_string(extent);
+    }
+    name += ")";
+  }
+  return name;
+}
+
 std::string map_kernel_key(const Kernel& k) {
   std::string key = k.expr ? k.expr->str() : std::string();
   key += " -> ";

@@ -113,4 +113,11 @@ struct Kernel {
 // two kernels whose hashes collide must not share code).
 std::string map_kernel_key(const Kernel& k);
 
+// How ALK_DEBUG=timing lists a kernel (every backend the same way): a Map by its root op
+// ("map:gelu_tanh", with its shape past 2^20 elements), another op by its output shape (a
+// Reduce's as in -> out), a Matmul's operands ("^T": read transposed), a Conv2d's input and
+// weight, and a fused epilogue's inputs with their broadcast dims as 1 ("+epilogue(bf16[1, 1,
+// 3072])": a bias; the fc forward and fc2's dX have the same shapes but not the same epilogue).
+std::string kernel_label(const Kernel& k);
+
 }  // namespace alk

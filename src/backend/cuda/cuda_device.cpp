@@ -2139,15 +2139,6 @@ class GpuTimer {
   CUevent start_ = nullptr, stop_ = nullptr;
 };
 
-std::string timing_name(const Kernel& k) {
-  std::string name = k.op == OpId::Map ? "map:" + std::string(op_name(k.node.op)) : std::string(op_name(k.op));
-  if (k.op == OpId::Reduce) name += " " + to_string(k.node.in_shape) + " -> " + to_string(k.node.shape);
-  else if (k.op != OpId::Map || numel(k.output.shape) > (1 << 20)) name += " " + to_string(k.output.shape);
-  for (size_t i = 0; k.op == OpId::Matmul && i < 2; ++i) name += (i ? " x " : " ") + to_string(k.inputs[i].shape);
-  if (k.epilogue) name += " +epilogue";
-  return name;
-}
-
 struct PreparedCuda final : PreparedKernel {};
 
 struct CudaRecording final : alk::Recording {
@@ -2240,7 +2231,7 @@ class CudaDevice final : public Device {
       throw;
     }
     c.release_scratch();
-    timer.add(c, timing_name(k), 1);
+    timer.add(c, kernel_label(k), 1);
   }
 
   void run_batch(const std::vector<Kernel>& kernels) override {
@@ -2260,7 +2251,7 @@ class CudaDevice final : public Device {
       // A multi-tensor group by its op (members of any shape), counted once per member.
       const Kernel& first = kernels[g.begin];
       const size_t members = g.members.size();
-      timer.add(c, members > 1 ? "group: map:" + std::string(op_name(first.node.op)) : timing_name(first),
+      timer.add(c, members > 1 ? "group: map:" + std::string(op_name(first.node.op)) : kernel_label(first),
                 static_cast<int64_t>(std::max<size_t>(1, members)));
     }
   }
@@ -2570,13 +2561,10 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     }
     out.emplace_back("matmul_wgmma_tma 192 x 192 + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTma192,
-                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
-                                                    DType::BF16)));
+                                      epilogue_code(sum4, DType::BF16, four, DType::BF16)));
     out.emplace_back("matmul_wgmma_tma stream-K + epilogue in the sum",
                      matmul_tc_source(DType::BF16, DType::F32, "bf16", 0, 0, kWgmmaTma,
-                                      epilogue_code(sum4, DType::BF16, {DType::F32, DType::BF16, DType::F32, DType::F16},
-                                                    DType::F32),
-                                      true));
+                                      epilogue_code(sum4, DType::BF16, four, DType::F32), true));
     out.emplace_back("matmul_wgmma_tma 128 x 128, two blocks per SM, + epilogue",
                      matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPair,
                                       epilogue_code(gelu_bias, DType::BF16, {DType::F32}, DType::BF16)));
