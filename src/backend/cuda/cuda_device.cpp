@@ -1425,6 +1425,22 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
 
 }  // namespace
 
+WaveSlices wave_slices(int64_t m, int64_t n, int64_t k, int64_t sms, bool only_192) {
+  const int64_t steps = (k + 63) / 64;
+  WaveSlices best;
+  int64_t best_work = 0;
+  for (const auto& [bm, bn] : {std::pair<int64_t, int64_t>{192, 192}, {128, 256}}) {
+    if (m < bm || n < bn || k < 64 || (only_192 && bm != 192)) continue;
+    const int64_t tiles = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+    for (int64_t s = 1; tiles * s <= sms; ++s) {
+      const int64_t work = (steps + s - 1) / s * bm * bn;
+      if (tiles * s * 5 < sms * 4 || steps / s < 8 || (best.slices && work >= best_work)) continue;
+      best = WaveSlices{static_cast<int>(bm), static_cast<int>(bn), static_cast<int>(s)}, best_work = work;
+    }
+  }
+  return best;
+}
+
 int split_k_slices(int64_t tiles, int64_t k, int64_t bn, int64_t mn, int64_t sms) {
   const int64_t steps = (k + 63) / 64;
   // A 128 x BN x 64 step at ~80% of an SM's ~7 TFLOP/s; ~5 us to fill a block and store its
@@ -1579,35 +1595,6 @@ bool fold_batch_into_rows(MatmulLaunchParams& mp) {
   return true;
 }
 
-// Weight gradients (few output tiles, a long K: split_k slices them) in K slices that fill
-// one wave: every block then walks the same K region at once and both operands' bands stay
-// in L2, where stream-K's blocks stand all over K (GPT-2's fc dW ran there at ~530 TFLOP/s;
-// cuBLAS runs it this way). Of the tiles of 192 x 192 (three consumer warpgroups) and 128 x
-// 256, and the slice counts filling >= 80% of the SMs with >= 8 steps a slice, the one with
-// the least work a block (GPT-2's fc and fc2 dW: 64 tiles of 192 x 192 x 2 slices = 128
-// blocks of 132; qkv dW 54 of 128 x 256 x 2; proj dW 16 of 192 x 192 x 8), else none.
-// ALK_CUDA_DW=old keeps stream-K; =192 takes only 192 x 192 tiles (for A/B benchmarks).
-struct WaveSlices {
-  TcShape shape;
-  int slices;
-};
-std::optional<WaveSlices> wave_slices(const Context& ctx, const MatmulLaunchParams& mp) {
-  const int64_t sms = std::max(1, ctx.props().multiprocessors), steps = (mp.K + 63) / 64;
-  const char* force = std::getenv("ALK_CUDA_DW");
-  const bool only_192 = force && std::string_view(force) == "192";
-  std::optional<WaveSlices> best;
-  int64_t best_work = 0;
-  for (const TcShape& shape : {kWgmmaTma192, kWgmmaTma}) {
-    if (!tma_fits(mp, shape) || (only_192 && shape.consumers != 3)) continue;
-    const int64_t tiles = ((mp.M + shape.bm() - 1) / shape.bm()) * ((mp.N + shape.bn() - 1) / shape.bn());
-    for (int64_t s = 1; tiles * s <= sms; ++s) {
-      const int64_t work = (steps + s - 1) / s * shape.bm() * shape.bn();
-      if (tiles * s * 5 < sms * 4 || steps / s < 8 || (best && work >= best_work)) continue;
-      best = WaveSlices{shape, static_cast<int>(s)}, best_work = work;
-    }
-  }
-  return best;
-}
 
 // How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
 // 16-bit operands are 16-byte-vector readable.
@@ -1641,8 +1628,12 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
   // per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
-  if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && !old_path("ALK_CUDA_DW"))
-    if (const std::optional<WaveSlices> w = wave_slices(ctx, mp)) return TcPlan{kind, la, lb, w->shape, w->slices, true};
+  if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && !old_path("ALK_CUDA_DW")) {
+    const char* force = std::getenv("ALK_CUDA_DW");
+    const WaveSlices w = wave_slices(mp.M, mp.N, mp.K, std::max(1, ctx.props().multiprocessors),
+                                     force && std::string_view(force) == "192");
+    if (w.slices) return TcPlan{kind, la, lb, w.bm == 192 ? kWgmmaTma192 : kWgmmaTma, w.slices, true};
+  }
   return TcPlan{kind, la, lb, shape, splits};
 }
 

@@ -18,4 +18,17 @@ std::vector<std::pair<std::string, std::string>> template_sources();
 // step's time + a block's fill and store) + the f32 slices' round trip through memory).
 int split_k_slices(int64_t tiles, int64_t k, int64_t bn, int64_t mn, int64_t sms);
 
+// Weight gradients (few output tiles, a long K: split_k slices them) in K slices that fill
+// one wave: every block then walks the same K region at once and both operands' bands stay
+// in L2, where stream-K's blocks stand all over K (GPT-2's fc dW ran there at ~530 TFLOP/s;
+// cuBLAS runs it this way). Of the tiles of 192 x 192 (three consumer warpgroups) and 128 x
+// 256, and the slice counts filling >= 80% of `sms` with >= 8 steps a slice, the one with
+// the least work a block (GPT-2's fc and fc2 dW: 64 tiles of 192 x 192 x 2 slices = 128
+// blocks of 132; qkv dW 54 of 128 x 256 x 2; proj dW 16 of 192 x 192 x 8); slices 0: none.
+// ALK_CUDA_DW=old keeps stream-K; =192 takes only 192 x 192 tiles (`only_192`; A/B benchmarks).
+struct WaveSlices {
+  int bm = 0, bn = 0, slices = 0;
+};
+WaveSlices wave_slices(int64_t m, int64_t n, int64_t k, int64_t sms, bool only_192 = false);
+
 }  // namespace alk::cuda

@@ -87,6 +87,32 @@ TEST(CudaCompile, SplitKFillsWholeWaves) {
     }
 }
 
+// Which weight gradients run as K slices filling one wave, on which tiles (no GPU needed):
+// GPT-2's on the H200's 132 SMs, the device test's shapes, and products that stay stream-K.
+TEST(CudaCompile, WeightGradientsFillOneWaveOfKSlices) {
+  auto plan = [](int64_t m, int64_t n, int64_t k, bool only_192 = false) {
+    const WaveSlices w = wave_slices(m, n, k, 132, only_192);
+    return std::to_string(w.bm) + "x" + std::to_string(w.bn) + " x " + std::to_string(w.slices);
+  };
+  EXPECT_EQ(plan(3072, 768, 16384), "192x192 x 2");  // fc dW: 64 tiles, 128 blocks
+  EXPECT_EQ(plan(768, 3072, 16384), "192x192 x 2");  // fc2 dW
+  EXPECT_EQ(plan(2304, 768, 16384), "128x256 x 2");  // qkv dW: 54 tiles, 108 blocks (192: 96, 73%)
+  EXPECT_EQ(plan(2304, 768, 16384, true), "0x0 x 0");
+  EXPECT_EQ(plan(768, 768, 16384), "192x192 x 8");   // proj dW
+  EXPECT_EQ(plan(768, 768, 8192), "192x192 x 8");    // CudaDevice.MatmulsBatchedTransposed...'s shapes
+  EXPECT_EQ(plan(712, 520, 8192), "192x192 x 11");
+  EXPECT_EQ(plan(2304, 256, 8192), "128x256 x 7");
+  EXPECT_EQ(plan(256, 512, 8384), "0x0 x 0");        // 6 tiles: too few steps a slice to fill the SMs
+  EXPECT_EQ(plan(100, 1000, 16384), "0x0 x 0");      // M under a tile
+  for (int64_t k : {64, 1024, 16384, 1 << 20})
+    for (int64_t m : {192, 768, 3072, 50304}) {
+      const WaveSlices w = wave_slices(m, 768, k, 132);
+      if (!w.slices) continue;
+      const int64_t blocks = ((m + w.bm - 1) / w.bm) * ((768 + w.bn - 1) / w.bn) * w.slices;
+      EXPECT_TRUE(blocks <= 132 && blocks * 5 >= 132 * 4 && (k + 63) / 64 / w.slices >= 8) << m << " " << k;
+    }
+}
+
 TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {
   ALK_NEED_NVRTC();
   int compiled = 0;
