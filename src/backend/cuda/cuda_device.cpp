@@ -1885,6 +1885,16 @@ void add_attention(Args& args, const AttnLaunchParams& ap, DType t, double scale
   else add_attention_params<float>(args, ap, t, scale);
 }
 
+// The tensor-core kernels' grid is (batch, tile), so that blocks start heaviest first under a
+// causal mask (LPT in kernels/attention_mma.cu); y holds at most 65535 tiles.
+unsigned attention_tiles(const Kernel& k, int64_t rows, int64_t per_block) {
+  const int64_t tiles = (rows + per_block - 1) / per_block;
+  alk::check(tiles <= 65535, "scaled_dot_product_attention", k.node.loc,
+             "sequence length " + std::to_string(rows) + " needs " + std::to_string(tiles) +
+                 " tiles of " + std::to_string(per_block) + " rows; the CUDA kernels take at most 65535");
+  return static_cast<unsigned>(tiles);
+}
+
 void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg q = arg_of(k.inputs[0]), kk = arg_of(k.inputs[1]), v = arg_of(k.inputs[2]);
   AttnLaunchParams ap = attention_params(k, q, kk, v);
@@ -1897,15 +1907,13 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, false)) {
     const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
     ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype), "attention_forward_wgmma", shared),
-               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
-               args);
+               static_cast<unsigned>(ap.B), attention_tiles(k, ap.Tq, 128), 1, 256, static_cast<unsigned>(shared), args);
     return;
   }
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const int shared = attention_mma_shared(ap.D, false);
     ctx.launch(ctx.function(attention_mma_source(q.dtype, out.dtype, out.dtype, ap.D), "attention_forward_mma", shared),
-               static_cast<unsigned>((ap.Tq + 127) / 128), static_cast<unsigned>(ap.B), 1, 256, static_cast<unsigned>(shared),
-               args);
+               static_cast<unsigned>(ap.B), attention_tiles(k, ap.Tq, 128), 1, 256, static_cast<unsigned>(shared), args);
     return;
   }
   if (attention_tiled_ok(ap)) {
@@ -1961,7 +1969,13 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
     // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
     const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
-    const CUdeviceptr dq_acc = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, ap.B * ap.Tq * ap.D)) * 4);
+    // The warpgroup kernel's dq_acc is whole tiles of 64 queries (DQ_CHUNK in
+    // kernels/attention_mma.cu); prep zeroes the first B * Tq * D floats, all of it when Tq is
+    // a multiple of 64, else it is cleared here first.
+    const int64_t dq_rows = wgmma ? ap.B * ((ap.Tq + 63) / 64 * 64) : ap.B * ap.Tq;
+    const size_t dq_bytes = static_cast<size_t>(std::max<int64_t>(1, dq_rows * ap.D)) * 4;
+    const CUdeviceptr dq_acc = ctx.scratch(dq_bytes);
+    if (dq_rows != ap.B * ap.Tq) ctx.memset0(dq_acc, dq_bytes);
     Args prep;
     prep.add(fwd.ptr).add(dout.ptr).add(stats).add(dq_acc);
     add_attention(prep, ap, q.dtype, scale);
@@ -1974,19 +1988,21 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     if (wgmma) {
       // K, V (128 rows each), two stages of q and dout (64 rows), two dS^T buffers (128 rows):
       // 128-byte rows; two stages of two f32 statistics per query; 1 KiB to align.
-      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 1024;
-      ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), tiles(ap.S, 128), batch, 1, 256,
+      // Then two dq buffers a warpgroup (64 x 32 f32).
+      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 4 * 64 * 32 * 4 + 1024;
+      ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), batch, attention_tiles(k, ap.S, 128), 1, 256,
                  static_cast<unsigned>(shared), main);
     } else {
       const int shared = attention_mma_shared(ap.D, true, kwarps);
-      ctx.launch(ctx.function(src, "attention_backward_mma", shared), tiles(ap.S, 16 * kwarps), batch, 1,
+      ctx.launch(ctx.function(src, "attention_backward_mma", shared), batch, attention_tiles(k, ap.S, 16 * kwarps), 1,
                  static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);
     }
     Args finish;
     finish.add(dq_acc).add(out.ptr);
     add_attention(finish, ap, q.dtype, scale);
-    ctx.launch(ctx.function(src, "attention_backward_dq_finish"), blocks_for(ctx, ap.B * ap.Tq * ap.D / 4), 1, 1, kBlock,
-               0, finish);
+    // Four elements a thread, or (wgmma) 16 of a 64-query tile's chunk.
+    ctx.launch(ctx.function(src, "attention_backward_dq_finish"), blocks_for(ctx, dq_rows * ap.D / (wgmma ? 16 : 4)), 1, 1,
+               kBlock, 0, finish);
     return;
   }
   delta = ctx.scratch(query_rows * (q.dtype == DType::F64 ? 8 : 4));

@@ -21,6 +21,14 @@
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + c; an accumulator holds rows g and
 // g + 8, columns 2c and 2c + 1. Masks are computed only on tiles that cross the causal
 // diagonal (or the end of the rows); a warp skips a tile none of whose columns it sees.
+//
+// LPT: every tensor-core kernel here runs on a grid (batch, tile), so blocks start batch by
+// batch for one tile index, x fastest. Under a causal mask a forward block's work grows with its
+// query tile and a backward block's shrinks with its key tile: the forward numbers its tiles from
+// the last, so each wave starts the longest blocks left and the last wave holds the short ones
+// (longest processing time first, as FlashAttention's causal schedulers). Measured on the H200
+// (thirteenth session): no change in GPT-2's step against tile-fastest order; kept because the
+// batch in x lifts y's limit of 65535 off batch x heads.
 
 #define OWN 128           // queries a forward block owns, 16 per warp
 #define THREADS 256       // the forward's 8 warps
@@ -41,6 +49,12 @@
 #define T_BF16 0
 #endif
 #define LN2 0.6931471805599453f
+
+// The block's batch item and tile index on the (batch, tile) grid (LPT above): last_first
+// numbers the tiles from the last.
+__device__ __forceinline__ void block_tile(bool last_first, i64& b, i64& tile) {
+  b = blockIdx.x, tile = last_first ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+}
 
 __device__ __forceinline__ void mma_bf16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
   asm volatile(
@@ -326,7 +340,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
   h16* Ks = Qs + OWN * LDS;         // [2][STREAM][LDS]: the tile in use and the next
   h16* Vs = Ks + 2 * STREAM * LDS;  // [2][STREAM][LDS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * OWN;
+  i64 b, t0;
+  block_tile(true, b, t0);
+  t0 *= OWN;
   const i64 kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const bool async = rows_async(kb, p.k_rs, p.k_cs) && rows_async(vb, p.v_rs, p.v_cs);
   load_tile<OWN, THREADS>(Qs, q, lead_offset(p.q, b), p.q_rs, p.q_cs, t0, p.Tq);
@@ -388,6 +404,48 @@ __device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __rest
   }
 }
 
+// Results of the warpgroup kernels leave through shared memory: a warp's accumulators hold
+// rows g and g + 8 in pairs of columns, so stored straight to global memory they are 2-byte
+// stores eight rows apart (Nsight Compute, twelfth session: the backward's dk/dv stores and
+// the wait for them to drain before the block exits were ~20% of its warps' stall samples,
+// with one block per SM and nothing else to run). Each thread's pairs go into 128-byte
+// swizzled rows (conflict-free: the eight rows of a quad column land in different banks),
+// then the warpgroup copies whole rows out 16 bytes a thread.
+template <class V>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+  V v[2] = {cvt<V>(lo), cvt<V>(hi)};
+  return *(const unsigned*)v;
+}
+// The warp's 16 rows (16 * warp + g, + 8) of 64 columns, times `scale`, into `tile` (64 rows).
+template <class V>
+__device__ __forceinline__ void stage_rows(unsigned char* tile, const float acc[DT][4], float scale, int warp, int g,
+                                           int c) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int n = 0; n < DT; ++n)
+      *(unsigned*)(tile + swizzled(warp * 16 + g + 8 * r, n) + 4 * c) =
+          pack_pair<V>(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+}
+// The 64 staged rows to dst + r * rs (r < rows), by the warpgroup's thread t; the caller has
+// synchronized the warpgroup after stage_rows.
+template <class V>
+__device__ __forceinline__ void copy_staged_rows(V* __restrict__ dst, i64 rs, i64 rows, const unsigned char* tile, int t) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (t + 128 * i) >> 3, j = (t + 128 * i) & 7;
+    if (r < rows) *(uint4*)(dst + r * rs + j * 8) = *(const uint4*)(tile + swizzled(r, j));
+  }
+}
+// Warpgroup wg's 128 threads wait for each other (named barrier 1 + wg; 0 is __syncthreads).
+// Immediate ids: with an id in a register ptxas reserves all 16 barriers for the block.
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+// Whether a 16-bit element offset is 16 bytes aligned.
+__device__ __forceinline__ bool vector_aligned(i64 elements) { return (elements & 7) == 0; }
+
 // The forward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v whose rows are 16-byte
 // copyable; HD = 64, so a row is one 128-byte swizzled line). A block of two warpgroups owns
 // 128 queries, 64 a warpgroup, and walks the key tiles of 64 (a three-stage ring of keys and
@@ -409,7 +467,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(con
   // K and V: KV_STAGES stages of 64 rows each.
   const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + 128 * 128, vs = ks + KV_STAGES * STREAM * 128;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, t0 = (i64)blockIdx.x * 128;
+  i64 b, t0;
+  block_tile(true, b, t0);
+  t0 *= 128;
   const i64 qb = lead_offset(p.q, b), kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
   const int S = (int)p.S;
   auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES, one commit group
@@ -477,7 +537,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(con
     multiply_pv(tiles - 1);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   }
-  store_rows(out, p, b, row, o, m, l, c);
+  const i64 ob = p.lse_at >= 0 ? lead_offset(p.o, b) : 0;
+  if (sizeof(TF) != 2 || p.lse_at < 0 || p.o_cs != 1 || !vector_aligned(ob | p.o_rs) || ((u64)out & 15) != 0) {
+    store_rows(out, p, b, row, o, m, l, c);
+    return;
+  }
+  // The rows through this warpgroup's Q rows (its last S product has retired; the other
+  // warpgroup never reads them), then the logsumexps.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(l[r]);
+    // A row that sees no key (causal with S < Tq) is 0, its logsumexp -inf (the CPU's rule).
+    inv[r] = sum > 0 ? 1.0f / sum : 0.0f;
+    if (c == 0 && row[r] < p.Tq)
+      ((float*)(out + p.lse_at))[b * p.Tq + row[r]] = sum > 0 ? (m[r] + log2f(sum)) * LN2 : -(float)ALK_INF;
+  }
+#pragma unroll
+  for (int n = 0; n < DT; ++n) o[n][0] *= inv[0], o[n][1] *= inv[0], o[n][2] *= inv[1], o[n][3] *= inv[1];
+  unsigned char* tile = smem_raw + (q_rows - smem_u32(smem_raw));
+  stage_rows<TF>(tile, o, 1.0f, warp, g, c);
+  warpgroup_sync(wg);
+  const i64 first = t0 + wg * 64;
+  copy_staged_rows<TF>(out + ob + first * p.o_rs, p.o_rs, p.Tq - first, tile, tid % 128);
 }
 #endif  // ATTN_WGMMA
 
@@ -621,7 +703,9 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
   float* col_lse2 = (float*)(Ds + KOWN * DLS);  // [2][STREAM], log2 domain
   float* col_delta = col_lse2 + 2 * STREAM;      // [2][STREAM]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * KOWN;
+  i64 b, s0;
+  block_tile(false, b, s0);
+  s0 *= KOWN;
   const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
   const int Tq = (int)p.Tq;
   const bool async = rows_async(qb, p.q_rs, p.q_cs) && rows_async(db, p.d_rs, p.d_cs);
@@ -728,6 +812,11 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 }
 
 #if ATTN_WGMMA
+// dq_acc of the warpgroup backward: per batch item b, query tile t (of STREAM) and head-dim half
+// h (the warpgroup), a chunk of DQ_CHUNK f32 at ((b * tiles + t) * 2 + h) * DQ_CHUNK, in the
+// accumulators' fragment order [n-tile 4][warp 4][lane 32][4] (attention_backward_dq_finish
+// reads it back into rows).
+#define DQ_CHUNK (STREAM * 32)
 // The one-pass backward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v and dout with
 // 16-byte copyable rows; HD = 64). A block of two warpgroups owns 128 keys, 64 a warpgroup, and
 // walks the query tiles of 64 that see them (q, dout and the rows' statistics in two stages, the
@@ -737,7 +826,8 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // accumulators as the register A operand, dO and Q read transposed); then dS^T goes to shared
 // memory, and after a block barrier each warpgroup computes half the head dim of the tile's
 // dQ = dS K over all 128 keys (dS read transposed as the A operand, K as B), which it adds
-// into dq_acc (vector atomics) under the next tile's S^T and dP^T products: a block adds each
+// into dq_acc (a bulk reduce-add from shared memory, DQ_CHUNK) after the next tile's S^T and
+// dP^T products are issued: a block adds each
 // tile's dq once, as the 128-key mma.sync kernel does; dS^T has two buffers, so that product
 // may still read one while the next tile's dS^T is written. The accumulators of a warp have the
 // mma kernel's layout (rows 16 w + g and + 8, columns 8 j + 2 c (+1)). Host side: wgmma_tile
@@ -753,12 +843,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // 1024-byte aligned swizzled tiles (the host asks for 1 KiB extra): K and V 128 rows each, q
   // and dout two stages of 64, dS^T two buffers of 128 rows (keys) of 64 queries; then the
-  // statistics, [2 stages][lse2, delta][64] f32.
+  // statistics, [2 stages][lse2, delta][64] f32; then two dq buffers a warpgroup (DQ_CHUNK f32).
+  // K and V rows hold dk and dv on the way out (stage_rows).
   const unsigned base = smem_u32(smem_raw), ks = (base + 1023u) & ~1023u, vs = ks + 128 * 128, qs = vs + 128 * 128,
-                 gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128, stat = dss + 2 * 128 * 128;
+                 gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128, stat = dss + 2 * 128 * 128,
+                 dqs = stat + 2 * 2 * STREAM * 4;
   float* const col_stats = (float*)(smem_raw + (stat - base));
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
-  const i64 b = blockIdx.y, s0 = (i64)blockIdx.x * 128;
+  i64 b, s0;
+  block_tile(false, b, s0);
+  s0 *= 128;
   const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
   const int Tq = (int)p.Tq;
   // Thread r < STREAM copies row r's statistics of each tile.
@@ -800,13 +894,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   // The thread's dq share of a tile: rows warp * 16 + g (+ 8), columns 32 wg + 8 n + 2 c (+ 1).
   float dq[4][4];
   zero<4>(dq);
-  float* const dq_row = dq_acc + (b * p.Tq + warp * 16 + g) * HD + wg * 32 + 2 * c;  // + t0 * HD: the tile's rows
-  auto add_dq = [&](int t0) { add_dq_rows<4>(dq_row + (i64)t0 * HD, dq, t0 + warp * 16 + g, Tq); };
+  // dq goes out through shared memory: the warpgroup's share of a tile (2048 f32 in fragment
+  // order, DQ_CHUNK) into one of two buffers, then one bulk reduce-add of 8 KB into dq_acc by
+  // the warpgroup's first thread (ncu: the 8 vector atomics a thread had issued per tile held
+  // their source registers until the memory system took them, ~8% of the stall samples).
+  const i64 q_tiles = (p.Tq + STREAM - 1) / STREAM;
+  int adds = 0;  // the dq tiles this warpgroup has sent: buffer adds % 2
+  auto add_dq = [&](int t0) {
+    const unsigned buf = dqs + (2 * wg + (adds & 1)) * DQ_CHUNK * 4;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+      *(float4*)(smem_raw + (buf - base) + ((n * 4 + warp) * 32 + lane) * 16) = make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    warpgroup_sync(wg);
+    if (tid % 128 == 0) {
+      float* dst = dq_acc + ((b * q_tiles + t0 / STREAM) * 2 + wg) * DQ_CHUNK;
+      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                   "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(buf), "n"(DQ_CHUNK * 4)
+                   : "memory");
+    }
+    ++adds;
+  };
   int stage = 0;
   for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1) {
     cp_async_wait<0>();  // tile t0 (the only group in flight)
     // cp.async wrote through the generic proxy; the tensor cores read through the async one.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // The dq buffer this iteration fills was sent two adds ago: read out before the barrier.
+    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
     // Every thread's tile landed, and both warpgroups are done with the previous tile's stage
     // (its dV and dK products retired at the end of the last iteration), which the next tile takes.
     __syncthreads();
@@ -876,12 +991,73 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands<4>(dq);
-  if (t_first < Tq) add_dq(t_first + (Tq - 1 - t_first) / STREAM * STREAM);  // the last tile's
+  if (t_first < Tq) {
+    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    warpgroup_sync(wg);
+    add_dq(t_first + (Tq - 1 - t_first) / STREAM * STREAM);  // the last tile's
+  }
+  // The block's shared memory must outlive the reduce-adds' reads of it.
+  if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   cp_async_wait<0>();
-  store_key_grads(out, p, b, key, dk, dv, c);
+  if (sizeof(TG) != 2 || !vector_aligned(p.out_offset | p.g_plane | p.g_bs | p.g_hs | p.g_rs) || ((u64)out & 15) != 0) {
+    store_key_grads(out, p, b, key, dk, dv, c);
+    return;
+  }
+  // dk and dv through this warpgroup's K and V rows, once both warpgroups' last dQ products
+  // (which read every K row) have retired.
+  __syncthreads();
+  unsigned char* const k_tile = smem_raw + (k_rows - base);
+  unsigned char* const v_tile = smem_raw + (v_rows - base);
+  stage_rows<TG>(k_tile, dk, (float)p.scale, warp, g, c);
+  stage_rows<TG>(v_tile, dv, 1.0f, warp, g, c);
+  warpgroup_sync(wg);
+  TG* const dk_rows =
+      out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs + p.g_plane + (s0 + wg * 64) * p.g_rs;
+  copy_staged_rows<TG>(dk_rows, p.g_rs, p.S - (s0 + wg * 64), k_tile, tid % 128);
+  copy_staged_rows<TG>(dk_rows + p.g_plane, p.g_rs, p.S - (s0 + wg * 64), v_tile, tid % 128);
 }
 #endif  // ATTN_WGMMA
 
+#if ATTN_WGMMA
+// dq = scale * dq_acc into out's plane 0, dq_acc in the warpgroup backward's chunks (DQ_CHUNK):
+// a thread takes the four lanes of one accumulator row group (64 contiguous bytes: rows
+// 16 warp + g and + 8, eight columns each) and writes each row's eight as one 16-byte store
+// where the gradient layout allows.
+extern "C" __global__ void attention_backward_dq_finish(const float* __restrict__ dq_acc, TG* __restrict__ out,
+                                                        const AttnParams p) {
+  const float scale = (float)p.scale;
+  const i64 tiles = (p.Tq + STREAM - 1) / STREAM, units = p.B * tiles * 2 * (DQ_CHUNK / 16);
+  const bool vector = sizeof(TG) == 2 && ((p.out_offset | p.g_bs | p.g_hs | p.g_rs) & 7) == 0 && ((u64)out & 15) == 0;
+  for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += (i64)gridDim.x * blockDim.x) {
+    const i64 chunk = u / (DQ_CHUNK / 16);
+    const int in = (int)(u % (DQ_CHUNK / 16)), n = in >> 5, warp = (in >> 3) & 3, g = in & 7;
+    const int half = (int)(chunk & 1);
+    const i64 b = (chunk >> 1) / tiles, tile = (chunk >> 1) % tiles;
+    const float4* src = (const float4*)(dq_acc + chunk * DQ_CHUNK) + (n * 4 + warp) * 32 + 4 * g;
+    float v[2][8];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float4 x = src[c];
+      v[0][2 * c] = x.x * scale, v[0][2 * c + 1] = x.y * scale, v[1][2 * c] = x.z * scale, v[1][2 * c + 1] = x.w * scale;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const i64 t = tile * STREAM + warp * 16 + g + 8 * r;
+      if (t >= p.Tq) continue;
+      TG* dst = out + p.out_offset + (b / p.g_heads) * p.g_bs + (b % p.g_heads) * p.g_hs + t * p.g_rs + 32 * half + 8 * n;
+      if (vector) {
+        uint4 w;
+        w.x = pack_pair<TG>(v[r][0], v[r][1]), w.y = pack_pair<TG>(v[r][2], v[r][3]);
+        w.z = pack_pair<TG>(v[r][4], v[r][5]), w.w = pack_pair<TG>(v[r][6], v[r][7]);
+        *(uint4*)dst = w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = cvt<TG>(v[r][e]);
+      }
+    }
+  }
+}
+#else
 // dq = scale * dq_acc into out's plane 0. Where its rows are dq_acc's (Tq rows per batch in
 // [3, B, Tq, D]), four elements a thread and no index arithmetic; else four elements a thread
 // placed by the gradient layout (32-bit divisions where the rows fit).
@@ -914,3 +1090,4 @@ extern "C" __global__ void attention_backward_dq_finish(const float* __restrict_
     dst[0] = cvt<TG>(x.x * scale), dst[1] = cvt<TG>(x.y * scale), dst[2] = cvt<TG>(x.z * scale), dst[3] = cvt<TG>(x.w * scale);
   }
 }
+#endif  // ATTN_WGMMA
