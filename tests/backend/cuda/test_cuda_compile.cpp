@@ -51,7 +51,9 @@ TEST(CudaCompile, EveryTemplateKernelSourceCompiles) {
 // It does, silently but for an advisory (C7520), when it must insert warpgroup
 // synchronization on a path it cannot prove warpgroup-uniform: the wgmma attention forward
 // ran no faster than mma.sync until a copy loop with a thread-dependent trip count was made
-// fixed-trip (bench/cuda/NOTES.md, tenth session).
+// fixed-trip (bench/cuda/NOTES.md, tenth session). Likewise C7514/C7515 (instructions that
+// read or write an in-flight accumulator): the attention backward's bulk reduce-add issued
+// under a one-thread branch serialized all its products (thirteenth session).
 TEST(CudaCompile, WarpgroupKernelsAreNotSerialized) {
   ALK_NEED_NVRTC();
   int checked = 0;
@@ -61,6 +63,9 @@ TEST(CudaCompile, WarpgroupKernelsAreNotSerialized) {
     std::string report;
     EXPECT_NO_THROW(report = ptxas_report(src, "sm_90a"));
     EXPECT_NE(report.find("Used"), std::string::npos) << "no ptxas report:\n" << report;
+    // C7514, C7515, C7520: ptxas serialized the wgmma of the kernel (a branch around a wgmma, or
+    // other instructions touching an in-flight accumulator), each product waited for.
+    EXPECT_EQ(report.find("serialized"), std::string::npos) << report;
     EXPECT_EQ(report.find("C7520"), std::string::npos) << report;
     ++checked;
   }

@@ -443,6 +443,11 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
   if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
+// The thread's bulk operations but the newest group have read their shared memory (when `leader`).
+__device__ __forceinline__ void bulk_wait_read1(unsigned leader) {
+  asm volatile("{\n.reg .pred leader;\nsetp.ne.u32 leader, %0, 0;\n@leader cp.async.bulk.wait_group.read 1;\n}\n" ::"r"(leader)
+               : "memory");
+}
 // Whether a 16-bit element offset is 16 bytes aligned.
 __device__ __forceinline__ bool vector_aligned(i64 elements) { return (elements & 7) == 0; }
 
@@ -900,6 +905,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   // their source registers until the memory system took them, ~8% of the stall samples).
   const i64 q_tiles = (p.Tq + STREAM - 1) / STREAM;
   int adds = 0;  // the dq tiles this warpgroup has sent: buffer adds % 2
+  // The warpgroup's first thread issues and waits for the bulk operations, predicated in the
+  // instructions: under a branch ptxas serialized every wgmma of the kernel (C7515).
+  const unsigned leader = tid % 128 == 0;
   auto add_dq = [&](int t0) {
     const unsigned buf = dqs + (2 * wg + (adds & 1)) * DQ_CHUNK * 4;
 #pragma unroll
@@ -907,12 +915,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
       *(float4*)(smem_raw + (buf - base) + ((n * 4 + warp) * 32 + lane) * 16) = make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     warpgroup_sync(wg);
-    if (tid % 128 == 0) {
-      float* dst = dq_acc + ((b * q_tiles + t0 / STREAM) * 2 + wg) * DQ_CHUNK;
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                   "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(buf), "n"(DQ_CHUNK * 4)
-                   : "memory");
-    }
+    const float* dst = dq_acc + ((b * q_tiles + t0 / STREAM) * 2 + wg) * DQ_CHUNK;
+    asm volatile("{\n.reg .pred leader;\nsetp.ne.u32 leader, %3, 0;\n"
+                 "@leader cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 "@leader cp.async.bulk.commit_group;\n}\n" ::"l"(dst), "r"(buf), "n"(DQ_CHUNK * 4), "r"(leader)
+                 : "memory");
     ++adds;
   };
   int stage = 0;
@@ -921,7 +928,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     // cp.async wrote through the generic proxy; the tensor cores read through the async one.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     // The dq buffer this iteration fills was sent two adds ago: read out before the barrier.
-    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    bulk_wait_read1(leader);
     // Every thread's tile landed, and both warpgroups are done with the previous tile's stage
     // (its dV and dK products retired at the end of the last iteration), which the next tile takes.
     __syncthreads();
@@ -933,6 +940,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
     float st[NT][4], dpt[NT][4];
     zero<NT>(st);
     zero<NT>(dpt);
+    // dP^T's zeros set before the stage's first product: ptxas had moved them between the two
+    // products and waited for S^T there (C7519/C7517: an injected arrive and wait). (S^T's it
+    // folds into its first product; fencing those too serializes every product, C7514.)
+    fence_operands<NT>(dpt);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kc = 0; kc < KD; ++kc)
@@ -992,12 +1003,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands<4>(dq);
   if (t_first < Tq) {
-    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    bulk_wait_read1(leader);
     warpgroup_sync(wg);
     add_dq(t_first + (Tq - 1 - t_first) / STREAM * STREAM);  // the last tile's
   }
   // The block's shared memory must outlive the reduce-adds' reads of it.
-  if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("{\n.reg .pred leader;\nsetp.ne.u32 leader, %0, 0;\n@leader cp.async.bulk.wait_group 0;\n}\n" ::"r"(leader)
+               : "memory");
   cp_async_wait<0>();
   if (sizeof(TG) != 2 || !vector_aligned(p.out_offset | p.g_plane | p.g_bs | p.g_hs | p.g_rs) || ((u64)out & 15) != 0) {
     store_key_grads(out, p, b, key, dk, dv, c);
