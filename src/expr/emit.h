@@ -121,6 +121,12 @@ struct Lang {
   // The call name of a math function on type t ("expf", "exp", "inversesqrt"), or
   // empty for ops the base spells as operators.
   virtual std::string fn_name(Fn f, Type t) const = 0;
+  // A cheaper spelling of f on t for a kernel whose stored result is bf16 (bf16_result), where
+  // a hardware approximation's error stays far below bf16's rounding (2^-9 relative); empty:
+  // fn_name's. CUDA: tanh.approx (2^-10.99 relative), a quarter of tanhf's instructions, for
+  // GELU's gradient in the fc2 product's epilogue, where the arithmetic is the cost.
+  virtual std::string fn_name_bf16_result(Fn, Type) const { return ""; }
+  bool bf16_result = false;  // set by the entry points from the signature's output dtype
   virtual std::string cast(Type to, const std::string& a) const = 0;
   virtual std::string select(const std::string& c, const std::string& a, const std::string& b) const {
     return "(" + c + " ? " + a + " : " + b + ")";

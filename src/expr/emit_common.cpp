@@ -209,6 +209,7 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, co
     case Target::Glsl: lang = emit_detail::make_glsl(); break;
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
+  lang->bf16_result = sig.output == DType::BF16;
   return emit_detail::emit(*lang, e, sig, uniform_inputs);
 }
 
@@ -220,6 +221,7 @@ std::string emit_function(const Expr& e, const MapSignature& sig, Target t) {
     case Target::Glsl: lang = emit_detail::make_glsl(); break;
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
+  lang->bf16_result = sig.output == DType::BF16;
   return emit_detail::emit_function(*lang, e, sig);
 }
 
@@ -260,7 +262,8 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
   auto a = [&](int k) { return v[x.args[k]]; };
   auto infix = [&](const char* op) { return "(" + a(0) + " " + op + " " + a(1) + ")"; };
   auto call = [&](int n) {
-    std::string name = lang.fn_name(x.fn, x.type);
+    std::string name = lang.bf16_result ? lang.fn_name_bf16_result(x.fn, x.type) : "";
+    if (name.empty()) name = lang.fn_name(x.fn, x.type);
     if (name.empty()) bad("emitter has no spelling for " + std::string(fn_name(x.fn)) + " on " +
                           std::string(compute_type_name(x.type)) + " (a missing IR rewrite?)");
     std::string s = name + "(" + a(0);

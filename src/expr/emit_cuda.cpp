@@ -73,6 +73,10 @@ struct Cuda final : Lang {
     return "";
   }
 
+  std::string fn_name_bf16_result(Fn f, Type t) const override {
+    return f == Fn::Tanh && t == Type::F32 ? "__tanhf" : "";
+  }
+
   std::string cast(Type to, const std::string& a) const override { return "((" + type(to) + ")" + a + ")"; }
   std::string f32_bits(const std::string& a) const override { return "__float_as_uint(" + a + ")"; }
   std::string f32_from_bits(const std::string& u) const override { return "__uint_as_float(" + u + ")"; }

@@ -178,6 +178,25 @@ TEST(ExprEmitValidate, GlslCompiles) {
   check_with(Target::Glsl, ".comp", "glslangValidator -V --target-env vulkan1.2 -o /dev/null");
 }
 
+// CUDA spells tanh as the hardware approximation (__tanhf, 2^-10.99 relative) only where the
+// kernel's stored result is bf16, whose rounding (2^-9) hides it; f32 and f16 results keep
+// tanhf, and so does every other language.
+TEST(ExprEmit, CudaApproximatesTanhOnlyForBf16Results) {
+  const Expr e = op_expr("tanh", Type::F32);
+  auto cuda = [&](DType in, DType out) { return emit_map_kernel(e, MapSignature{"k", {in}, out}, Target::Cuda); };
+  EXPECT_NE(cuda(DType::BF16, DType::BF16).find("__tanhf("), std::string::npos);
+  EXPECT_NE(cuda(DType::F32, DType::BF16).find("__tanhf("), std::string::npos);
+  for (DType out : {DType::F32, DType::F16}) {
+    const std::string src = cuda(DType::BF16, out);
+    EXPECT_EQ(src.find("__tanhf("), std::string::npos) << dtype_name(out);
+    EXPECT_NE(src.find("tanhf("), std::string::npos) << dtype_name(out);
+  }
+  const std::string epilogue = emit_function(e, MapSignature{"epilogue", {DType::F32}, DType::BF16}, Target::Cuda);
+  EXPECT_NE(epilogue.find("__tanhf("), std::string::npos) << epilogue;
+  EXPECT_EQ(emit_map_kernel(e, MapSignature{"k", {DType::BF16}, DType::BF16}, Target::Cpp).find("__tanhf"),
+            std::string::npos);
+}
+
 TEST(ExprEmitValidate, WgslValidates) {
   if (!have("naga")) GTEST_SKIP() << "naga not installed";
   check_with(Target::Wgsl, ".wgsl", "naga");
