@@ -1966,7 +1966,8 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
     const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype)
                                   : attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
-    // One pass over the key blocks; dq gathered in f32 by atomic adds, then scaled and stored.
+    // One pass over the key blocks; dq gathered in f32 by atomic adds (mma.sync) or bulk
+    // reduce-adds of whole tiles (wgmma), then scaled and stored.
     // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
     const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
     // The warpgroup kernel's dq_acc is whole tiles of 64 queries (DQ_CHUNK in

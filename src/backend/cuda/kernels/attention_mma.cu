@@ -429,7 +429,7 @@ __device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __rest
 
 // Results of the warpgroup kernels leave through shared memory: a warp's accumulators hold
 // rows g and g + 8 in pairs of columns, so stored straight to global memory they are 2-byte
-// stores eight rows apart (Nsight Compute, twelfth session: the backward's dk/dv stores and
+// stores eight rows apart (Nsight Compute, thirteenth session: the backward's dk/dv stores and
 // the wait for them to drain before the block exits were ~20% of its warps' stall samples,
 // with one block per SM and nothing else to run). Each thread's pairs go into 128-byte
 // swizzled rows (conflict-free: the eight rows of a quad column land in different banks),
