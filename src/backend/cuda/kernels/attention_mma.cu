@@ -87,29 +87,6 @@ __device__ __forceinline__ float4 load4(const __half* p) {
   const float2 a = __half22float2(*(const __half2*)&u.x), b = __half22float2(*(const __half2*)&u.y);
   return make_float4(a.x, a.y, b.x, b.y);
 }
-// Eight consecutive elements as f32 (one 16-byte load for 16-bit types; p 16-byte aligned).
-__device__ __forceinline__ void load8(const float* p, float x[8]) {
-  const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
-  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float x[8]) {
-  const uint4 u = *(const uint4*)p;
-  const __nv_bfloat162* h = (const __nv_bfloat162*)&u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    x[2 * i] = v.x, x[2 * i + 1] = v.y;
-  }
-}
-__device__ __forceinline__ void load8(const __half* p, float x[8]) {
-  const uint4 u = *(const uint4*)p;
-  const __half2* h = (const __half2*)&u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    x[2 * i] = v.x, x[2 * i + 1] = v.y;
-  }
-}
 
 // Rows [r0, r0 + N) of a [rows, HD] view (row stride rs, column stride cs, first element
 // base) into shared memory as bf16, dst[r * LDS + d]; rows past `rows` are zero. Rows that
@@ -624,13 +601,7 @@ extern "C" __global__ void attention_backward_prep(const TF* __restrict__ fwd, c
     if (row < rows) {
       b = row / p.Tq, t = row % p.Tq, ob = lead_offset(p.o, b);
       const i64 d0 = sub * 8, gi = lead_offset(p.dout, b) + t * p.d_rs + d0 * p.d_cs, oi = ob + t * p.o_rs + d0 * p.o_cs;
-      if (p.d_cs == 1 && p.o_cs == 1 && gi % 8 == 0 && oi % 8 == 0) {
-        float x[8], y[8];
-        load8(dout + gi, x);
-        load8(fwd + oi, y);
-#pragma unroll
-        for (int h = 0; h < 8; ++h) acc += x[h] * y[h];
-      } else if (p.d_cs == 1 && p.o_cs == 1 && gi % 4 == 0 && oi % 4 == 0) {
+      if (p.d_cs == 1 && p.o_cs == 1 && gi % 4 == 0 && oi % 4 == 0) {
 #pragma unroll
         for (int h = 0; h < 8; h += 4) {
           const float4 x = load4(dout + gi + h), y = load4(fwd + oi + h);
