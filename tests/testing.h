@@ -89,4 +89,23 @@ inline Program compiled_lm_step(nn::Module& model, optim::Optimizer& opt) {
   });
 }
 
+// Map results that read only another Map kernel's whole result, for kernels with extra
+// outputs (Kernel::extra_outputs): an f32 sum read by a reduction and by its bf16 cast; a bf16
+// result read back in f32 (the extra output must read its rounding); a product that may be
+// written over its dying input, beside the cast of it. Three merges where the device takes them.
+inline std::vector<Tensor> extra_output_cases(const Tensor& a, const Tensor& b) {
+  Tensor s = a + b;
+  Tensor s16 = s.to(DType::BF16);
+  Tensor total = sum(s * s);
+  Tensor h = (a * b).to(DType::BF16);
+  Tensor h_back = h.to(DType::F32) * 0.5 + 1.0;
+  Tensor h_sum = sum(h.to(DType::F32), {0});
+  Tensor x = exp(a * 0.25);
+  Tensor x_sum = sum(x, {1});
+  Tensor y = x * 2.0 - b;
+  Tensor y16 = y.to(DType::BF16);
+  Tensor y_sum = sum(y, {0});
+  return {s16, total, h_back, h_sum, x_sum, y16, y_sum};
+}
+
 }  // namespace alk::testing

@@ -43,6 +43,7 @@ struct MapSignature {
   std::string name;
   std::vector<alk::DType> inputs;
   alk::DType output;
+  std::vector<alk::DType> extra_outputs = {};  // CUDA only: more results of the same pass
 };
 
 // A complete kernel: input k (Expr Input slot k) has storage dtype sig.inputs[k].
@@ -50,8 +51,11 @@ struct MapSignature {
 // where a kernel loops over elements (CUDA), that value is loaded, and everything computed
 // from such inputs alone (an optimizer's bias corrections, a learning-rate cast) is computed,
 // once per thread before the loop instead of once per element.
+// extra_outputs[j] (CUDA only, dtype sig.extra_outputs[j]): a further result over the same
+// inputs, stored at element i of output j + 1 (kernel parameter `out<j+1>_data`, its first
+// element at offset[K + 1 + j]); values the outputs share are computed once.
 std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t,
-                            const std::vector<bool>& uniform_inputs = {});
+                            const std::vector<bool>& uniform_inputs = {}, const std::vector<Expr>& extra_outputs = {});
 // How GLSL stores a dtype in a buffer ("uint16_t" bit patterns for bf16): the emitter's and
 // the Vulkan template kernels' one spelling.
 std::string glsl_storage_type(alk::DType t);
@@ -144,6 +148,8 @@ struct Lang {
   // `idx`, and that store `value` (compute type of `storage`) to output element i.
   virtual std::string load(int k, DType storage, const std::string& idx) const = 0;
   virtual std::string store(DType storage, const std::string& value) const = 0;
+  // The same for extra output j >= 1 (languages with multi-output kernels: CUDA).
+  virtual std::string store_extra(size_t j, DType storage, const std::string& value) const;
   // Everything before the per-element statements, and after them. `original` is the
   // caller's expression (for the header comment), `lowered` the one being emitted;
   // `used[k]` says whether input k is read at all.
@@ -172,7 +178,8 @@ struct Lang {
   std::string indent = "    ";
 };
 
-std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig, const std::vector<bool>& uniform_inputs = {});
+std::string emit(const Lang& lang, const Expr& e, const MapSignature& sig, const std::vector<bool>& uniform_inputs = {},
+                 const std::vector<Expr>& extra_outputs = {});
 std::string emit_function(const Lang& lang, const Expr& e, const MapSignature& sig);
 // Shortest text that reads back as the same value, always with '.' or 'e'.
 std::string float_text(double v, Type t);

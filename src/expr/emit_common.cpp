@@ -201,7 +201,13 @@ std::string_view target_name(Target t) {
   return "?";
 }
 
-std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, const std::vector<bool>& uniform_inputs) {
+std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, const std::vector<bool>& uniform_inputs,
+                            const std::vector<Expr>& extra_outputs) {
+  if (extra_outputs.size() != sig.extra_outputs.size())
+    bad("kernel " + sig.name + ": " + std::to_string(extra_outputs.size()) + " extra output expressions for " +
+        std::to_string(sig.extra_outputs.size()) + " extra output dtypes");
+  if (!extra_outputs.empty() && t != Target::Cuda)
+    bad("kernel " + sig.name + ": extra outputs are emitted for CUDA only, not " + std::string(target_name(t)));
   std::unique_ptr<emit_detail::Lang> lang;
   switch (t) {
     case Target::Cpp: lang = emit_detail::make_cpp(); break;
@@ -209,8 +215,10 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, co
     case Target::Glsl: lang = emit_detail::make_glsl(); break;
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
   }
-  lang->bf16_result = sig.output == DType::BF16;
-  return emit_detail::emit(*lang, e, sig, uniform_inputs);
+  // tanh.approx only where every stored result is bf16.
+  lang->bf16_result = sig.output == DType::BF16 &&
+                      std::all_of(sig.extra_outputs.begin(), sig.extra_outputs.end(), [](DType d) { return d == DType::BF16; });
+  return emit_detail::emit(*lang, e, sig, uniform_inputs, extra_outputs);
 }
 
 std::string emit_function(const Expr& e, const MapSignature& sig, Target t) {
@@ -356,20 +364,48 @@ std::vector<std::string> emit_values(const Lang& lang, const Expr& e, const std:
 }
 
 
-std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, const std::vector<bool>& uniform_inputs) {
+std::string Lang::store_extra(size_t, DType, const std::string&) const {
+  bad("this language's map kernels have one output");
+}
+
+std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, const std::vector<bool>& uniform_inputs,
+                 const std::vector<Expr>& extra_outputs) {
   if (e0.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
   Expr e = rewrite(conform(e0, sig), lang.rewrites());
+  // Every output's value as one DAG (what they share is computed once); at[j]: output j's node.
+  std::vector<int> at{e.root()};
+  if (!extra_outputs.empty()) {
+    Builder b;
+    std::vector<int> inputs;
+    for (size_t k = 0; k < sig.inputs.size(); ++k) inputs.push_back(b.input(static_cast<int>(k), compute_type(sig.inputs[k])));
+    std::vector<int> roots{b.inline_expr(e, inputs)};
+    for (size_t j = 0; j < extra_outputs.size(); ++j) {
+      MapSignature one = sig;
+      one.output = sig.extra_outputs[j];
+      one.extra_outputs.clear();
+      roots.push_back(b.inline_expr(rewrite(conform(extra_outputs[j], one), lang.rewrites()), inputs));
+    }
+    e = b.finish(roots, at);
+  }
+  std::vector<bool> is_output(e.nodes.size(), false);
+  for (int r : at) is_output[static_cast<size_t>(r)] = true;
+  auto store_all = [&](const std::vector<std::string>& values, const std::string& indent, std::string& out) {
+    add_lines(out, indent, lang.store(sig.output, values[static_cast<size_t>(at[0])]));
+    for (size_t j = 1; j < at.size(); ++j)
+      add_lines(out, indent, lang.store_extra(j, sig.extra_outputs[j - 1], values[static_cast<size_t>(at[j])]));
+  };
   std::vector<bool> used(sig.inputs.size());
   for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
   // A node is uniform when it reads only uniform inputs and constants (and reads one input
-  // at least: constants alone are folded already); the root never is (it is stored per element).
+  // at least: constants alone are folded already); an output never is (stored per element).
   const bool hoisting = !lang.loop_open().empty();
   auto uniform_input = [&](int k) {
     return hoisting && static_cast<size_t>(k) < uniform_inputs.size() && uniform_inputs[static_cast<size_t>(k)];
   };
   std::vector<bool> uniform(e.nodes.size(), false), reads_input(e.nodes.size(), false);
-  for (size_t i = 0; i + 1 < e.nodes.size() && hoisting; ++i) {
+  for (size_t i = 0; i < e.nodes.size() && hoisting; ++i) {
     const Node& x = e.nodes[i];
+    if (is_output[i]) continue;
     if (x.fn == Fn::Input) {
       uniform[i] = reads_input[i] = uniform_input(x.slot);
     } else if (x.fn != Fn::Const) {
@@ -402,14 +438,14 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, cons
     std::vector<std::string> vv = v;
     int vnext = next;
     emit_nodes(lang, e, rest, inner, out, vv, vnext);
-    add_lines(out, inner, lang.store(sig.output, vv.back()));
+    store_all(vv, inner, out);
     out += lang.vector_loop_close(sig);
   }
   out += lang.loop_open();
   for (size_t k = 0; k < used.size(); ++k)
     if (per_element[k]) add_lines(out, lang.indent, lang.load(static_cast<int>(k), sig.inputs[k], lang.offset_call(k)));
   emit_nodes(lang, e, rest, lang.indent, out, v, next);
-  add_lines(out, lang.indent, lang.store(sig.output, v.back()));
+  store_all(v, lang.indent, out);
   return out + lang.epilogue();
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "alk/error.h"
 #include "expr/emit.h"
 
 namespace alk::expr::emit_detail {
@@ -97,13 +98,18 @@ struct Cuda final : Lang {
     return "";
   }
 
-  std::string store(DType s, const std::string& v) const override {
+  std::string store(DType s, const std::string& v) const override { return store_at("out_data[o]", s, v); }
+  std::string store_extra(size_t j, DType s, const std::string& v) const override {
+    const std::string n = std::to_string(j);
+    return store_at("out" + n + "_data[o" + n + "]", s, v);
+  }
+  std::string store_at(const std::string& at, DType s, const std::string& v) const {
     switch (s) {
-      case DType::F16: return "out_data[o] = __float2half_rn(" + v + ");";
-      case DType::BF16: return "out_data[o] = __float2bfloat16_rn(" + v + ");";
+      case DType::F16: return at + " = __float2half_rn(" + v + ");";
+      case DType::BF16: return at + " = __float2bfloat16_rn(" + v + ");";
       case DType::Bool: case DType::U8: case DType::I32:  // wraps to the storage width
-        return "out_data[o] = (" + storage(s) + ")" + v + ";";
-      case DType::I64: case DType::F32: case DType::F64: return "out_data[o] = " + v + ";";
+        return at + " = (" + storage(s) + ")" + v + ";";
+      case DType::I64: case DType::F32: case DType::F64: return at + " = " + v + ";";
     }
     return "";
   }
@@ -116,6 +122,7 @@ struct Cuda final : Lang {
                        const std::vector<bool>&) const override {
     bool f16 = sig.output == DType::F16, bf16 = sig.output == DType::BF16;
     for (DType d : sig.inputs) f16 = f16 || d == DType::F16, bf16 = bf16 || d == DType::BF16;
+    for (DType d : sig.extra_outputs) f16 = f16 || d == DType::F16, bf16 = bf16 || d == DType::BF16;
     std::string s = header_comment(original, sig, "//");
     if (f16) s += "#include <cuda_fp16.h>\n";
     if (bf16) s += "#include <cuda_bf16.h>\n";
@@ -123,8 +130,9 @@ struct Cuda final : Lang {
     const std::string params = sig.name + "_params";
     s += "struct " + params + " {\n  long long n, rank;\n  long long shape[8];\n";
     s += "  long long strides[" + std::to_string(std::max<size_t>(1, sig.inputs.size())) + "][8];  // elements\n";
-    s += "  long long offset[" + std::to_string(sig.inputs.size() + 1) + "];  // first element: input k at [k], the output at [" +
-         std::to_string(sig.inputs.size()) + "]\n";
+    const size_t K = sig.inputs.size(), X = sig.extra_outputs.size();
+    s += "  long long offset[" + std::to_string(K + 1 + X) + "];  // first element: input k at [k], the output at [" +
+         std::to_string(K) + "]" + (X ? ", extra output j at [" + std::to_string(K) + " + j]" : std::string()) + "\n";
     s += "  unsigned int magic[8], shift[8];  // i / shape[d] = (umulhi(i, magic[d]) + i) >> shift[d] for i < 2^31\n};\n\n";
     s += "// The coordinates of output element i, computed once and shared by every input. Division by\n"
          "// the shape is a multiply by a precomputed magic number (64-bit divisions are slow on\n"
@@ -172,14 +180,22 @@ struct Cuda final : Lang {
          "__device__ __forceinline__ void " + sig.name + "_body(";
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
-    s += storage(sig.output) + "* __restrict__ out_data, const " + params + "& p, long long alk_block, long long alk_blocks) {\n";
+    s += storage(sig.output) + "* __restrict__ out_data, " + extra_params(sig) + "const " + params +
+         "& p, long long alk_block, long long alk_blocks) {\n";
     s += "#else\n#define ALK_BLOCK_X blockIdx.x\n#define ALK_GRID_X gridDim.x\n";
     s += "extern \"C\" __global__ void " + sig.name + "(";
     for (size_t k = 0; k < sig.inputs.size(); ++k)
       s += "const " + storage(sig.inputs[k]) + "* __restrict__ in" + std::to_string(k) + "_data, ";
-    s += storage(sig.output) + "* __restrict__ out_data, const " + params + " p) {\n#endif\n";
+    s += storage(sig.output) + "* __restrict__ out_data, " + extra_params(sig) + "const " + params + " p) {\n#endif\n";
     s += "  const long long step = (long long)ALK_GRID_X * blockDim.x;\n";
     output_slot_ = sig.inputs.size();
+    extra_outputs_ = sig.extra_outputs.size();
+    return s;
+  }
+  static std::string extra_params(const MapSignature& sig) {
+    std::string s;
+    for (size_t j = 1; j <= sig.extra_outputs.size(); ++j)
+      s += storage(sig.extra_outputs[j - 1]) + "* __restrict__ out" + std::to_string(j) + "_data, ";
     return s;
   }
 
@@ -188,8 +204,14 @@ struct Cuda final : Lang {
   std::string loop_open() const override {
     return "#ifdef ALK_VEC\n  const long long alk_first = p.n / ALK_VEC * ALK_VEC;\n#else\n  const long long alk_first = 0;\n#endif\n"
            "  for (long long i = alk_first + (long long)ALK_BLOCK_X * blockDim.x + threadIdx.x; i < p.n; i += step) {\n"
-           "    const long long o = p.offset[" + std::to_string(output_slot_) + "] + i;\n"
+           "    const long long o = p.offset[" + std::to_string(output_slot_) + "] + i;\n" + extra_offsets() +
            "    alk_idx c[8];\n    alk_coords(i, p, c);\n";
+  }
+  std::string extra_offsets() const {
+    std::string s;
+    for (size_t j = 1; j <= extra_outputs_; ++j)
+      s += "    const long long o" + std::to_string(j) + " = p.offset[" + std::to_string(output_slot_ + j) + "] + i;\n";
+    return s;
   }
 
   // ALK_VEC (set by a launch whose per-element operands are contiguous along the innermost
@@ -211,21 +233,37 @@ struct Cuda final : Lang {
         s += "    const alk_vec<" + t + "> alk_v" + n + " = *(const alk_vec<" + t + ">*)(in" + n + "_data + " + at +
              ");\n#endif\n";
       }
-    s += "    alk_vec<" + storage(sig.output) + "> alk_vo;\n#pragma unroll\n    for (int o = 0; o < ALK_VEC; ++o) {\n";
+    s += "    alk_vec<" + storage(sig.output) + "> alk_vo;\n";
+    for (size_t j = 1; j <= sig.extra_outputs.size(); ++j)
+      s += "    alk_vec<" + storage(sig.extra_outputs[j - 1]) + "> alk_vo" + std::to_string(j) + ";\n";
+    s += "#pragma unroll\n    for (int o = 0; o < ALK_VEC; ++o) {\n";
     for (size_t k = 0; k < per_element.size(); ++k)
       if (per_element[k]) {
         const std::string n = std::to_string(k);
         s += "      const " + storage(sig.inputs[k]) + "* in" + n + "_data = alk_v" + n + ".x;\n";
       }
     s += "      " + storage(sig.output) + "* out_data = alk_vo.x;\n";
+    for (size_t j = 1; j <= sig.extra_outputs.size(); ++j) {
+      const std::string n = std::to_string(j);
+      s += "      " + storage(sig.extra_outputs[j - 1]) + "* out" + n + "_data = alk_vo" + n + ".x;\n      const int o" + n +
+           " = o;\n";
+    }
     return s;
   }
   std::string vector_loop_close(const MapSignature& sig) const override {
-    const std::string t = storage(sig.output), slot = std::to_string(sig.inputs.size());
-    return "    }\n    *(alk_vec<" + t + ">*)(out_data + p.offset[" + slot + "] + iv * ALK_VEC) = alk_vo;\n  }\n#endif\n";
+    const size_t K = sig.inputs.size();
+    std::string s = "    }\n    *(alk_vec<" + storage(sig.output) + ">*)(out_data + p.offset[" + std::to_string(K) +
+                    "] + iv * ALK_VEC) = alk_vo;\n";
+    for (size_t j = 1; j <= sig.extra_outputs.size(); ++j) {
+      const std::string n = std::to_string(j);
+      s += "    *(alk_vec<" + storage(sig.extra_outputs[j - 1]) + ">*)(out" + n + "_data + p.offset[" +
+           std::to_string(K + j) + "] + iv * ALK_VEC) = alk_vo" + n + ";\n";
+    }
+    return s + "  }\n#endif\n";
   }
   std::string uniform_offset(int k) const override { return "p.offset[" + std::to_string(k) + "]"; }
   mutable size_t output_slot_ = 0;  // the output's index in p.offset (set by prologue)
+  mutable size_t extra_outputs_ = 0;  // how many outputs follow it (set by prologue)
 
   std::string epilogue() const override { return "  }\n}\n"; }
 };
@@ -252,6 +290,8 @@ std::string cuda_storage_type(DType t) {
 }
 
 std::string cuda_map_group_entry(const MapSignature& sig, const std::vector<bool>& uniform_inputs) {
+  if (!sig.extra_outputs.empty())
+    throw Error("expr", "kernel " + sig.name + ": a multi-tensor group has one output per member", Loc::current());
   const size_t K = sig.inputs.size();
   const std::string params = sig.name + "_params";
   std::string s = "\n// One launch for a group of members (ALK_GROUP of them at most, the table passed by value):\n"

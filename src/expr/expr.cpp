@@ -386,23 +386,35 @@ int Builder::inline_expr(const Expr& e, std::span<const int> inputs) {
 }
 
 Expr Builder::finish(int root) const {
-  if (root < 0 || root >= static_cast<int>(nodes_.size())) bad("finish: no such node " + std::to_string(root));
-  // Ids are created in topological order, so one backward sweep marks what root reaches
-  // and one forward sweep renumbers; root stays last because it is the largest reached id.
-  std::vector<char> live(root + 1, 0);
-  live[root] = 1;
-  for (int i = root; i >= 0; --i)
+  std::vector<int> at;
+  return finish(std::span<const int>(&root, 1), at);
+}
+
+Expr Builder::finish(std::span<const int> roots, std::vector<int>& at) const {
+  int last = -1;
+  for (int root : roots) {
+    if (root < 0 || root >= static_cast<int>(nodes_.size())) bad("finish: no such node " + std::to_string(root));
+    last = std::max(last, root);
+  }
+  if (last < 0) bad("finish: no root");
+  // Ids are created in topological order, so one backward sweep marks what the roots reach
+  // and one forward sweep renumbers; the latest root stays last (the largest reached id).
+  std::vector<char> live(last + 1, 0);
+  for (int root : roots) live[root] = 1;
+  for (int i = last; i >= 0; --i)
     if (live[i])
       for (int k = 0; k < fn_arity(nodes_[i].fn); ++k) live[nodes_[i].args[k]] = 1;
-  std::vector<int> renum(root + 1, -1);
+  std::vector<int> renum(last + 1, -1);
   Expr e;
-  for (int i = 0; i <= root; ++i) {
+  for (int i = 0; i <= last; ++i) {
     if (!live[i]) continue;
     Node n = nodes_[i];
     for (int k = 0; k < fn_arity(n.fn); ++k) n.args[k] = renum[n.args[k]];
     renum[i] = static_cast<int>(e.nodes.size());
     e.nodes.push_back(n);
   }
+  at.clear();
+  for (int root : roots) at.push_back(renum[root]);
   return e;
 }
 

@@ -74,6 +74,9 @@ class Builder {
   // Copies e into this builder, replacing Input slot k with inputs[k]. Returns e's root.
   int inline_expr(const Expr& e, std::span<const int> inputs);
   Expr finish(int root) const;  // keeps only what root reaches
+  // Several roots as one DAG, each shared node once (a kernel with several outputs): keeps
+  // what any root reaches; at[j] is the index of roots[j] in the result.
+  Expr finish(std::span<const int> roots, std::vector<int>& at) const;
 
  private:
   int intern(const Node& n);

@@ -247,6 +247,8 @@ struct Program::State {
     };
     std::optional<size_t> writer;
     for (size_t i = 0; i < kernels.size(); ++i) {
+      for (const ExtraOutput& x : kernels[i].extra_outputs)  // left to the copy after the replay
+        if (x.arg.buffer == c.to || x.arg.buffer == c.from) return false;
       const KernelArg& out = kernels[i].output;
       if (out.buffer == c.to) return false;
       if (out.buffer != c.from) continue;

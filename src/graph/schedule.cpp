@@ -158,6 +158,7 @@ class Scheduler {
     }
     read_narrow_inputs();
     build_kernels();
+    merge_extra_outputs();
     batch_independent_maps();
     plan_memory();
     execute();
@@ -613,6 +614,9 @@ class Scheduler {
     std::optional<expr::Expr> expr;
     std::optional<expr::Expr> epilogue;
     std::vector<const TensorImpl*> epilogue_leaves;
+    // Map results stored by the same pass (merge_extra_outputs): each node with its value
+    // as an expression over `leaves`.
+    std::vector<std::pair<const Node*, expr::Expr>> extra_outputs;
     int batch = -1;  // its multi-tensor run (batch_independent_maps), when it has company
   };
 
@@ -634,6 +638,59 @@ class Scheduler {
     }
   }
 
+  // ---- 3a. kernels with several outputs ----
+  // Under autocast the backward's residual gradient is an f32 sum, and the next products
+  // read its bf16 cast: a second kernel reading the whole sum back. Where the device asks
+  // for it (Device::fuses_extra_outputs), a Map kernel whose only input is another Map
+  // kernel's whole result, read element by element, is computed in that kernel's pass and
+  // stored beside its result (XLA's multi-output fusion): nothing is read twice, one launch
+  // fewer. ALK_EXTRA_OUTPUTS=1 applies it on every device (the CPU and Vulkan run each
+  // output as its own pass: tests), =0 on none.
+  static constexpr size_t kMaxExtraOutputs = 2;
+  void merge_extra_outputs() {
+    g_stats.extra_outputs = 0;
+    const char* setting = std::getenv("ALK_EXTRA_OUTPUTS");
+    if (setting && std::string_view(setting) == "0") return;
+    const bool everywhere = setting && std::string_view(setting) == "1";
+    std::unordered_map<const Node*, size_t> producer;
+    for (size_t i = 0; i < kernels_.size(); ++i) producer[kernels_[i]->root] = i;
+    std::vector<bool> merged(kernels_.size(), false);
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      PendingKernel& c = *kernels_[i];
+      if (c.op != OpId::Map || !c.expr || c.epilogue || c.leaves.size() != 1 || !c.extra_outputs.empty()) continue;
+      const TensorImpl* leaf = c.leaves[0];
+      const Node* a = leaf->node.get();
+      auto it = producer.find(a);
+      if (it == producer.end() || merged[it->second] || merged[i]) continue;
+      PendingKernel& k = *kernels_[it->second];
+      // The value c reads is a's as stored: f32 and f64 are the computed value, bf16 its
+      // rounding (RoundBf16, bit for bit); other dtypes are left to their own kernel.
+      if (k.op != OpId::Map || !k.expr || k.epilogue || k.extra_outputs.size() >= kMaxExtraOutputs ||
+          (a->dtype != DType::F32 && a->dtype != DType::F64 && a->dtype != DType::BF16) ||
+          a->device != c.root->device || !(everywhere || a->device->fuses_extra_outputs()) ||
+          !identity_view(leaf) || c.root->shape != a->shape)
+        continue;
+      expr::Builder b;
+      std::vector<int> inputs;
+      for (size_t j = 0; j < k.leaves.size(); ++j) inputs.push_back(b.input(static_cast<int>(j), compute_type(k.leaves[j]->dtype)));
+      int value = b.cast(b.inline_expr(*k.expr, inputs), compute_type(a->dtype));
+      if (a->dtype == DType::BF16) value = b.unary(expr::Fn::RoundBf16, value);
+      const int read = value;
+      k.extra_outputs.emplace_back(c.root, b.finish(b.inline_expr(*c.expr, std::span<const int>(&read, 1))));
+      merged[i] = true;
+    }
+    std::vector<std::unique_ptr<PendingKernel>> kept;
+    for (size_t i = 0; i < kernels_.size(); ++i)
+      if (!merged[i]) kept.push_back(std::move(kernels_[i]));
+    kernels_ = std::move(kept);
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      info_[kernels_[i]->root].kernel = static_cast<int>(i);
+      for (auto& [n, e] : kernels_[i]->extra_outputs) info_[n].kernel = static_cast<int>(i);
+    }
+    g_stats.kernels = static_cast<int64_t>(kernels_.size());
+    g_stats.extra_outputs = static_cast<int64_t>(std::count(merged.begin(), merged.end(), true));
+  }
+
   // ---- 3b. multi-tensor batches ----
   // An optimizer step is the same few elementwise kernels once per parameter, and the
   // depth-first order interleaves them (t0 m0 v0 p0 t1 m1 v1 p1 ...). Map kernels of one
@@ -644,7 +701,7 @@ class Scheduler {
   // before the first kernel that reads one of its results, after the batches its members
   // read, and kernels that are not moved keep their order.
   std::string batch_key(const PendingKernel& k) {
-    if (k.op != OpId::Map || !k.expr || k.epilogue) return {};
+    if (k.op != OpId::Map || !k.expr || k.epilogue || !k.extra_outputs.empty()) return {};
     auto it = info_.find(k.root);
     if (it == info_.end() || !it->second.external) return {};
     std::string key = k.expr->str() + " -> " + std::string(dtype_name(k.root->dtype));
@@ -875,6 +932,25 @@ class Scheduler {
           }
         }
       }
+      // Extra outputs get their own memory (never an input's: the CPU computes them in passes
+      // of their own, which must still find the inputs the main output may overwrite).
+      for (auto& [extra, e] : k.extra_outputs) {
+        const size_t extra_bytes = static_cast<size_t>(extra->numel()) * dtype_size(extra->dtype);
+        g_stats.naive_bytes += static_cast<int64_t>(extra_bytes);
+        if (info_[extra].external) {
+          stored_bytes_.emplace_back(extra, extra_bytes);
+          g_stats.planned_bytes += static_cast<int64_t>(extra_bytes);
+          continue;
+        }
+        Arena& arena = arena_of(extra);
+        arena_offset_[extra] = arena.take(arena.padded(extra_bytes));
+        if (show_memory) live_now.insert(extra);
+        live_arena_bytes_ += arena.padded(extra_bytes);
+        if (live_arena_bytes_ > live_arena_peak_) {
+          live_arena_peak_ = live_arena_bytes_;
+          if (show_memory) live_at_peak.assign(live_now.begin(), live_now.end()), peak_kernel = i;
+        }
+      }
       for (const Node* dead : dies_at[i]) {
         if (!arena_offset_.count(dead) || in_place_taken_.count(dead)) continue;
         Arena& arena = arena_of(dead);
@@ -978,6 +1054,14 @@ class Scheduler {
       k.output = arg_for(&out_view);
       k.expr = pk.expr;
       k.epilogue = pk.epilogue;
+      for (auto& [extra, e] : pk.extra_outputs) {
+        TensorImpl view;
+        view.node = std::shared_ptr<Node>(std::shared_ptr<Node>{}, const_cast<Node*>(extra));  // non-owning
+        view.shape = extra->shape;
+        view.strides = contiguous_strides(extra->shape);
+        view.dtype = extra->dtype;
+        k.extra_outputs.push_back({arg_for(&view), e});
+      }
       if (k.op == OpId::Map && show_kernels) {
         expr::MapSignature sig{"map", {}, k.output.dtype};
         for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
@@ -995,10 +1079,12 @@ class Scheduler {
         for (const KernelArg& a : k.inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);
         for (const KernelArg& a : k.epilogue_inputs) reads += " " + std::string(dtype_name(a.dtype)) + to_string(a.shape);
         const std::string what = k.op == OpId::Map ? "map:" + std::string(op_name(pk.root->op)) : std::string(op_name(k.op));
-        std::fprintf(stderr, "[alk schedule]   %s%s%s:%s -> %s%s%s\n", what.c_str(),
+        std::string writes = std::string(dtype_name(k.output.dtype)) + to_string(k.output.shape);
+        for (const ExtraOutput& x : k.extra_outputs) writes += " " + std::string(dtype_name(x.arg.dtype)) + to_string(x.arg.shape);
+        std::fprintf(stderr, "[alk schedule]   %s%s%s:%s -> %s%s\n", what.c_str(),
                      k.op == OpId::Reduce && k.expr && k.expr->nodes.size() > 1 ? " +prologue" : "",
-                     k.epilogue ? " +epilogue" : "", reads.c_str(), std::string(dtype_name(k.output.dtype)).c_str(),
-                     to_string(k.output.shape).c_str(), pk.batch >= 0 ? (" (run " + std::to_string(pk.batch) + ")").c_str() : "");
+                     k.epilogue ? " +epilogue" : "", reads.c_str(), writes.c_str(),
+                     pk.batch >= 0 ? (" (run " + std::to_string(pk.batch) + ")").c_str() : "");
       }
       return k;
     };
@@ -1014,6 +1100,7 @@ class Scheduler {
       if (TraceRecorder* trace = active_trace())
         for (Kernel& k : run) {
           trace->produced.insert(k.output.buffer.get());
+          for (const ExtraOutput& x : k.extra_outputs) trace->produced.insert(x.arg.buffer.get());
           trace->kernels.push_back(std::move(k));
         }
       i = end;
@@ -1028,11 +1115,11 @@ class Scheduler {
     }
     if (debug_level("schedule"))
       std::fprintf(stderr,
-                   "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld batched=%lld planned=%lld B naive=%lld B "
-                   "(arena %lld B, most live at once %lld B)\n",
+                   "[alk schedule] nodes=%lld kernels=%lld fused=%lld in_place=%lld batched=%lld extra_outputs=%lld "
+                   "planned=%lld B naive=%lld B (arena %lld B, most live at once %lld B)\n",
                    static_cast<long long>(g_stats.nodes), static_cast<long long>(g_stats.kernels),
                    static_cast<long long>(g_stats.fused_nodes), static_cast<long long>(g_stats.in_place),
-                   static_cast<long long>(g_stats.batched),
+                   static_cast<long long>(g_stats.batched), static_cast<long long>(g_stats.extra_outputs),
                    static_cast<long long>(g_stats.planned_bytes), static_cast<long long>(g_stats.naive_bytes),
                    static_cast<long long>(g_stats.arena_bytes), static_cast<long long>(live_arena_peak_));
   }

@@ -26,6 +26,7 @@ struct ScheduleStats {
   int64_t arena_bytes = 0;
   int64_t in_place = 0;
   int64_t batched = 0;  // Map kernels placed side by side with others of their source (multi-tensor runs)
+  int64_t extra_outputs = 0;  // Map results stored by another Map kernel's pass (merge_extra_outputs)
 };
 // Statistics of the most recent realize on this thread (for ALK_DEBUG=schedule and tests).
 const ScheduleStats& last_schedule_stats();

@@ -138,6 +138,7 @@ std::string kernel_label(const Kernel& k) {
     }
     name += ")";
   }
+  for (const ExtraOutput& x : k.extra_outputs) name += " +" + std::string(dtype_name(x.arg.dtype)) + " out";
   return name;
 }
 
@@ -149,7 +150,21 @@ std::string map_kernel_key(const Kernel& k) {
     key += ' ';
     key += dtype_name(in.dtype);
   }
+  for (const ExtraOutput& x : k.extra_outputs) {
+    key += " ; ";
+    key += x.expr.str() + " -> " + std::string(dtype_name(x.arg.dtype));
+  }
   return key;
+}
+
+Kernel extra_output_kernel(const Kernel& k, size_t j) {
+  Kernel one;
+  one.node = k.node;
+  one.op = OpId::Map;
+  one.inputs = k.inputs;
+  one.output = k.extra_outputs.at(j).arg;
+  one.expr = k.extra_outputs[j].expr;
+  return one;
 }
 
 std::vector<DeviceProbeEntry>& device_probes() {

@@ -95,6 +95,15 @@ struct KernelOp {
   std::string name;  // the user-facing op, when a composite built the node
 };
 
+// A further result of a Map kernel's pass (multi-output fusion): expr over the kernel's inputs,
+// stored at element i of arg as the main output is (same shape, contiguous). The scheduler
+// forms them only where the device asks (Device::fuses_extra_outputs: CUDA), or everywhere
+// under ALK_EXTRA_OUTPUTS=1: an f32 sum and its bf16 cast for the next product in one pass.
+struct ExtraOutput {
+  KernelArg arg;
+  expr::Expr expr;
+};
+
 struct Kernel {
   KernelOp node;        // the op (for Map: the root of the fused expression)
   OpId op = OpId::Map;  // Map for fused elementwise kernels, else the template op
@@ -106,9 +115,15 @@ struct Kernel {
   // Reduce/Matmul epilogue: Input slot 0 is the op's result; slot k > 0 is epilogue_inputs[k-1].
   std::optional<expr::Expr> epilogue;
   std::vector<KernelArg> epilogue_inputs;
+  // Map kernels only: more results of the same pass; none writes over an input.
+  std::vector<ExtraOutput> extra_outputs;
 };
 
-// The text that fixes a Map kernel's generated source: the expression's canonical form and
+// The kernel computing extra output j of k alone (a backend without multi-output kernels
+// runs these, then k without its extra outputs: k may write over an input they read).
+Kernel extra_output_kernel(const Kernel& k, size_t j);
+
+// The text that fixes a Map kernel's generated source: the expressions' canonical forms and
 // the storage dtypes. Backends key their compiled-kernel caches by it (never by a hash alone:
 // two kernels whose hashes collide must not share code).
 std::string map_kernel_key(const Kernel& k);

@@ -291,6 +291,9 @@ struct Builder {
       in_values.push_back(b.value);
     }
     if (k.op == OpId::Map) {
+      // Extra outputs first, each its own dispatch (the main one may write over an input).
+      for (const ExtraOutput& x : k.extra_outputs)
+        map_dispatch(x.expr, in, in_values, x.arg.dtype, x.arg.shape, write(x.arg, label), label);
       const int out = write(k.output, label);
       map_dispatch(*k.expr, in, in_values, k.output.dtype, k.output.shape, out, label);
       return;

@@ -161,6 +161,32 @@ TEST(ExprBuilder, SharesCommonSubexpressions) {
   EXPECT_EQ(count(parse_op(gt, gt.d[0], Type::F32, true), Fn::Tanh), 1);
 }
 
+// Several roots as one DAG (a kernel with extra outputs): each shared node once, every root
+// found at the index finish reports, what no root reaches dropped.
+TEST(ExprBuilder, FinishWithSeveralRootsSharesWhatTheyShare) {
+  Builder b;
+  const int x = b.input(0, Type::F32), y = b.input(1, Type::F32);
+  const int e = b.unary(Fn::Exp, b.binary(Fn::Add, x, y));
+  b.unary(Fn::Log, y);  // reached by no root
+  const int r0 = b.binary(Fn::Mul, e, x), r1 = b.unary(Fn::Tanh, e);
+  std::vector<int> at;
+  const int roots[] = {r1, r0, r1};
+  const Expr both = b.finish(roots, at);
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_EQ(count(both, Fn::Exp), 1);
+  EXPECT_EQ(count(both, Fn::Log), 0);
+  EXPECT_EQ(both.nodes.size(), 6u);  // x, y, add, exp, mul, tanh
+  EXPECT_EQ(both.nodes[static_cast<size_t>(at[0])].fn, Fn::Tanh);
+  EXPECT_EQ(both.nodes[static_cast<size_t>(at[1])].fn, Fn::Mul);
+  EXPECT_EQ(at[2], at[0]);
+  EXPECT_EQ(both.root(), std::max(at[0], at[1]));  // the latest root last
+  for (size_t i = 0; i < both.nodes.size(); ++i)  // topological
+    for (int k = 0; k < fn_arity(both.nodes[i].fn); ++k) EXPECT_LT(both.nodes[i].args[k], static_cast<int>(i));
+  EXPECT_EQ(b.finish(r0).str(), "mul(in0:f32, exp(add(in0:f32, in1:f32)))");
+  const int none[] = {99};
+  EXPECT_THROW(b.finish(none, at), Error);
+}
+
 TEST(ExprBuilder, PromotesWithCasts) {
   Builder b;
   int i = b.input(0, Type::I64), f = b.input(1, Type::F32), d = b.input(2, Type::F64);

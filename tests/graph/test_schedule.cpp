@@ -264,6 +264,62 @@ TEST(Schedule, ValuesHeldByTheUserAreStoredNotRecomputed) {
   for (size_t i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ(yv[i], 2 * hv[i]);
 }
 
+// Kernels with extra outputs (merge_extra_outputs): under ALK_EXTRA_OUTPUTS=1 the CPU forms
+// them too (each output its own pass), and every value is the separate kernels' bit for bit;
+// by default the CPU does not ask for them.
+TEST(Schedule, ExtraOutputsStoreTheSameBitsAsTheirOwnKernels) {
+  std::mt19937 rng(11);
+  Tensor a = testing::f64_tensor({24, 40}, Domain::Any, rng).to(DType::F32);
+  Tensor b = testing::f64_tensor({24, 40}, Domain::Any, rng).to(DType::F32);
+  realize({a, b});
+  auto run = [&](const char* setting, int64_t& kernels, int64_t& extra) {
+    if (setting) setenv("ALK_EXTRA_OUTPUTS", setting, 1);
+    std::vector<Tensor> outs = testing::extra_output_cases(a, b);
+    realize(outs);
+    kernels = last_schedule_stats().kernels;
+    extra = last_schedule_stats().extra_outputs;
+    unsetenv("ALK_EXTRA_OUTPUTS");
+    std::vector<std::vector<double>> values;
+    for (const Tensor& t : outs) values.push_back(t.to_vector<double>());
+    return values;
+  };
+  int64_t k_default = 0, x_default = 0, k_merged = 0, x_merged = 0;
+  const auto want = run(nullptr, k_default, x_default);
+  const auto got = run("1", k_merged, x_merged);
+  EXPECT_EQ(x_default, 0) << "the CPU does not ask for extra outputs";
+  EXPECT_EQ(x_merged, 3);
+  EXPECT_EQ(k_merged, k_default - 3);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    for (size_t j = 0; j < want[i].size(); ++j)
+      ASSERT_EQ(got[i][j], want[i][j]) << "output " << i << " element " << j;
+  }
+  // And the values themselves, in float64 from the same inputs (s16: the bf16 of a + b).
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  for (size_t j = 0; j < av.size(); ++j) {
+    const float sum = static_cast<float>(av[j]) + static_cast<float>(bv[j]);
+    ASSERT_EQ(got[0][j], tensor(std::vector<double>{sum}, Shape{1}).to(DType::BF16).to_vector<double>()[0]);
+    if (j > 40) break;  // a few suffice: the rest are compared bit for bit above
+  }
+  // A compiled step that carries extra outputs through its trace replays the same values.
+  setenv("ALK_EXTRA_OUTPUTS", "1", 1);
+  Program step = compile([](const std::vector<Tensor>& in) {
+    const std::vector<Tensor> outs = testing::extra_output_cases(in[0], in[1]);
+    realize(outs);  // one schedule, so its kernels take extra outputs in the trace too
+    for (size_t i = 0; i < outs.size(); ++i) capture("out" + std::to_string(i), outs[i]);
+  });
+  std::vector<std::vector<double>> replayed;
+  for (int call = 0; call < 3; ++call) {
+    step({a, b});
+    replayed.clear();
+    for (size_t i = 0; i < want.size(); ++i) replayed.push_back(step.captured("out" + std::to_string(i)).to_vector<double>());
+  }
+  unsetenv("ALK_EXTRA_OUTPUTS");
+  ASSERT_EQ(replayed.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(replayed[i], want[i]) << "output " << i;
+}
+
 TEST(Schedule, DeadNodesDoNotRun) {
   Tensor a = tensor(iota_values(6), {6});
   Tensor unused = exp(a) * 3.0;

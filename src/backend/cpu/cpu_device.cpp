@@ -216,6 +216,13 @@ class CpuDevice final : public Device {
 
   void launch(PreparedKernel& prepared, const Kernel& k) override {
     if (const cpu::KernelObserver* observe = kernel_observer().load(std::memory_order_acquire)) (*observe)(k);
+    if (k.op == OpId::Map && !k.extra_outputs.empty()) {
+      // Each extra output as its own pass, before the main one (which may write over an input).
+      for (size_t j = 0; j < k.extra_outputs.size(); ++j) run(extra_output_kernel(k, j));
+      Kernel main = k;
+      main.extra_outputs.clear();
+      return run(main);
+    }
     if (k.op == OpId::Map) {
       auto in = views_of(k.inputs);
       cpu::eval_map(*static_cast<CpuMapKernel&>(prepared).program, in, view_of(k.output));

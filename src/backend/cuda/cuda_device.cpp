@@ -140,9 +140,21 @@ bool old_path(const char* name) {
 
 // ---- Map ----
 
-void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, const Arg& out) {
-  expr::MapSignature sig{"map", {}, out.dtype};
+// extra: the kernel's further outputs (Kernel::extra_outputs), contiguous over out's shape.
+struct ExtraArg {
+  Arg arg;
+  expr::Expr expr;
+};
+
+void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, const Arg& out,
+                const std::vector<ExtraArg>& extra = {}) {
+  expr::MapSignature sig{"map", {}, out.dtype, {}};
   for (const Arg& a : in) sig.inputs.push_back(a.dtype);
+  std::vector<expr::Expr> extra_exprs;
+  for (const ExtraArg& x : extra) {
+    sig.extra_outputs.push_back(x.arg.dtype);
+    extra_exprs.push_back(x.expr);
+  }
   const int64_t n = numel(out.shape);
   // Fewer dims, fewer divisions per element: size-1 dims are dropped and a dim merges into
   // the one outside it wherever every input steps through both as one (the output is
@@ -164,6 +176,7 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   // The kernel is compiled for its rank, and for 32-bit index math where every element it
   // reaches lies below 2^31 (ALK_RANK, ALK_INDEX32 in emit_cuda.cpp).
   bool index32 = n < (int64_t{1} << 31) && out.offset + n < (int64_t{1} << 31);
+  for (const ExtraArg& x : extra) index32 = index32 && x.arg.offset + n < (int64_t{1} << 31);
   for (size_t k = 0; k < in.size() && index32; ++k) {
     int64_t last = in[k].offset;
     for (size_t d = 0; d < shape.size(); ++d) {
@@ -189,10 +202,12 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   for (size_t k = 0; k < in.size(); ++k)
     row_broadcast[k] = !uniform[k] && shape.size() > 1 && !strides[k].empty() && strides[k].back() == 0;
   size_t widest = dtype_size(out.dtype);
+  for (const ExtraArg& x : extra) widest = std::max(widest, dtype_size(x.arg.dtype));
   for (size_t k = 0; k < in.size(); ++k)
     if (!uniform[k] && !row_broadcast[k]) widest = std::max(widest, dtype_size(in[k].dtype));
   const int64_t vec = static_cast<int64_t>(16 / widest);
   bool aligned = vec > 1 && n >= 4 * vec && out.offset % vec == 0 && (shape.size() <= 1 || shape.back() % vec == 0);
+  for (const ExtraArg& x : extra) aligned = aligned && x.arg.offset % vec == 0;
   for (size_t k = 0; k < in.size() && aligned; ++k) {
     if (uniform[k] || row_broadcast[k] || strides[k].empty()) continue;
     aligned = strides[k].back() == 1 && in[k].offset % vec == 0;
@@ -203,8 +218,8 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
     for (size_t k = 0; k < in.size(); ++k)
       if (row_broadcast[k]) defs += "#define ALK_VEC_BCAST_" + std::to_string(k) + " 1\n";
   }
-  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform), "map");
-  // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1].
+  CUfunction f = ctx.function(defs + expr::emit_map_kernel(e, sig, expr::Target::Cuda, uniform, extra_exprs), "map");
+  // The params block of emit_cuda.cpp: n, rank, shape[8], strides[K][8], offset[K + 1 + extra].
   std::vector<int64_t> p;
   p.push_back(n);
   p.push_back(static_cast<int64_t>(shape.size()));
@@ -213,6 +228,7 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
     for (size_t d = 0; d < 8; ++d) p.push_back(k < in.size() && d < strides[k].size() ? strides[k][d] : 0);
   for (const Arg& a : in) p.push_back(a.offset);
   p.push_back(out.offset);
+  for (const ExtraArg& x : extra) p.push_back(x.arg.offset);
   std::vector<uint32_t> magic(16, 0);  // magic[8], then shift[8]
   for (size_t d = 0; d < shape.size(); ++d) std::tie(magic[d], magic[8 + d]) = expr::cuda_division_magic(shape[d]);
   const size_t bytes = p.size() * sizeof(int64_t);
@@ -221,6 +237,7 @@ void launch_map(Context& ctx, const expr::Expr& e, const std::vector<Arg>& in, c
   Args args;
   for (const Arg& a : in) args.add(a.ptr);
   args.add(out.ptr);
+  for (const ExtraArg& x : extra) args.add(x.arg.ptr);
   args.add_bytes(p.data(), bytes + 64);
   ctx.launch(f, blocks_for(ctx, aligned ? (n + vec - 1) / vec : n), 1, 1, kBlock, 0, args);
 }
@@ -245,7 +262,9 @@ struct GroupMember {
 // The member form of a Map kernel, if it has one: every operand contiguous in the output's
 // order or a single value (all strides 0 over the dims that are not 1), under 2^31 elements.
 std::optional<GroupMember> group_member(const Kernel& k) {
-  if (k.op != OpId::Map || !k.expr || k.epilogue || k.output.buffer->device->info().kind != "cuda") return std::nullopt;
+  if (k.op != OpId::Map || !k.expr || k.epilogue || !k.extra_outputs.empty() ||
+      k.output.buffer->device->info().kind != "cuda")
+    return std::nullopt;
   const Shape& shape = k.output.shape;
   const int64_t n = numel(shape);
   if (n < 1 || n >= (int64_t{1} << 31)) return std::nullopt;
@@ -2207,6 +2226,9 @@ class CudaDevice final : public Device {
     return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
   }
   bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
+  // One pass storing an f32 sum and its bf16 cast (the residual gradient and the next
+  // product's operand): the cast's read of the sum is saved.
+  bool fuses_extra_outputs() const override { return true; }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (std::string why = unsupported_reason(k); !why.empty())
@@ -2302,6 +2324,7 @@ class CudaDevice final : public Device {
       for (const KernelArg& a : k.inputs) r->keep.push_back(a.buffer);
       for (const KernelArg& a : k.epilogue_inputs) r->keep.push_back(a.buffer);
       r->keep.push_back(k.output.buffer);
+      for (const ExtraOutput& x : k.extra_outputs) r->keep.push_back(x.arg.buffer);
     }
     return r;
   }
@@ -2374,7 +2397,9 @@ class CudaDevice final : public Device {
     if (k.op == OpId::Map) {
       std::vector<Arg> in;
       for (const KernelArg& a : k.inputs) in.push_back(arg_of(a));
-      return launch_map(c, *k.expr, in, out);
+      std::vector<ExtraArg> extra;
+      for (const ExtraOutput& x : k.extra_outputs) extra.push_back({arg_of(x.arg), x.expr});
+      return launch_map(c, *k.expr, in, out, extra);
     }
     if (k.op == OpId::Matmul && k.epilogue && matmul_with_epilogue(c, k, out)) return;
     if ((k.op == OpId::LayerNorm || k.op == OpId::RmsNorm) && k.epilogue && launch_norm(c, k, out, true)) return;

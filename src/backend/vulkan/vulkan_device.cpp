@@ -163,6 +163,7 @@ class VulkanDevice final : public Device {
       for (const KernelArg& a : k.inputs) r->commands->keep(a.buffer);
       for (const KernelArg& a : k.epilogue_inputs) r->commands->keep(a.buffer);
       r->commands->keep(k.output.buffer);
+      for (const ExtraOutput& x : k.extra_outputs) r->commands->keep(x.arg.buffer);
     }
     r->commands->finish();
     return r;
@@ -198,6 +199,8 @@ class VulkanDevice final : public Device {
   }
 
   std::string unsupported(const Kernel& k) const {
+    for (size_t j = 0; j < k.extra_outputs.size(); ++j)
+      if (std::string why = unsupported(extra_output_kernel(k, j)); !why.empty()) return why;
     const std::string key = k.op == OpId::Map ? map_kernel_key(k) : std::string();
     if (k.op == OpId::Map) {
       std::lock_guard lock(mutex_);
@@ -247,6 +250,12 @@ class VulkanDevice final : public Device {
     }
     std::vector<ViewArg> in;
     for (const KernelArg& a : k.inputs) in.push_back(view_arg(a));
+    // Extra outputs (ALK_EXTRA_OUTPUTS=1; Vulkan does not ask for them) as their own
+    // dispatches, before the main one, which may write over an input they read.
+    for (size_t j = 0; j < k.extra_outputs.size(); ++j) {
+      const Kernel one = extra_output_kernel(k, j);
+      static_cast<PreparedMap&>(*prepare_kernel(one)).kernel->launch(enc, in, view_arg(one.output));
+    }
     static_cast<PreparedMap&>(prepared).kernel->launch(enc, in, view_arg(k.output));
   }
 

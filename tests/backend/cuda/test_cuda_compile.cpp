@@ -235,6 +235,35 @@ TEST(CudaCompile, MapGroupKernelsCompile) {
                                 "sm_90a"));
 }
 
+// A Map kernel with extra outputs (Kernel::extra_outputs): an f32 sum stored with its bf16
+// cast and a function of it; the shared value is computed once; with and without the vector loop.
+TEST(CudaCompile, MapKernelsWithExtraOutputsCompile) {
+  ALK_NEED_NVRTC();
+  expr::Builder b;
+  const int sum = b.binary(expr::Fn::Add, b.input(0, expr::Type::F32), b.input(1, expr::Type::F32));
+  const expr::Expr e = b.finish(sum);
+  const expr::Expr half = b.finish(b.cast(sum, expr::Type::F32));  // stored as bf16
+  const expr::Expr gelu_like = b.finish(b.binary(expr::Fn::Mul, sum, b.unary(expr::Fn::Tanh, sum)));
+  // f32 operands: the bf16 output alone must bring cuda_bf16.h in.
+  const expr::MapSignature sig{"map", {DType::F32, DType::F32}, DType::F32, {DType::BF16, DType::F32}};
+  const std::string src = expr::emit_map_kernel(e, sig, expr::Target::Cuda, {}, {half, gelu_like});
+  EXPECT_NE(src.find("__nv_bfloat16* __restrict__ out1_data, float* __restrict__ out2_data"), std::string::npos) << src;
+  EXPECT_NE(src.find("out1_data[o1] = __float2bfloat16_rn("), std::string::npos) << src;
+  EXPECT_NE(src.find("long long offset[5]"), std::string::npos) << src;
+  // The sum once per element in each loop (scalar and vector), not once per output.
+  size_t adds = 0;
+  for (size_t at = src.find("(in0 + in1)"); at != std::string::npos; at = src.find("(in0 + in1)", at + 1)) ++adds;
+  EXPECT_EQ(adds, 2u) << src;
+  EXPECT_EQ(src.find("tanh.approx"), std::string::npos) << "an f32 output keeps tanhf";
+  EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n" + src, "sm_90a")) << src;
+  EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 1\n#define ALK_INDEX32 1\n#define ALK_VEC 4\n" + src, "sm_90a")) << src;
+  EXPECT_NO_THROW(compile_cubin("#define ALK_RANK 3\n" + src, "sm_90a")) << src;
+  // Other languages and the multi-tensor group have one output.
+  EXPECT_THROW(expr::emit_map_kernel(e, sig, expr::Target::Glsl, {}, {half, gelu_like}), Error);
+  EXPECT_THROW(expr::cuda_map_group_entry(sig, {}), Error);
+  EXPECT_THROW(expr::emit_map_kernel(e, sig, expr::Target::Cuda, {}, {half}), Error);  // two dtypes, one expression
+}
+
 TEST(CudaCompile, DivisionByMagicNumbersIsExact) {
   // What the Map kernels compute per dim, emulated on the host (umulhi = high half of the
   // 64-bit product), against plain division, over divisors and dividends up to 2^31.

@@ -14,6 +14,7 @@
 #include "backend/cuda/context.h"
 #include "backend/cuda/driver.h"
 #include "graph/schedule.h"
+#include "testing.h"
 
 namespace alk {
 namespace {
@@ -97,6 +98,30 @@ TEST(CudaDevice, VectorizedMapsOverRowsAndTails) {
     check([](const Tensor& a, const Tensor&, const Tensor&, const Tensor&, const Tensor& c) {
       return where(gt(c.transpose(1, 2), 0.0), a.transpose(1, 2), 1.0);
     });
+  }
+}
+
+// Kernels with extra outputs, which CUDA asks for (Device::fuses_extra_outputs): the same
+// values as the CPU's separate kernels, over shapes with and without the vector loop.
+TEST(CudaDevice, MapKernelsStoreExtraOutputs) {
+  ALK_CUDA_OR_SKIP(dev);
+  for (Shape shape : {Shape{64, 96}, Shape{7, 13}, Shape{3, 1001}}) {
+    SCOPED_TRACE(to_string(shape));
+    Tensor a = randn(shape), b = randn(shape);
+    realize({a, b});
+    const std::vector<Tensor> want = testing::extra_output_cases(a, b);
+    realize(want);
+    const std::vector<Tensor> got = testing::extra_output_cases(a.to(*dev), b.to(*dev));
+    realize(got);
+    EXPECT_EQ(last_schedule_stats().extra_outputs, 3);
+    ASSERT_EQ(got.size(), want.size());
+    expect_close(got[0], want[0], 0, 0);          // bf16(a + b)
+    expect_close(got[1], want[1], 1e-5, 1e-4);    // a sum, another order
+    expect_close(got[2], want[2], 0, 0);          // bf16(a * b) read back: its rounding
+    expect_close(got[3], want[3], 1e-5, 1e-5);
+    expect_close(got[4], want[4], 1e-5, 1e-5);    // exp: CUDA's expf
+    expect_close(got[5], want[5], 1.0 / 128, 0);  // bf16 of a value within expf's ulps
+    expect_close(got[6], want[6], 1e-5, 1e-5);
   }
 }
 
