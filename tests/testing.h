@@ -108,4 +108,20 @@ inline std::vector<Tensor> extra_output_cases(const Tensor& a, const Tensor& b) 
   return {s16, total, h_back, h_sum, x_sum, y16, y_sum};
 }
 
+// Extra outputs of a product's epilogue: the GELU of fc's product after its bias (read from
+// the kernel's result); a GELU of the tensor an input gradient's epilogue reads, computed
+// beside that gradient, scheduled after it (it moves up to the product) and before it (the
+// product moves up to it). Three merges where the device takes them.
+inline std::vector<Tensor> epilogue_extra_output_cases(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                                       const Tensor& h, const Tensor& h2) {
+  Tensor y = matmul(x, w) + bias;
+  Tensor a = gelu_tanh(y);
+  Tensor y_sum = sum(y, {0});
+  Tensor dx = matmul(x, w) * (h * 0.5 + 1.0);
+  Tensor h_gelu = gelu_tanh(h);
+  Tensor h2_gelu = gelu_tanh(h2);
+  Tensor dx2 = matmul(x, w) * h2;
+  return {a, y_sum, dx, h_gelu, h2_gelu, dx2};
+}
+
 }  // namespace alk::testing

@@ -6,7 +6,7 @@
 //   compiler   prepare(kernel) -> a compiled kernel, cached by its full source; launch(it, kernel)
 //   graphs     record(kernels) once -> replay() many times (a command buffer, a CUDA graph)
 //   support    supports(kernel): the scheduler sends a device only what it can run;
-//              fuses_epilogue(op) / widens_input(op, slot) / fuses_extra_outputs():
+//              fuses_epilogue(op) / widens_input(op, slot) / extra_outputs(op):
 //              what it may fuse for the device
 // and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
 // Nothing outside src/backend reads or writes device memory except through this interface.
@@ -99,10 +99,12 @@ class Device {
   // dtype, widening as it loads, so a 16-bit tensor may stand in for its f32 cast.
   virtual bool fuses_epilogue(OpId core) const;
   virtual bool widens_input(OpId op, size_t slot) const;
-  // Whether a Map kernel should also store the Map results that read only its own result
-  // (Kernel::extra_outputs: an f32 sum and its bf16 cast in one pass): yes on CUDA. The CPU
-  // runs such kernels too (each output its own pass), for ALK_EXTRA_OUTPUTS=1 in tests.
-  virtual bool fuses_extra_outputs() const { return false; }
+  // Whether kernels of op `core` (OpId::Map, or a template op with an epilogue) may store
+  // extra outputs (Kernel::extra_outputs: an f32 sum and its bf16 cast in one pass): Fuses (in
+  // the same pass, faster: the scheduler forms them), Runs (correctly, but each output its own
+  // pass or no faster: formed only under ALK_EXTRA_OUTPUTS=1), No. The default: Map kernels Run.
+  enum class ExtraOutputs : uint8_t { No, Runs, Fuses };
+  virtual ExtraOutputs extra_outputs(OpId core) const;
   virtual std::shared_ptr<PreparedKernel> prepare(const Kernel& k) = 0;
   // Enqueues k; errors found while it runs may surface here or at the next synchronize.
   virtual void launch(PreparedKernel& prepared, const Kernel& k) = 0;

@@ -641,43 +641,71 @@ class Scheduler {
   // ---- 3a. kernels with several outputs ----
   // Under autocast the backward's residual gradient is an f32 sum, and the next products
   // read its bf16 cast: a second kernel reading the whole sum back. Where the device asks
-  // for it (Device::fuses_extra_outputs), a Map kernel whose only input is another Map
-  // kernel's whole result, read element by element, is computed in that kernel's pass and
-  // stored beside its result (XLA's multi-output fusion): nothing is read twice, one launch
-  // fewer. ALK_EXTRA_OUTPUTS=1 applies it on every device (the CPU and Vulkan run each
-  // output as its own pass: tests), =0 on none.
+  // for it (Device::extra_outputs: Fuses), a Map result computed from what another kernel
+  // already has at each element is stored by that kernel's pass (XLA's multi-output fusion):
+  // - from a Map kernel's result, or a template op's result after its epilogue (the bf16
+  //   cast of the residual-gradient sum; the GELU of the fc product, beside the product);
+  // - from inputs of a template op's epilogue, where the kernel comes shortly before (the
+  //   GELU recomputed for fc2's weight gradient, from the fc product that fc2's input
+  //   gradient reads in its epilogue).
+  // Nothing is read twice, and a launch is saved. ALK_EXTRA_OUTPUTS=1 applies it wherever the
+  // device runs such kernels (Runs: the CPU and Vulkan, each output its own pass; CUDA's
+  // product epilogues, no faster yet), =0 nowhere.
   static constexpr size_t kMaxExtraOutputs = 2;
+  static constexpr size_t kMaxExtraOutputGap = 16;  // kernels an epilogue sibling may move up
   void merge_extra_outputs() {
     g_stats.extra_outputs = 0;
     const char* setting = std::getenv("ALK_EXTRA_OUTPUTS");
     if (setting && std::string_view(setting) == "0") return;
     const bool everywhere = setting && std::string_view(setting) == "1";
     std::unordered_map<const Node*, size_t> producer;
-    for (size_t i = 0; i < kernels_.size(); ++i) producer[kernels_[i]->root] = i;
+    std::unordered_map<const Node*, std::vector<size_t>> epilogue_readers;
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      producer[kernels_[i]->root] = i;
+      for (const TensorImpl* l : kernels_[i]->epilogue_leaves) epilogue_readers[l->node.get()].push_back(i);
+    }
     std::vector<bool> merged(kernels_.size(), false);
     for (size_t i = 0; i < kernels_.size(); ++i) {
+      if (merged[i]) continue;  // a kernel that moved up to an earlier place
       PendingKernel& c = *kernels_[i];
-      if (c.op != OpId::Map || !c.expr || c.epilogue || c.leaves.size() != 1 || !c.extra_outputs.empty()) continue;
-      const TensorImpl* leaf = c.leaves[0];
-      const Node* a = leaf->node.get();
-      auto it = producer.find(a);
-      if (it == producer.end() || merged[it->second] || merged[i]) continue;
-      PendingKernel& k = *kernels_[it->second];
-      // The value c reads is a's as stored: f32 and f64 are the computed value, bf16 its
-      // rounding (RoundBf16, bit for bit); other dtypes are left to their own kernel.
-      if (k.op != OpId::Map || !k.expr || k.epilogue || k.extra_outputs.size() >= kMaxExtraOutputs ||
-          (a->dtype != DType::F32 && a->dtype != DType::F64 && a->dtype != DType::BF16) ||
-          a->device != c.root->device || !(everywhere || a->device->fuses_extra_outputs()) ||
-          !identity_view(leaf) || c.root->shape != a->shape)
-        continue;
-      expr::Builder b;
-      std::vector<int> inputs;
-      for (size_t j = 0; j < k.leaves.size(); ++j) inputs.push_back(b.input(static_cast<int>(j), compute_type(k.leaves[j]->dtype)));
-      int value = b.cast(b.inline_expr(*k.expr, inputs), compute_type(a->dtype));
-      if (a->dtype == DType::BF16) value = b.unary(expr::Fn::RoundBf16, value);
-      const int read = value;
-      k.extra_outputs.emplace_back(c.root, b.finish(b.inline_expr(*c.expr, std::span<const int>(&read, 1))));
-      merged[i] = true;
+      if (c.op != OpId::Map || !c.expr || c.epilogue || c.leaves.empty() || !c.extra_outputs.empty()) continue;
+      std::vector<size_t> candidates;
+      if (auto it = producer.find(c.leaves[0]->node.get()); it != producer.end()) candidates.push_back(it->second);
+      // A kernel reading c's operands in its epilogue, shortly before c (c moves up to it) or
+      // after it (it moves up to c, if no kernel in between makes what it reads): the GELU
+      // recomputed for fc2's weight gradient, just before that product, and fc2's input
+      // gradient just after, which reads the same fc product in its epilogue.
+      auto makes_what_it_reads = [&](size_t m, const PendingKernel& k) {
+        if (merged[m]) return false;
+        std::vector<const Node*> made{kernels_[m]->root};
+        for (auto& [n, e] : kernels_[m]->extra_outputs) made.push_back(n);
+        auto reads = [&](const TensorImpl* l) { return std::find(made.begin(), made.end(), l->node.get()) != made.end(); };
+        return std::any_of(k.leaves.begin(), k.leaves.end(), reads) ||
+               std::any_of(k.epilogue_leaves.begin(), k.epilogue_leaves.end(), reads);
+      };
+      if (auto it = epilogue_readers.find(c.leaves[0]->node.get()); it != epilogue_readers.end())
+        for (size_t j : it->second) {
+          if (j < i ? i - j > kMaxExtraOutputGap : j - i > kMaxExtraOutputGap) continue;
+          bool blocked = false;
+          for (size_t m = i + 1; m < j && !blocked; ++m) blocked = makes_what_it_reads(m, *kernels_[j]);
+          if (!blocked) candidates.push_back(j);
+        }
+      for (size_t j : candidates) {
+        if (merged[j] || j == i) continue;
+        std::optional<expr::Expr> e = extra_output_expr(*kernels_[j], c, everywhere);
+        if (!e) continue;
+        kernels_[j]->extra_outputs.emplace_back(c.root, std::move(*e));
+        if (j < i) {
+          merged[i] = true;
+        } else {  // k takes c's place
+          kernels_[i] = std::move(kernels_[j]);
+          merged[j] = true;
+          producer[kernels_[i]->root] = i;
+          for (const TensorImpl* l : kernels_[i]->epilogue_leaves)
+            std::replace(epilogue_readers[l->node.get()].begin(), epilogue_readers[l->node.get()].end(), j, i);
+        }
+        break;
+      }
     }
     std::vector<std::unique_ptr<PendingKernel>> kept;
     for (size_t i = 0; i < kernels_.size(); ++i)
@@ -689,6 +717,49 @@ class Scheduler {
     }
     g_stats.kernels = static_cast<int64_t>(kernels_.size());
     g_stats.extra_outputs = static_cast<int64_t>(std::count(merged.begin(), merged.end(), true));
+  }
+
+  // Map kernel c's value as an extra output of kernel k, over k's operands (a Map kernel's
+  // leaves; a template op's epilogue slots: 0 its value, s + 1 epilogue leaf s), if every
+  // leaf of c is k's whole result or one of those operands through the same view.
+  std::optional<expr::Expr> extra_output_expr(const PendingKernel& k, const PendingKernel& c, bool everywhere) {
+    const Node* root = k.root;
+    const bool template_core = k.op != OpId::Map;
+    if ((template_core ? !k.epilogue : !k.expr) || c.root->device != root->device || c.root->shape != root->shape)
+      return std::nullopt;
+    const Device::ExtraOutputs mode = root->device->extra_outputs(k.op);
+    if (mode == Device::ExtraOutputs::No || (mode == Device::ExtraOutputs::Runs && !everywhere)) return std::nullopt;
+    if (k.extra_outputs.size() >= (template_core ? 1 : kMaxExtraOutputs)) return std::nullopt;
+    const std::vector<const TensorImpl*>& operands = template_core ? k.epilogue_leaves : k.leaves;
+    const int first = template_core ? 1 : 0;
+    expr::Builder b;
+    std::vector<int> slots;
+    if (template_core) slots.push_back(b.input(0, compute_type(k.core->dtype)));
+    for (size_t s = 0; s < operands.size(); ++s)
+      slots.push_back(b.input(static_cast<int>(s) + first, compute_type(operands[s]->dtype)));
+    int value = -1;  // root's value as stored, built at its first read
+    std::vector<int> reads;
+    for (const TensorImpl* l : c.leaves) {
+      if (l->node.get() == root) {
+        // f32 and f64 are the computed value, bf16 its rounding (RoundBf16, bit for bit);
+        // other dtypes are left to their own kernel.
+        if (!identity_view(l) || (root->dtype != DType::F32 && root->dtype != DType::F64 && root->dtype != DType::BF16))
+          return std::nullopt;
+        if (value < 0) {
+          value = b.cast(b.inline_expr(template_core ? *k.epilogue : *k.expr, slots), compute_type(root->dtype));
+          if (root->dtype == DType::BF16) value = b.unary(expr::Fn::RoundBf16, value);
+        }
+        reads.push_back(value);
+        continue;
+      }
+      if (!template_core) return std::nullopt;  // siblings of Map kernels: left apart (they batch)
+      auto same = std::find_if(operands.begin(), operands.end(), [l](const TensorImpl* o) {
+        return o->node == l->node && o->shape == l->shape && o->strides == l->strides && o->offset == l->offset;
+      });
+      if (same == operands.end()) return std::nullopt;
+      reads.push_back(slots[static_cast<size_t>(same - operands.begin()) + static_cast<size_t>(first)]);
+    }
+    return b.finish(b.inline_expr(*c.expr, reads));
   }
 
   // ---- 3b. multi-tensor batches ----

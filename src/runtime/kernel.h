@@ -95,10 +95,11 @@ struct KernelOp {
   std::string name;  // the user-facing op, when a composite built the node
 };
 
-// A further result of a Map kernel's pass (multi-output fusion): expr over the kernel's inputs,
-// stored at element i of arg as the main output is (same shape, contiguous). The scheduler
-// forms them only where the device asks (Device::fuses_extra_outputs: CUDA), or everywhere
-// under ALK_EXTRA_OUTPUTS=1: an f32 sum and its bf16 cast for the next product in one pass.
+// A further result of a kernel's pass (multi-output fusion), stored at element i of arg as the
+// main output is (same shape, contiguous): expr over a Map kernel's inputs, or over a template
+// op's epilogue operands (slot 0 its value, slot s the epilogue input s - 1). The scheduler
+// forms them where the device fuses them (Device::extra_outputs: CUDA's Map kernels), or under
+// ALK_EXTRA_OUTPUTS=1: an f32 sum and its bf16 cast for the next product in one pass.
 struct ExtraOutput {
   KernelArg arg;
   expr::Expr expr;
@@ -115,12 +116,13 @@ struct Kernel {
   // Reduce/Matmul epilogue: Input slot 0 is the op's result; slot k > 0 is epilogue_inputs[k-1].
   std::optional<expr::Expr> epilogue;
   std::vector<KernelArg> epilogue_inputs;
-  // Map kernels only: more results of the same pass; none writes over an input.
+  // More results of the same pass (Map kernels, template ops with an epilogue); none
+  // writes over an input.
   std::vector<ExtraOutput> extra_outputs;
 };
 
-// The kernel computing extra output j of k alone (a backend without multi-output kernels
-// runs these, then k without its extra outputs: k may write over an input they read).
+// The Map kernel computing extra output j of Map kernel k alone (a backend without
+// multi-output kernels runs these, then k without them: k may write over an input they read).
 Kernel extra_output_kernel(const Kernel& k, size_t j);
 
 // The text that fixes a Map kernel's generated source: the expressions' canonical forms and

@@ -298,6 +298,8 @@ struct Builder {
       map_dispatch(*k.expr, in, in_values, k.output.dtype, k.output.shape, out, label);
       return;
     }
+    check(k.extra_outputs.empty(), "export", loc, "webgpu: ", label,
+          " stores extra outputs from a template op's epilogue (ALK_EXTRA_OUTPUTS): trace it without");
     // Epilogue inputs are read before the output is written (it may reuse their bytes).
     std::vector<TView> epi;
     std::vector<int> epi_values;

@@ -320,6 +320,35 @@ TEST(Schedule, ExtraOutputsStoreTheSameBitsAsTheirOwnKernels) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(replayed[i], want[i]) << "output " << i;
 }
 
+// The same for extra outputs of a template op's epilogue (on the CPU only under
+// ALK_EXTRA_OUTPUTS=1: the value computed, the extra outputs from it, then the epilogue).
+TEST(Schedule, EpilogueExtraOutputsStoreTheSameBitsAsTheirOwnKernels) {
+  std::mt19937 rng(12);
+  Tensor x = testing::f64_tensor({48, 32}, Domain::Any, rng).to(DType::F32);
+  Tensor w = testing::f64_tensor({32, 40}, Domain::Any, rng).to(DType::F32);
+  Tensor bias = testing::f64_tensor({40}, Domain::Any, rng).to(DType::F32);
+  Tensor h = testing::f64_tensor({48, 40}, Domain::Any, rng).to(DType::F32);
+  Tensor h2 = testing::f64_tensor({48, 40}, Domain::Any, rng).to(DType::F32);
+  realize({x, w, bias, h, h2});
+  auto run = [&](const char* setting, int64_t& extra) {
+    if (setting) setenv("ALK_EXTRA_OUTPUTS", setting, 1);
+    std::vector<Tensor> outs = testing::epilogue_extra_output_cases(x, w, bias, h, h2);
+    realize(outs);
+    extra = last_schedule_stats().extra_outputs;
+    unsetenv("ALK_EXTRA_OUTPUTS");
+    std::vector<std::vector<double>> values;
+    for (const Tensor& t : outs) values.push_back(t.to_vector<double>());
+    return values;
+  };
+  int64_t x_default = 0, x_merged = 0;
+  const auto want = run(nullptr, x_default);
+  const auto got = run("1", x_merged);
+  EXPECT_EQ(x_default, 0);
+  EXPECT_EQ(x_merged, 3);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
+}
+
 TEST(Schedule, DeadNodesDoNotRun) {
   Tensor a = tensor(iota_values(6), {6});
   Tensor unused = exp(a) * 3.0;

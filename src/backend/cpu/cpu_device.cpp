@@ -202,6 +202,8 @@ class CpuDevice final : public Device {
     return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
   }
   bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
+  // Each extra output its own pass (launch, run_template): for ALK_EXTRA_OUTPUTS=1 in tests.
+  ExtraOutputs extra_outputs(OpId) const override { return ExtraOutputs::Runs; }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (k.op != OpId::Map) return template_kernel_;
@@ -250,12 +252,13 @@ class CpuDevice final : public Device {
     }
     const KernelOp& core = k.node;
     cpu::View out = view_of(k.output);
-    if (std::optional<std::vector<cpu::View>> addends = matmul_addends(k, out)) {
+    const bool extras = !k.extra_outputs.empty();  // they read the value: the generic path below
+    if (std::optional<std::vector<cpu::View>> addends = extras ? std::nullopt : matmul_addends(k, out)) {
       auto in = views_of(k.inputs);
       cpu::matmul(in[0], in[1], out, *addends);
       return;
     }
-    if (core.op == OpId::Conv2d && core.dtype == DType::F32 && core.shape == out.shape) {
+    if (!extras && core.op == OpId::Conv2d && core.dtype == DType::F32 && core.shape == out.shape) {
       // relu/hardswish (after a residual add) applied by the convolution to each part of its
       // output while in cache (kernels_conv.cpp), not as a second pass over the whole output.
       auto in = views_of(k.inputs);
@@ -279,6 +282,8 @@ class CpuDevice final : public Device {
     run_core(k, cpu::View{value_data, core.dtype, core.shape, contiguous_strides(core.shape), 0});
     std::vector<cpu::View> in{cpu::View{value_data, core.dtype, out.shape, contiguous_strides(out.shape), 0}};
     for (auto& a : k.epilogue_inputs) in.push_back(view_of(a));
+    // Extra outputs (over the epilogue's operands) before the epilogue, which may run in place.
+    for (const ExtraOutput& x : k.extra_outputs) cpu::eval_map(x.expr, in, view_of(x.arg));
     cpu::eval_map(*k.epilogue, in, out);
   }
 

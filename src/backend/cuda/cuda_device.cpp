@@ -643,15 +643,26 @@ struct EpiLaunch {
   uint64_t ptr[kMaxEpilogueInputs] = {};
   KView batch[kMaxEpilogueInputs];
   int64_t rs[kMaxEpilogueInputs] = {}, cs[kMaxEpilogueInputs] = {};
+  uint64_t extra = 0;  // the extra output's element 0 (EPI_EXTRA: contiguous, the result's shape)
 };
 
-// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes.
-std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out) {
+// node: the product's dtype (epilogue slot 0); inputs: the other slots' dtypes. extra: an extra
+// output's expression over the same slots (Kernel::extra_outputs), stored as extra_dtype:
+// epilogue_extra_apply(), and EPI_EXTRA / EPI_EXTRA_T for the kernel.
+std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vector<DType>& inputs, DType out,
+                          const expr::Expr* extra = nullptr, DType extra_dtype = DType::BF16) {
   expr::MapSignature sig{"epilogue", {}, out};
   sig.inputs.push_back(node);
   for (DType t : inputs) sig.inputs.push_back(t);
-  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; };\n";
+  std::string s = "struct EpiParams { unsigned long long ptr[4]; View batch[4]; i64 rs[4], cs[4]; unsigned long long extra; };\n";
   s += expr::emit_function(epilogue, sig, expr::Target::Cuda) + "\n";
+  if (extra) {
+    expr::MapSignature xsig = sig;
+    xsig.name = "epilogue_extra";
+    xsig.output = extra_dtype;
+    s += "#define EPI_EXTRA 1\n#define EPI_EXTRA_T " + storage(extra_dtype) + "\n" +
+         expr::emit_function(*extra, xsig, expr::Target::Cuda) + "\n";
+  }
   // Each input's first element of batch item z, computed once per item (divisions).
   s += "__device__ __forceinline__ void epilogue_bases(i64 z, const EpiParams& e, i64 base[4]) {\n";
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -692,6 +703,11 @@ std::string epilogue_code(const expr::Expr& epilogue, DType node, const std::vec
   s += "__device__ __forceinline__ float epilogue_apply(float acc, const EpiIn& in) {\n";
   s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
   s += "  return (float)" + call + ");\n}\n";
+  if (extra) {
+    s += "__device__ __forceinline__ float epilogue_extra_apply(float acc, const EpiIn& in) {\n";
+    s += "  const float x0 = cvt<float>(cvt<" + storage(node) + ">(acc));\n";
+    s += "  return (float)epilogue_extra" + call.substr(std::string("epilogue").size()) + ");\n}\n";
+  }
   s += "__device__ __forceinline__ float epilogue_at(float acc, const i64 base[4], i64 gm, i64 gn, const EpiParams& e) {\n";
   return s + "  return epilogue_apply(acc, epilogue_load(base, gm, gn, e));\n}\n";
 }
@@ -701,9 +717,11 @@ std::vector<DType> epilogue_input_types(const Kernel& k) {
   for (const KernelArg& x : k.epilogue_inputs) types.push_back(x.dtype);
   return types;
 }
-// A fused kernel's epilogue text, for a result of dtype `out`.
+// A fused kernel's epilogue text, for a result of dtype `out` (and its extra output, if any).
 std::string epilogue_code(const Kernel& k, DType out) {
-  return epilogue_code(*k.epilogue, k.node.dtype, epilogue_input_types(k), out);
+  const ExtraOutput* x = k.extra_outputs.empty() ? nullptr : &k.extra_outputs[0];
+  return epilogue_code(*k.epilogue, k.node.dtype, epilogue_input_types(k), out, x ? &x->expr : nullptr,
+                       x ? x->arg.dtype : DType::BF16);
 }
 
 EpiLaunch epilogue_params(const Kernel& k) {
@@ -714,6 +732,10 @@ EpiLaunch epilogue_params(const Kernel& k) {
     e.ptr[i] = a.ptr;
     e.batch[i] = kview(Shape(a.shape.begin(), a.shape.end() - 2), Shape(a.strides.begin(), a.strides.end() - 2), a.offset);
     e.rs[i] = a.strides[r - 2], e.cs[i] = a.strides[r - 1];
+  }
+  if (!k.extra_outputs.empty()) {
+    const Arg x = arg_of(k.extra_outputs[0].arg);
+    e.extra = x.ptr + static_cast<uint64_t>(x.offset) * dtype_size(x.dtype);
   }
   return e;
 }
@@ -1358,7 +1380,8 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
   const int bn = shape.bn();
   // The persistent kernel: the ring, its barriers (in a 1 KiB slot, so the staging tiles after
   // them stay aligned) and the staging tiles of 16-bit results (one per warpgroup in ping-pong).
-  if (shape.persistent) return shape.stages * (128 + bn) * 64 * 2 + 2048 + (shape.pingpong ? 2 : 1) * 128 * bn * 2;
+  if (shape.persistent)
+    return shape.stages * (128 + bn) * 64 * 2 + 2048 + (shape.pingpong ? 2 : 1) * 128 * bn * 2;
   if (shape.wgmma) return shape.stages * (shape.bm() + bn) * 64 * 2 + 1024;
   const int a = a_kmajor ? 128 * (32 + 8) : 32 * (128 + 8), b = b_kmajor ? bn * (32 + 8) : 32 * (bn + 8);
   return shape.stages * (a + b) * 2;
@@ -1423,7 +1446,12 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
       tin = tensor_map(epilogue->epilogue_inputs[i].dtype, epi.ptr[i] + static_cast<uint64_t>(epi.batch[i].offset) * 2, n,
                        m, epi.rs[i], 128);
     }
-    args.add(tout).add(tin).add(mp);
+    args.add(tout).add(tin);
+    if (epilogue && !epilogue->extra_outputs.empty()) {  // the extra output's map (EPI_EXTRA), as the result's
+      const KernelArg& x = epilogue->extra_outputs.at(0).arg;
+      args.add(tensor_map(x.dtype, epi.extra, n, m, mp.N, 128));
+    }
+    args.add(mp);
     if (epilogue) args.add(epi);
     const int shared = matmul_tc_shared_bytes(la, lb, shape);
     const int64_t tiles = ((mp.M + 127) / 128) * ((mp.N + bn - 1) / bn);
@@ -1706,6 +1734,16 @@ bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
   }
   const std::optional<TcPlan> plan = plan_tc(ctx, a, b, mp, k.node.dtype);
   if (!plan) return false;
+  // An extra output: the persistent ping-pong kernel stores one, 16-bit, of the result's shape
+  // and contiguous (the GELU of fc's product beside it); elsewhere the product is stored and
+  // the caller's Map pass computes the epilogue and the extra output.
+  if (!k.extra_outputs.empty()) {
+    const Arg x = arg_of(k.extra_outputs[0].arg);
+    if (k.extra_outputs.size() != 1 || dtype_size(x.dtype) != 2 || x.shape != out.shape ||
+        x.strides != contiguous_strides(x.shape) || plan->splits > 1 || !plan->shape.pingpong ||
+        !persistent_fits(out, mp) || (x.ptr + static_cast<uint64_t>(x.offset) * 2) % 16 != 0)
+      return false;
+  }
   // Split K: the sum of the slices applies the epilogue.
   if (plan->splits > 1)
     split_k_matmul(ctx, a, b, out, mp, plan->kind, plan->la, plan->lb, plan->shape, plan->splits, plan->even_slices, &k);
@@ -2226,9 +2264,13 @@ class CudaDevice final : public Device {
     return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
   }
   bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
-  // One pass storing an f32 sum and its bf16 cast (the residual gradient and the next
-  // product's operand): the cast's read of the sum is saved.
-  bool fuses_extra_outputs() const override { return true; }
+  // Map kernels: one pass storing an f32 sum and its bf16 cast (the residual gradient and the
+  // next product's operand), the cast's read of the sum saved. A product's epilogue runs them
+  // (the ping-pong kernel stages the extra output first), but not faster yet: the GPT-2 fc
+  // products with the GELU beside them took 258 us against 204 apart (bench/cuda/NOTES.md).
+  ExtraOutputs extra_outputs(OpId core) const override {
+    return core == OpId::Map ? ExtraOutputs::Fuses : core == OpId::Matmul ? ExtraOutputs::Runs : ExtraOutputs::No;
+  }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (std::string why = unsupported_reason(k); !why.empty())
@@ -2402,7 +2444,9 @@ class CudaDevice final : public Device {
       return launch_map(c, *k.expr, in, out, extra);
     }
     if (k.op == OpId::Matmul && k.epilogue && matmul_with_epilogue(c, k, out)) return;
-    if ((k.op == OpId::LayerNorm || k.op == OpId::RmsNorm) && k.epilogue && launch_norm(c, k, out, true)) return;
+    if ((k.op == OpId::LayerNorm || k.op == OpId::RmsNorm) && k.epilogue && k.extra_outputs.empty() &&
+        launch_norm(c, k, out, true))
+      return;
     Arg value = out;
     if (k.epilogue) {
       value.dtype = k.node.dtype;
@@ -2418,7 +2462,9 @@ class CudaDevice final : public Device {
     if (!k.epilogue) return;
     std::vector<Arg> in{Arg{value.ptr, value.dtype, out.shape, contiguous_strides(out.shape), value.offset}};
     for (const KernelArg& a : k.epilogue_inputs) in.push_back(arg_of(a));
-    launch_map(c, *k.epilogue, in, out);
+    std::vector<ExtraArg> extra;  // over the same operands as the epilogue
+    for (const ExtraOutput& x : k.extra_outputs) extra.push_back({arg_of(x.arg), x.expr});
+    launch_map(c, *k.epilogue, in, out, extra);
   }
 
   int index_;
@@ -2590,6 +2636,27 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
       out.emplace_back(std::string("matmul_wgmma_tma ") + name + " + a staged input",
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, shape,
                                         epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16) +
+                                            staged.defines({DType::BF16})));
+    }
+    {
+      // An extra output (Kernel::extra_outputs, ping-pong only): fc1's GELU beside its biased
+      // product; fc2's input gradient with the GELU of its staged epilogue input beside it.
+      const TcShape extra = kWgmmaTmaPingpong;
+      const expr::Expr product_gelu = expr::parse("0.5 * (a + b) * (1 + tanh(0.79788456 * (a + b)))", names, types,
+                                                  expr::Type::F32);
+      const expr::Expr plus_bias = expr::parse("a + b", names, types, expr::Type::F32);
+      EpiRoles bias;
+      bias.cols = 1;
+      out.emplace_back("matmul_wgmma_tma ping-pong + a bias and an extra output",
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, extra,
+                                        epilogue_code(plus_bias, DType::BF16, {DType::F32}, DType::BF16, &product_gelu) +
+                                            bias.defines({DType::F32})));
+      const expr::Expr input_gelu = expr::parse("0.5 * b * (1 + tanh(0.79788456 * b))", names, types, expr::Type::F32);
+      EpiRoles staged;
+      staged.tile = 0;
+      out.emplace_back("matmul_wgmma_tma ping-pong + a staged input and an extra output",
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, extra,
+                                        epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16, &input_gelu) +
                                             staged.defines({DType::BF16})));
     }
     out.emplace_back("matmul_wgmma_tma 192 x 192 + epilogue",

@@ -199,6 +199,7 @@ class VulkanDevice final : public Device {
   }
 
   std::string unsupported(const Kernel& k) const {
+    if (k.op != OpId::Map && !k.extra_outputs.empty()) return "extra outputs of a template op's epilogue";
     for (size_t j = 0; j < k.extra_outputs.size(); ++j)
       if (std::string why = unsupported(extra_output_kernel(k, j)); !why.empty()) return why;
     const std::string key = k.op == OpId::Map ? map_kernel_key(k) : std::string();

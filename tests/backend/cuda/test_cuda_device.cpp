@@ -101,7 +101,7 @@ TEST(CudaDevice, VectorizedMapsOverRowsAndTails) {
   }
 }
 
-// Kernels with extra outputs, which CUDA asks for (Device::fuses_extra_outputs): the same
+// Kernels with extra outputs, which CUDA fuses (Device::extra_outputs): the same
 // values as the CPU's separate kernels, over shapes with and without the vector loop.
 TEST(CudaDevice, MapKernelsStoreExtraOutputs) {
   ALK_CUDA_OR_SKIP(dev);
@@ -123,6 +123,34 @@ TEST(CudaDevice, MapKernelsStoreExtraOutputs) {
     expect_close(got[5], want[5], 1.0 / 128, 0);  // bf16 of a value within expf's ulps
     expect_close(got[6], want[6], 1e-5, 1e-5);
   }
+}
+
+// Extra outputs of a product's epilogue on CUDA (formed under ALK_EXTRA_OUTPUTS=1: not faster
+// yet): in f32 (the Map pass after the product) and in bf16 at GPT-2's fc shape (the ping-pong
+// tensor-core kernel stages the extra output, then the result).
+TEST(CudaDevice, ProductEpiloguesStoreExtraOutputs) {
+  ALK_CUDA_OR_SKIP(dev);
+  setenv("ALK_EXTRA_OUTPUTS", "1", 1);
+  for (auto [rows, inner, cols, dtype] : {std::tuple{48, 32, 40, DType::F32}, std::tuple{2048, 768, 3072, DType::BF16}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    Tensor x = (randn({rows, inner}) * 0.2).to(dtype), w = (randn({inner, cols}) * 0.2).to(dtype);
+    Tensor bias = randn({cols}).to(dtype), h = randn({rows, cols}).to(dtype), h2 = randn({rows, cols}).to(dtype);
+    realize({x, w, bias, h, h2});
+    unsetenv("ALK_EXTRA_OUTPUTS");  // the CPU's values from separate kernels
+    const std::vector<Tensor> want = testing::epilogue_extra_output_cases(x, w, bias, h, h2);
+    realize(want);
+    setenv("ALK_EXTRA_OUTPUTS", "1", 1);
+    const std::vector<Tensor> got = testing::epilogue_extra_output_cases(x.to(*dev), w.to(*dev), bias.to(*dev), h.to(*dev),
+                                                                               h2.to(*dev));
+    realize(got);
+    EXPECT_EQ(last_schedule_stats().extra_outputs, 3);
+    const double tol = dtype == DType::F32 ? 1e-4 : 1.0 / 64;  // sums in another order; bf16 rounding
+    for (size_t i = 0; i < want.size(); ++i) {
+      SCOPED_TRACE("output " + std::to_string(i));
+      expect_close(got[i], want[i], tol, tol);
+    }
+  }
+  unsetenv("ALK_EXTRA_OUTPUTS");
 }
 
 TEST(CudaDevice, ReductionsWithPrologueAndEpilogue) {
