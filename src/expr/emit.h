@@ -132,12 +132,6 @@ struct Lang {
   // expression cancels it (1 + tanh(u) at u << 0) it is an absolute error of up to ~5e-4 in
   // that term (PyTorch computes GELU's gradient with tanhf before rounding to bf16).
   virtual std::string fn_name_bf16_result(Fn, Type) const { return ""; }
-  // The same for an f32 division a / b (empty: the IEEE operator). CUDA: the reciprocal
-  // approximation (MUFU.RCP and a multiply, within 2 ulps of f32; operands scaled by 1/4 where
-  // |b| > 2^126, the approximation's range), where IEEE division inlines a check and a slow
-  // path per element: in a product's epilogue (GELU's forward, x / (1 + exp(-2u))) those
-  // branches and the code they add made the fc product 2.6x slower on the H200.
-  virtual std::string div_bf16_result(const std::string&, const std::string&) const { return ""; }
   bool bf16_result = false;  // set by the entry points from the signature's output dtype
   virtual std::string cast(Type to, const std::string& a) const = 0;
   virtual std::string select(const std::string& c, const std::string& a, const std::string& b) const {

@@ -310,8 +310,6 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
         std::string zero = lang.literal(0, Type::I64);
         return lang.select("(" + a(1) + " == " + zero + ")", zero, infix("/"));
       }
-      if (lang.bf16_result && x.type == Type::F32)
-        if (std::string fast = lang.div_bf16_result(a(0), a(1)); !fast.empty()) return fast;
       return infix("/");
     case Fn::Lt: return infix("<");
     case Fn::Le: return infix("<=");

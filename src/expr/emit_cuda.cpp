@@ -77,10 +77,6 @@ struct Cuda final : Lang {
   std::string fn_name_bf16_result(Fn f, Type t) const override {
     return f == Fn::Tanh && t == Type::F32 ? "__tanhf" : "";
   }
-  std::string div_bf16_result(const std::string& a, const std::string& b) const override {
-    const std::string scale = "(fabsf(" + b + ") > 8.50705917e+37f ? 0.25f : 1.0f)";  // 2^126
-    return "__fdividef(" + a + " * " + scale + ", " + b + " * " + scale + ")";
-  }
 
   std::string cast(Type to, const std::string& a) const override { return "((" + type(to) + ")" + a + ")"; }
   std::string f32_bits(const std::string& a) const override { return "__float_as_uint(" + a + ")"; }
