@@ -527,6 +527,22 @@ __device__ __forceinline__ unsigned packed_pair(float x0, float x1, __half*) {
   return *(const unsigned*)&v;
 }
 
+// The storer's round: waits until warpgroup w's threads filled its staging tile (named barrier
+// 6 + w), copies the tile out through `map` at column x0, row y0, and frees it (stage_free)
+// once the copies have read it.
+__device__ __forceinline__ void copy_out_staged(const TensorMap& map, unsigned tile, int x0, int y0, unsigned stage_free,
+                                                int w, int lane) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
+  if (lane == 0) {
+#pragma unroll
+    for (int q = 0; q < BN / 64; ++q) tma_store(map, tile + q * BM * 128, x0 + q * 64, y0);
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    mbar_arrive(stage_free);
+  }
+  __syncwarp();
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1)
     matmul_wgmma_tma_persistent(const __grid_constant__ TensorMap ta, const __grid_constant__ TensorMap tb,
                                 const __grid_constant__ TensorMap tout, const __grid_constant__ TensorMap tin,
@@ -579,25 +595,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         tile_coords(tile, tiles_m, tiles_n, mt, nt);
 #if EPI_EXTRA
         // The extra output first (the warpgroup then writes its results into the freed tile).
-        asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
-        if (lane == 0) {
-#pragma unroll
-          for (int q = 0; q < BN / 64; ++q) tma_store(tx, staging + w * STAGING_BYTES + q * BM * 128, nt * BN + q * 64, mt * BM);
-          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-          asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-          mbar_arrive(stage_free + 8 * w);
-        }
-        __syncwarp();
+        copy_out_staged(tx, staging + w * STAGING_BYTES, nt * BN, mt * BM, stage_free + 8 * w, w, lane);
 #endif
-        asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
-        if (lane == 0) {
-#pragma unroll
-          for (int q = 0; q < BN / 64; ++q) tma_store(tout, staging + w * STAGING_BYTES + q * BM * 128, nt * BN + q * 64, mt * BM);
-          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-          asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-          mbar_arrive(stage_free + 8 * w);
-        }
-        __syncwarp();
+        copy_out_staged(tout, staging + w * STAGING_BYTES, nt * BN, mt * BM, stage_free + 8 * w, w, lane);
       }
       if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
     }
