@@ -994,6 +994,9 @@ class Scheduler {
         }
         Arena& arena = arena_of(out);
         arena_offset_[out] = slot ? *slot : arena.take(arena.padded(bytes));
+        // Read by no later kernel (its readers all became this kernel's extra outputs): its
+        // memory is free again once this kernel has run.
+        if (!last_use.count(out)) dies_at[static_cast<size_t>(i)].push_back(out);
         if (show_memory) live_now.insert(out);
         if (!slot) {
           live_arena_bytes_ += arena.padded(bytes);

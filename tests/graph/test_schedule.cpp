@@ -349,6 +349,27 @@ TEST(Schedule, EpilogueExtraOutputsStoreTheSameBitsAsTheirOwnKernels) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
 }
 
+// A result whose every reader became an extra output of its own kernel is read by no later
+// kernel: its arena memory is reused after that kernel (here by e, which then fits in the
+// same slot: one tensor's bytes of arena, not two).
+TEST(Schedule, AResultReadOnlyByItsExtraOutputsFreesItsMemory) {
+  Tensor a = randn({64, 64}), b = randn({64, 64});
+  realize({a, b});
+  setenv("ALK_EXTRA_OUTPUTS", "1", 1);
+  Tensor s = a + b;
+  Tensor s16 = s.to(DType::BF16), s_exp = exp(s);
+  Tensor e = sin(b) * 3.0;
+  Tensor rows = sum(e, {0}), cols = sum(e, {1});
+  realize({s16, s_exp, rows, cols});
+  unsetenv("ALK_EXTRA_OUTPUTS");
+  EXPECT_EQ(last_schedule_stats().extra_outputs, 2);
+  EXPECT_LE(last_schedule_stats().arena_bytes, 64 * 64 * 4 + 64);
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>(), ev = s_exp.to_vector<double>();
+  for (size_t i = 0; i < av.size(); ++i)
+    ASSERT_NEAR(ev[i], std::exp(static_cast<double>(static_cast<float>(av[i]) + static_cast<float>(bv[i]))), 1e-6 * ev[i])
+        << "element " << i;
+}
+
 TEST(Schedule, DeadNodesDoNotRun) {
   Tensor a = tensor(iota_values(6), {6});
   Tensor unused = exp(a) * 3.0;
