@@ -2641,21 +2641,18 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
     {
       // An extra output (Kernel::extra_outputs, ping-pong only): fc1's GELU beside its biased
       // product; fc2's input gradient with the GELU of its staged epilogue input beside it.
-      const TcShape extra = kWgmmaTmaPingpong;
-      const expr::Expr product_gelu = expr::parse("0.5 * (a + b) * (1 + tanh(0.79788456 * (a + b)))", names, types,
-                                                  expr::Type::F32);
       const expr::Expr plus_bias = expr::parse("a + b", names, types, expr::Type::F32);
       EpiRoles bias;
       bias.cols = 1;
       out.emplace_back("matmul_wgmma_tma ping-pong + a bias and an extra output",
-                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, extra,
-                                        epilogue_code(plus_bias, DType::BF16, {DType::F32}, DType::BF16, &product_gelu) +
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, kWgmmaTmaPingpong,
+                                        epilogue_code(plus_bias, DType::BF16, {DType::F32}, DType::BF16, &gelu_bias) +
                                             bias.defines({DType::F32})));
       const expr::Expr input_gelu = expr::parse("0.5 * b * (1 + tanh(0.79788456 * b))", names, types, expr::Type::F32);
       EpiRoles staged;
       staged.tile = 0;
       out.emplace_back("matmul_wgmma_tma ping-pong + a staged input and an extra output",
-                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, extra,
+                       matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 1, kWgmmaTmaPingpong,
                                         epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16, &input_gelu) +
                                             staged.defines({DType::BF16})));
     }
