@@ -4,7 +4,8 @@
 //            written, dweight/dbias: 3 x 50.3 MB in f32, what the GPT-2 step runs: autocast
 //            widens layer norm to f32; 3 x 25.2 MB in bf16); PyTorch: autograd.grad of F.layer_norm
 //   ln-fwd   layer norm of [16384, 768] (x read, y written: 2 x 50.3 MB in f32)
-//   colsum   x.sum(0) over [16384, C] (bias gradients), bf16 and f32
+//   colsum   x.sum(0) over [16384, C] (bias gradients), bf16 and f32; "-cast": the bf16 sum
+//            cast to f32, as the GPT step's bias gradients are (one kernel on alk's side)
 // The layer-norm cases also run on the kernels they replaced (ALK_CUDA_LN_BACKWARD=old,
 // ALK_CUDA_LN_FORWARD=old, kept as the path for rows too wide for registers), printed as "old". alk times are
 // CUDA-graph replays of a compiled program (alk::compile), 20 per synchronization, median
@@ -72,9 +73,9 @@ int main(int argc, char** argv) {
   Tensor x = bf16({R, D}), g = bf16({R, D}), w = bf16({D}), b = bf16({D});
   Tensor x32 = alk::randn({R, D}).to(dev), g32 = alk::randn({R, D}).to(dev), w32 = alk::randn({D}).to(dev),
          b32 = alk::randn({D}).to(dev);
-  Tensor h768 = bf16({R, 768}), h3072 = bf16({R, 3072});
+  Tensor h768 = bf16({R, 768}), h3072 = bf16({R, 3072}), h2304 = bf16({R, 2304});
   Tensor f768 = alk::randn({R, 768}).to(dev), f2304 = alk::randn({R, 2304}).to(dev);
-  for (Tensor* t : {&x, &g, &w, &b, &x32, &g32, &w32, &b32, &h768, &h3072, &f768, &f2304}) t->realize();
+  for (Tensor* t : {&x, &g, &w, &b, &x32, &g32, &w32, &b32, &h768, &h3072, &h2304, &f768, &f2304}) t->realize();
 
   struct Case {
     std::string name;
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
     cases.push_back({name, static_cast<double>(R * cols * size), nullptr,
                      [src] { return std::vector<Tensor>{alk::sum(*src, {0})}; }});
   }
+  cases.push_back({"colsum-bf16-2304-cast", static_cast<double>(R * 2304 * 2), nullptr,
+                   [&] { return std::vector<Tensor>{alk::cast(alk::sum(h2304, {0}), DType::F32)}; }});
 
   const std::string out =
       anchor
@@ -121,12 +124,13 @@ int main(int argc, char** argv) {
                               "y=F.layer_norm(xg,(D,),wg,bg)\n"
                               "print('ln-bwd-f32', t(lambda: torch.autograd.grad(y,(xg,wg,bg),g,retain_graph=True)))\n"
                               "print('ln-fwd-f32', t(lambda: F.layer_norm(x,(D,),w,b)))\n"
-                              "h768,h3072=bf(R,768),bf(R,3072)\n"
+                              "h768,h3072,h2304=bf(R,768),bf(R,3072),bf(R,2304)\n"
                               "f768,f2304=torch.randn(R,768,device='cuda'),torch.randn(R,2304,device='cuda')\n"
                               "print('colsum-bf16-768', t(lambda: h768.sum(0)))\n"
                               "print('colsum-bf16-3072', t(lambda: h3072.sum(0)))\n"
                               "print('colsum-f32-768', t(lambda: f768.sum(0)))\n"
-                              "print('colsum-f32-2304', t(lambda: f2304.sum(0)))\n")
+                              "print('colsum-f32-2304', t(lambda: f2304.sum(0)))\n"
+                              "print('colsum-bf16-2304-cast', t(lambda: h2304.sum(0).float()))\n")
           : std::string();
   if (anchor && bench::field(out, "ln-bwd-bf16") <= 0) std::printf("PyTorch anchor failed:\n%s\n", out.c_str());
   for (const Case& c : cases) {

@@ -17,7 +17,8 @@
 //   Casts             every (source, destination) dtype pair, exact
 //   Reductions        sum mean max min prod var logsumexp over axes / keepdim / all, fused
 //                     prologue and epilogue, transposed input, integer sums; argmax/argmin;
-//                     column sums over rows (bias gradients) at aligned, odd and sliced widths
+//                     column sums over rows (bias gradients) at aligned, odd and sliced widths,
+//                     cast or through an epilogue with another input
 //   Matmul            2D, batched, broadcast batch, transposed views, matrix-vector, fused
 //                     epilogues (relu(a@b + bias), gelu(a@b + bias) + residual)
 //   SoftmaxAndNorms   softmax / log_softmax on three axes and a transposed view, layer_norm
@@ -623,6 +624,23 @@ TEST(DeviceParity, Reductions) {
        {randt({600, 144}, rng)},
        {true},
        [](const V& v) { return sum(v[0].slice(1, 1, 129), {0}); },
+       kFloatDTypes,
+       false,
+       4},
+      // A bias gradient as the GPT step has it: [B, T] rows merged into one strided dim, the
+      // sum cast to f32 (CUDA stores the cast from the reduction, not in a pass of its own);
+      // an epilogue that reads a tensor beside the sum.
+      {"column sum [4,250,768] axes 0,1 cast to f32",
+       {randt({4, 250, 768}, rng)},
+       {true},
+       [](const V& v) { return cast(sum(v[0], {0, 1}), DType::F32); },
+       kFloatDTypes,
+       false,
+       4},
+      {"column sum [1000,136] axis 0 * y + 1",
+       {randt({1000, 136}, rng), randt({136}, rng)},
+       {true, true},
+       [](const V& v) { return sum(v[0], {0}) * v[1] + 1.0; },
        kFloatDTypes,
        false,
        4},

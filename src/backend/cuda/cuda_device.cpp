@@ -385,17 +385,68 @@ std::string load_as_compute(DType t, const std::string& raw) {
   return raw;
 }
 
+// Where a reduction's result goes: `core` is the reduced value's dtype (the node's); with an
+// epilogue (an elementwise expression of that value, rounded to `core` first as a separate pass
+// would read it back, and of up to kReduceEpilogueInputs tensors of the result's shape, read at
+// the output's index through their views) the store applies it and writes `out`'s dtype, so a
+// bias gradient's cast to f32 costs no launch of its own.
+constexpr size_t kReduceEpilogueInputs = 4;
+struct ReduceStore {
+  explicit ReduceStore(DType value) : core(value) {}
+  DType core;
+  const expr::Expr* epilogue = nullptr;
+  std::vector<DType> epilogue_inputs;
+  DType out = DType::F32;  // the stored dtype with an epilogue (else core's)
+};
+
+// The store of one output: `store_result(out, p, e, o, acc)`, and EpiArgs (the epilogue inputs'
+// pointers and views; one unused slot without an epilogue, so every kernel has one signature).
+std::string reduce_store_source(const ReduceStore& st) {
+  const size_t E = st.epilogue ? st.epilogue_inputs.size() : 0;
+  const std::string slots = std::to_string(std::max<size_t>(1, E));
+  std::string s = "struct EpiArgs { unsigned long long ptr[" + slots + "]; View v[" + slots + "]; };\n";
+  if (!st.epilogue) {
+    s += "__device__ __forceinline__ void store_result(" + storage(st.core) +
+         "* __restrict__ out, const ReduceParams& p, const EpiArgs&, i64 o, ACC acc) {\n  out[p.out_offset + o] = " +
+         std::string(st.core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(st.core) + ">(acc)") +
+         ";\n}\n";
+    return s;
+  }
+  expr::MapSignature sig{"epilogue", {st.core}, st.out};
+  for (DType t : st.epilogue_inputs) sig.inputs.push_back(t);
+  s += expr::emit_function(*st.epilogue, sig, expr::Target::Cuda) + "\n";
+  s += "__device__ __forceinline__ void store_result(" + storage(st.out) +
+       "* __restrict__ out, const ReduceParams& p, const EpiArgs& e, i64 o, ACC acc) {\n";
+  s += "  const " + std::string(compute_ctype(st.core)) + " x0 = " +
+       load_as_compute(st.core, "cvt<" + storage(st.core) + ">(acc)") + ";\n";
+  std::string call = "epilogue(x0";
+  for (size_t i = 0; i < E; ++i) {
+    const std::string n = std::to_string(i), t = storage(st.epilogue_inputs[i]);
+    s += "  const " + std::string(compute_ctype(st.epilogue_inputs[i])) + " x" + std::to_string(i + 1) + " = " +
+         load_as_compute(st.epilogue_inputs[i], "((const " + t + "*)e.ptr[" + n + "])[at(e.v[" + n + "], o)]") + ";\n";
+    call += ", x" + std::to_string(i + 1);
+  }
+  s += "  out[p.out_offset + o] = cvt<" + storage(st.out) + ">(" + call + "));\n}\n";
+  return s;
+}
+std::string reduce_out_type(const ReduceStore& st) { return storage(st.epilogue ? st.out : st.core); }
+
 // Column mode (a sum over rows of a row-major matrix: bias gradients), with vectors:
 // a block is 8 warps over 32 x RVEC adjacent outputs, lane l owning outputs l RVEC ..
 // + RVEC - 1 and reading them with one load of RVEC elements per input and row (16 bytes
 // for bf16 x 8 or f32 x 4; the host sets RVEC = 1 where an input is not aligned for it).
 // Warp w of chunk c (blockIdx.y) takes rows r0 + w, r0 + w + 8, ...; the warps' sums are
 // combined in warp order and written once per chunk; reduce_finish_slices then combines the
-// chunks, 8 slices per output in a fixed order (deterministic).
-std::string reduce_columns_vec_source(const std::vector<DType>& inputs, DType core, const std::string& ident,
-                                      const std::string& call) {
+// chunks, 8 slices per output in a fixed order (deterministic) and stores them (store_result).
+// Where every input steps through the reduced rows by one stride (RED_STRIDED: a bias
+// gradient's [B, T] rows merged into one dim), a warp issues ROWS_IN_FLIGHT rows' loads
+// before it adds the first (a 16-byte load a lane and input each): one row in flight a warp
+// left the [16384, 768] bf16 sum at ~2.6 TB/s (bench_cuda_rows), latency-bound.
+std::string reduce_columns_vec_source(const std::vector<DType>& inputs, const ReduceStore& st, const std::string& ident,
+                                      const std::string& call, bool strided) {
   const size_t K = inputs.size();
-  std::string s;
+  const int in_flight = K == 1 ? 8 : K == 2 ? 4 : 2;  // rows; 16 bytes x in_flight x K registers a lane
+  std::string s = "#define ROWS_IN_FLIGHT " + std::to_string(in_flight) + "\n";
   for (size_t i = 0; i < K; ++i) {
     const std::string n = std::to_string(i), t = storage(inputs[i]);
     s += "struct __align__(RVEC * sizeof(" + t + ")) ColumnVec" + n + " { " + t + " v[RVEC]; };\n";
@@ -408,43 +459,72 @@ std::string reduce_columns_vec_source(const std::vector<DType>& inputs, DType co
   s += "  const i64 o0 = ((i64)blockIdx.x * 32 + lane) * RVEC;\n";
   s += "  const i64 r0 = (i64)blockIdx.y * per_chunk, r1 = min(p.R, r0 + per_chunk);\n";
   s += "  ACC acc[RVEC];\n#pragma unroll\n  for (int e = 0; e < RVEC; ++e) acc[e] = " + ident + ";\n";
+  // One row's values (ColumnVec v<i>) into the accumulators.
+  std::string add_row = "#pragma unroll\n      for (int e = 0; e < RVEC; ++e) {\n";
+  for (size_t i = 0; i < K; ++i) {
+    const std::string n = std::to_string(i);
+    add_row += "        const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
+               load_as_compute(inputs[i], "v" + n + ".v[e]") + ";\n";
+  }
+  add_row += "        acc[e] = combine(acc[e], (ACC)" + call + "));\n      }\n";
   s += "  if (o0 < p.outputs) {\n";  // RVEC divides the kept rows (host): all RVEC outputs exist
   for (size_t i = 0; i < K; ++i) s += "    const i64 base" + std::to_string(i) + " = at(p.kept[" + std::to_string(i) + "], o0);\n";
-  s += "#pragma unroll 4\n    for (i64 r = r0 + warp; r < r1; r += 8) {\n";
-  for (size_t i = 0; i < K; ++i) {
-    const std::string n = std::to_string(i);
-    s += "      const ColumnVec" + n + " v" + n + " = *reinterpret_cast<const ColumnVec" + n + "*>(in" + n + " + base" + n +
-         " + at(p.red[" + n + "], r));\n";
+  if (strided) {
+    // Pointers in vectors: the host checked that bases and strides are multiples of RVEC.
+    s += "    i64 r = r0 + warp;\n";
+    for (size_t i = 0; i < K; ++i) {
+      const std::string n = std::to_string(i);
+      s += "    const i64 step" + n + " = p.red[" + n + "].strides[0] * 8 / RVEC;\n";
+      s += "    const ColumnVec" + n + "* row" + n + " = reinterpret_cast<const ColumnVec" + n + "*>(in" + n + " + base" + n +
+           " + r * p.red[" + n + "].strides[0]);\n";
+    }
+    s += "    for (; r + 8 * (ROWS_IN_FLIGHT - 1) < r1; r += 8 * ROWS_IN_FLIGHT) {\n";
+    for (size_t i = 0; i < K; ++i) {
+      const std::string n = std::to_string(i);
+      s += "      ColumnVec" + n + " batch" + n + "[ROWS_IN_FLIGHT];\n#pragma unroll\n      for (int u = 0; u < ROWS_IN_FLIGHT; ++u) batch" +
+           n + "[u] = row" + n + "[u * step" + n + "];\n      row" + n + " += ROWS_IN_FLIGHT * step" + n + ";\n";
+    }
+    s += "#pragma unroll\n      for (int u = 0; u < ROWS_IN_FLIGHT; ++u) {\n";
+    for (size_t i = 0; i < K; ++i) s += "      const ColumnVec" + std::to_string(i) + " v" + std::to_string(i) + " = batch" + std::to_string(i) + "[u];\n";
+    s += add_row + "      }\n    }\n";
+    s += "    for (; r < r1; r += 8) {\n";
+    for (size_t i = 0; i < K; ++i) {
+      const std::string n = std::to_string(i);
+      s += "      const ColumnVec" + n + " v" + n + " = *row" + n + ";\n      row" + n + " += step" + n + ";\n";
+    }
+    s += add_row + "    }\n  }\n";
+  } else {
+    s += "#pragma unroll 4\n    for (i64 r = r0 + warp; r < r1; r += 8) {\n";
+    for (size_t i = 0; i < K; ++i) {
+      const std::string n = std::to_string(i);
+      s += "      const ColumnVec" + n + " v" + n + " = *reinterpret_cast<const ColumnVec" + n + "*>(in" + n + " + base" + n +
+           " + at(p.red[" + n + "], r));\n";
+    }
+    s += add_row + "    }\n  }\n";
   }
-  s += "#pragma unroll\n      for (int e = 0; e < RVEC; ++e) {\n";
-  for (size_t i = 0; i < K; ++i) {
-    const std::string n = std::to_string(i);
-    s += "        const " + std::string(compute_ctype(inputs[i])) + " x" + n + " = " +
-         load_as_compute(inputs[i], "v" + n + ".v[e]") + ";\n";
-  }
-  s += "        acc[e] = combine(acc[e], (ACC)" + call + "));\n      }\n    }\n  }\n";
   s += "#pragma unroll\n  for (int e = 0; e < RVEC; ++e) part[warp][lane * RVEC + e] = acc[e];\n";
   s += "  __syncthreads();\n";
   s += "  for (int t = threadIdx.x; t < 32 * RVEC; t += blockDim.x) {\n";
   s += "    const i64 o = (i64)blockIdx.x * 32 * RVEC + t;\n    if (o >= p.outputs) break;\n";
   s += "    ACC a = part[0][t];\n    for (int w = 1; w < 8; ++w) a = combine(a, part[w][t]);\n";
   s += "    partial[(i64)blockIdx.y * p.outputs + o] = a;\n  }\n}\n";
-  s += "extern \"C\" __global__ void reduce_finish_slices(const ACC* __restrict__ partial, " + storage(core) +
-       "* __restrict__ out, const ReduceParams p, i64 chunks) {\n";
+  s += "extern \"C\" __global__ void reduce_finish_slices(const ACC* __restrict__ partial, " + reduce_out_type(st) +
+       "* __restrict__ out, const ReduceParams p, i64 chunks, const EpiArgs epi) {\n";
   s += "  __shared__ ACC part[8][33];\n  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
   s += "  const i64 o = (i64)blockIdx.x * 32 + tx;\n  ACC acc = " + ident + ";\n";
   s += "  if (o < p.outputs)\n#pragma unroll 4\n    for (i64 c = ty; c < chunks; c += 8) acc = combine(acc, partial[c * p.outputs + o]);\n";
   s += "  part[ty][tx] = acc;\n  __syncthreads();\n  if (ty == 0 && o < p.outputs) {\n";
   s += "    for (int k = 1; k < 8; ++k) acc = combine(acc, part[k][tx]);\n";
-  s += "    out[p.out_offset + o] = " +
-       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n  }\n}\n";
+  s += "    store_result(out, p, epi, o, acc);\n  }\n}\n";
   return s;
 }
 
-// The reduction kernels for one prologue and dtypes: reduce_kernel (W lanes per output) and
-// reduce_columns_vec + reduce_finish_slices (RVEC adjacent outputs per lane).
-std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, DType core, ReduceOp op, int W,
-                          int rvec = 1) {
+// The reduction kernels for one prologue, dtypes and store: reduce_kernel (W lanes per output)
+// and reduce_columns_vec + reduce_finish_slices (RVEC adjacent outputs per lane; `strided`:
+// RED_STRIDED above).
+std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, const ReduceStore& st, ReduceOp op,
+                          int W, int rvec = 1, bool strided = false) {
+  const DType core = st.core;
   const size_t K = inputs.size();
   expr::MapSignature sig{"prologue", inputs, core};
   const std::string acc = acc_type(core);
@@ -467,9 +547,10 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
   s += expr::emit_function(prologue, sig, expr::Target::Cuda) + "\n";
   s += "__device__ __forceinline__ ACC combine(ACC a, ACC b) { return " + combine + "; }\n";
   s += "struct ReduceParams { i64 outputs, R, out_offset; View kept[K]; View red[K]; };\n";
+  s += reduce_store_source(st);
   s += "extern \"C\" __global__ void reduce_kernel(";
   for (size_t i = 0; i < K; ++i) s += "const " + storage(inputs[i]) + "* __restrict__ in" + std::to_string(i) + ", ";
-  s += storage(core) + "* __restrict__ out, const ReduceParams p) {\n";
+  s += reduce_out_type(st) + "* __restrict__ out, const ReduceParams p, const EpiArgs epi) {\n";
   s += "  const int lane = threadIdx.x % W, group = threadIdx.x / W, G = blockDim.x / W;\n";
   if (W == 256) s += "  __shared__ ACC part[256];\n";
   s += "  for (i64 ob = (i64)blockIdx.x * G; ob < p.outputs; ob += (i64)gridDim.x * G) {\n";
@@ -492,10 +573,9 @@ std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& 
   } else {
     s += "    for (int h = W / 2; h > 0; h >>= 1) acc = combine(acc, __shfl_xor_sync(0xffffffffu, acc, h, W));\n";
   }
-  s += "    if (valid && lane == 0) out[p.out_offset + o] = " +
-       std::string(core == DType::Bool ? "(unsigned char)(acc != 0)" : "cvt<" + storage(core) + ">(acc)") + ";\n";
+  s += "    if (valid && lane == 0) store_result(out, p, epi, o, acc);\n";
   s += "  }\n}\n";
-  s += reduce_columns_vec_source(inputs, core, ident, call);
+  s += reduce_columns_vec_source(inputs, st, ident, call, strided);
   return s;
 }
 
@@ -519,10 +599,42 @@ int column_vector_width(const Kernel& k, const std::vector<KView>& kept, const s
   return 1;
 }
 
-void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
+// Whether reduce_finish_slices / reduce_kernel can store k's epilogue (ReduceStore): floating
+// value and result, a contiguous result, inputs of its shape.
+bool reduce_fuses_epilogue(const Kernel& k, const Arg& out) {
+  if (!k.epilogue || !k.extra_outputs.empty() || k.epilogue_inputs.size() > kReduceEpilogueInputs) return false;
+  if (!is_floating(k.node.dtype) || !is_floating(out.dtype) || out.strides != contiguous_strides(out.shape)) return false;
+  if (numel(out.shape) != numel(k.node.shape)) return false;
+  for (const KernelArg& x : k.epilogue_inputs)
+    if (arg_of(x).shape != out.shape) return false;
+  return true;
+}
+
+// k's reduction into out; with `epilogue` (reduce_fuses_epilogue) out is the kernel's output
+// and the store applies k's epilogue, else out holds the node's value.
+void launch_reduce(Context& ctx, const Kernel& k, const Arg& out, bool epilogue = false) {
   const auto& p = std::get<ReduceParams>(k.node.params);
   const Shape& in_shape = k.node.in_shape;
-  const DType core = out.dtype;
+  ReduceStore store{epilogue ? k.node.dtype : out.dtype};
+  std::vector<char> epi_args;  // EpiArgs: pointers, then views (one unused slot without inputs)
+  if (epilogue) {
+    store.epilogue = &*k.epilogue, store.out = out.dtype;
+    std::vector<uint64_t> ptrs;
+    std::vector<KView> views;
+    for (const KernelArg& x : k.epilogue_inputs) {
+      const Arg a = arg_of(x);
+      store.epilogue_inputs.push_back(a.dtype);
+      ptrs.push_back(a.ptr);
+      views.push_back(kview(a.shape, a.strides, a.offset));
+    }
+    if (ptrs.empty()) ptrs.push_back(0), views.push_back(KView{});
+    epi_args.resize(ptrs.size() * 8 + views.size() * sizeof(KView));
+    std::memcpy(epi_args.data(), ptrs.data(), ptrs.size() * 8);
+    std::memcpy(epi_args.data() + ptrs.size() * 8, views.data(), views.size() * sizeof(KView));
+  } else {
+    epi_args.resize(8 + sizeof(KView), 0);
+  }
+  const DType core = store.core;
   std::vector<DType> in_dtypes;
   for (const KernelArg& a : k.inputs) in_dtypes.push_back(a.dtype);
   std::vector<bool> reduced(in_shape.size(), false);
@@ -575,7 +687,9 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
   const size_t acc_bytes = std::string(acc) == "double" || std::string(acc) == "long long" ? 8 : 4;
   if (columns) {
     const int rvec = column_vector_width(k, kept, red);
-    const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W, rvec);
+    bool strided = true;
+    for (const KView& r : red) strided = strided && r.rank == 1;
+    const std::string s = reduce_source(*k.expr, in_dtypes, store, p.op, W, rvec, strided);
     const int64_t blocks_x = (outputs + 32 * rvec - 1) / (32 * rvec);
     // ~4 blocks of 8 warps per SM over all chunks, each warp with 16 rows or more.
     const int64_t chunks = std::clamp<int64_t>(4 * int64_t{ctx.props().multiprocessors} / blocks_x, 1,
@@ -593,15 +707,17 @@ void launch_reduce(Context& ctx, const Kernel& k, const Arg& out) {
     a2.add(partial).add(out.ptr);
     a2.add_bytes(params.data(), params.size());
     a2.add(chunks);
+    a2.add_bytes(epi_args.data(), epi_args.size());
     ctx.launch(ctx.function(s, "reduce_finish_slices"), static_cast<unsigned>((outputs + 31) / 32), 1, 1, kBlock, 0, a2);
     return;
   }
-  const std::string s = reduce_source(*k.expr, in_dtypes, core, p.op, W);
+  const std::string s = reduce_source(*k.expr, in_dtypes, store, p.op, W);
   CUfunction f = ctx.function(s, "reduce_kernel");
   Args args;
   for (const KernelArg& a : k.inputs) args.add(arg_of(a).ptr);
   args.add(out.ptr);
   args.add_bytes(params.data(), params.size());
+  args.add_bytes(epi_args.data(), epi_args.size());
   ctx.launch(f, blocks_for(ctx, outputs, 256 / W), 1, 1, kBlock, 0, args);
 }
 
@@ -2447,6 +2563,7 @@ class CudaDevice final : public Device {
     if ((k.op == OpId::LayerNorm || k.op == OpId::RmsNorm) && k.epilogue && k.extra_outputs.empty() &&
         launch_norm(c, k, out, true))
       return;
+    if (k.op == OpId::Reduce && reduce_fuses_epilogue(k, out)) return launch_reduce(c, k, out, true);
     Arg value = out;
     if (k.epilogue) {
       value.dtype = k.node.dtype;
@@ -2530,27 +2647,38 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
   out.emplace_back("rows i64 (argmax, cumsum)", rows_source(DType::I64, {{"IS_MAX", "0"}}));
   {
     // Reductions around prologues: sum(a * b) in f32 (lanes and block), max of bf16, a
-    // count of bools into i64, prod of f64.
+    // count of bools into i64, prod of f64; column sums over strided rows (RED_STRIDED) with
+    // one and two inputs, and stores through epilogues (a bias gradient's bf16 sum cast to
+    // f32; an f64 epilogue reading a tensor beside the value).
     const std::vector<std::string> names = {"a", "b"}, one = {"a"};
     const std::vector<expr::Type> f32 = {expr::Type::F32, expr::Type::F32}, f64 = {expr::Type::F64},
-                                  boolean = {expr::Type::Bool}, f32_one = {expr::Type::F32};
-    const expr::Expr mul = expr::parse("a * b", names, f32, expr::Type::F32);
-    out.emplace_back("reduce sum(a*b) f32 W=32", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 32));
-    out.emplace_back("reduce sum(a*b) f32 W=256", reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 256));
+                                  boolean = {expr::Type::Bool}, f32_one = {expr::Type::F32},
+                                  f64_two = {expr::Type::F64, expr::Type::F64};
+    const expr::Expr mul = expr::parse("a * b", names, f32, expr::Type::F32), id_f32 = expr::parse("a", one, f32_one, expr::Type::F32),
+                     id_f64 = expr::parse("a", one, f64, expr::Type::F64);
+    const ReduceStore f32_store{DType::F32}, f64_store{DType::F64};
+    ReduceStore bias_store{DType::BF16}, f64_epilogue{DType::F64};
+    const expr::Expr cast_f32 = expr::parse("a", one, f32_one, expr::Type::F32),
+                     scale_by = expr::parse("a * b + 1.0", names, f64_two, expr::Type::F64);
+    bias_store.epilogue = &cast_f32, bias_store.out = DType::F32;
+    f64_epilogue.epilogue = &scale_by, f64_epilogue.epilogue_inputs = {DType::F32}, f64_epilogue.out = DType::F64;
+    out.emplace_back("reduce sum(a*b) f32 W=32", reduce_source(mul, {DType::F32, DType::F32}, f32_store, ReduceOp::Sum, 32));
+    out.emplace_back("reduce sum(a*b) f32 W=256", reduce_source(mul, {DType::F32, DType::F32}, f32_store, ReduceOp::Sum, 256));
     out.emplace_back("reduce sum(a*b) f32 columns x4",
-                     reduce_source(mul, {DType::F32, DType::F32}, DType::F32, ReduceOp::Sum, 256, 4));
-    out.emplace_back("reduce sum bf16 -> f32 columns x8",
-                     reduce_source(expr::parse("a", one, f32_one, expr::Type::F32), {DType::BF16}, DType::F32,
-                                   ReduceOp::Sum, 256, 8));
-    out.emplace_back("reduce max f64 columns x2", reduce_source(expr::parse("a", one, f64, expr::Type::F64), {DType::F64},
-                                                                DType::F64, ReduceOp::Max, 256, 2));
-    out.emplace_back("reduce max bf16", reduce_source(expr::parse("a", one, f32_one, expr::Type::F32), {DType::BF16},
-                                                      DType::BF16, ReduceOp::Max, 8));
+                     reduce_source(mul, {DType::F32, DType::F32}, f32_store, ReduceOp::Sum, 256, 4));
+    out.emplace_back("reduce sum(a*b) f32 columns x4, strided rows",
+                     reduce_source(mul, {DType::F32, DType::F32}, f32_store, ReduceOp::Sum, 256, 4, true));
+    out.emplace_back("reduce sum bf16 -> f32 columns x8", reduce_source(id_f32, {DType::BF16}, f32_store, ReduceOp::Sum, 256, 8));
+    out.emplace_back("reduce sum bf16 columns x8, strided rows, cast to f32 (bias gradient)",
+                     reduce_source(id_f32, {DType::BF16}, bias_store, ReduceOp::Sum, 256, 8, true));
+    out.emplace_back("reduce sum f64 W=32 + an epilogue with an f32 input",
+                     reduce_source(id_f64, {DType::F64}, f64_epilogue, ReduceOp::Sum, 32));
+    out.emplace_back("reduce max f64 columns x2", reduce_source(id_f64, {DType::F64}, f64_store, ReduceOp::Max, 256, 2));
+    out.emplace_back("reduce max bf16", reduce_source(id_f32, {DType::BF16}, ReduceStore{DType::BF16}, ReduceOp::Max, 8));
     out.emplace_back("reduce count bool -> i64",
-                     reduce_source(expr::parse("a", one, boolean, expr::Type::I64), {DType::Bool}, DType::I64,
+                     reduce_source(expr::parse("a", one, boolean, expr::Type::I64), {DType::Bool}, ReduceStore{DType::I64},
                                    ReduceOp::Sum, 32));
-    out.emplace_back("reduce prod f64", reduce_source(expr::parse("a", one, f64, expr::Type::F64), {DType::F64},
-                                                      DType::F64, ReduceOp::Prod, 1));
+    out.emplace_back("reduce prod f64", reduce_source(id_f64, {DType::F64}, f64_store, ReduceOp::Prod, 1));
   }
   out.emplace_back("cross_entropy bf16 rows of vectors", loss_source(DType::BF16, DType::I64, DType::F32, true));
   out.emplace_back("cross_entropy f32 strided", loss_source(DType::F32, DType::I32, DType::F32, false));
