@@ -1986,6 +1986,48 @@ bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t,
   return rows_16byte(ap.q, ap.q_rs, ap.q_cs) && rows_16byte(ap.k, ap.k_rs, ap.k_cs) &&
          rows_16byte(ap.v, ap.v_rs, ap.v_cs) && (!backward || rows_16byte(ap.dout, ap.d_rs, ap.d_cs));
 }
+// The warpgroup forward's tensor maps (kernels/attention_mma.cu): q, k and v as rank-5 maps of
+// [64, rows, batch dims fastest first] (missing batch dims of extent 1), boxes of 128 query or
+// 64 key rows; and the two batch extents that unravel a block's batch item. nullopt where a
+// bulk copy cannot address the views (more than three batch dims, batch shapes that differ,
+// strides off 16 bytes or zero): the mma.sync kernel takes those.
+struct AttentionMaps {
+  TensorMap q, k, v;
+  unsigned batch_fast = 1, batch_mid = 1;
+};
+std::optional<AttentionMaps> attention_maps(const AttnLaunchParams& ap, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v) {
+  const int r = ap.q.rank;
+  if (r > 3 || ap.k.rank != r || ap.v.rank != r) return std::nullopt;
+  for (int d = 0; d < r; ++d)
+    if (ap.k.shape[d] != ap.q.shape[d] || ap.v.shape[d] != ap.q.shape[d]) return std::nullopt;
+  auto encode = [&](CUdeviceptr ptr, const KView& view, int64_t rows, int64_t rs, unsigned box_rows) -> std::optional<TensorMap> {
+    const uint64_t first = ptr + static_cast<uint64_t>(view.offset) * 2;
+    uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1}, strides[4];
+    strides[0] = static_cast<uint64_t>(rs) * 2;
+    for (int i = 0; i < 3; ++i) {  // batch dim r - 1 - i (fastest first)
+      const int d = r - 1 - i;
+      dims[2 + i] = d >= 0 ? static_cast<uint64_t>(view.shape[d]) : 1;
+      strides[1 + i] = d >= 0 && view.shape[d] > 1 ? static_cast<uint64_t>(view.strides[d]) * 2 : 16;
+    }
+    if (first % 16 != 0 || rows <= 0 || rows > (int64_t{1} << 31)) return std::nullopt;
+    for (uint64_t st : strides)
+      if (st == 0 || st % 16 != 0 || st >= (uint64_t{1} << 40)) return std::nullopt;
+    TensorMap map{};
+    const unsigned box[5] = {64, box_rows, 1, 1, 1}, element_strides[5] = {1, 1, 1, 1, 1};
+    constexpr int kBf16 = 9, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote128 = 2, kFillZero = 0;
+    if (driver()->cuTensorMapEncodeTiled(&map, kBf16, 5, reinterpret_cast<void*>(first), dims, strides, box,
+                                         element_strides, kInterleaveNone, kSwizzle128, kL2Promote128, kFillZero) != 0)
+      return std::nullopt;
+    return map;
+  };
+  const auto mq = encode(q, ap.q, ap.Tq, ap.q_rs, 128), mk = encode(k, ap.k, ap.S, ap.k_rs, 64),
+             mv = encode(v, ap.v, ap.S, ap.v_rs, 64);
+  if (!mq || !mk || !mv) return std::nullopt;
+  AttentionMaps maps{*mq, *mk, *mv};
+  if (r >= 1) maps.batch_fast = static_cast<unsigned>(ap.q.shape[r - 1]);
+  if (r >= 2) maps.batch_mid = static_cast<unsigned>(ap.q.shape[r - 2]);
+  return maps;
+}
 bool attention_mma_ok(const Kernel& k, DType t, int64_t D, int64_t B) {
   return std::get<AttentionParams>(k.node.params).reduced_precision && t != DType::F64 && D % 16 == 0 && D >= 16 &&
          D <= 128 && B <= 65535;
@@ -2077,10 +2119,19 @@ void attention_op(Context& ctx, const Kernel& k, const Arg& out) {
   Args args;
   args.add(q.ptr).add(kk.ptr).add(v.ptr).add(out.ptr);
   add_attention(args, ap, q.dtype, params.scale);
-  if (attention_mma_ok(k, q.dtype, ap.D, ap.B) && attention_wgmma_ok(ctx, ap, q.dtype, false)) {
-    const int shared = (128 + 6 * 64) * 128 + 1024;  // Q, three stages of K and V (128-byte rows); 1 KiB to align
+  const std::optional<AttentionMaps> maps = attention_mma_ok(k, q.dtype, ap.D, ap.B) &&
+                                                    attention_wgmma_ok(ctx, ap, q.dtype, false)
+                                                ? attention_maps(ap, q.ptr, kk.ptr, v.ptr)
+                                                : std::nullopt;
+  if (maps) {
+    // Q, four stages of K and V (128-byte rows), 1 KiB to align them, the ring's barriers.
+    const int shared = (128 + 8 * 64) * 128 + 1024 + 64;
+    Args wargs;
+    wargs.add(maps->q).add(maps->k).add(maps->v).add(out.ptr);
+    add_attention(wargs, ap, q.dtype, params.scale);
+    wargs.add(maps->batch_fast).add(maps->batch_mid);
     ctx.launch(ctx.function(attention_wgmma_source(out.dtype, out.dtype), "attention_forward_wgmma", shared),
-               static_cast<unsigned>(ap.B), attention_tiles(k, ap.Tq, 128), 1, 256, static_cast<unsigned>(shared), args);
+               static_cast<unsigned>(ap.B), attention_tiles(k, ap.Tq, 128), 1, 256, static_cast<unsigned>(shared), wargs);
     return;
   }
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {

@@ -453,8 +453,8 @@ __device__ __forceinline__ bool vector_aligned(i64 elements) { return (elements 
 
 // The forward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v whose rows are 16-byte
 // copyable; HD = 64, so a row is one 128-byte swizzled line). A block of two warpgroups owns
-// 128 queries, 64 a warpgroup, and walks the key tiles of 64 (a three-stage ring of keys and
-// values, the next tile copied by cp.async while this one is used). Per tile j a warpgroup
+// 128 queries, 64 a warpgroup, and walks the key tiles of 64 (a four-stage ring of keys and
+// values, two tiles copied ahead). Per tile j a warpgroup
 // issues S_j = Q K_j^T (wgmma, both operands from shared memory through descriptors) and then
 // the previous tile's O += P_{j-1} V_{j-1} (P from registers as the A operand: an accumulator
 // pair is an A fragment; V read transposed), and runs tile j's online softmax while the
@@ -462,37 +462,56 @@ __device__ __forceinline__ bool vector_aligned(i64 elements) { return (elements 
 // once that product is done. The accumulators of a warp have the mma kernel's layout (rows
 // 16 w + g and + 8, columns 8 j + 2 c (+1)), so softmax_tile is shared. Host side: wgmma_tile
 // (A and B in shared memory) and wgmma_tile_ra (A in registers, B transposed) for n = 64.
-#define KV_STAGES 3
-extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(const T* __restrict__ q,
-                                                                            const T* __restrict__ k,
-                                                                            const T* __restrict__ v,
-                                                                            TF* __restrict__ out, const AttnParams p) {
+//
+// Tiles come in by bulk tensor copies (TMA): `tq`, `tk`, `tv` are rank-5 maps of the views
+// (head dim, rows, then the batch dims fastest first, `batch_fast` and `batch_mid` of them
+// unravelling the block's batch item; boxes of 128 query rows or 64 key rows, zero past the
+// edges), issued by thread 0. Stage s of the ring has a `full` barrier (the copies landed)
+// and an `empty` one (both warpgroups' last product reading it retired: V_j's, in iteration
+// j + 1), so the warpgroups meet no block barrier in the loop. Until the fifteenth session the
+// block's 256 threads copied each tile by cp.async, ~90 instructions a warp and tile of
+// address arithmetic and a block barrier (bench/cuda/NOTES.md).
+#define KV_STAGES 4
+extern "C" __global__ void __launch_bounds__(256, 2)
+    attention_forward_wgmma(const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tk,
+                            const __grid_constant__ TensorMap tv, TF* __restrict__ out, const AttnParams p,
+                            unsigned batch_fast, unsigned batch_mid) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // Swizzled tiles sit on 1024-byte boundaries (the host asks for 1 KiB extra). Q: 128 rows;
-  // K and V: KV_STAGES stages of 64 rows each.
+  // K and V: KV_STAGES stages of 64 rows each; then the barriers: full[KV_STAGES],
+  // empty[KV_STAGES], Q's.
   const unsigned qs = (smem_u32(smem_raw) + 1023u) & ~1023u, ks = qs + 128 * 128, vs = ks + KV_STAGES * STREAM * 128;
+  const unsigned full = vs + KV_STAGES * STREAM * 128, empty = full + 8 * KV_STAGES, q_full = empty + 8 * KV_STAGES;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
   i64 b, t0;
   block_tile(true, b, t0);
   t0 *= 128;
-  const i64 qb = lead_offset(p.q, b), kb = lead_offset(p.k, b), vb = lead_offset(p.v, b);
-  const int S = (int)p.S;
-  auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES, one commit group
-    const unsigned at = (j % KV_STAGES) * STREAM * 128;
-    copy_rows_swizzled(ks + at, k, kb, p.k_rs, (i64)j * STREAM, S, STREAM);
-    copy_rows_swizzled(vs + at, v, vb, p.v_rs, (i64)j * STREAM, S, STREAM);
-    cp_async_commit();
-  };
-  copy_rows_swizzled(qs, q, qb, p.q_rs, t0, p.Tq, 128);  // joins the first tile's group
-  fetch(0);
-  const i64 row[2] = {t0 + wg * 64 + warp * 16 + g, t0 + wg * 64 + warp * 16 + g + 8};
-  const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
-  // The warp's rows see keys up to limit_of(first row) all.
-  const i64 warp_all = limit_of(p, t0 + wg * 64 + warp * 16);
+  // The batch item's coordinates in the maps' batch dims (32-bit: the grid's x).
+  const unsigned bi = (unsigned)b, b_mid = bi / batch_fast;
+  const int c_fast = (int)(bi - b_mid * batch_fast), c_mid = (int)(b_mid % batch_mid), c_slow = (int)(b_mid / batch_mid);
   // The block's tiles. Both warpgroups take every one: a tile the first sees none of (the
   // diagonal's last) is all masked and adds nothing; skipping it would put the wgmma
   // instructions on a path the compiler cannot prove warpgroup-uniform, and it serializes them.
   const int tiles = (int)(limit_of(p, min(p.Tq - 1, t0 + 127)) + STREAM) / STREAM;
+  auto fetch = [&](int j) {  // key/value tile j into stage j % KV_STAGES (thread 0)
+    const int s = j % KV_STAGES;
+    mbar_expect_tx(full + 8 * s, 2 * STREAM * 128);
+    tma_load_5d(ks + s * STREAM * 128, tk, full + 8 * s, 0, j * STREAM, c_fast, c_mid, c_slow);
+    tma_load_5d(vs + s * STREAM * 128, tv, full + 8 * s, 0, j * STREAM, c_fast, c_mid, c_slow);
+  };
+  if (tid == 0) {
+    for (int s = 0; s < KV_STAGES; ++s) mbar_init(full + 8 * s, 1), mbar_init(empty + 8 * s, 2);
+    mbar_init(q_full, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_expect_tx(q_full, 128 * 128);
+    tma_load_5d(qs, tq, q_full, 0, (int)t0, c_fast, c_mid, c_slow);
+    for (int j = 0; j < min(tiles, KV_STAGES - 1); ++j) fetch(j);
+  }
+  __syncthreads();  // the barriers are initialized
+  const i64 row[2] = {t0 + wg * 64 + warp * 16 + g, t0 + wg * 64 + warp * 16 + g + 8};
+  const i64 lim[2] = {limit_of(p, row[0]), limit_of(p, row[1])};
+  // The warp's rows see keys up to limit_of(first row) all.
+  const i64 warp_all = limit_of(p, t0 + wg * 64 + warp * 16);
   const float sl2 = log2_scale(p);
   float m[2] = {-(float)ALK_INF, -(float)ALK_INF}, l[2] = {0.0f, 0.0f};
   float o[DT][4];
@@ -507,14 +526,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(con
       wgmma_tile_ra(reinterpret_cast<float(&)[DT * 4]>(o), a[kc], smem_desc(v_tile + kc * 16 * 128, STREAM * 128, 1024));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   };
+  // Tile j's stage is free once both warpgroups' P V product of it retired.
+  auto release = [&](int j) {
+    if (tid % 128 == 0) mbar_arrive(empty + 8 * (j % KV_STAGES));
+  };
+  mbar_wait(q_full, 0);
   for (int j = 0; j < tiles; ++j) {
-    cp_async_wait<0>();  // tile j (the only group in flight)
-    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    // Every thread's tile j landed, and every warpgroup is done with tile j - 2, whose stage
-    // tile j + 1 takes.
-    __syncthreads();
-    if (j + 1 < tiles) fetch(j + 1);
+    // Thread 0 keeps the ring KV_STAGES - 2 tiles ahead of this one: tile j + 2 takes the
+    // stage of tile j - 2, whose P V product both warpgroups retired in iteration j - 1 (that
+    // stage's `empty` phase); tile j - 1's values are still being read. The first
+    // KV_STAGES - 1 tiles went before the loop.
+    const int ahead = j + KV_STAGES - 2;
+    if (tid == 0 && ahead < tiles && ahead >= KV_STAGES - 1) {
+      if (ahead >= KV_STAGES) mbar_wait(empty + 8 * (ahead % KV_STAGES), (ahead / KV_STAGES - 1) & 1);
+      fetch(ahead);
+    }
+    mbar_wait(full + 8 * (j % KV_STAGES), (j / KV_STAGES) & 1);  // tile j landed
     float s[NT][4];
     zero<NT>(s);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -533,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) attention_forward_wgmma(con
     float corr[2];
     softmax_tile(s, m, l, j * STREAM, warp_all, lim, sl2, c, corr);
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // O and a are free
+    if (j > 0) release(j - 1);
     rescale_rows(o, corr);
 #pragma unroll
     for (int kc = 0; kc < STREAM / 16; ++kc) acc_to_a(a[kc], s[2 * kc], s[2 * kc + 1]);

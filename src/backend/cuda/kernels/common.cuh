@@ -154,3 +154,43 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) { return (unsigned)(r
 __device__ __forceinline__ u64 smem_desc(unsigned addr, unsigned lbo, unsigned sbo) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
 }
+
+// Hopper's bulk tensor copies (TMA, sm_90) and the transaction barriers they complete on.
+// A tensor map is the host's cuTensorMapEncodeTiled result, passed as a __grid_constant__
+// kernel parameter; copies land in shared memory in the map's (128-byte-swizzled) layout.
+struct __align__(64) TensorMap { unsigned long long bits[16]; };
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra.uni WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, unsigned bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"((u64)&map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// The same for a rank-5 map: coordinates innermost first.
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const TensorMap& map, unsigned bar, int x, int y, int z, int w,
+                                            int v) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+      "[%7];\n" ::"r"(dst),
+      "l"((u64)&map), "r"(x), "r"(y), "r"(z), "r"(w), "r"(v), "r"(bar)
+      : "memory");
+}

@@ -170,9 +170,8 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) matmul_wgmma(const
 // the producer runs up to STAGES steps ahead with no block-wide barrier in the loop.
 // `ta`, `tb`: the host's tensor maps (cuTensorMapEncodeTiled) of A and B, boxes of 64 x 128
 // (A, K-contiguous), 64 x 64 (A transposed, two per stage), 64 x BN (B, K-contiguous) or
-// 64 x 64 (B transposed, BN / 64 per stage), innermost dimension first.
-struct __align__(64) TensorMap { unsigned long long bits[16]; };
-
+// 64 x 64 (B transposed, BN / 64 per stage), innermost dimension first (TensorMap, the
+// mbarrier and tma_load helpers: common.cuh).
 // Output tile `pid` (in launch order) to its (M, N) tile: groups of 8 M tiles are swept
 // along N together, so the tiles in flight at once (one per SM) read a few rows of A and a
 // band of B that both stay in L2. Row by row instead, an [M, 50304] product (the LM head)
@@ -183,31 +182,6 @@ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, i
   const int rows = min(tiles_m - first, kGroup), in_group = pid % per_group;
   mt = first + in_group % rows;
   nt = in_group / rows;
-}
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra.uni WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, unsigned bar, int x, int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"((u64)&map), "r"(x), "r"(y), "r"(bar)
-      : "memory");
 }
 
 // The ring's barriers, set up by thread 0 before anything else: full[s] (one arrival, the
