@@ -1986,20 +1986,26 @@ bool attention_wgmma_ok(const Context& ctx, const AttnLaunchParams& ap, DType t,
   return rows_16byte(ap.q, ap.q_rs, ap.q_cs) && rows_16byte(ap.k, ap.k_rs, ap.k_cs) &&
          rows_16byte(ap.v, ap.v_rs, ap.v_cs) && (!backward || rows_16byte(ap.dout, ap.d_rs, ap.d_cs));
 }
-// The warpgroup forward's tensor maps (kernels/attention_mma.cu): q, k and v as rank-5 maps of
-// [64, rows, batch dims fastest first] (missing batch dims of extent 1), boxes of 128 query or
-// 64 key rows; and the two batch extents that unravel a block's batch item. nullopt where a
-// bulk copy cannot address the views (more than three batch dims, batch shapes that differ,
-// strides off 16 bytes or zero): the mma.sync kernel takes those.
+// The warpgroup kernels' tensor maps (kernels/attention_mma.cu): q, k, v (and the backward's
+// dout) as rank-5 maps of [64, rows, batch dims fastest first] (missing batch dims of extent
+// 1), boxes of a forward block's 128 queries and 64 keys, or a backward block's 128 keys and 64
+// queries; the backward's per-query statistics ([2][B][Tq] f32: delta, then the log2-domain
+// logsumexp) as a rank-3 map, boxes of 64 queries of both planes; and the two batch extents
+// that unravel a block's batch item. nullopt where a bulk copy cannot address the views (more
+// than three batch dims, batch shapes that differ, strides off 16 bytes or zero, Tq not a
+// multiple of 4 for the statistics): the mma.sync kernels take those.
 struct AttentionMaps {
-  TensorMap q, k, v;
+  TensorMap q, k, v, dout, stats;
   unsigned batch_fast = 1, batch_mid = 1;
 };
-std::optional<AttentionMaps> attention_maps(const AttnLaunchParams& ap, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v) {
+std::optional<AttentionMaps> attention_maps(const AttnLaunchParams& ap, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v,
+                                            CUdeviceptr dout = 0, CUdeviceptr stats = 0) {
+  const bool backward = dout != 0;
   const int r = ap.q.rank;
-  if (r > 3 || ap.k.rank != r || ap.v.rank != r) return std::nullopt;
+  if (r > 3 || ap.k.rank != r || ap.v.rank != r || (backward && ap.dout.rank != r)) return std::nullopt;
   for (int d = 0; d < r; ++d)
-    if (ap.k.shape[d] != ap.q.shape[d] || ap.v.shape[d] != ap.q.shape[d]) return std::nullopt;
+    if (ap.k.shape[d] != ap.q.shape[d] || ap.v.shape[d] != ap.q.shape[d] || (backward && ap.dout.shape[d] != ap.q.shape[d]))
+      return std::nullopt;
   auto encode = [&](CUdeviceptr ptr, const KView& view, int64_t rows, int64_t rs, unsigned box_rows) -> std::optional<TensorMap> {
     const uint64_t first = ptr + static_cast<uint64_t>(view.offset) * 2;
     uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1}, strides[4];
@@ -2020,10 +2026,23 @@ std::optional<AttentionMaps> attention_maps(const AttnLaunchParams& ap, CUdevice
       return std::nullopt;
     return map;
   };
-  const auto mq = encode(q, ap.q, ap.Tq, ap.q_rs, 128), mk = encode(k, ap.k, ap.S, ap.k_rs, 64),
-             mv = encode(v, ap.v, ap.S, ap.v_rs, 64);
+  const unsigned query_box = backward ? 64 : 128, key_box = backward ? 128 : 64;
+  const auto mq = encode(q, ap.q, ap.Tq, ap.q_rs, query_box), mk = encode(k, ap.k, ap.S, ap.k_rs, key_box),
+             mv = encode(v, ap.v, ap.S, ap.v_rs, key_box);
   if (!mq || !mk || !mv) return std::nullopt;
-  AttentionMaps maps{*mq, *mk, *mv};
+  AttentionMaps maps{*mq, *mk, *mv, *mq, *mq};
+  if (backward) {
+    const auto md = encode(dout, ap.dout, ap.Tq, ap.d_rs, 64);
+    if (!md || ap.Tq % 4 != 0 || stats % 16 != 0) return std::nullopt;
+    maps.dout = *md;
+    const uint64_t dims[3] = {static_cast<uint64_t>(ap.Tq), static_cast<uint64_t>(ap.B), 2},
+                   strides[2] = {static_cast<uint64_t>(ap.Tq) * 4, static_cast<uint64_t>(ap.B * ap.Tq) * 4};
+    const unsigned box[3] = {64, 1, 2}, element_strides[3] = {1, 1, 1};
+    constexpr int kF32 = 7, kInterleaveNone = 0, kSwizzleNone = 0, kL2Promote128 = 2, kFillZero = 0;
+    if (driver()->cuTensorMapEncodeTiled(&maps.stats, kF32, 3, reinterpret_cast<void*>(stats), dims, strides, box,
+                                         element_strides, kInterleaveNone, kSwizzleNone, kL2Promote128, kFillZero) != 0)
+      return std::nullopt;
+  }
   if (r >= 1) maps.batch_fast = static_cast<unsigned>(ap.q.shape[r - 1]);
   if (r >= 2) maps.batch_mid = static_cast<unsigned>(ap.q.shape[r - 2]);
   return maps;
@@ -2185,15 +2204,18 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   if (attention_mma_ok(k, q.dtype, ap.D, ap.B)) {
     const char* variant_env = std::getenv("ALK_CUDA_ATTENTION_BACKWARD");
     const std::string_view variant = variant_env ? variant_env : "";
-    const bool wgmma = attention_wgmma_ok(ctx, ap, q.dtype, true);
+    // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
+    const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
+    const std::optional<AttentionMaps> maps = attention_wgmma_ok(ctx, ap, q.dtype, true)
+                                                  ? attention_maps(ap, q.ptr, kk.ptr, v.ptr, dout.ptr, stats)
+                                                  : std::nullopt;
+    const bool wgmma = maps.has_value();
     // 8 warps (128 keys) per block halve the q/dout tile loads and dq atomics per key.
     const int kwarps = ap.D % 32 == 0 && variant != "64-keys" ? 8 : 4;
     const std::string src = wgmma ? attention_wgmma_source(fwd.dtype, out.dtype)
                                   : attention_mma_source(q.dtype, fwd.dtype, out.dtype, ap.D, kwarps);
     // One pass over the key blocks; dq gathered in f32 by atomic adds (mma.sync) or bulk
     // reduce-adds of whole tiles (wgmma), then scaled and stored.
-    // stats: each query row's delta, then its logsumexp in the log2 domain (f32 each).
-    const CUdeviceptr stats = ctx.scratch(2 * query_rows * 4);
     // The warpgroup kernel's dq_acc is whole tiles of 64 queries (DQ_CHUNK in
     // kernels/attention_mma.cu); prep zeroes the first B * Tq * D floats, all of it when Tq is
     // a multiple of 64, else it is cleared here first.
@@ -2207,17 +2229,21 @@ void attention_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     // HD / 8 lanes per row: 8 warps cover 256 * 8 / HD rows a pass.
     ctx.launch(ctx.function(src, "attention_backward_prep"), blocks_for(ctx, ap.B * ap.Tq, kBlock * 8 / ap.D), 1, 1,
                kBlock, 0, prep);
-    Args main;
-    main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
-    add_attention(main, ap, q.dtype, scale);
     if (wgmma) {
       // K, V (128 rows each), two stages of q and dout (64 rows), two dS^T buffers (128 rows):
       // 128-byte rows; two stages of two f32 statistics per query; 1 KiB to align.
-      // Then two dq buffers a warpgroup (64 x 32 f32).
-      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 4 * 64 * 32 * 4 + 1024;
+      // Then two dq buffers a warpgroup (64 x 32 f32), then the copies' barriers.
+      const int shared = (128 * 4 + 4 * 64) * 128 + 2 * 2 * 64 * 4 + 4 * 64 * 32 * 4 + 1024 + 64;
+      Args main;
+      main.add(maps->q).add(maps->k).add(maps->v).add(maps->dout).add(maps->stats).add(out.ptr).add(dq_acc);
+      add_attention(main, ap, q.dtype, scale);
+      main.add(maps->batch_fast).add(maps->batch_mid);
       ctx.launch(ctx.function(src, "attention_backward_wgmma", shared), batch, attention_tiles(k, ap.S, 128), 1, 256,
                  static_cast<unsigned>(shared), main);
     } else {
+      Args main;
+      main.add(q.ptr).add(kk.ptr).add(v.ptr).add(stats).add(dout.ptr).add(out.ptr).add(dq_acc);
+      add_attention(main, ap, q.dtype, scale);
       const int shared = attention_mma_shared(ap.D, true, kwarps);
       ctx.launch(ctx.function(src, "attention_backward_mma", shared), batch, attention_tiles(k, ap.S, 16 * kwarps), 1,
                  static_cast<unsigned>(32 * kwarps), static_cast<unsigned>(shared), main);

@@ -387,23 +387,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, HD <= 64 ? 2 : 1) attentio
 }
 
 #if ATTN_WGMMA
-// Rows [r0, r0 + n) (n <= 128, a multiple of 32) of a [rows, 64] bf16 view (row stride rs from
-// element base) into a swizzled tile at dst by a block of 256 threads, cp.async (the caller
-// commits): chunk tid % 8 of rows tid / 8 + 32 i; rows past `rows` are zeros. A fixed trip
-// count: a loop bound that depends on the thread makes ptxas serialize every wgmma of the
-// kernel (warning C7520).
-__device__ __forceinline__ void copy_rows_swizzled(unsigned dst, const T* __restrict__ src, i64 base, i64 rs, i64 r0,
-                                                   i64 rows, int n) {
-  const int tid = threadIdx.x, chunk = tid & 7;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (i * 32 >= n) break;
-    const int r = (tid >> 3) + 32 * i;
-    const bool ok = r0 + r < rows;
-    cp_async16(dst + swizzled(r, chunk), ok ? (const void*)(src + base + (r0 + r) * rs + chunk * 8) : (const void*)src, ok);
-  }
-}
-
 // Results of the warpgroup kernels leave through shared memory: a warp's accumulators hold
 // rows g and g + 8 in pairs of columns, so stored straight to global memory they are 2-byte
 // stores eight rows apart (Nsight Compute, thirteenth session: the backward's dk/dv stores and
@@ -853,7 +836,9 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // The one-pass backward on Hopper's warpgroup instructions (sm_90a; bf16 q, k, v and dout with
 // 16-byte copyable rows; HD = 64). A block of two warpgroups owns 128 keys, 64 a warpgroup, and
 // walks the query tiles of 64 that see them (q, dout and the rows' statistics in two stages, the
-// next tile copied by cp.async while this one is used). Per tile a warpgroup computes, on its
+// next tile copied while this one is used: bulk tensor copies issued by thread 0 through the
+// host's maps `tq`, `tk`, `tv`, `tg` (dout) and `tstats`, as the forward's, each stage with a
+// `full` barrier). Per tile a warpgroup computes, on its
 // keys: S^T = K Q^T and dP^T = V dO^T (both operands from shared memory), P^T and dS^T in
 // registers (probabilities_t, as the mma.sync kernel), dV += P^T dO and dK += dS^T Q (the
 // accumulators as the register A operand, dO and Q read transposed); then dS^T goes to shared
@@ -871,40 +856,36 @@ extern "C" __global__ void __launch_bounds__(KTHREADS) attention_backward_mma(
 // 234 registers instead of 212); blocks of one warpgroup, without the barrier between
 // warpgroups (5% slower: twice the dq atomics).
 extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ stats,
-    const T* __restrict__ dout, TG* __restrict__ out, float* __restrict__ dq_acc, const AttnParams p) {
+    const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tk, const __grid_constant__ TensorMap tv,
+    const __grid_constant__ TensorMap tg, const __grid_constant__ TensorMap tstats, TG* __restrict__ out,
+    float* __restrict__ dq_acc, const AttnParams p, unsigned batch_fast, unsigned batch_mid) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // 1024-byte aligned swizzled tiles (the host asks for 1 KiB extra): K and V 128 rows each, q
   // and dout two stages of 64, dS^T two buffers of 128 rows (keys) of 64 queries; then the
-  // statistics, [2 stages][lse2, delta][64] f32; then two dq buffers a warpgroup (DQ_CHUNK f32).
+  // statistics, [2 stages][delta, lse2][64] f32; then two dq buffers a warpgroup (DQ_CHUNK f32);
+  // then the barriers: full[2] (a stage's copies landed), K and V's.
   // K and V rows hold dk and dv on the way out (stage_rows).
   const unsigned base = smem_u32(smem_raw), ks = (base + 1023u) & ~1023u, vs = ks + 128 * 128, qs = vs + 128 * 128,
                  gs = qs + 2 * STREAM * 128, dss = gs + 2 * STREAM * 128, stat = dss + 2 * 128 * 128,
-                 dqs = stat + 2 * 2 * STREAM * 4;
+                 dqs = stat + 2 * 2 * STREAM * 4, full = dqs + 4 * DQ_CHUNK * 4, kv_full = full + 16;
   float* const col_stats = (float*)(smem_raw + (stat - base));
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
   i64 b, s0;
   block_tile(false, b, s0);
   s0 *= 128;
-  const i64 qb = lead_offset(p.q, b), db = lead_offset(p.dout, b);
   const int Tq = (int)p.Tq;
-  // Thread r < STREAM copies row r's statistics of each tile.
-  const float* delta_row = stats + b * p.Tq + tid;
-  const float* lse2_row = delta_row + p.B * p.Tq;
-  auto fetch = [&](int t0, int stage) {  // query tile t0 (q, dout, statistics) into `stage`, one commit group
-    copy_rows_swizzled(qs + stage * STREAM * 128, q, qb, p.q_rs, t0, Tq, STREAM);
-    copy_rows_swizzled(gs + stage * STREAM * 128, dout, db, p.d_rs, t0, Tq, STREAM);
-    if (tid < STREAM) {
-      // Rows past Tq read as zeros: their columns are masked, and their q and dout are zero.
-      const bool ok = t0 + tid < Tq;
-      const unsigned at = stat + (stage * 2 * STREAM + tid) * 4;
-      cp_async4(at, ok ? (const void*)(lse2_row + t0) : (const void*)stats, ok);
-      cp_async4(at + STREAM * 4, ok ? (const void*)(delta_row + t0) : (const void*)stats, ok);
-    }
-    cp_async_commit();
+  // The batch item's coordinates in the maps' batch dims (32-bit: the grid's x).
+  const unsigned bi = (unsigned)b, b_mid = bi / batch_fast;
+  const int c_fast = (int)(bi - b_mid * batch_fast), c_mid = (int)(b_mid % batch_mid), c_slow = (int)(b_mid / batch_mid);
+  // Query tile t0 (q, dout, both planes of statistics) into `stage` (thread 0). Rows past Tq
+  // come as zeros: their columns are masked, and their q and dout are zero.
+  auto fetch = [&](int t0, int stage) {
+    const unsigned bar = full + 8 * stage;
+    mbar_expect_tx(bar, 2 * STREAM * 128 + 2 * STREAM * 4);
+    tma_load_5d(qs + stage * STREAM * 128, tq, bar, 0, t0, c_fast, c_mid, c_slow);
+    tma_load_5d(gs + stage * STREAM * 128, tg, bar, 0, t0, c_fast, c_mid, c_slow);
+    tma_load_3d(stat + stage * 2 * STREAM * 4, tstats, bar, t0, (int)b, 0);
   };
-  copy_rows_swizzled(ks, k, lead_offset(p.k, b), p.k_rs, s0, p.S, 128);  // join the first tile's group
-  copy_rows_swizzled(vs, v, lead_offset(p.v, b), p.v_rs, s0, p.S, 128);
   const i64 key0 = s0 + wg * 64 + warp * 16;  // the warp's first key
   const i64 key[2] = {key0 + g, key0 + g + 8};
   // Query t sees key s when s <= limit_of(t): causal, t >= s - (S - Tq).
@@ -918,8 +899,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   // put wgmma on a path ptxas cannot prove warpgroup-uniform, and it serializes them).
   const i64 first_query = max((i64)0, p.causal ? s0 - shift : (i64)0);
   const int t_first = first_query >= Tq ? Tq : (int)first_query / STREAM * STREAM;
-  if (t_first < Tq) fetch(t_first, 0);
-  else cp_async_commit();
+  if (tid == 0) {
+    mbar_init(full, 1), mbar_init(full + 8, 1), mbar_init(kv_full, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_expect_tx(kv_full, 2 * 128 * 128);
+    tma_load_5d(ks, tk, kv_full, 0, (int)s0, c_fast, c_mid, c_slow);
+    tma_load_5d(vs, tv, kv_full, 0, (int)s0, c_fast, c_mid, c_slow);
+    if (t_first < Tq) fetch(t_first, 0);
+  }
+  __syncthreads();  // the barriers are initialized
+  mbar_wait(kv_full, 0);
   const unsigned k_rows = ks + wg * 64 * 128, v_rows = vs + wg * 64 * 128;
   float dk[DT][4], dv[DT][4];
   zero<DT>(dk);
@@ -950,21 +939,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
                  : "memory");
     ++adds;
   };
-  int stage = 0;
-  for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1) {
-    cp_async_wait<0>();  // tile t0 (the only group in flight)
-    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  int stage = 0, uses = 0;  // uses: the tiles so far (stage uses / 2 give the `full` phase)
+  for (int t0 = t_first; t0 < Tq; t0 += STREAM, stage ^= 1, ++uses) {
+    mbar_wait(full + 8 * stage, (uses >> 1) & 1);  // tile t0 landed
     // The dq buffer this iteration fills was sent two adds ago: read out before the barrier.
     bulk_wait_read1(leader);
-    // Every thread's tile landed, and both warpgroups are done with the previous tile's stage
-    // (its dV and dK products retired at the end of the last iteration), which the next tile takes.
+    // Both warpgroups are done with the previous tile's stage (its dV and dK products retired
+    // at the end of the last iteration), which the next tile takes.
     __syncthreads();
-    if (t0 + STREAM < Tq) fetch(t0 + STREAM, stage ^ 1);
+    if (tid == 0 && t0 + STREAM < Tq) fetch(t0 + STREAM, stage ^ 1);
     const unsigned q_tile = qs + stage * STREAM * 128, g_tile = gs + stage * STREAM * 128,
                    ds_tile = dss + stage * 128 * 128;
-    const float* lse2 = col_stats + stage * 2 * STREAM;
-    const float* dlt = lse2 + STREAM;
+    const float* dlt = col_stats + stage * 2 * STREAM;
+    const float* lse2 = dlt + STREAM;
     float st[NT][4], dpt[NT][4];
     zero<NT>(st);
     zero<NT>(dpt);
@@ -1038,7 +1025,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_backward_wgmma(
   // The block's shared memory must outlive the reduce-adds' reads of it.
   asm volatile("{\n.reg .pred leader;\nsetp.ne.u32 leader, %0, 0;\n@leader cp.async.bulk.wait_group 0;\n}\n" ::"r"(leader)
                : "memory");
-  cp_async_wait<0>();
   if (sizeof(TG) != 2 || !vector_aligned(p.out_offset | p.g_plane | p.g_bs | p.g_hs | p.g_rs) || ((u64)out & 15) != 0) {
     store_key_grads(out, p, b, key, dk, dv, c);
     return;

@@ -185,7 +185,14 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, uns
       : "memory");
 }
 
-// The same for a rank-5 map: coordinates innermost first.
+// The same for rank-3 and rank-5 maps: coordinates innermost first.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap& map, unsigned bar, int x, int y, int z) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          dst),
+      "l"((u64)&map), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
 __device__ __forceinline__ void tma_load_5d(unsigned dst, const TensorMap& map, unsigned bar, int x, int y, int z, int w,
                                             int v) {
   asm volatile(
