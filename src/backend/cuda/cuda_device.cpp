@@ -438,7 +438,7 @@ std::string reduce_out_type(const ReduceStore& st) { return storage(st.epilogue 
 // Warp w of chunk c (blockIdx.y) takes rows r0 + w, r0 + w + 8, ...; the warps' sums are
 // combined in warp order and written once per chunk; reduce_finish_slices then combines the
 // chunks, 8 slices per output in a fixed order (deterministic) and stores them (store_result).
-// Where every input steps through the reduced rows by one stride (RED_STRIDED: a bias
+// Where every input steps through the reduced rows by one stride (`strided`: a bias
 // gradient's [B, T] rows merged into one dim), a warp issues ROWS_IN_FLIGHT rows' loads
 // before it adds the first (a 16-byte load a lane and input each): one row in flight a warp
 // left the [16384, 768] bf16 sum at ~2.6 TB/s (bench_cuda_rows), latency-bound.
@@ -521,7 +521,7 @@ std::string reduce_columns_vec_source(const std::vector<DType>& inputs, const Re
 
 // The reduction kernels for one prologue, dtypes and store: reduce_kernel (W lanes per output)
 // and reduce_columns_vec + reduce_finish_slices (RVEC adjacent outputs per lane; `strided`:
-// RED_STRIDED above).
+// rows by one stride, above).
 std::string reduce_source(const expr::Expr& prologue, const std::vector<DType>& inputs, const ReduceStore& st, ReduceOp op,
                           int W, int rvec = 1, bool strided = false) {
   const DType core = st.core;
@@ -1969,7 +1969,8 @@ std::string attention_wgmma_source(DType fwd, DType grads) {
                            std::string(sources::attention_mma));
 }
 // Whether the warpgroup kernels take an attention op: sm_90a, bf16 rows of 64 that 16-byte
-// copies read from every batch item (q, k, v and, for the backward, dout); unless the mma.sync
+// copies read from every batch item (q, k, v and, for the backward, dout), where their tensor
+// maps can be encoded too (attention_maps); unless the mma.sync
 // kernels are asked for (ALK_CUDA_ATTENTION_FORWARD=mma; ALK_CUDA_ATTENTION_BACKWARD=mma or
 // 64-keys). In GPT-2's step they take 0.161 ms a layer forward (mma.sync 0.198) and 0.417
 // backward (0.553), bench/cuda/NOTES.md, eleventh session.
@@ -2030,7 +2031,7 @@ std::optional<AttentionMaps> attention_maps(const AttnLaunchParams& ap, CUdevice
   const auto mq = encode(q, ap.q, ap.Tq, ap.q_rs, query_box), mk = encode(k, ap.k, ap.S, ap.k_rs, key_box),
              mv = encode(v, ap.v, ap.S, ap.v_rs, key_box);
   if (!mq || !mk || !mv) return std::nullopt;
-  AttentionMaps maps{*mq, *mk, *mv, *mq, *mq};
+  AttentionMaps maps{*mq, *mk, *mv, {}, {}};
   if (backward) {
     const auto md = encode(dout, ap.dout, ap.Tq, ap.d_rs, 64);
     if (!md || ap.Tq % 4 != 0 || stats % 16 != 0) return std::nullopt;
