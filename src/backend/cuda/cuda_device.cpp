@@ -1394,6 +1394,7 @@ struct TcShape {
   int consumers = 2;                   // tma, per tile: consumer warpgroups, 64 rows each (2 or 3)
   int bn() const { return 32 * wn; }
   int bm() const { return 64 * consumers; }
+  bool operator==(const TcShape&) const = default;
 };
 constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
                   kWgmmaTmaPair{4, 3, true, 1, 2, true},  // 128 x 128 tiles, two blocks per SM
@@ -1804,10 +1805,14 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
   TcShape shape = tc_shape(ctx, mp.N, mp.K);
+  // Under ALK_CUDA_F32_PERSISTENT=1 f32 results take the ping-pong kernel at any K up to 4096
+  // (GPT-2's fc2 forward, K = 3072, with its residual), unless a kernel is forced.
+  if (shape == kWgmmaTma && mp.K <= 4096 && persistent_stores(out, kWgmmaTmaPingpong) && !std::getenv("ALK_CUDA_GEMM"))
+    shape = kWgmmaTmaPingpong;
   int splits = split_k(ctx, mp, shape);
   if (shape.tma && !tma_fits(mp, shape)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
-  // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
-  // per-tile kernel of the same block shape.
+  // The persistent kernel stages 16-bit results (and f32 ones, ALK_CUDA_F32_PERSISTENT); split-K
+  // slices and other results take the per-tile kernel of the same block shape.
   if (shape.persistent && (splits > 1 || !persistent_stores(out, shape))) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && !old_path("ALK_CUDA_DW")) {
     const char* force = std::getenv("ALK_CUDA_DW");
