@@ -872,16 +872,12 @@ struct EpiRoles {
     return d;
   }
 };
-// `out`: the result's dtype. An f32 result (OUT_F32) takes every input from memory: its
-// staging tile holds the result's halves (no tile input), and a bias held in registers across
-// the main loop made its consumers spill (212 bytes, ptxas).
-EpiRoles epilogue_roles(const EpiLaunch& e, const std::vector<DType>& types, DType out) {
+EpiRoles epilogue_roles(const EpiLaunch& e, const std::vector<DType>& types) {
   EpiRoles r;
-  const bool staged_16bit = dtype_size(out) == 2;
   for (size_t i = 0; i < types.size(); ++i) {
     const int bit = 1 << i;
-    const bool half = (types[i] == DType::BF16 || types[i] == DType::F16) && staged_16bit;
-    if (e.rs[i] == 0 && staged_16bit) r.cols |= bit;
+    const bool half = types[i] == DType::BF16 || types[i] == DType::F16;
+    if (e.rs[i] == 0) r.cols |= bit;
     else if (r.tile < 0 && half && e.cs[i] == 1 && e.rs[i] % 8 == 0 && (e.ptr[i] + e.batch[i].offset * 2) % 16 == 0)
       r.tile = static_cast<int>(i);
     else r.rest |= bit;
@@ -1394,7 +1390,6 @@ struct TcShape {
   int consumers = 2;                   // tma, per tile: consumer warpgroups, 64 rows each (2 or 3)
   int bn() const { return 32 * wn; }
   int bm() const { return 64 * consumers; }
-  bool operator==(const TcShape&) const = default;
 };
 constexpr TcShape kWgmmaWide{8, 4, true, 1, 1}, kWgmmaNarrow{4, 3, true, 0, 2}, kWgmmaTma{8, 4, true, 1, 1, true},
                   kWgmmaTmaPair{4, 3, true, 1, 2, true},  // 128 x 128 tiles, two blocks per SM
@@ -1485,7 +1480,6 @@ std::string matmul_tc_source(DType t, DType out, const char* kind, int a_kmajor,
                                      {"PINGPONG", shape.pingpong ? "1" : "0"},
                                      {"STREAMK", stream_k ? "1" : "0"},
                                      {"CONSUMERS", std::to_string(shape.consumers)},
-                                     {"OUT_F32", shape.persistent && out == DType::F32 ? "1" : "0"},
                                      {"EPILOGUE", epilogue.empty() ? "0" : "1"}});
   std::string body = epilogue + std::string(sources::matmul_shared);
   if (shape.wgmma) body += wgmma_tile_code(shape.bn(), kind, a_kmajor, b_kmajor) + std::string(sources::matmul_wgmma);
@@ -1509,21 +1503,19 @@ int matmul_tc_shared_bytes(int a_kmajor, int b_kmajor, TcShape shape) {
   return shape.stages * (a + b) * 2;
 }
 
-// matmul_wgmma_tma's tensor map of one operand or result (kernels/matmul_wgmma.cu): `rows`
-// rows of `inner` elements (16-bit, or an f32 result), `row_stride` elements apart, in boxes of
-// 128 bytes x box_rows with the 128-byte swizzle (zero-filled past the edges).
+// matmul_wgmma_tma's tensor map of one operand (kernels/matmul_wgmma.cu): `rows` rows of
+// `inner` elements, `row_stride` elements apart, read in boxes of 64 x box_rows with the
+// 128-byte swizzle (zero-filled past the edges).
 struct alignas(64) TensorMap {
   uint64_t bits[16];
 };
 // `first`: the address of element 0 (16-byte aligned, as the row stride's bytes must be).
 TensorMap tensor_map(DType t, uint64_t first, uint64_t inner, uint64_t rows, int64_t row_stride, unsigned box_rows) {
   TensorMap map{};
-  const uint64_t esize = dtype_size(t);
-  const uint64_t dims[2] = {inner, rows}, strides[1] = {static_cast<uint64_t>(row_stride) * esize};
-  const unsigned box[2] = {static_cast<unsigned>(128 / esize), box_rows}, element_strides[2] = {1, 1};
-  constexpr int kBf16 = 9, kF16 = 6, kF32 = 7, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote128 = 2, kFillZero = 0;
-  check(driver()->cuTensorMapEncodeTiled(&map, t == DType::BF16 ? kBf16 : t == DType::F16 ? kF16 : kF32, 2,
-                                         reinterpret_cast<void*>(first), dims,
+  const uint64_t dims[2] = {inner, rows}, strides[1] = {static_cast<uint64_t>(row_stride) * 2};
+  const unsigned box[2] = {64, box_rows}, element_strides[2] = {1, 1};
+  constexpr int kBf16 = 9, kF16 = 6, kInterleaveNone = 0, kSwizzle128 = 3, kL2Promote128 = 2, kFillZero = 0;
+  check(driver()->cuTensorMapEncodeTiled(&map, t == DType::BF16 ? kBf16 : kF16, 2, reinterpret_cast<void*>(first), dims,
                                          strides, box, element_strides, kInterleaveNone, kSwizzle128, kL2Promote128,
                                          kFillZero),
         "cuTensorMapEncodeTiled");
@@ -1546,20 +1538,10 @@ void add_operand_maps(Args& args, const Arg& a, const Arg& b, const MatmulLaunch
   args.add(la ? tensor_map(a, k_total, mp.M, mp.a_rs, bm) : tensor_map(a, mp.M, k_total, mp.a_cs, 64));
   args.add(lb ? tensor_map(b, k_total, mp.N, mp.b_cs, static_cast<unsigned>(bn)) : tensor_map(b, mp.N, k_total, mp.b_rs, 64));
 }
-// Whether the persistent kernel with block shape `shape` stores results of dtype t: 16-bit;
-// f32 (OUT_F32) on the ping-pong 128 x 128 tiles under ALK_CUDA_F32_PERSISTENT=1, an experiment
-// not yet measured (bench/cuda/NOTES.md, fifteenth session).
-bool persistent_stores(DType t, TcShape shape) {
-  if (dtype_size(t) == 2) return true;
-  const char* f32 = std::getenv("ALK_CUDA_F32_PERSISTENT");  // read per product: tests switch it
-  return t == DType::F32 && f32 && std::string_view(f32) == "1" && shape.pingpong && shape.bn() == 128;
-}
-// Whether the persistent kernel can store a product's result: a dtype it stores, one matrix
-// (bulk copies out of the staging tile: rows of whole 16-byte vectors from a 16-byte boundary).
-bool persistent_fits(const Arg& out, const MatmulLaunchParams& mp, TcShape shape) {
-  const uint64_t esize = dtype_size(out.dtype);
-  return persistent_stores(out.dtype, shape) && mp.batch == 1 && mp.N % static_cast<int64_t>(16 / esize) == 0 &&
-         (out.ptr + static_cast<uint64_t>(mp.out_offset) * esize) % 16 == 0;
+// Whether the persistent kernel can store a product's result: 16-bit, one matrix (bulk
+// copies out of the staging tile: rows of whole 16-byte vectors from a 16-byte boundary).
+bool persistent_fits(const Arg& out, const MatmulLaunchParams& mp) {
+  return dtype_size(out.dtype) == 2 && mp.batch == 1 && mp.N % 8 == 0 && (out.ptr + static_cast<uint64_t>(mp.out_offset) * 2) % 16 == 0;
 }
 // Launches matmul_wgmma_tma over `slices` K slices of mp.K each (1: the whole product) of
 // operands `k_extent` long in K (reads past it are zeros). The persistent kernel also takes
@@ -1573,8 +1555,7 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
   add_operand_maps(args, a, b, mp, la, lb, bn, k_extent, static_cast<unsigned>(shape.bm()));
   if (shape.persistent) {
     const uint64_t m = static_cast<uint64_t>(mp.M), n = static_cast<uint64_t>(mp.N);
-    const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * dtype_size(out_dtype), n, m,
-                                      mp.N, 128);
+    const TensorMap tout = tensor_map(out_dtype, out + static_cast<uint64_t>(mp.out_offset) * 2, n, m, mp.N, 128);
     TensorMap tin = tout;  // unread without a tile input
     if (tile_input >= 0) {
       const size_t i = static_cast<size_t>(tile_input);
@@ -1805,15 +1786,11 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
   const int lb = aligned(b, mp.b_batch) ? layout(mp.b_rs, mp.b_cs, mp.K, mp.N) : -1;
   if (la < 0 || lb < 0) return std::nullopt;
   TcShape shape = tc_shape(ctx, mp.N, mp.K);
-  // Under ALK_CUDA_F32_PERSISTENT=1 f32 results take the ping-pong kernel at any K up to 4096
-  // (GPT-2's fc2 forward, K = 3072, with its residual), unless a kernel is forced.
-  if (shape == kWgmmaTma && mp.K <= 4096 && persistent_stores(out, kWgmmaTmaPingpong) && !std::getenv("ALK_CUDA_GEMM"))
-    shape = kWgmmaTmaPingpong;
   int splits = split_k(ctx, mp, shape);
   if (shape.tma && !tma_fits(mp, shape)) shape = shape.bn() == 256 ? kWgmmaWide : kWgmmaNarrow;  // same block shape, same splits
-  // The persistent kernel stages 16-bit results (and f32 ones, ALK_CUDA_F32_PERSISTENT); split-K
-  // slices and other results take the per-tile kernel of the same block shape.
-  if (shape.persistent && (splits > 1 || !persistent_stores(out, shape))) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
+  // The persistent kernel stages 16-bit results; split-K slices and f32 results take the
+  // per-tile kernel of the same block shape.
+  if (shape.persistent && (splits > 1 || dtype_size(out) != 2)) shape = shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   if (splits > 1 && shape.tma && !shape.persistent && shape.min_blocks == 1 && !old_path("ALK_CUDA_DW")) {
     const char* force = std::getenv("ALK_CUDA_DW");
     const WaveSlices w = wave_slices(mp.M, mp.N, mp.K, std::max(1, ctx.props().multiprocessors),
@@ -1826,14 +1803,14 @@ std::optional<TcPlan> plan_tc(const Context& ctx, const Arg& a, const Arg& b, co
 // One launch of matmul_tc into out; with `epilogue`, its expression is applied in the store.
 void launch_tc(Context& ctx, const Arg& a, const Arg& b, const Arg& out, const MatmulLaunchParams& mp, TcPlan plan,
                const Kernel* epilogue) {
-  if (plan.shape.persistent && !persistent_fits(out, mp, plan.shape)) plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
+  if (plan.shape.persistent && !persistent_fits(out, mp)) plan.shape = plan.shape.pingpong ? kWgmmaTmaPair : kWgmmaTma;
   std::string epi;
   EpiRoles roles;
   if (epilogue) {
     const std::vector<DType> types = epilogue_input_types(*epilogue);
     epi = epilogue_code(*epilogue, out.dtype);
     if (plan.shape.persistent) {
-      roles = epilogue_roles(epilogue_params(*epilogue), types, out.dtype);
+      roles = epilogue_roles(epilogue_params(*epilogue), types);
       epi += roles.defines(types);
     }
   }
@@ -1880,8 +1857,7 @@ bool matmul_with_epilogue(Context& ctx, const Kernel& k, const Arg& out) {
     const Arg x = arg_of(k.extra_outputs[0].arg);
     if (k.extra_outputs.size() != 1 || dtype_size(x.dtype) != 2 || x.shape != out.shape ||
         x.strides != contiguous_strides(x.shape) || plan->splits > 1 || !plan->shape.pingpong ||
-        dtype_size(out.dtype) != 2 || !persistent_fits(out, mp, plan->shape) ||
-        (x.ptr + static_cast<uint64_t>(x.offset) * 2) % 16 != 0)
+        !persistent_fits(out, mp) || (x.ptr + static_cast<uint64_t>(x.offset) * 2) % 16 != 0)
       return false;
   }
   // Split K: the sum of the slices applies the epilogue.
@@ -2867,21 +2843,6 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                        matmul_tc_source(DType::BF16, DType::BF16, "bf16", 1, 0, shape,
                                         epilogue_code(gelu_bias, DType::BF16, {DType::BF16}, DType::BF16) +
                                             staged.defines({DType::BF16})));
-    }
-    {
-      // An f32 result on the ping-pong kernel (OUT_F32, ALK_CUDA_F32_PERSISTENT=1): the GPT's
-      // proj forward, its bf16 product plus a bf16 bias and the f32 residual stream.
-      const std::vector<std::string> names3 = {"a", "b", "c"};
-      const std::vector<expr::Type> types3(3, expr::Type::F32);
-      const expr::Expr residual = expr::parse("c + (a + b)", names3, types3, expr::Type::F32);
-      EpiRoles bias_and_residual;  // as epilogue_roles gives them for an f32 result: both loaded
-      bias_and_residual.rest = 1 | 2;
-      out.emplace_back("matmul_wgmma_tma ping-pong, f32 result + a bias and an f32 residual",
-                       matmul_tc_source(DType::BF16, DType::F32, "bf16", 1, 0, kWgmmaTmaPingpong,
-                                        epilogue_code(residual, DType::BF16, {DType::BF16, DType::F32}, DType::F32) +
-                                            bias_and_residual.defines({DType::BF16, DType::F32})));
-      out.emplace_back("matmul_wgmma_tma ping-pong, f32 result",
-                       matmul_tc_source(DType::BF16, DType::F32, "bf16", 1, 1, kWgmmaTmaPingpong));
     }
     {
       // An extra output (Kernel::extra_outputs, ping-pong only): fc1's GELU beside its biased

@@ -72,15 +72,6 @@ TEST(CudaCompile, WarpgroupKernelsAreNotSerialized) {
   EXPECT_GE(checked, 20);
 }
 
-// Every function in a ptxas report spilled nothing (its "N bytes spill stores" are all 0).
-void expect_no_spills(const std::string& report) {
-  EXPECT_NE(report.find("spill stores"), std::string::npos) << "no ptxas report:\n" << report;
-  for (size_t at = report.find(" bytes spill stores"); at != std::string::npos; at = report.find(" bytes spill stores", at + 1)) {
-    const size_t begin = report.rfind(' ', at - 1) + 1;
-    EXPECT_EQ(report.substr(begin, at - begin), "0") << report;
-  }
-}
-
 // The row-in-registers norms with 16-byte vectors (GPT-2's rows) hold a lane's share of a row
 // and its column sums in registers, two blocks per SM (128 registers): none may spill (a spill
 // is a local-memory round trip per element, what the registers were for). (ptxas takes ~10 s a
@@ -98,27 +89,15 @@ TEST(CudaCompile, RowNormsDoNotSpill) {
     SCOPED_TRACE(what);
     std::string report;
     EXPECT_NO_THROW(report = ptxas_report(src, "sm_90a"));
-    expect_no_spills(report);
+    EXPECT_NE(report.find("spill stores"), std::string::npos) << "no ptxas report:\n" << report;
+    for (size_t at = report.find(" bytes spill stores"); at != std::string::npos;
+         at = report.find(" bytes spill stores", at + 1)) {
+      const size_t begin = report.rfind(' ', at - 1) + 1;
+      EXPECT_EQ(report.substr(begin, at - begin), "0") << report;
+    }
     ++checked;
   }
   EXPECT_GE(checked, 5);
-}
-
-// The ping-pong GEMM storing f32 results (OUT_F32, under ALK_CUDA_F32_PERSISTENT=1) holds two
-// 64-row slabs of accumulators a consumer thread; its epilogue inputs, the GPT's bias and f32
-// residual, must fit beside them (a bias held across the main loop spilled 212 bytes).
-TEST(CudaCompile, F32ResultsOfThePingPongGemmDoNotSpill) {
-  ALK_NEED_NVRTC();
-  int checked = 0;
-  for (const auto& [what, src] : template_sources()) {
-    if (what.find("ping-pong, f32 result") == std::string::npos) continue;
-    SCOPED_TRACE(what);
-    std::string report;
-    EXPECT_NO_THROW(report = ptxas_report(src, "sm_90a"));
-    expect_no_spills(report);
-    ++checked;
-  }
-  EXPECT_GE(checked, 2);
 }
 
 // The split-K count of the bulk-copy GEMM (no GPU needed: a model of the time). GPT-2's

@@ -153,37 +153,6 @@ TEST(CudaDevice, ProductEpiloguesStoreExtraOutputs) {
   unsetenv("ALK_EXTRA_OUTPUTS");
 }
 
-// GPT-2's proj and fc2 forward (K 768 and 3072), an f32 result (the residual stream plus the
-// bf16 product and bias) in one kernel: the non-persistent GEMM by default, the ping-pong
-// kernel's OUT_F32 halves under ALK_CUDA_F32_PERSISTENT=1 (an experiment,
-// kernels/matmul_wgmma.cu). 4096 rows: 192 tiles of 128 x 128, no split-K.
-TEST(CudaDevice, F32ResultsOfTheProductEpilogue) {
-  ALK_CUDA_OR_SKIP(dev);
-  for (int64_t inner : {768, 3072}) {
-    SCOPED_TRACE("K = " + std::to_string(inner));
-    Tensor x = cast(randn({4096, inner}) * 0.2, DType::BF16), w = cast(randn({768, inner}) * 0.2, DType::BF16);
-    Tensor bias = cast(randn({768}), DType::BF16), residual = randn({4096, 768});
-    realize({x, w, bias, residual});
-    auto linear_residual = [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r) {
-      return r + (matmul(x, w.transpose(0, 1)) + b);
-    };
-    const Tensor want = linear_residual(x, w, bias, residual);
-    want.realize();
-    const Tensor xd = x.to(*dev), wd = w.to(*dev), bd = bias.to(*dev), rd = residual.to(*dev);
-    realize({xd, wd, bd, rd});
-    for (const char* f32_persistent : {"0", "1"}) {
-      SCOPED_TRACE(std::string("ALK_CUDA_F32_PERSISTENT=") + f32_persistent);
-      setenv("ALK_CUDA_F32_PERSISTENT", f32_persistent, 1);
-      const Tensor got = linear_residual(xd, wd, bd, rd);
-      got.realize();
-      EXPECT_EQ(last_schedule_stats().kernels, 1);  // the residual and bias in the product's store
-      EXPECT_EQ(got.dtype(), DType::F32);
-      expect_close(got, want, 2e-2, 2e-2);  // bf16 products summed in another order, rounded
-    }
-  }
-  unsetenv("ALK_CUDA_F32_PERSISTENT");
-}
-
 TEST(CudaDevice, ReductionsWithPrologueAndEpilogue) {
   ALK_CUDA_OR_SKIP(dev);
   Tensor x = randn({6, 300, 5}), y = randn({6, 300, 5});

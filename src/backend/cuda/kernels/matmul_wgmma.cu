@@ -447,36 +447,19 @@ extern "C" __global__ void matmul_stream_k_sum(const float* __restrict__ ws, TO*
 #ifndef EPI_EXTRA
 #define EPI_EXTRA 0
 #endif
-#ifndef OUT_F32
-#define OUT_F32 0
-#endif
 // EPI_EXTRA (ping-pong only): an extra output (epilogue_extra_apply) of the result's shape goes
 // out through the same staging tile, first: the warpgroup writes the extra values there (over
 // the staged input, element by element) and keeps its results packed in registers; the storer
 // copies the tile out through its own tensor map `tx` and frees it (stage_free: two phases a
 // tile); then the results follow as without. (A second staging tile a warpgroup cost a ring
 // stage: with 3, the fc product ran 2.6x slower, its loads no longer ahead of the products.)
-// OUT_F32 (ping-pong only; an experiment the host takes under ALK_CUDA_F32_PERSISTENT=1): an
-// f32 result, staged and stored in two halves of 64 columns (an f32 half of a 128 x 128 tile
-// fills a 16-bit staging tile): the warpgroup writes the first half, the storer copies it out
-// (`tout` in boxes of 32 columns) and frees the tile (stage_free: two phases a tile), then the
-// second half follows. Its epilogue inputs come from memory (no EPI_TILE): the f32 residual
-// the GPT's proj and fc2 forward add, which the non-persistent kernel staged and read back
-// through shared memory (L1 75% busy, bench/cuda/NOTES.md, fifteenth session).
 #if EPI_EXTRA
 #define EXTRA_MAP_PARAM const __grid_constant__ TensorMap tx,
-#else
-#define EXTRA_MAP_PARAM
-#endif
-#if EPI_EXTRA || OUT_F32
 #define FREES_PER_TILE 2
 #else
+#define EXTRA_MAP_PARAM
 #define FREES_PER_TILE 1
 #endif
-#define OUT_HALVES (OUT_F32 ? 2 : 1)
-// Column groups of 8 whose epilogue inputs a thread loads before it applies them: two with an
-// f32 result, whose inputs all come from memory (with four its consumers spilled 92 bytes).
-#define EPI_GROUP (OUT_F32 ? 2 : 4)
 // The parity of stage_free's phase that frees a warpgroup's tile t (its last store's reads).
 #define TILE_FREED(t) ((FREES_PER_TILE * (t) + FREES_PER_TILE - 1) & 1)
 #if PINGPONG
@@ -494,23 +477,11 @@ extern "C" __global__ void matmul_stream_k_sum(const float* __restrict__ ws, TO*
 #if EPI_EXTRA && !PINGPONG
 #error "EPI_EXTRA needs the ping-pong schedule"
 #endif
-#if OUT_F32 && (!PINGPONG || EPI_EXTRA || EPI_TILE >= 0 || BN != 128)
-#error "OUT_F32: ping-pong 128 x 128 tiles, no extra output, no staged epilogue input"
-#endif
 
 // Byte offset of element (r, c) (16-bit) in a staging tile: box c / 64, its 16-byte chunk
 // (c % 64) / 8 of row r at the swizzled position.
 __device__ __forceinline__ unsigned staged(int r, int c) {
   return (unsigned)((c >> 6) * (BM * 128)) + swizzled(r, (c >> 3) & 7) + (unsigned)((c & 7) * 2);
-}
-// The result's element (r, c) of the tile in its staging tile: 16-bit as staged(); OUT_F32 in
-// its half's (c / 64) layout, box (c % 64) / 32 of 32 f32, chunk (c % 32) / 4.
-__device__ __forceinline__ unsigned staged_out(int r, int c) {
-#if OUT_F32
-  return (unsigned)(((c >> 5) & 1) * (BM * 128)) + swizzled(r, (c >> 2) & 7) + (unsigned)((c & 3) * 4);
-#else
-  return staged(r, c);
-#endif
 }
 __device__ __forceinline__ void tma_store(const TensorMap& map, unsigned src, int x, int y) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"((u64)&map), "r"(x),
@@ -531,15 +502,14 @@ __device__ __forceinline__ unsigned packed_pair(float x0, float x1, __half*) {
 }
 
 // The storer's round: waits until warpgroup w's threads filled its staging tile (named barrier
-// 6 + w), copies the tile out through `map` at column x0, row y0 (BOXES boxes of 128-byte rows,
-// BOX_COLS elements wide), and frees it (stage_free) once the copies have read it.
-template <int BOXES = BN / 64, int BOX_COLS = 64>
+// 6 + w), copies the tile out through `map` at column x0, row y0, and frees it (stage_free)
+// once the copies have read it.
 __device__ __forceinline__ void copy_out_staged(const TensorMap& map, unsigned tile, int x0, int y0, unsigned stage_free,
                                                 int w, int lane) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
   if (lane == 0) {
 #pragma unroll
-    for (int q = 0; q < BOXES; ++q) tma_store(map, tile + q * BM * 128, x0 + q * BOX_COLS, y0);
+    for (int q = 0; q < BN / 64; ++q) tma_store(map, tile + q * BM * 128, x0 + q * 64, y0);
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     mbar_arrive(stage_free);
@@ -601,13 +571,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         // The extra output first (the warpgroup then writes its results into the freed tile).
         copy_out_staged(tx, staging + w * STAGING_BYTES, nt * BN, mt * BM, stage_free + 8 * w, w, lane);
 #endif
-#if OUT_F32
-        for (int half = 0; half < 2; ++half)
-          copy_out_staged<2, 32>(tout, staging + w * STAGING_BYTES, nt * BN + 64 * half, mt * BM, stage_free + 8 * w, w,
-                                 lane);
-#else
         copy_out_staged(tout, staging + w * STAGING_BYTES, nt * BN, mt * BM, stage_free + 8 * w, w, lane);
-#endif
       }
       if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
     }
@@ -677,76 +641,64 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     unsigned results[SLABS][BN / 4];  // the results as packed 16-bit pairs, while the extra output is out
 #endif
 #pragma unroll
-    for (int half = 0; half < OUT_HALVES; ++half) {
-#if OUT_F32
-      if (half == 1) mbar_wait(stage_free + 8 * w, 0);  // phase 2 wg_tile: the first half's reads are done
-#endif
+    for (int h = 0; h < SLABS; ++h) {
+      // Accumulator 4 j + 2 q (+1): row 16 wr + g + 8 q, columns 8 j + 2 t (+1) of the slab.
+      const int r_base = (PINGPONG ? h : cw) * 64 + wr * 16 + g;
 #pragma unroll
-      for (int h = 0; h < SLABS; ++h) {
-        // Accumulator 4 j + 2 q (+1): row 16 wr + g + 8 q, columns 8 j + 2 t (+1) of the slab.
-        const int r_base = (PINGPONG ? h : cw) * 64 + wr * 16 + g;
-#pragma unroll
-        for (int j0 = half * (BN / 8 / OUT_HALVES); j0 < (half + 1) * (BN / 8 / OUT_HALVES); j0 += EPI_GROUP) {
+      for (int j0 = 0; j0 < BN / 8; j0 += 4) {
 #if EPILOGUE
-          EpiIn in[EPI_GROUP][2][2];
+        EpiIn in[4][2][2];
 #pragma unroll
-          for (int j = 0; j < EPI_GROUP; ++j)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int q = 0; q < 2; ++q)
+          for (int q = 0; q < 2; ++q)
 #pragma unroll
-              for (int c = 0; c < 2; ++c) {
+            for (int c = 0; c < 2; ++c) {
 #if EPI_COLS
-                in[j][q][c] = cols[j0 + j][c];
+              in[j][q][c] = cols[j0 + j][c];
 #else
-                in[j][q][c] = EpiIn{};
+              in[j][q][c] = EpiIn{};
 #endif
-              }
+            }
 #if EPI_REST
 #pragma unroll
-          for (int j = 0; j < EPI_GROUP; ++j)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const i64 gm = m0 + r_base + 8 * q, gn = n0 + 8 * (j0 + j) + 2 * t;
-              if (gm < p.M && gn < p.N) epilogue_load_row<2, EPI_REST>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][q]);
-            }
+          for (int q = 0; q < 2; ++q) {
+            const i64 gm = m0 + r_base + 8 * q, gn = n0 + 8 * (j0 + j) + 2 * t;
+            if (gm < p.M && gn < p.N) epilogue_load_row<2, EPI_REST>(eb, gm, gn, (int)min((i64)2, p.N - gn), e, in[j][q]);
+          }
 #endif
 #endif
 #pragma unroll
-          for (int j = 0; j < EPI_GROUP; ++j)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              TO* at = (TO*)((unsigned char*)my_staging + staged_out(r_base + 8 * q, 8 * (j0 + j) + 2 * t));
-              float x0 = acc[h][4 * (j0 + j) + 2 * q], x1 = acc[h][4 * (j0 + j) + 2 * q + 1];
+          for (int q = 0; q < 2; ++q) {
+            TO* at = (TO*)((unsigned char*)my_staging + staged(r_base + 8 * q, 8 * (j0 + j) + 2 * t));
+            float x0 = acc[h][4 * (j0 + j) + 2 * q], x1 = acc[h][4 * (j0 + j) + 2 * q + 1];
 #if EPILOGUE
 #if EPI_TILE >= 0
-              const float2 v = to_float2(*(const unsigned*)at, (EPI_TILE_T*)nullptr);
-              in[j][q][0].EPI_TILE_FIELD = v.x;
-              in[j][q][1].EPI_TILE_FIELD = v.y;
+            const float2 v = to_float2(*(const unsigned*)at, (EPI_TILE_T*)nullptr);
+            in[j][q][0].EPI_TILE_FIELD = v.x;
+            in[j][q][1].EPI_TILE_FIELD = v.y;
 #endif
 #if EPI_EXTRA
-              // The extra output (the GELU of the product, or of an epilogue input) goes to the
-              // staging tile first, at the result's place (pair stores to global memory from here,
-              // 16 bytes a row a warp, made the GPT-2 fc product 3.2x slower).
-              const float y0 = epilogue_extra_apply(x0, in[j][q][0]), y1 = epilogue_extra_apply(x1, in[j][q][1]);
+            // The extra output (the GELU of the product, or of an epilogue input) goes to the
+            // staging tile first, at the result's place (pair stores to global memory from here,
+            // 16 bytes a row a warp, made the GPT-2 fc product 3.2x slower).
+            const float y0 = epilogue_extra_apply(x0, in[j][q][0]), y1 = epilogue_extra_apply(x1, in[j][q][1]);
 #endif
-              x0 = epilogue_apply(x0, in[j][q][0]);
-              x1 = epilogue_apply(x1, in[j][q][1]);
+            x0 = epilogue_apply(x0, in[j][q][0]);
+            x1 = epilogue_apply(x1, in[j][q][1]);
 #endif
 #if EPI_EXTRA
-              store_pair((EPI_EXTRA_T*)at, y0, y1);
-              results[h][2 * (j0 + j) + q] = packed_pair(x0, x1, (TO*)nullptr);
+            store_pair((EPI_EXTRA_T*)at, y0, y1);
+            results[h][2 * (j0 + j) + q] = packed_pair(x0, x1, (TO*)nullptr);
 #else
-              store_pair(at, x0, x1);
+            store_pair(at, x0, x1);
 #endif
-            }
-        }
+          }
       }
-#if OUT_F32
-      if (half + 1 < OUT_HALVES) {  // the first half is staged: out with it
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("bar.arrive %0, %1;\n" ::"r"(6 + w), "n"(TILE_TEAM + 32) : "memory");
-      }
-#endif
     }
 #if EPI_EXTRA
     // The extra output is staged: out with it, then the results into the freed tile.
