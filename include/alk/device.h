@@ -6,7 +6,7 @@
 //   compiler   prepare(kernel) -> a compiled kernel, cached by its full source; launch(it, kernel)
 //   graphs     record(kernels) once -> replay() many times (a command buffer, a CUDA graph)
 //   support    supports(kernel): the scheduler sends a device only what it can run;
-//              fuses_epilogue(op) / widens_input(op, slot) / extra_outputs(op):
+//              fuses_epilogue(op) / widens_input(op, slot) / extra_outputs(op) / norm_backward_adds():
 //              what it may fuse for the device
 // and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
 // Nothing outside src/backend reads or writes device memory except through this interface.
@@ -99,6 +99,10 @@ class Device {
   // dtype, widening as it loads, so a 16-bit tensor may stand in for its f32 cast.
   virtual bool fuses_epilogue(OpId core) const;
   virtual bool widens_input(OpId op, size_t slot) const;
+  // Whether LayerNormBackward may take a fourth input of x's shape and dtype, a gradient its
+  // dx rows add as they are written: autograd then sums the residual stream's gradient there
+  // (GradFn::backward_folding) instead of in an add reading both again. Default: no.
+  virtual bool norm_backward_adds() const;
   // Whether kernels of op `core` (OpId::Map, or a template op with an epilogue) may store
   // extra outputs (Kernel::extra_outputs: an f32 sum and its bf16 cast in one pass): Fuses (in
   // the same pass, faster: the scheduler forms them), Runs (correctly, but each output its own

@@ -50,6 +50,16 @@ Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, Backw
   return out;
 }
 
+Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, BackwardFn backward, size_t folded_input,
+                 FoldingBackwardFn folding) {
+  out = with_grad(std::move(out), std::move(name), std::move(inputs), std::move(backward));
+  if (GradFn* fn = out.impl()->grad_fn.get()) {
+    fn->folded_input = folded_input;
+    fn->backward_folding = std::move(folding);
+  }
+  return out;
+}
+
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
@@ -127,6 +137,7 @@ void release_saved_values(const std::vector<Tensor>& roots, const std::vector<Gr
       fail("backward", loc, "trying to run backward through ", name,
            " a second time: its saved values were freed by the first backward (run the forward again)");
     };
+    fn->backward_folding = nullptr;
   }
 }
 
@@ -161,7 +172,18 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
     ++step;
     auto it = r.grads.find(fn);
     if (it == r.grads.end()) continue;
-    std::vector<Tensor> in_grads = fn->backward(it->second);
+    // A rule that folds in the sum its input has received so far (GradFn::backward_folding)
+    // returns that input's whole gradient: it replaces the sum.
+    std::vector<Tensor> in_grads;
+    bool folded = false;
+    if (fn->backward_folding && fn->folded_input < fn->next.size() && fn->next[fn->folded_input].active()) {
+      auto pending = r.grads.find(grad_key(fn->next[fn->folded_input]));
+      if (pending != r.grads.end()) {
+        in_grads = fn->backward_folding(it->second, pending->second);
+        folded = !in_grads.empty();
+      }
+    }
+    if (!folded) in_grads = fn->backward(it->second);
     if (ran) ran->push_back(fn);
     for (size_t k = 0; k < fn->next.size() && k < in_grads.size(); ++k) {
       const GradEdge& e = fn->next[k];
@@ -172,7 +194,10 @@ BackwardResult run_backward(const std::vector<Tensor>& roots, const std::vector<
       if (g.dtype() != e.dtype) g = cast(g, e.dtype);
       if (e.leaf && !r.grads.count(e.leaf.get())) r.leaves.push_back({e.leaf.get(), e.leaf.get()});
       if (e.leaf) r.completed[e.leaf.get()] = step;
-      accumulate(grad_key(e), g);
+      if (folded && k == fn->folded_input)
+        r.grads.at(grad_key(e)) = g;
+      else
+        accumulate(grad_key(e), g);
     }
   }
   return r;

@@ -16,6 +16,11 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
 // Marks `out` as produced by `name` from `inputs` with the given backward rule (when needed).
 Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, BackwardFn backward);
+// The same, with a rule that may fold in the gradient already summed for input `folded_input`
+// (GradFn::backward_folding).
+using FoldingBackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output, const Tensor& pending)>;
+Tensor with_grad(Tensor out, std::string name, std::vector<Tensor> inputs, BackwardFn backward, size_t folded_input,
+                 FoldingBackwardFn folding);
 // Sums g over broadcast dims so it has `shape` (the backward of broadcasting).
 Tensor sum_to(const Tensor& g, const Shape& shape);
 

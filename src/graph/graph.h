@@ -49,6 +49,13 @@ struct GradFn {
   std::string name;
   std::vector<GradEdge> next;  // one per forward input
   std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
+  // Optional: the same rule, also given the gradient that input `folded_input` has received
+  // so far (from the consumers that ran before it). Its result for that input includes that
+  // sum and replaces it, instead of being added to it: layer norm's backward adds the
+  // residual stream's gradient as it writes dx, where a separate add would read both again.
+  // An empty result declines (backward runs instead).
+  std::function<std::vector<Tensor>(const Tensor& grad_output, const Tensor& pending)> backward_folding;
+  size_t folded_input = 0;
 };
 
 struct TensorImpl {

@@ -207,13 +207,16 @@ Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, cons
   Tensor out = make_node(OpId::LayerNorm, x.shape(), x.dtype(), {alias(x), alias(w), alias(b)},
                          NormParams{inner, eps}, loc);
   Tensor sx = x, sw = w;
-  return with_grad(out, "layer_norm", {x, weight, bias}, [sx, sw, lead, inner_axes, eps, inner, loc](const Tensor& g) {
+  // dx, dweight, dbias; the kernel's dx adds `pending` (the gradient x has received from its
+  // other consumers) where that is defined (never under create_graph: declined below).
+  auto rule = [sx, sw, lead, inner_axes, eps, inner, loc](const Tensor& g, const Tensor& pending) {
     if (!is_grad_enabled()) {
       // One kernel: dx, dweight and dbias packed as [rows + 2, inner], recomputing the
       // statistics from x (nothing but x was kept from the forward).
       const int64_t rows = sx.numel() / std::max<int64_t>(inner, 1);
-      Tensor packed = make_node(OpId::LayerNormBackward, {rows + 2, inner}, sx.dtype(),
-                                {alias(sx), alias(sw), alias(g.to(sx.dtype()))}, NormParams{inner, eps}, loc);
+      std::vector<Tensor> inputs{alias(sx), alias(sw), alias(g.to(sx.dtype()))};
+      if (pending.defined()) inputs.push_back(pending);
+      Tensor packed = make_node(OpId::LayerNormBackward, {rows + 2, inner}, sx.dtype(), inputs, NormParams{inner, eps}, loc);
       Shape wshape(sx.shape().end() - static_cast<int64_t>(inner_axes.size()), sx.shape().end());
       return std::vector<Tensor>{packed.slice(0, 0, rows).reshape(sx.shape()),
                                  packed.select(0, rows).reshape(wshape), packed.select(0, rows + 1).reshape(wshape)};
@@ -227,7 +230,17 @@ Tensor layer_norm(const Tensor& x0, Shape normalized, const Tensor& weight, cons
     Tensor dw = lead.empty() ? g * xhat : sum(g * xhat, lead);
     Tensor db = lead.empty() ? g : sum(g, lead);
     return std::vector<Tensor>{dx, dw, db};
-  });
+  };
+  // Where the device's kernel adds a gradient into dx (Device::norm_backward_adds), the sum
+  // x's other consumers sent it (a residual stream's) is folded into that kernel.
+  return with_grad(
+      out, "layer_norm", {x, weight, bias}, [rule](const Tensor& g) { return rule(g, Tensor()); }, 0,
+      [rule, sx](const Tensor& g, const Tensor& pending) {
+        if (is_grad_enabled() || !sx.device().norm_backward_adds() || &pending.device() != &sx.device() ||
+            pending.dtype() != sx.dtype() || pending.shape() != sx.shape())
+          return std::vector<Tensor>{};
+        return rule(g, pending);
+      });
 }
 
 Tensor rms_norm(const Tensor& x0, Shape normalized, const Tensor& weight, double eps, Loc loc) {

@@ -53,6 +53,7 @@ bool Device::fuses_epilogue(OpId core) const {
 }
 
 bool Device::widens_input(OpId, size_t) const { return false; }
+bool Device::norm_backward_adds() const { return false; }
 Device::ExtraOutputs Device::extra_outputs(OpId core) const { return core == OpId::Map ? ExtraOutputs::Runs : ExtraOutputs::No; }
 
 void Device::run_batch(const std::vector<Kernel>& kernels) {

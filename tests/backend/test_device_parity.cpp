@@ -81,6 +81,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "alk/alk.h"
@@ -754,6 +755,26 @@ TEST(DeviceParity, SoftmaxAndNorms) {
                    ln_with_grads(256, [](const Tensor& t) {
                      return t.slice(0, 3, 19 * 256 + 3).reshape({19, 256});
                    })});
+  // A residual stream: x feeds the norm and the sum after it, so the norm's backward gets the
+  // gradient x already has (devices whose kernel adds it: Device::norm_backward_adds), in
+  // the row-in-registers path (768), the per-row one (4000 f32 on 8 warps: 1001 is odd) and
+  // with that gradient an odd view (the residual taken through a transposed product).
+  auto ln_residual = [](int64_t inner, bool transposed) {
+    return [inner, transposed](const V& v) {
+      Tensor x = v[0].detach().requires_grad_(), w = v[1].detach().requires_grad_(), b = v[2].detach().requires_grad_();
+      Tensor skip = transposed ? (x.t() * 1.5).t() : x * 1.5;
+      Tensor out = layer_norm(x, {inner}, w, b) * v[3] + skip;  // (backward reaches skip first)
+      std::vector<Tensor> g = grad({out}, {x, w, b}, {v[3]});
+      return cat({out.reshape({-1}), g[0].reshape({-1}), g[1], g[2]});
+    };
+  };
+  for (auto [rows, inner, transposed] : {std::tuple<int64_t, int64_t, bool>{37, 768, false}, {21, 1001, false},
+                                         {9, 4000, false}, {16, 256, true}})
+    cases.push_back({"layer_norm gradients in a residual stream [" + std::to_string(rows) + "," + std::to_string(inner) +
+                         "]" + (transposed ? " (its gradient a transposed view)" : ""),
+                     {randt({rows, inner}, rng), randt({inner}, rng), randt({inner}, rng), randt({rows, inner}, rng)},
+                     {},
+                     ln_residual(inner, transposed)});
   cases.push_back(
       {"rms_norm [21,1001] weight", {randt({21, 1001}, rng), randt({1001}, rng)}, {true, true}, [](const V& v) {
          return rms_norm(v[0], {1001}, v[1]);

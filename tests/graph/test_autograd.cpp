@@ -2,6 +2,7 @@
 // and without create_graph (second derivatives), un-broadcasting and the error paths.
 #include <cmath>
 
+#include "graph/autograd.h"
 #include "testing.h"
 
 namespace alk {
@@ -196,6 +197,39 @@ TEST(Autograd, LeavesSharingAGradientGetTheirOwnTensors) {
   EXPECT_NE(gg[0].impl(), gg[1].impl());
   auto h = grad({sum(gg[1])}, {a});  // d/da of sum(2 (a + b)) = 2
   EXPECT_EQ(h[0].to_vector<double>(), (std::vector<double>{2, 2, 2}));
+}
+
+// A rule that folds in the gradient its input has received so far (GradFn::backward_folding,
+// layer norm's on devices whose kernel adds it): it sees exactly the consumers that ran
+// before it, its result replaces that sum, later consumers still add, and a rule that
+// declines (an empty result) leaves the plain one to run.
+TEST(Autograd, FoldingRulesReplaceTheSumSoFar) {
+  for (bool decline : {false, true}) {
+    SCOPED_TRACE(decline ? "declined" : "folded");
+    Tensor x = vec({1, -2, 3}).requires_grad_();
+    std::vector<std::vector<double>> seen;  // what the folding rule got as pending
+    auto triple = [&](const Tensor& in) {
+      Tensor out = in.detach() * 3.0;
+      return with_grad(
+          out, "triple", {in}, [](const Tensor& g) { return std::vector<Tensor>{g * 3.0}; }, 0,
+          [&seen, decline](const Tensor& g, const Tensor& pending) {
+            seen.push_back(pending.to_vector<double>());
+            if (decline) return std::vector<Tensor>{};
+            return std::vector<Tensor>{g * 3.0 + pending};
+          });
+    };
+    // h's consumers, in the order backward reaches them: exp, triple, the product with 5.
+    Tensor h = x * 2.0;
+    Tensor y = sum(h * 5.0) + sum(triple(h) * vec({1, 10, 100})) + sum(exp(h));
+    y.backward();
+    ASSERT_EQ(seen.size(), 1u);
+    const std::vector<double> hv{2, -4, 6}, w{1, 10, 100};
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_NEAR(seen[0][i], std::exp(hv[i]), 1e-9 * std::exp(hv[i]));  // exp's part alone
+      // dy/dx = 2 (5 + 3 w + e^h)
+      EXPECT_NEAR(x.grad().to_vector<double>()[i], 2 * (5 + 3 * w[i] + std::exp(hv[i])), 1e-9 * std::exp(6.0));
+    }
+  }
 }
 
 // The same through selects (whose gradient is an elementwise masked broadcast).

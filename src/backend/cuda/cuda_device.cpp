@@ -1021,14 +1021,21 @@ void norm_op(Context& ctx, const Kernel& k, const Arg& out) { launch_norm(ctx, k
 void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const auto& p = std::get<NormParams>(k.node.params);
   const Arg x = arg_of(k.inputs[0]), w = arg_of(k.inputs[1]), g = arg_of(k.inputs[2]);
-  NormLaunchParams np{x.view(), w.view(), {}, g.view(), numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
+  // A fourth input (CudaDevice::norm_backward_adds): a gradient of x's shape that dx adds,
+  // read through the params' `b` view (the forward's bias, absent here); none: x stands in.
+  const bool adds = k.inputs.size() > 3;
+  const Arg sum = adds ? arg_of(k.inputs[3]) : x;
+  NormLaunchParams np{x.view(), w.view(), sum.view(), g.view(), numel(x.shape) / std::max<int64_t>(1, p.inner), p.inner,
                       out.offset, p.eps};
+  const CUdeviceptr sum_ptr = adds ? sum.ptr : 0;
   const size_t acc_bytes = x.dtype == DType::F64 ? 8 : 4;
   // A 16-bit gradient of an f32 norm (read as it is: CudaDevice::widens_input) is widened as it loads.
-  const std::string rows_src =
-      g.dtype == x.dtype ? rows_source(x.dtype) : rows_source(x.dtype, {{"TG", std::string(storage(g.dtype))}});
+  const std::string tg(storage(g.dtype));
+  const std::string rows_src = g.dtype == x.dtype ? (adds ? rows_source(x.dtype, {{"NORM_SUM", "1"}}) : rows_source(x.dtype))
+                               : adds             ? rows_source(x.dtype, {{"TG", tg}, {"NORM_SUM", "1"}})
+                                                  : rows_source(x.dtype, {{"TG", tg}});
   const std::optional<RowPlan> plan =
-      old_path("ALK_CUDA_LN_BACKWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &g, &out});
+      old_path("ALK_CUDA_LN_BACKWARD") ? std::nullopt : row_plan(p.inner, x.dtype, {&x, &g, &out, &sum});
   if (plan && np.rows > 0 && np.inner > 0) {
     // One pass (rows.cu layer_norm_backward_fused): x and g read once, dx written once, each
     // block's dweight/dbias column sums written once; then the blocks' sums in a fixed order.
@@ -1040,7 +1047,7 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
     const std::string src = plan->defines() + rows_src;
     const CUdeviceptr partial = ctx.scratch(static_cast<size_t>(blocks * 2 * np.inner) * acc_bytes);
     Args a1;
-    a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(partial).add(np);
+    a1.add(x.ptr).add(w.ptr).add(g.ptr).add(sum_ptr).add(out.ptr).add(partial).add(np);
     ctx.launch(ctx.function(src, "layer_norm_backward_fused"), static_cast<unsigned>(blocks), 1, 1, kBlock, 0, a1);
     Args a2;
     a2.add(partial).add(out.ptr).add(np).add(blocks);
@@ -1051,7 +1058,7 @@ void layer_norm_backward_op(Context& ctx, const Kernel& k, const Arg& out) {
   const std::string& src = rows_src;
   const CUdeviceptr stats = ctx.scratch(static_cast<size_t>(std::max<int64_t>(1, np.rows)) * 2 * acc_bytes);
   Args a1;
-  a1.add(x.ptr).add(w.ptr).add(g.ptr).add(out.ptr).add(stats).add(np);
+  a1.add(x.ptr).add(w.ptr).add(g.ptr).add(sum_ptr).add(out.ptr).add(stats).add(np);
   ctx.launch(ctx.function(src, "layer_norm_backward_rows"), blocks_for(ctx, np.rows, kBlock / 32), 1, 1, kBlock, 0, a1);
   // Column sums in chunks of rows (enough blocks to fill the device), then the chunks in order.
   const int64_t chunks = std::clamp<int64_t>(np.rows / 64, 1, 256);
@@ -2458,6 +2465,10 @@ class CudaDevice final : public Device {
     return Device::fuses_epilogue(core) || core == OpId::LayerNorm || core == OpId::RmsNorm;
   }
   bool widens_input(OpId op, size_t slot) const override { return op == OpId::LayerNormBackward && slot == 2; }
+  bool norm_backward_adds() const override {
+    static const bool adds = !old_path("ALK_CUDA_NORM_SUM");  // =old: the add its own kernel (A/B)
+    return adds;
+  }
   // Map kernels: one pass storing an f32 sum and its bf16 cast (the residual gradient and the
   // next product's operand), the cast's read of the sum saved. A product's epilogue runs them
   // (the ping-pong kernel stages the extra output first), but not faster yet: the GPT-2 fc
@@ -2708,6 +2719,8 @@ std::vector<std::pair<std::string, std::string>> template_sources() {
                                                 epilogue_code(residual, t, {DType::BF16}, DType::BF16)));
           out.emplace_back("rows f32 norms, bf16 gradient, " + shape,
                            plan.defines() + rows_source(t, {{"TG", storage(DType::BF16)}}));
+          out.emplace_back("rows f32 norms, bf16 gradient, residual sum, " + shape,
+                           plan.defines() + rows_source(t, {{"TG", storage(DType::BF16)}, {"NORM_SUM", "1"}}));
         }
       }
       out.emplace_back("matmul " + name, matmul_source(t, t, t));

@@ -153,6 +153,54 @@ TEST(CudaDevice, ProductEpiloguesStoreExtraOutputs) {
   unsetenv("ALK_EXTRA_OUTPUTS");
 }
 
+// GPT-2's proj and fc2 forward (K 768 and 3072), an f32 result (the residual stream plus the
+// bf16 product and bias) in one kernel. 4096 rows: 192 tiles of 128 x 128, no split-K.
+TEST(CudaDevice, F32ResultsOfTheProductEpilogue) {
+  ALK_CUDA_OR_SKIP(dev);
+  for (int64_t inner : {768, 3072}) {
+    SCOPED_TRACE("K = " + std::to_string(inner));
+    Tensor x = cast(randn({4096, inner}) * 0.2, DType::BF16), w = cast(randn({768, inner}) * 0.2, DType::BF16);
+    Tensor bias = cast(randn({768}), DType::BF16), residual = randn({4096, 768});
+    realize({x, w, bias, residual});
+    auto linear_residual = [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r) {
+      return r + (matmul(x, w.transpose(0, 1)) + b);
+    };
+    const Tensor want = linear_residual(x, w, bias, residual);
+    want.realize();
+    const Tensor xd = x.to(*dev), wd = w.to(*dev), bd = bias.to(*dev), rd = residual.to(*dev);
+    realize({xd, wd, bd, rd});
+    const Tensor got = linear_residual(xd, wd, bd, rd);
+    got.realize();
+    EXPECT_EQ(last_schedule_stats().kernels, 1);  // the residual and bias in the product's store
+    EXPECT_EQ(got.dtype(), DType::F32);
+    // The product and its sum with the bias are each rounded to bf16 (autocast's dtype) before
+    // the residual adds: summed in another order, either may round one way here and the other
+    // on the CPU, up to a bf16 step of the product (|x w^T| reaches ~12 at K = 3072: 0.0625)
+    // even where the bias cancels it.
+    expect_close(got, want, 0.15, 2e-2);
+  }
+}
+
+// Layer norm's backward adds the gradient its input already has (a residual stream's) as it
+// writes dx (CudaDevice::norm_backward_adds): the residual costs the backward no kernel of
+// its own. (Values: DeviceParity.SoftmaxAndNorms' residual-stream cases.)
+TEST(CudaDevice, LayerNormBackwardAddsTheResidualGradient) {
+  ALK_CUDA_OR_SKIP(dev);
+  const Tensor x0 = randn({64, 768}).to(*dev), w = randn({768}).to(*dev), b = randn({768}).to(*dev);
+  const Tensor seed = randn({64, 768}).to(*dev);
+  realize({x0, w, b, seed});
+  auto backward_kernels = [&](bool residual) {
+    Tensor x = x0.detach().requires_grad_();
+    Tensor y = layer_norm(x, {768}, w, b);
+    if (residual) y = y + x;  // backward reaches x through the sum before the norm's rule runs
+    y.realize();
+    std::vector<Tensor> g = grad({y}, {x}, {seed});
+    g[0].realize();
+    return last_schedule_stats().kernels;
+  };
+  EXPECT_EQ(backward_kernels(true), backward_kernels(false));
+}
+
 TEST(CudaDevice, ReductionsWithPrologueAndEpilogue) {
   ALK_CUDA_OR_SKIP(dev);
   Tensor x = randn({6, 300, 5}), y = randn({6, 300, 5});

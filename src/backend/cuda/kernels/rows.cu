@@ -23,6 +23,9 @@
 #ifndef EPILOGUE
 #define EPILOGUE 0
 #endif
+#ifndef NORM_SUM
+#define NORM_SUM 0  // layer norm backward: dx adds a fourth input (CudaDevice::norm_backward_adds)
+#endif
 
 struct AxisRows {
   View outer, out_outer;
@@ -137,9 +140,10 @@ extern "C" __global__ void layer_norm_rows(const T* __restrict__ x, const T* __r
 // Layer norm backward, pass 1 (one warp per row): dx into out rows [0, rows), and each
 // row's mean and 1/std into stats[2 r], stats[2 r + 1] for pass 2.
 //   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
+// With NORM_SUM, dx adds `sum` (its view p.b): the gradient x had from elsewhere.
 extern "C" __global__ void layer_norm_backward_rows(const T* __restrict__ x, const T* __restrict__ w,
-                                                    const TG* __restrict__ g, T* __restrict__ out,
-                                                    ACC* __restrict__ stats, const NormParams p) {
+                                                    const TG* __restrict__ g, const T* __restrict__ sum,
+                                                    T* __restrict__ out, ACC* __restrict__ stats, const NormParams p) {
   const int lane = threadIdx.x & 31;
   const i64 warps = (i64)gridDim.x * (blockDim.x / 32);
   for (i64 r = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < p.rows; r += warps) {
@@ -165,7 +169,8 @@ extern "C" __global__ void layer_norm_backward_rows(const T* __restrict__ x, con
     for (i64 j = lane; j < p.inner; j += 32) {
       const ACC xhat = (cvt<ACC>(x[at(p.x, first + j)]) - mean) * rstd;
       const ACC gw = cvt<ACC>(g[at(p.g, first + j)]) * cvt<ACC>(w[at(p.w, j)]);
-      out[p.out_offset + first + j] = cvt<T>(rstd * (gw - a - xhat * c));
+      const ACC dx = rstd * (gw - a - xhat * c);
+      out[p.out_offset + first + j] = cvt<T>(NORM_SUM ? dx + cvt<ACC>(sum[at(p.b, first + j)]) : dx);
     }
     if (lane == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
   }
@@ -364,9 +369,12 @@ __device__ __forceinline__ void add_columns(ACC* column, const ACC (&acc)[ROW_IT
 // writes dx, and adds g xhat and g into its lanes' column sums; at the end the block's
 // sums go to partial[block][2][inner] (dweight, dbias), summed by the finish kernel below.
 //   xhat = (x - mean) rstd, gw = g w, dx = rstd (gw - mean(gw) - xhat mean(gw xhat))
+// With NORM_SUM, dx adds `sum` (its view p.b), read as dx is written: the residual stream's
+// gradient from the layers above, which a separate add would read with dx again.
 extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
     layer_norm_backward_fused(const T* __restrict__ x, const T* __restrict__ w, const TG* __restrict__ g,
-                              T* __restrict__ out, ACC* __restrict__ partial, const NormParams p) {
+                              const T* __restrict__ sum, T* __restrict__ out, ACC* __restrict__ partial,
+                              const NormParams p) {
   __shared__ ACC red[8];
   __shared__ __align__(16) ACC wsh[ROW_SPAN];  // the weight (registers are short: the row and the sums)
   const int lane = threadIdx.x % ROW_GROUP, group = threadIdx.x / ROW_GROUP;
@@ -388,6 +396,11 @@ extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
       if (valid && row_column(lane, k) < p.inner) {
         xv[k] = load_row(x, p.x, first + row_column(lane, k));
         gv[k] = load_row(g, p.g, first + row_column(lane, k));
+#if NORM_SUM && ROW_VEC > 1
+        // The sum is read only when dx is written; asked into L2 now, its latency overlaps the
+        // row's statistics (loading it here would take registers the row's sums need).
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sum + p.b.offset + first + row_column(lane, k)));
+#endif
       } else {
         zero_row(xv[k]);
         zero_row(gv[k]);
@@ -434,6 +447,11 @@ extern "C" __global__ void __launch_bounds__(256, ROW_MIN_BLOCKS)
       for (int e = 0; e < ROW_VEC; ++e) {
         const ACC xhat = (cvt<ACC>(xv[k].v[e]) - mean) * rstd;
         o.v[e] = cvt<T>(rstd * (cvt<ACC>(gv[k].v[e]) * wsh[j0 + e] - a - xhat * c));
+      }
+      if (NORM_SUM) {
+        const RowVec s = load_row(sum, p.b, first + j0);
+#pragma unroll
+        for (int e = 0; e < ROW_VEC; ++e) o.v[e] = cvt<T>(cvt<ACC>(o.v[e]) + cvt<ACC>(s.v[e]));
       }
 #if ROW_VEC > 1
       *reinterpret_cast<RowVec*>(out + p.out_offset + first + j0) = o;
