@@ -85,6 +85,7 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "graph/schedule.h"
 #include "ops/op_table.h"
 #include "ops/ops.h"
 #include "testing.h"
@@ -780,6 +781,30 @@ TEST(DeviceParity, SoftmaxAndNorms) {
          return rms_norm(v[0], {1001}, v[1]);
        }});
   run_cases("softmax and norms", devs, cases);
+}
+
+// On a device whose layer-norm backward adds the gradient its input already has (a residual
+// stream's: Device::norm_backward_adds), the residual costs the backward no kernel of its own.
+// (Values: the residual-stream cases of SoftmaxAndNorms.)
+TEST(DeviceParity, LayerNormBackwardAddsTheResidualGradient) {
+  ALK_PARITY_DEVICES_OR_SKIP(devs);
+  for (Device* dev : devs) {
+    if (!dev->norm_backward_adds()) continue;
+    SCOPED_TRACE("device " + dev->name());
+    const Tensor x0 = randn({64, 768}).to(*dev), w = randn({768}).to(*dev), b = randn({768}).to(*dev);
+    const Tensor seed = randn({64, 768}).to(*dev);
+    realize({x0, w, b, seed});
+    auto backward_kernels = [&](bool residual) {
+      Tensor x = x0.detach().requires_grad_();
+      Tensor y = layer_norm(x, {768}, w, b);
+      if (residual) y = y + x;  // backward reaches x through the sum before the norm's rule runs
+      y.realize();
+      std::vector<Tensor> g = grad({y}, {x}, {seed});
+      g[0].realize();
+      return last_schedule_stats().kernels;
+    };
+    EXPECT_EQ(backward_kernels(true), backward_kernels(false));
+  }
 }
 
 // The fused softmax cross-entropy (ops.h cross_entropy_rows) on the devices that have its

@@ -142,6 +142,9 @@ class VulkanDevice final : public Device {
   }
 
   bool supports(const Kernel& k) const override { return unsupported(k).empty(); }
+  // The layer-norm backward's dx pass adds a fourth input (kernels/reduce.cpp): a residual
+  // stream's gradient costs no pass of its own.
+  bool norm_backward_adds() const override { return true; }
 
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     return at_call_site(k, [&] { return prepare_kernel(k); });

@@ -1075,6 +1075,12 @@ Plan plan_layer_norm_backward(const Context& ctx, const Kernel& k) {
     s.wg = spread.wg;
     s.args = {row_arg(x, split), param_arg(k.inputs.at(1), lead, trail, "the weight"), row_arg(g, split), out, stats};
     s.args[4].write = true;
+    // A fourth input (VulkanDevice::norm_backward_adds): a gradient of x's shape that dx adds.
+    const bool adds = k.inputs.size() > 3;
+    if (adds) {
+      if (k.inputs[3].shape != x.shape) fail("the gradient dx adds has shape " + to_string(k.inputs[3].shape));
+      s.args.push_back(row_arg(k.inputs[3], split));
+    }
     put_eps(s.extra, m, p.eps);
     const std::string body =
         row_spread_fns(ctx, m, spread) + fill(R"(
@@ -1103,7 +1109,7 @@ void main() {
     $M mgxh = tree_sum(sb) / n;
     for (uint i = tid; i < P(1); i += LANES) {
       $M xh = ($X - mean) * rstd, gx = $GX;
-      st3(b3 + uint(el3(i)), rstd * (gx - mgx - xh * mgxh));
+      st3(b3 + uint(el3(i)), rstd * (gx - mgx - xh * mgxh)$SUM);
     }
     if (tid == 0u) {
       st4(row4(r), mean);
@@ -1115,7 +1121,8 @@ void main() {
                                       {{"M", m},
                                        {"EPS", eps_glsl(m)},
                                        {"X", m + "(ld0(b0 + uint(el0(i))))"},
-                                       {"GX", m + "(ld2(b2 + uint(el2(i)))) * " + m + "(ld1(b1 + uint(el1(i))))"}});
+                                       {"GX", m + "(ld2(b2 + uint(el2(i)))) * " + m + "(ld1(b1 + uint(el1(i))))"},
+                                       {"SUM", adds ? " + " + m + "(ld5(row5(r) + uint(el5(i))))" : ""}});
     s.groups = row_spread_groups(spread, rows);
     finish(ctx, s, "layer_norm_backward_dx", body);
     plan.stages.push_back(std::move(s));
