@@ -164,9 +164,90 @@ std::string row_chunks(int64_t D, bool vec4_rows) {
 }
 
 // Forward: workgroup (query block, batch), one invocation per query row.
-std::string forward_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
+// The forward on CPU implementations: QUERIES adjacent queries an invocation, each key's rows
+// of k and v read out of shared memory once for all of them (see dkdv_keys_body).
+std::string forward_queries_body(int queries) {
+  return "const int QUERIES = " + std::to_string(queries) + ";\n" + R"(shared RT ks[TILE * DRA];
+shared RT vs[TILE * DRA];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS * QUERIES;
+  const int lid = int(gl_LocalInvocationID.x);
+  const ACC scale = scale_value();
+  int tq[QUERIES], vis[QUERIES];
+  bool live[QUERIES];
+  RT q[QUERIES][DRA], o[QUERIES][DRA];
+  ACC m[QUERIES], l[QUERIES];
+  [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+    tq[i] = t0 + lid * QUERIES + i;
+    live[i] = tq[i] < p.T;
+    vis[i] = live[i] ? key_end(tq[i]) : 0;
+    m[i] = neg_inf();
+    l[i] = ACC(0);
+    [[unroll]] for (int c = 0; c < DR; ++c) {
+      q[i][c] = RZERO;
+      o[i][c] = RZERO;
+      if (live[i]) q[i][c] = LDR(q, 0, b, tq[i], c) * scale;
+    }
+  }
+  // Queries increase with i, and so do the keys they see: the last one's bound is the largest.
+  const int last_vis = max(vis[0], vis[QUERIES - 1]);
+  const int kend = key_end(min(t0 + ROWS * QUERIES, p.T) - 1);
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int j = e / DR, c = e - j * DR;
+      RT kx = RZERO, vx = RZERO;
+      if (j < nj) {
+        kx = LDR(k, 1, b, s0 + j, c);
+        vx = LDR(v, 2, b, s0 + j, c);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= last_vis) break;
+      RT kr[DRA], vr[DRA];
+      ACC sc[QUERIES];
+      [[unroll]] for (int i = 0; i < QUERIES; ++i) sc[i] = ACC(0);
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        kr[c] = ks[j * DR + c];
+        vr[c] = vs[j * DR + c];
+        [[unroll]] for (int i = 0; i < QUERIES; ++i) sc[i] += RDOT(q[i][c], kr[c]);
+      }
+      [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+        if (s0 + j >= vis[i]) continue;
+        if (sc[i] > m[i]) {
+          const ACC alpha = m[i] == neg_inf() ? ACC(0) : ex(m[i] - sc[i]);
+          l[i] *= alpha;
+          [[unroll]] for (int c = 0; c < DR; ++c) o[i][c] *= alpha;
+          m[i] = sc[i];
+        }
+        const ACC pj = ex(sc[i] - m[i]);
+        l[i] += pj;
+        [[unroll]] for (int c = 0; c < DR; ++c) o[i][c] += pj * vr[c];
+      }
+    }
+  }
+  [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+    if (!live[i]) continue;
+    const uint row = p.out_first + (uint(b) * uint(p.T) + uint(tq[i])) * uint(D + 1);
+    const bool seen = l[i] > ACC(0);
+    const ACC inv = seen ? ACC(1) / l[i] : ACC(0);
+    [[unroll]] for (int c = 0; c < DR; ++c) STR(row, c, o[i][c] * inv);
+    out_data[row + uint(D)] = st(seen ? m[i] + lg(l[i]) : neg_inf());
+  }
+}
+)";
+}
+
+std::string forward_source(DType t, int64_t D, bool unroll, bool vec4_rows, int queries) {
   const int tile = tile_rows(t, D, 0);
   std::string s = prelude(t, D, tile, {"q", "k", "v"}) + row_chunks(D, vec4_rows);
+  if (queries > 1) return unroll_policy(s + forward_queries_body(queries), unroll);
   s += R"(shared RT ks[TILE * DRA];
 shared RT vs[TILE * DRA];
 
@@ -229,13 +310,114 @@ void main() {
   return unroll_policy(s, unroll);
 }
 
+// Pass 1 on CPU implementations: KEYS adjacent keys an invocation. A query's row of q and dO
+// comes out of shared memory once into the invocation's own arrays and serves all its keys:
+// on lavapipe every shared-memory access is a loop over the SIMD lanes (bench/vulkan/NOTES.md),
+// so the one-key kernel's two reads of each chunk per key and query were most of its time.
+std::string dkdv_keys_body(int keys) {
+  return "const int KEYS = " + std::to_string(keys) + ";\n" + R"(shared RT qs[TILE * DRA];
+shared RT gs[TILE * DRA];
+shared ACC lse_s[TILE];
+shared ACC di_s[TILE];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int s_first = int(gl_WorkGroupID.x) * ROWS * KEYS;
+  const int lid = int(gl_LocalInvocationID.x);
+  const ACC scale = scale_value();
+  int sk[KEYS];
+  bool live[KEYS];
+  RT kr[KEYS][DRA], vr[KEYS][DRA], dk[KEYS][DRA], dv[KEYS][DRA];
+  [[unroll]] for (int j = 0; j < KEYS; ++j) {
+    sk[j] = s_first + lid * KEYS + j;
+    live[j] = sk[j] < p.S;
+    [[unroll]] for (int c = 0; c < DR; ++c) {
+      kr[j][c] = RZERO;
+      vr[j][c] = RZERO;
+      dk[j][c] = RZERO;
+      dv[j][c] = RZERO;
+      if (live[j]) {
+        kr[j][c] = LDR(k, 1, b, sk[j], c);
+        vr[j][c] = LDR(v, 2, b, sk[j], c);
+      }
+    }
+  }
+  const int off = p.S - p.T;
+  const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
+  [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
+    const int ni = min(TILE, p.T - t0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int i = e / DR, c = e - i * DR;
+      RT qx = RZERO, gx = RZERO;
+      if (i < ni) {
+        qx = LDR(q, 0, b, t0 + i, c);
+        gx = LDR(g, 4, b, t0 + i, c);
+      }
+      qs[e] = qx;
+      gs[e] = gx;
+    }
+    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
+      ACC di = ACC(0), lse = ACC(0);
+      if (i < ni) {
+        [[unroll]] for (int c = 0; c < DR; ++c) di += RDOT(LDR(g, 4, b, t0 + i, c), LDR(f, 3, b, t0 + i, c));
+        lse = ld(f_data[at(3, b, t0 + i, D)]);
+      }
+      di_s[i] = di;
+      lse_s[i] = lse;
+    }
+    barrier();
+    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
+      // Keys increase with j: where the first is hidden from query t0 + i (or not live), all are.
+      const int kend = key_end(t0 + i);
+      if (!live[0] || sk[0] >= kend) continue;
+      RT qr[DRA], gr[DRA];
+      ACC dot_q[KEYS], dot_g[KEYS];
+      [[unroll]] for (int j = 0; j < KEYS; ++j) {
+        dot_q[j] = ACC(0);
+        dot_g[j] = ACC(0);
+      }
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        qr[c] = qs[i * DR + c];
+        gr[c] = gs[i * DR + c];
+        [[unroll]] for (int j = 0; j < KEYS; ++j) {
+          dot_q[j] += RDOT(qr[c], kr[j][c]);
+          dot_g[j] += RDOT(gr[c], vr[j][c]);
+        }
+      }
+      const ACC lse = lse_s[i], di = di_s[i];
+      [[unroll]] for (int j = 0; j < KEYS; ++j) {
+        const ACC pr = live[j] && sk[j] < kend ? ex(dot_q[j] * scale - lse) : ACC(0);
+        const ACC ds = pr * (dot_g[j] - di);
+        [[unroll]] for (int c = 0; c < DR; ++c) {
+          dv[j][c] += pr * gr[c];
+          dk[j][c] += ds * qr[c];
+        }
+      }
+    }
+  }
+  [[unroll]] for (int j = 0; j < KEYS; ++j) {
+    const int s = sk[j];
+    if (s >= p.M) continue;
+    const uint dk_row = p.out_first + (uint(p.B + b) * uint(p.M) + uint(s)) * uint(D);
+    const uint dv_row = p.out_first + (uint(2 * p.B + b) * uint(p.M) + uint(s)) * uint(D);
+    [[unroll]] for (int c = 0; c < DR; ++c) {
+      STR(dk_row, c, live[j] ? dk[j][c] * scale : RZERO);
+      STR(dv_row, c, live[j] ? dv[j][c] : RZERO);
+    }
+  }
+}
+)";
+}
+
 // Backward pass 1: workgroup (key block, batch), one invocation per key row s; the query
 // rows that can see the block stream through shared memory with their lse and
 // Di = rowsum(dO * O). dV = sum_t P dO, dK = scale * sum_t dS q with dS = P (dO.v - Di).
 // Writes rows [S, M) of dk and dv as zeros.
-std::string dkdv_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
+std::string dkdv_source(DType t, int64_t D, bool unroll, bool vec4_rows, int keys) {
   const int tile = tile_rows(t, D, 2);
   std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"}) + row_chunks(D, vec4_rows);
+  if (keys > 1) return unroll_policy(s + dkdv_keys_body(keys), unroll);
   s += R"(shared RT qs[TILE * DRA];
 shared RT gs[TILE * DRA];
 shared ACC lse_s[TILE];
@@ -313,11 +495,93 @@ void main() {
   return unroll_policy(s, unroll);
 }
 
+// Pass 2 on CPU implementations: QUERIES adjacent queries an invocation, each key's rows of k
+// and v read out of shared memory once for all of them (as dkdv_keys_body does for keys).
+std::string dq_queries_body(int queries) {
+  return "const int QUERIES = " + std::to_string(queries) + ";\n" + R"(shared RT ks[TILE * DRA];
+shared RT vs[TILE * DRA];
+
+void main() {
+  const int b = int(gl_WorkGroupID.y);
+  const int t0 = int(gl_WorkGroupID.x) * ROWS * QUERIES;
+  const int lid = int(gl_LocalInvocationID.x);
+  const ACC scale = scale_value();
+  int tq[QUERIES], vis[QUERIES];
+  bool live[QUERIES];
+  RT qr[QUERIES][DRA], gr[QUERIES][DRA], dq[QUERIES][DRA];
+  ACC di[QUERIES], lse[QUERIES];
+  [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+    tq[i] = t0 + lid * QUERIES + i;
+    live[i] = tq[i] < p.T;
+    di[i] = ACC(0);
+    lse[i] = ACC(0);
+    [[unroll]] for (int c = 0; c < DR; ++c) {
+      qr[i][c] = RZERO;
+      gr[i][c] = RZERO;
+      dq[i][c] = RZERO;
+      if (live[i]) {
+        qr[i][c] = LDR(q, 0, b, tq[i], c);
+        gr[i][c] = LDR(g, 4, b, tq[i], c);
+        di[i] += RDOT(gr[i][c], LDR(f, 3, b, tq[i], c));
+      }
+    }
+    if (live[i]) lse[i] = ld(f_data[at(3, b, tq[i], D)]);
+    vis[i] = live[i] ? key_end(tq[i]) : 0;
+  }
+  // Queries increase with i, and so do the keys they see: the last one's bound is the largest.
+  const int last_vis = max(vis[0], vis[QUERIES - 1]);
+  const int kend = t0 < p.T ? key_end(min(t0 + ROWS * QUERIES, p.T) - 1) : 0;
+  [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
+    const int nj = min(TILE, kend - s0);
+    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int j = e / DR, c = e - j * DR;
+      RT kx = RZERO, vx = RZERO;
+      if (j < nj) {
+        kx = LDR(k, 1, b, s0 + j, c);
+        vx = LDR(v, 2, b, s0 + j, c);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+      if (s0 + j >= last_vis) break;
+      RT kr[DRA], vr[DRA];
+      ACC dot_q[QUERIES], dot_g[QUERIES];
+      [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+        dot_q[i] = ACC(0);
+        dot_g[i] = ACC(0);
+      }
+      [[unroll]] for (int c = 0; c < DR; ++c) {
+        kr[c] = ks[j * DR + c];
+        vr[c] = vs[j * DR + c];
+        [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+          dot_q[i] += RDOT(qr[i][c], kr[c]);
+          dot_g[i] += RDOT(gr[i][c], vr[c]);
+        }
+      }
+      [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+        const ACC ds = s0 + j < vis[i] ? ex(dot_q[i] * scale - lse[i]) * (dot_g[i] - di[i]) : ACC(0);
+        [[unroll]] for (int c = 0; c < DR; ++c) dq[i][c] += ds * kr[c];
+      }
+    }
+  }
+  [[unroll]] for (int i = 0; i < QUERIES; ++i) {
+    if (tq[i] >= p.M) continue;
+    const uint row = p.out_first + (uint(b) * uint(p.M) + uint(tq[i])) * uint(D);
+    [[unroll]] for (int c = 0; c < DR; ++c) STR(row, c, live[i] ? dq[i][c] * scale : RZERO);
+  }
+}
+)";
+}
+
 // Backward pass 2: workgroup (query block, batch), one invocation per query row t; keys
 // stream through shared memory. dQ = scale * sum_s dS k. Writes rows [T, M) as zeros.
-std::string dq_source(DType t, int64_t D, bool unroll, bool vec4_rows) {
+std::string dq_source(DType t, int64_t D, bool unroll, bool vec4_rows, int queries) {
   const int tile = tile_rows(t, D, 0);
   std::string s = prelude(t, D, tile, {"q", "k", "v", "f", "g"}) + row_chunks(D, vec4_rows);
+  if (queries > 1) return unroll_policy(s + dq_queries_body(queries), unroll);
   s += R"(shared RT ks[TILE * DRA];
 shared RT vs[TILE * DRA];
 
@@ -508,7 +772,8 @@ AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim), shared_vec4(ctx, dtype, head_dim));
+  queries_ = ctx.info().kind == DeviceInfo::Kind::Cpu ? 2 : 1;  // forward_queries_body
+  source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim), shared_vec4(ctx, dtype, head_dim), queries_);
   pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
 }
 
@@ -524,7 +789,7 @@ void AttentionForwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewAr
   if (B == 0 || T == 0) return;
   check_groups(ctx_, T, B);
   const Launch l = prepare_launch(ctx_, dtype_, {oq, ok, ov}, out, B, T, S, T, causal, scale);
-  enc.dispatch(*pipeline_, l.bindings, l.push, Groups{blocks(T), static_cast<uint32_t>(B), 1});
+  enc.dispatch(*pipeline_, l.bindings, l.push, Groups{blocks((T + queries_ - 1) / queries_), static_cast<uint32_t>(B), 1});
 }
 
 AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int64_t head_dim)
@@ -532,8 +797,11 @@ AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int6
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention backward cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
   const bool v4 = shared_vec4(ctx, dtype, head_dim), unroll = unroll_head_loops(ctx, head_dim);
-  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll, v4), 7, push_bytes(5));
-  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll, v4), 7, push_bytes(5));
+  // Two keys (queries) an invocation on CPU implementations (dkdv_keys_body, dq_queries_body);
+  // GPUs keep one (registers).
+  keys_ = ctx.info().kind == DeviceInfo::Kind::Cpu ? 2 : 1;
+  dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll, v4, keys_), 7, push_bytes(5));
+  dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll, v4, keys_), 7, push_bytes(5));
 }
 
 void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewArg& k, const ViewArg& v,
@@ -554,8 +822,8 @@ void AttentionBackwardKernel::launch(Encoder& enc, const ViewArg& q, const ViewA
   const Launch l = prepare_launch(ctx_, dtype_, {oq, ok, ov, of, og}, out, B, T, S, M, causal, scale);
   // The passes write disjoint rows of the output, but the stream tracks whole ranges and
   // may put a barrier between them; they share the bindings and the batch table.
-  enc.dispatch(*dkdv_, l.bindings, l.push, Groups{blocks(M), static_cast<uint32_t>(B), 1});
-  enc.dispatch(*dq_, l.bindings, l.push, Groups{blocks(M), static_cast<uint32_t>(B), 1});
+  enc.dispatch(*dkdv_, l.bindings, l.push, Groups{blocks((M + keys_ - 1) / keys_), static_cast<uint32_t>(B), 1});
+  enc.dispatch(*dq_, l.bindings, l.push, Groups{blocks((M + keys_ - 1) / keys_), static_cast<uint32_t>(B), 1});
 }
 
 namespace {

@@ -48,6 +48,7 @@ class AttentionForwardKernel {
   DType dtype_;
   int64_t head_dim_;
   std::string source_;
+  int queries_ = 1;  // queries an invocation (two on CPU implementations)
   const Pipeline* pipeline_ = nullptr;
 };
 
@@ -63,6 +64,7 @@ class AttentionBackwardKernel {
   int64_t head_dim_;
   const Pipeline* dkdv_ = nullptr;
   const Pipeline* dq_ = nullptr;
+  int keys_ = 1;  // keys (dK/dV pass) and queries (dQ pass) an invocation
 };
 
 }  // namespace alk::vk
