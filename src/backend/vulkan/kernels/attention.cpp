@@ -164,6 +164,46 @@ std::string row_chunks(int64_t D, bool vec4_rows) {
 }
 
 // Forward: workgroup (query block, batch), one invocation per query row.
+// Tile-loop pieces every attention kernel variant shares (spliced into their text). The
+// workgroup's next key tile, rows [s0, s0 + nj) of k and v, into shared ks / vs:
+constexpr const char* kStageKeyRows = R"(    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int j = e / DR, c = e - j * DR;
+      RT kx = RZERO, vx = RZERO;
+      if (j < nj) {
+        kx = LDR(k, 1, b, s0 + j, c);
+        vx = LDR(v, 2, b, s0 + j, c);
+      }
+      ks[e] = kx;
+      vs[e] = vx;
+    }
+    barrier();
+)";
+// The next query tile, rows [t0, t0 + ni) of q and dO into shared qs / gs, with each row's
+// Di = rowsum(dO * O) and logsumexp:
+constexpr const char* kStageQueryRows = R"(    barrier();
+    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
+      const int i = e / DR, c = e - i * DR;
+      RT qx = RZERO, gx = RZERO;
+      if (i < ni) {
+        qx = LDR(q, 0, b, t0 + i, c);
+        gx = LDR(g, 4, b, t0 + i, c);
+      }
+      qs[e] = qx;
+      gs[e] = gx;
+    }
+    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
+      ACC di = ACC(0), lse = ACC(0);
+      if (i < ni) {
+        [[unroll]] for (int c = 0; c < DR; ++c) di += RDOT(LDR(g, 4, b, t0 + i, c), LDR(f, 3, b, t0 + i, c));
+        lse = ld(f_data[at(3, b, t0 + i, D)]);
+      }
+      di_s[i] = di;
+      lse_s[i] = lse;
+    }
+    barrier();
+)";
+
 // The forward on CPU implementations: QUERIES adjacent queries an invocation, each key's rows
 // of k and v read out of shared memory once for all of them (see dkdv_keys_body).
 std::string forward_queries_body(int queries) {
@@ -196,19 +236,7 @@ void main() {
   const int kend = key_end(min(t0 + ROWS * QUERIES, p.T) - 1);
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int j = e / DR, c = e - j * DR;
-      RT kx = RZERO, vx = RZERO;
-      if (j < nj) {
-        kx = LDR(k, 1, b, s0 + j, c);
-        vx = LDR(v, 2, b, s0 + j, c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+)" + std::string(kStageKeyRows) + R"(    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= last_vis) break;
       RT kr[DRA], vr[DRA];
       ACC sc[QUERIES];
@@ -270,19 +298,7 @@ void main() {
   const int vis = live ? key_end(t) : 0;
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int j = e / DR, c = e - j * DR;
-      RT kx = RZERO, vx = RZERO;
-      if (j < nj) {
-        kx = LDR(k, 1, b, s0 + j, c);
-        vx = LDR(v, 2, b, s0 + j, c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    // Online softmax key by key: the output and sum are rescaled only when the running
+)" + std::string(kStageKeyRows) + R"(    // Online softmax key by key: the output and sum are rescaled only when the running
     // max grows (no per-tile score array: it would not stay in registers).
     [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= vis) break;  // vis <= kend: a visible key is a loaded one
@@ -346,28 +362,7 @@ void main() {
   const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
   [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
     const int ni = min(TILE, p.T - t0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int i = e / DR, c = e - i * DR;
-      RT qx = RZERO, gx = RZERO;
-      if (i < ni) {
-        qx = LDR(q, 0, b, t0 + i, c);
-        gx = LDR(g, 4, b, t0 + i, c);
-      }
-      qs[e] = qx;
-      gs[e] = gx;
-    }
-    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
-      ACC di = ACC(0), lse = ACC(0);
-      if (i < ni) {
-        [[unroll]] for (int c = 0; c < DR; ++c) di += RDOT(LDR(g, 4, b, t0 + i, c), LDR(f, 3, b, t0 + i, c));
-        lse = ld(f_data[at(3, b, t0 + i, D)]);
-      }
-      di_s[i] = di;
-      lse_s[i] = lse;
-    }
-    barrier();
-    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
+)" + std::string(kStageQueryRows) + R"(    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
       // Keys increase with j: where the first is hidden from query t0 + i (or not live), all are.
       const int kend = key_end(t0 + i);
       if (!live[0] || sk[0] >= kend) continue;
@@ -446,28 +441,7 @@ void main() {
   const int tbegin = s_first >= p.S ? p.T : (p.causal != 0 ? clamp(s_first - off, 0, p.T) : 0);
   [[dont_unroll]] for (int t0 = tbegin; t0 < p.T; t0 += TILE) {
     const int ni = min(TILE, p.T - t0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int i = e / DR, c = e - i * DR;
-      RT qx = RZERO, gx = RZERO;
-      if (i < ni) {
-        qx = LDR(q, 0, b, t0 + i, c);
-        gx = LDR(g, 4, b, t0 + i, c);
-      }
-      qs[e] = qx;
-      gs[e] = gx;
-    }
-    [[dont_unroll]] for (int i = lid; i < TILE; i += ROWS) {
-      ACC di = ACC(0), lse = ACC(0);
-      if (i < ni) {
-        [[unroll]] for (int c = 0; c < DR; ++c) di += RDOT(LDR(g, 4, b, t0 + i, c), LDR(f, 3, b, t0 + i, c));
-        lse = ld(f_data[at(3, b, t0 + i, D)]);
-      }
-      di_s[i] = di;
-      lse_s[i] = lse;
-    }
-    barrier();
-    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
+)" + std::string(kStageQueryRows) + R"(    [[dont_unroll]] for (int i = 0; i < ni; ++i) {
       // Hidden keys (and rows that see none, whose lse is -inf) contribute nothing.
       if (!live || s >= key_end(t0 + i)) continue;
       ACC dot_q = ACC(0), dot_g = ACC(0);
@@ -533,19 +507,7 @@ void main() {
   const int kend = t0 < p.T ? key_end(min(t0 + ROWS * QUERIES, p.T) - 1) : 0;
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int j = e / DR, c = e - j * DR;
-      RT kx = RZERO, vx = RZERO;
-      if (j < nj) {
-        kx = LDR(k, 1, b, s0 + j, c);
-        vx = LDR(v, 2, b, s0 + j, c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+)" + std::string(kStageKeyRows) + R"(    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= last_vis) break;
       RT kr[DRA], vr[DRA];
       ACC dot_q[QUERIES], dot_g[QUERIES];
@@ -609,19 +571,7 @@ void main() {
   const int vis = live ? key_end(t) : 0;
   [[dont_unroll]] for (int s0 = 0; s0 < kend; s0 += TILE) {
     const int nj = min(TILE, kend - s0);
-    barrier();
-    [[dont_unroll]] for (int e = lid; e < TILE * DR; e += ROWS) {
-      const int j = e / DR, c = e - j * DR;
-      RT kx = RZERO, vx = RZERO;
-      if (j < nj) {
-        kx = LDR(k, 1, b, s0 + j, c);
-        vx = LDR(v, 2, b, s0 + j, c);
-      }
-      ks[e] = kx;
-      vs[e] = vx;
-    }
-    barrier();
-    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
+)" + std::string(kStageKeyRows) + R"(    [[dont_unroll]] for (int j = 0; j < TILE; ++j) {
       if (s0 + j >= vis) break;
       ACC dot_q = ACC(0), dot_g = ACC(0);
       [[unroll]] for (int c = 0; c < DR; ++c) {
