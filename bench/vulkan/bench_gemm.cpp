@@ -210,8 +210,15 @@ double run(vk::Context& ctx, const Options& o, DType t, const std::string& spec)
     if (std::sscanf(spec.c_str(), "cpu:%ux%u:%ux%u", &bm, &bn, &tm, &tn) != 4) usage("--tiles cpu:BMxBN:TMxTN");
     kernel.force_tiles(vk::MatmulTiles{bm, bn, 4, tm, tn, false, true});
   }
-  for (int i = 0; i < 2; ++i) kernel.launch(ctx.stream(), a, b, c);  // compile, warm up
+  // Compile, then keep the device busy for a quarter second first: a GPU lowers its clocks
+  // while the host prepares operands (the H200 was at 465-690 MHz instead of 1980 after a
+  // few variants' setup, and the same tiles then timed 3-5x slower: NOTES.md).
+  kernel.launch(ctx.stream(), a, b, c);
   ctx.stream().synchronize();
+  for (const auto warm = Clock::now(); Clock::now() - warm < std::chrono::milliseconds(250);) {
+    kernel.launch(ctx.stream(), a, b, c);
+    ctx.stream().synchronize();
+  }
   std::vector<double> ms;
   for (int i = 0; i < o.iters; ++i) {
     const auto t0 = Clock::now();

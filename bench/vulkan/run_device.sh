@@ -5,9 +5,9 @@
 # a run carries at most 64 MiB, so the stripped binaries travel gzipped, ~25 MB in all).
 #
 # Recipe, on the development machine from the repo root (what `run_device.sh prepare` does):
-#   cmake --build build --target alk_tests alk_cli bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2
+#   cmake --build build --target alk_tests alk_cli bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2 bench_vulkan_coop_peak
 #   mkdir -p .devcarry-vk/bin .devcarry-vk/lib .devcarry-vk/debs
-#   for b in alk alk_tests bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2; do
+#   for b in alk alk_tests bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2 bench_vulkan_coop_peak; do
 #     strip -o .devcarry-vk/bin/$b build/$b && gzip -9f .devcarry-vk/bin/$b; done
 #   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} .devcarry-vk/lib/  (alk links them)
 #   (cd .devcarry-vk/debs && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
@@ -33,10 +33,10 @@ D=.devcarry-vk
 if [[ $what == prepare ]]; then
   set -e
   BUILD=${BUILD:-build}
-  cmake --build "$BUILD" -j "${JOBS:-2}" --target alk_tests alk_cli bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2
+  cmake --build "$BUILD" -j "${JOBS:-2}" --target alk_tests alk_cli bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2 bench_vulkan_coop_peak
   rm -rf $D/bin $D/lib
   mkdir -p $D/bin $D/lib $D/debs
-  for b in alk alk_tests bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2; do
+  for b in alk alk_tests bench_vulkan_gemm bench_vulkan_tiny_gpt bench_vulkan_gpt2 bench_vulkan_coop_peak; do
     strip -o $D/bin/$b "$BUILD/$b" && gzip -9f $D/bin/$b
   done
   cp -L /usr/lib/x86_64-linux-gnu/{libonnx_proto.so.1,libprotobuf.so.32} $D/lib/

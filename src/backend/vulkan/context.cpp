@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -154,10 +155,19 @@ struct Instance {
     vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr);
     std::vector<VkExtensionProperties> ext(n);
     vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, ext.data());
-    bool nv_matrix = false;
+    bool nv_matrix = false, executable_properties = false;
     for (const auto& e : ext) {
       info.cooperative_matrix |= std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") == 0;
+      executable_properties |= std::strcmp(e.extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0;
       nv_matrix |= std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+    }
+    if (executable_properties) {
+      VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pe{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+      VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      f2.pNext = &pe;
+      vk.vkGetPhysicalDeviceFeatures2(pd, &f2);
+      info.pipeline_statistics = pe.pipelineExecutableInfo;
     }
     if (nv_matrix && info.float16 && info.storage16 && info.subgroup_size == 32) {
       VkPhysicalDeviceCooperativeMatrixFeaturesNV cm{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
@@ -276,7 +286,7 @@ std::string DeviceInfo::describe() const {
   s << "  features: f64 " << float64 << ", i64 " << int64 << ", 16-bit storage " << storage16 << ", 8-bit storage "
     << storage8 << ", f16 math " << float16 << ", i8 math " << int8 << ", subgroup " << subgroup_size << " (ops 0x"
     << std::hex << subgroup_ops << std::dec << "), cooperative matrix " << cooperative_matrix << " (NV 16x16x16 f16 "
-    << cooperative_matrix_nv << ")\n";
+    << cooperative_matrix_nv << "), pipeline statistics " << pipeline_statistics << "\n";
   if (!cooperative_matrix_nv_shapes.empty()) {
     s << "  VK_NV_cooperative_matrix shapes:";
     for (const std::string& c : cooperative_matrix_nv_shapes) s << " [" << c << "]";
@@ -357,6 +367,16 @@ Context::Context(const DeviceInfo& info) : info_(info) {
     matrix.cooperativeMatrix = VK_TRUE;
     f12.pNext = &matrix;
     extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executable{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  const char* stats_env = std::getenv("ALK_VK_PIPELINE_STATS");
+  capture_statistics_ = info.pipeline_statistics && stats_env && std::string_view(stats_env) == "1";
+  if (capture_statistics_) {
+    executable.pipelineExecutableInfo = VK_TRUE;
+    executable.pNext = features.pNext;
+    features.pNext = &executable;
+    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   }
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -493,6 +513,42 @@ void Context::save_pipeline_cache() {
   if (std::rename(tmp.c_str(), pipeline_cache_path_.c_str()) != 0) std::remove(tmp.c_str());
 }
 
+std::string Context::pipeline_statistics(const Pipeline& p) const {
+  if (!capture_statistics_) return "";
+  const Api& vk = *api();
+  auto properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      vk.vkGetInstanceProcAddr(instance().instance, "vkGetPipelineExecutablePropertiesKHR"));
+  auto statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vk.vkGetInstanceProcAddr(instance().instance, "vkGetPipelineExecutableStatisticsKHR"));
+  if (!properties || !statistics) return "(the loader has no VK_KHR_pipeline_executable_properties entry points)";
+  VkPipelineInfoKHR pi{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+  pi.pipeline = p.pipeline;
+  uint32_t executables = 0;
+  if (properties(device_->device, &pi, &executables, nullptr) != VK_SUCCESS) return "(no executables)";
+  std::string out;
+  for (uint32_t e = 0; e < executables; ++e) {
+    VkPipelineExecutableInfoKHR ei{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+    ei.pipeline = p.pipeline;
+    ei.executableIndex = e;
+    uint32_t n = 0;
+    if (statistics(device_->device, &ei, &n, nullptr) != VK_SUCCESS) continue;
+    std::vector<VkPipelineExecutableStatisticKHR> stats(n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+    if (statistics(device_->device, &ei, &n, stats.data()) != VK_SUCCESS) continue;
+    for (const auto& st : stats) {
+      if (!out.empty()) out += ", ";
+      out += std::string(st.name) + " = ";
+      switch (st.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: out += st.value.b32 ? "true" : "false"; break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: out += std::to_string(st.value.i64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: out += std::to_string(st.value.u64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: out += std::to_string(st.value.f64); break;
+        default: out += "?";
+      }
+    }
+  }
+  return out;
+}
+
 const Pipeline& Context::pipeline(const std::string& source, uint32_t bindings, uint32_t push_bytes) {
   if (push_bytes > info_.max_push_constants)
     fail(std::to_string(push_bytes) + " push-constant bytes exceed the device's " + std::to_string(info_.max_push_constants));
@@ -534,7 +590,14 @@ const Pipeline& Context::pipeline(const std::string& source, uint32_t bindings, 
   ci.stage.module = p->module;
   ci.stage.pName = "main";
   ci.layout = p->layout;
+  if (capture_statistics_) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   check(vk.vkCreateComputePipelines(d, pipeline_cache_, 1, &ci, nullptr, &p->pipeline), "vkCreateComputePipelines");
+  if (capture_statistics_) {
+    const size_t comment = source.find("// ");
+    const std::string label =
+        comment == std::string::npos ? source.substr(0, 60) : source.substr(comment, source.find('\n', comment) - comment);
+    std::fprintf(stderr, "[alk vulkan pipeline] %s: %s\n", label.c_str(), pipeline_statistics(*p).c_str());
+  }
   std::lock_guard lock(pipelines_mutex_);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) {  // another thread built it meanwhile
     vk.vkDestroyPipeline(d, p->pipeline, nullptr);

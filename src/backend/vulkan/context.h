@@ -52,6 +52,10 @@ struct DeviceInfo {
   // Every VkCooperativeMatrixPropertiesNV the driver lists, as "MxNxK A*B+C->D scope"
   // (printed by `alk devices` and the GEMM benchmark).
   std::vector<std::string> cooperative_matrix_nv_shapes;
+  // VK_KHR_pipeline_executable_properties with pipelineExecutableInfo: the driver can say
+  // what it compiled a pipeline to (registers, shared memory, spills: names vary by driver).
+  // Enabled only under ALK_VK_PIPELINE_STATS=1 (capturing may cost compile time).
+  bool pipeline_statistics = false;
   uint32_t compute_queue_family = UINT32_MAX;
 
   std::string kind_name() const;  // "discrete" "integrated" "virtual" "cpu" "other"
@@ -106,6 +110,11 @@ class Context {
   const Pipeline& pipeline(const std::string& source, uint32_t bindings, uint32_t push_bytes);
   // Writes the VkPipelineCache to disk now (also done when the context is destroyed).
   void save_pipeline_cache();
+  // What the driver reports about `p`'s compiled code ("Register Count = 168, ..."; the
+  // names are the driver's), or "" unless ALK_VK_PIPELINE_STATS=1 enabled the capture on
+  // a device offering it (DeviceInfo::pipeline_statistics). With the variable set, every
+  // new pipeline's statistics also go to stderr beside the shader's first comment line.
+  std::string pipeline_statistics(const Pipeline& p) const;
 
  private:
   DeviceInfo info_;
@@ -116,6 +125,7 @@ class Context {
   std::unique_ptr<ShaderCache> shaders_;
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
   std::string pipeline_cache_path_;
+  bool capture_statistics_ = false;  // ALK_VK_PIPELINE_STATS=1 on a device offering it
   std::mutex pipelines_mutex_;
   std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines_;  // key: layout + '\n' + source
   std::unique_ptr<Stream> stream_;

@@ -1,5 +1,6 @@
 #include "backend/vulkan/memory.h"
 
+#include <algorithm>
 #include <string>
 
 namespace alk::vk {
@@ -35,12 +36,29 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
 size_t Pool::new_block(size_t bytes, bool dedicated) {
-  const Api& vk = *api();
   Block b;
   b.bytes = bytes;
   b.dedicated = dedicated;
+  if (!try_new_block(b)) {
+    trim_locked();  // memory kept for reuse goes back to the driver first
+    if (!try_new_block(b))
+      fail("vkAllocateMemory of " + std::to_string(bytes) + " bytes: out of memory (" +
+           std::to_string(stats_locked().reserved_bytes) + " bytes in blocks with live tensors)");
+  }
+  b.free.emplace(0, bytes);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    if (blocks_[i].memory == VK_NULL_HANDLE) {
+      blocks_[i] = std::move(b);
+      return i;
+    }
+  blocks_.push_back(std::move(b));
+  return blocks_.size() - 1;
+}
+
+bool Pool::try_new_block(Block& b) {
+  const Api& vk = *api();
   VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  bi.size = bytes;
+  bi.size = b.bytes;
   bi.usage = options_.usage;
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   check(vk.vkCreateBuffer(device_->device, &bi, nullptr, &b.buffer), "vkCreateBuffer");
@@ -56,18 +74,23 @@ size_t Pool::new_block(size_t bytes, bool dedicated) {
   VkResult r = vk.vkAllocateMemory(device_->device, &ai, nullptr, &b.memory);
   if (r != VK_SUCCESS) {
     vk.vkDestroyBuffer(device_->device, b.buffer, nullptr);
-    fail("vkAllocateMemory of " + std::to_string(bytes) + " bytes: " + result_name(r));
+    b.buffer = VK_NULL_HANDLE, b.memory = VK_NULL_HANDLE;
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) return false;
+    fail("vkAllocateMemory of " + std::to_string(b.bytes) + " bytes: " + result_name(r));
   }
   check(vk.vkBindBufferMemory(device_->device, b.buffer, b.memory, 0), "vkBindBufferMemory");
   if (options_.host_visible) check(vk.vkMapMemory(device_->device, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped), "vkMapMemory");
-  b.free.emplace(0, bytes);
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    if (blocks_[i].memory == VK_NULL_HANDLE) {
-      blocks_[i] = std::move(b);
-      return i;
-    }
-  blocks_.push_back(std::move(b));
-  return blocks_.size() - 1;
+  return true;
+}
+
+size_t Pool::reuse_dedicated(size_t bytes) {
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    if (b.memory == VK_NULL_HANDLE || !b.dedicated || b.live || b.bytes < bytes || b.bytes - bytes > b.bytes / 4) continue;
+    if (best == SIZE_MAX || b.bytes < blocks_[best].bytes) best = i;
+  }
+  return best;
 }
 
 void Pool::destroy_block(Block& b) {
@@ -88,7 +111,9 @@ std::shared_ptr<Allocation> Pool::allocate(size_t bytes) {
   std::lock_guard lock(mutex_);
   size_t block = SIZE_MAX, offset = 0;
   if (reserved > options_.dedicated_bytes) {
-    block = new_block(reserved, true);
+    const size_t rounded = std::max(reserved, std::min(round_up(reserved, size_t(2) << 20), options_.max_allocation));
+    block = reuse_dedicated(reserved);
+    if (block == SIZE_MAX) block = new_block(rounded, true);
   } else {
     for (size_t i = 0; i < blocks_.size() && block == SIZE_MAX; ++i) {
       Block& b = blocks_[i];
@@ -114,8 +139,9 @@ void Pool::release(size_t block, size_t offset, size_t reserved) {
   std::lock_guard lock(mutex_);
   Block& b = blocks_[block];
   --b.live;
-  if (b.dedicated) {
-    destroy_block(b);
+  if (b.dedicated) {  // kept whole for the next request it fits (reuse_dedicated)
+    b.free.clear();
+    b.free.emplace(0, b.bytes);
     return;
   }
   auto it = b.free.emplace(offset, reserved).first;
@@ -132,12 +158,20 @@ void Pool::release(size_t block, size_t offset, size_t reserved) {
 
 void Pool::trim() {
   std::lock_guard lock(mutex_);
+  trim_locked();
+}
+
+void Pool::trim_locked() {
   for (Block& b : blocks_)
     if (b.memory != VK_NULL_HANDLE && b.live == 0) destroy_block(b);
 }
 
 PoolStats Pool::stats() const {
   std::lock_guard lock(mutex_);
+  return stats_locked();
+}
+
+PoolStats Pool::stats_locked() const {
   PoolStats s;
   for (const Block& b : blocks_) {
     if (b.memory == VK_NULL_HANDLE) continue;
@@ -147,6 +181,7 @@ PoolStats Pool::stats() const {
     size_t free = 0;
     for (auto& [off, size] : b.free) free += size;
     s.used_bytes += b.bytes - free;
+    if (b.dedicated && !b.live) s.cached_bytes += b.bytes;
   }
   return s;
 }

@@ -5,8 +5,13 @@
 // multiples of max(minStorageBufferOffsetAlignment, 64), so an allocation's start binds
 // as a storage buffer directly; views and arena slices inside it bind at the aligned
 // offset below their first element (map_kernel.cpp). Requests above the dedicated
-// threshold get a block of their own, released when freed; freed ranges of shared blocks
-// are coalesced and reused.
+// threshold get a block of their own (sizes rounded up to 2 MiB); freed, it is kept and
+// handed to the next request it fits without wasting more than a quarter of it, as
+// PyTorch's caching allocator does: a training step allocates the same large tensors
+// every step, and a fresh VkDeviceMemory each time is slow to get (and on the H200 a GEMM
+// over freshly allocated operands ran up to 5x slower after a few such cycles: NOTES.md).
+// trim() returns kept blocks to the driver, and a failed allocation trims and retries.
+// Freed ranges of shared blocks are coalesced and reused.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +63,7 @@ struct PoolStats {
   size_t reserved_bytes = 0;    // their total size
   size_t used_bytes = 0;        // handed out (rounded to the alignment)
   size_t allocations = 0;       // live suballocations
+  size_t cached_bytes = 0;      // dedicated blocks kept for reuse (no live allocation)
 };
 
 class Pool : public std::enable_shared_from_this<Pool> {
@@ -80,7 +86,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   std::shared_ptr<Allocation> allocate(size_t bytes);
   const Options& options() const { return options_; }
   PoolStats stats() const;
-  // Returns empty shared blocks to the driver.
+  // Returns empty blocks (shared and kept dedicated ones) to the driver.
   void trim();
 
  private:
@@ -95,6 +101,12 @@ class Pool : public std::enable_shared_from_this<Pool> {
     size_t live = 0;                // suballocations out of this block
   };
   size_t new_block(size_t bytes, bool dedicated);  // index into blocks_ (reuses empty slots)
+  // The new_block's VkDeviceMemory, or VK_NULL_HANDLE with its buffer destroyed when the
+  // driver has no memory left (other errors throw).
+  bool try_new_block(Block& b);
+  size_t reuse_dedicated(size_t bytes);  // a kept block for a request of `bytes`, or SIZE_MAX
+  void trim_locked();
+  PoolStats stats_locked() const;
   void destroy_block(Block& b);
   void release(size_t block, size_t offset, size_t reserved);
 

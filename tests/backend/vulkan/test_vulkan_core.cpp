@@ -139,13 +139,34 @@ TEST(VulkanPool, AlignmentReuseAndDedicatedBlocks) {
   auto again = pool.allocate(64);
   EXPECT_EQ(again->buffer(), buf);
   EXPECT_EQ(again->offset(), off);
-  // Large requests get their own block, returned to the driver when freed.
+  // Large requests get their own block; freed, it is kept (cached_bytes) and handed to the
+  // next request it fits, same size or up to a quarter smaller, and trim() returns it.
+  pool.trim();
   const PoolStats mid = pool.stats();
-  auto big = pool.allocate(pool.options().dedicated_bytes + 1);
+  EXPECT_EQ(mid.cached_bytes, 0u);
+  const size_t large = 2 * pool.options().dedicated_bytes + 1;
+  auto big = pool.allocate(large);
   EXPECT_EQ(pool.stats().blocks, mid.blocks + 1);
   EXPECT_EQ(big->offset(), 0u);
+  const VkBuffer big_buffer = big->buffer();
   big.reset();
+  EXPECT_EQ(pool.stats().blocks, mid.blocks + 1);
+  EXPECT_GE(pool.stats().cached_bytes, large);
+  EXPECT_EQ(pool.stats().used_bytes, mid.used_bytes);
+  big = pool.allocate(large - large / 8);
+  EXPECT_EQ(big->buffer(), big_buffer);
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+  // Two live at once: the second gets a block of its own. Far smaller: not the kept one.
+  auto second = pool.allocate(large);
+  EXPECT_NE(second->buffer(), big_buffer);
+  second.reset();
+  big.reset();
+  auto half = pool.allocate(large / 2 + pool.options().dedicated_bytes / 4);
+  EXPECT_EQ(pool.stats().blocks, mid.blocks + 3);
+  half.reset();
+  pool.trim();
   EXPECT_EQ(pool.stats().blocks, mid.blocks);
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
   live.clear();
   again.reset();
   EXPECT_EQ(pool.stats().allocations, before.allocations);

@@ -501,10 +501,17 @@ TEST(VulkanMatmul, AutomaticTilesUseCooperativeMatricesForLargeHalfProducts) {
   auto same = [](const MatmulTiles& a, const MatmulTiles& b) {
     return a.bm == b.bm && a.bn == b.bn && a.bk == b.bk && a.tm == b.tm && a.tn == b.tn && a.coop == b.coop && a.cpu == b.cpu;
   };
-  // 48 KiB (NVIDIA): the 128x256 tiles with 16-deep slices, double-buffered; 64 KiB: 32-deep.
-  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopLargeK16));
+  // 48 KiB (NVIDIA): the 16-subgroup 256x128 tiles (one 32-deep slice); a product too short
+  // for them: the 128x256 tiles with 16-deep slices, double-buffered; 64 KiB: 32-deep.
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopTall));
+  EXPECT_LE(coop_shared_bytes(kMatmulCoopTall, 1), 48u * 1024);
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 128, 32768, 4096, 1), kMatmulCoopLargeK16));
   gpu.max_shared_memory = 64 * 1024;
+  EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 128, 32768, 4096, 1), kMatmulCoopLarge));
+  // 256 invocations at most: not the 512 of the tall tiles.
+  gpu.max_workgroup_invocations = 256;
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 4096, 4096, 4096, 1), kMatmulCoopLarge));
+  gpu.max_workgroup_invocations = 1024;
   gpu.max_shared_memory = 48 * 1024;
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 1024, 1024, 1024, 1), kMatmulCoop));
   EXPECT_TRUE(same(choose_matmul_tiles(gpu, DType::F16, 100, 70, 130, 1), kMatmulCoopSmall));

@@ -134,12 +134,13 @@ uint32_t coop_shared_bytes(const MatmulTiles& t, uint32_t buffers) {
 
 MatmulTiles choose_matmul_tiles(const DeviceInfo& info, DType input, int64_t M, int64_t N, int64_t K, int64_t batches) {
   auto tiles = [&](int64_t bm, int64_t bn) { return ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batches; };
-  // f16 on the tensor cores (VK_NV_cooperative_matrix): the 128x256 tiles where they fill
-  // the device (>= ~1 workgroup per SM of a large GPU), else 128x128, else 64x64.
+  // f16 on the tensor cores (VK_NV_cooperative_matrix): the 256x128 or 128x256 tiles where
+  // they fill the device (>= ~1 workgroup per SM of a large GPU), else 128x128, else 64x64.
   if (input == DType::F16 && info.cooperative_matrix_nv && M >= 16 && N >= 16 && K >= 16) {
     auto fits = [&](const MatmulTiles& t, uint32_t buffers) {
       return coop_shared_bytes(t, buffers) <= info.max_shared_memory && t.threads() <= info.max_workgroup_invocations;
     };
+    if (M >= 256 && N >= 128 && tiles(256, 128) >= 96 && fits(kMatmulCoopTall, 1)) return kMatmulCoopTall;
     if (M >= 128 && N >= 256 && tiles(128, 256) >= 96) {
       if (fits(kMatmulCoopLarge, 2)) return kMatmulCoopLarge;
       if (fits(kMatmulCoopLargeK16, 2)) return kMatmulCoopLargeK16;

@@ -78,11 +78,14 @@ struct MatmulTiles {
 };
 inline constexpr MatmulTiles kMatmulLarge{128, 128, 16, 8, 8};
 inline constexpr MatmulTiles kMatmulSmall{64, 64, 16, 4, 4};
-// Cooperative-matrix tiles (f16 on VK_NV_cooperative_matrix). Large: 8 subgroups of 64x64
-// (4x4 accumulators) over 128x256, the reuse an H200 needs to keep its L2 traffic below its
-// bandwidth (bench/vulkan/NOTES.md); the 128x128 8-subgroup tiles measured 93 TFLOP/s there.
-// Where two 32-deep slices do not fit (54 KiB; NVIDIA's limit has been 48 KiB), the large
-// tiles take 16-deep slices double-buffered rather than 32-deep ones single-buffered.
+// Cooperative-matrix tiles (f16 on VK_NV_cooperative_matrix). Tall, the first choice for
+// large products: 16 subgroups of 32x64 (2x4 accumulators, 126 registers on NVIDIA 580) over
+// 256x128, one 32-deep slice (44.5 KiB): on the H200 149 TFLOP/s at 4096^3, against 126 for
+// the large tiles below (8 subgroups of 64x64: 4x4 accumulators take 204 registers, so one
+// workgroup an SM) with the clocks held up for every variant (bench/vulkan/NOTES.md, the
+// seventeenth session). Large: where Tall does not fit; where two 32-deep slices do not fit
+// either (54 KiB), 16-deep slices double-buffered rather than 32-deep ones single-buffered.
+inline constexpr MatmulTiles kMatmulCoopTall{256, 128, 32, 2, 4, true};
 inline constexpr MatmulTiles kMatmulCoopLarge{128, 256, 32, 4, 4, true};
 inline constexpr MatmulTiles kMatmulCoopLargeK16{128, 256, 16, 4, 4, true};
 inline constexpr MatmulTiles kMatmulCoop{128, 128, 32, 2, 4, true};
@@ -93,7 +96,7 @@ inline constexpr MatmulTiles kMatmulCoopVariants[] = {
     {128, 256, 64, 4, 4, true}, kMatmulCoop, {128, 128, 64, 2, 4, true}, {128, 128, 32, 4, 4, true},
     kMatmulCoopSmall, {128, 256, 16, 4, 4, true, false, true}, {128, 128, 16, 2, 4, true, false, true},
     // 16 subgroups (512 invocations) of 32x64: the 128x256 reuse with twice the subgroups per SM
-    {128, 256, 32, 2, 4, true}, {256, 128, 32, 2, 4, true}};
+    {128, 256, 32, 2, 4, true}, kMatmulCoopTall};
 // bench/vulkan/NOTES.md: the register-block tiles measured on lavapipe.
 inline constexpr MatmulTiles kMatmulCpu{64, 64, 4, 8, 8, false, true};
 
