@@ -129,6 +129,7 @@ struct Instance {
     info.max_shared_memory = l.maxComputeSharedMemorySize;
     info.max_bound_descriptor_sets = l.maxBoundDescriptorSets;
     info.max_storage_buffers_per_stage = l.maxPerStageDescriptorStorageBuffers;
+    info.timestamp_period = l.timestampPeriod;
     info.subgroup_size = subgroup.subgroupSize;
     if (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) info.subgroup_ops = subgroup.supportedOperations;
 
@@ -226,6 +227,7 @@ struct Instance {
       why = info.name + " has no compute queue";
       return false;
     }
+    info.timestamp_bits = families[info.compute_queue_family].timestampValidBits;
     return true;
   }
 };

@@ -57,6 +57,9 @@ struct DeviceInfo {
   // Enabled only under ALK_VK_PIPELINE_STATS=1 (capturing may cost compile time).
   bool pipeline_statistics = false;
   uint32_t compute_queue_family = UINT32_MAX;
+  // Timestamps on that queue (ALK_VK_PROFILE): valid bits (0: none) and ns per tick.
+  uint32_t timestamp_bits = 0;
+  float timestamp_period = 0;
 
   std::string kind_name() const;  // "discrete" "integrated" "virtual" "cpu" "other"
   std::string describe() const;   // several lines for `alk devices` and test logs

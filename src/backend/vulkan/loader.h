@@ -72,6 +72,11 @@ namespace alk::vk {
   X(vkResetFences)                              \
   X(vkWaitForFences)                            \
   X(vkGetFenceStatus)                           \
+  X(vkCreateQueryPool)                          \
+  X(vkDestroyQueryPool)                         \
+  X(vkCmdResetQueryPool)                        \
+  X(vkCmdWriteTimestamp)                        \
+  X(vkGetQueryPoolResults)                      \
   X(vkQueueSubmit)
 
 struct Api {

@@ -1,6 +1,11 @@
 #include "backend/vulkan/stream.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string_view>
 
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/shader.h"
@@ -174,6 +179,30 @@ void release(Context& ctx, Commands& c) {
   c = Commands{};
 }
 
+// ALK_VK_PROFILE=1: GPU time by label over every replay, printed at exit.
+struct Profile {
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, double>> by_label;  // calls, ns
+  int64_t replays = 0;
+  ~Profile() {
+    if (!replays) return;
+    double total = 0;
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& [name, t] : by_label) rows.emplace_back(t.second, name), total += t.second;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "[alk vulkan profile] %lld replays, %.3f ms of GPU time each\n", static_cast<long long>(replays),
+                 1e-6 * total / static_cast<double>(replays));
+    for (auto& [ns, name] : rows)
+      std::fprintf(stderr, "[alk vulkan profile] %9.3f ms %5.1f%% %7lld x %s\n", 1e-6 * ns / static_cast<double>(replays),
+                   100 * ns / std::max(total, 1e-9), static_cast<long long>(by_label[name].first / replays), name.c_str());
+  }
+};
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+constexpr uint32_t kQueriesPerPool = 1024;
+
 void add(StreamStats& total, const StreamStats& s) {
   total.dispatches += s.dispatches;
   total.copies += s.copies;
@@ -295,6 +324,7 @@ void Stream::flush() {
 
 void Stream::retire(InFlight& f) {
   const Api& vk = *api();
+  if (f.recording && f.recording->profiled()) f.recording->collect();
   check(vk.vkResetFences(ctx_.device(), 1, &f.fence), "vkResetFences");
   free_fences_.push_back(f.fence);
   if (!f.recording) free_cbs_.push_back(f.commands.cb);
@@ -382,6 +412,7 @@ void Stream::replay(const std::shared_ptr<Recording>& r) {
   if (!r->finished()) fail("replay of a recording that is not finished");
   std::lock_guard lock(mutex_);
   flush_locked();
+  if (r->profiled()) wait_for(serial_ - 1);  // one set of queries: replays one at a time
   for (const auto& a : r->commands_.used) a->last_use = serial_;
   add(totals_, r->commands_.stats);
   submit(r->commands_.cb, Commands{}, r);
@@ -401,11 +432,64 @@ Recording::Recording(Context& ctx) : ctx_(ctx) {
   check(vk.vkAllocateCommandBuffers(ctx.device(), &ai, &commands_.cb), "vkAllocateCommandBuffers");
   // Simultaneous use: a replay may be submitted while the previous one still runs.
   begin(commands_.cb, VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT);
+  const char* env = std::getenv("ALK_VK_PROFILE");
+  profile_ = env && std::string_view(env) == "1";
+  if (profile_ && !ctx.info().timestamp_bits) {
+    std::fprintf(stderr, "[alk vulkan profile] %s has no timestamps on its compute queue: not profiled\n",
+                 ctx.info().name.c_str());
+    profile_ = false;
+  }
+  if (profile_) timestamp(VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT);
+}
+
+void Recording::timestamp(VkPipelineStageFlagBits stage) {
+  const Api& vk = *api();
+  if (queries_ % kQueriesPerPool == 0) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = kQueriesPerPool;
+    VkQueryPool pool;
+    check(vk.vkCreateQueryPool(ctx_.device(), &qi, nullptr, &pool), "vkCreateQueryPool");
+    query_pools_.push_back(pool);
+    // Every replay resets the pool's queries before writing them again.
+    vk.vkCmdResetQueryPool(commands_.cb, pool, 0, kQueriesPerPool);
+  }
+  vk.vkCmdWriteTimestamp(commands_.cb, stage, query_pools_.back(), queries_ % kQueriesPerPool);
+  ++queries_;
+}
+
+void Recording::after_command() {
+  if (!profile_) return;
+  timestamp(VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
+  labels_.push_back(label_.empty() ? "(unlabelled)" : label_);
+}
+
+void Recording::collect() {
+  const Api& vk = *api();
+  std::vector<uint64_t> ticks(queries_);
+  for (size_t p = 0; p < query_pools_.size(); ++p) {
+    const uint32_t n = std::min<uint32_t>(kQueriesPerPool, queries_ - static_cast<uint32_t>(p) * kQueriesPerPool);
+    check(vk.vkGetQueryPoolResults(ctx_.device(), query_pools_[p], 0, n, n * sizeof(uint64_t), ticks.data() + p * kQueriesPerPool,
+                                   sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+          "vkGetQueryPoolResults");
+  }
+  const uint32_t bits = ctx_.info().timestamp_bits;
+  const uint64_t mask = bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
+  const double ns_per_tick = ctx_.info().timestamp_period;
+  Profile& prof = profile();
+  std::lock_guard lock(prof.mu);
+  ++prof.replays;
+  for (size_t i = 0; i < labels_.size(); ++i) {
+    auto& row = prof.by_label[labels_[i]];
+    ++row.first;
+    row.second += static_cast<double>((ticks[i + 1] - ticks[i]) & mask) * ns_per_tick;
+  }
 }
 
 Recording::~Recording() {
   // The stream holds a shared_ptr to a recording while a replay is pending, so none is.
   release(ctx_, commands_);
+  for (VkQueryPool p : query_pools_) api()->vkDestroyQueryPool(ctx_.device(), p, nullptr);
   api()->vkDestroyCommandPool(ctx_.device(), pool_, nullptr);
 }
 
@@ -413,12 +497,14 @@ void Recording::dispatch(const Pipeline& pipeline, std::span<const Binding> bind
                          Groups groups) {
   if (finished_) fail("dispatch into a finished recording");
   encode_dispatch(ctx_, commands_, pipeline, bindings, push, groups);
+  after_command();
 }
 
 void Recording::copy(const std::shared_ptr<Allocation>& src, size_t src_offset, const std::shared_ptr<Allocation>& dst,
                      size_t dst_offset, size_t bytes) {
   if (finished_) fail("copy into a finished recording");
   encode_copy(commands_, src, src_offset, dst, dst_offset, bytes);
+  after_command();
 }
 
 void Recording::keep(std::shared_ptr<const void> x) { commands_.keep.push_back(std::move(x)); }

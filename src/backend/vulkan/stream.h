@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/vulkan/loader.h"
@@ -55,6 +56,8 @@ class Encoder {
                     size_t dst_offset, size_t bytes) = 0;
   // Keeps x alive as long as the recorded commands may run.
   virtual void keep(std::shared_ptr<const void> x) = 0;
+  // Names the commands encoded next (a kernel's label): the rows of ALK_VK_PROFILE's table.
+  virtual void label(std::string) {}
 };
 
 struct StreamStats {
@@ -149,17 +152,31 @@ class Recording final : public Encoder {
   void copy(const std::shared_ptr<Allocation>& src, size_t src_offset, const std::shared_ptr<Allocation>& dst,
             size_t dst_offset, size_t bytes) override;
   void keep(std::shared_ptr<const void> x) override;
+  void label(std::string name) override { label_ = std::move(name); }
   // Ends recording; afterwards only replay (Stream::replay) is allowed.
   void finish();
+  // ALK_VK_PROFILE=1: each replay's commands are timed on the GPU (a timestamp after every
+  // command; a command's time runs from the previous one's end, so work that overlaps is
+  // counted once) and summed by label; the table goes to stderr at exit as
+  // `[alk vulkan profile]`. Replays then wait for the previous one (one set of queries).
+  bool profiled() const { return !query_pools_.empty(); }
   bool finished() const { return finished_; }
   const StreamStats& stats() const { return commands_.stats; }
 
  private:
   friend class Stream;
+  void timestamp(VkPipelineStageFlagBits stage);  // the next query (ALK_VK_PROFILE)
+  void after_command();
+  void collect();  // a finished replay's times into the profile
   Context& ctx_;
   VkCommandPool pool_ = VK_NULL_HANDLE;  // its own: recording needs no lock shared with the stream
   detail::Commands commands_;
   bool finished_ = false;
+  bool profile_ = false;
+  std::vector<VkQueryPool> query_pools_;  // kQueriesPerPool each
+  uint32_t queries_ = 0;
+  std::string label_;
+  std::vector<std::string> labels_;  // of command i, timed by queries i and i + 1
 };
 
 }  // namespace alk::vk

@@ -159,6 +159,7 @@ class VulkanDevice final : public Device {
     r->commands = ctx().stream().record();
     for (const Kernel& k : kernels) {
       auto p = prepare(k);
+      if (r->commands->profiled()) r->commands->label(kernel_label(k));
       at_call_site(k, [&] { encode(*r->commands, *p, k); });
       r->commands->keep(p);
       // The buffers the recording names stay alive with it (their allocations already do,

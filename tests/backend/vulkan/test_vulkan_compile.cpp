@@ -3,6 +3,11 @@
 #ifdef ALK_HAVE_VULKAN
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "alk/alk.h"
@@ -83,6 +88,31 @@ TEST(VulkanCompile, ReplayedStepMatchesTheCpu) {
   EXPECT_EQ(&on_gpu->w.device(), &gpu);
 }
 
+// ALK_VK_PROFILE=1: the same test again in a child process; it still passes, and at exit the
+// table times its four replays on the GPU by kernel (the step's reduction and maps named).
+TEST(VulkanCompile, ProfiledReplaysNameTheirKernels) {
+  if (std::getenv("ALK_VK_PROFILE")) GTEST_SKIP() << "already profiled";
+  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (!vk::Context::get(0)->info().timestamp_bits) GTEST_SKIP() << "no timestamps on the compute queue";
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) GTEST_SKIP() << "cannot find this test binary";
+  self[n] = 0;
+  const std::string cmd = std::string("ALK_VK_PROFILE=1 '") + self +
+                          "' --gtest_filter=VulkanCompile.ReplayedStepMatchesTheCpu --gtest_brief=1 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  const size_t head = out.find("[alk vulkan profile] 4 replays, ");
+  ASSERT_NE(head, std::string::npos) << out;
+  EXPECT_GT(std::atof(out.c_str() + head + std::strlen("[alk vulkan profile] 4 replays, ")), 0.0) << out;
+  EXPECT_NE(out.find(" x Reduce ["), std::string::npos) << out;
+  EXPECT_NE(out.find(" x map:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(unlabelled)"), std::string::npos) << out;
+}
 
 // A step drawing random numbers (dropout's mask, randn, randint) replayed on Vulkan draws what
 // the CPU's replay and an eager call draw from the same generator state, bit for bit: the seed

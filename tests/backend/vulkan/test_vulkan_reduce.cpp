@@ -340,6 +340,24 @@ TEST(VulkanReduce, LongRowsSplitDeterministically) {
   run_reduce(dev, DType::BF16, ReduceOp::Sum, {{64, 1030}, {}, {}, 0, {0}}, randn(64 * 1030, 14), 8);
 }
 
+// Columns (rows of a strided reduction, a bias gradient's shape) split into parts, one
+// invocation each, and combined by a second pass: what GPUs run; forced here with
+// ALK_VK_COLUMN_PARTS=1 so lavapipe runs it too. Uneven chunks (empty last parts), integer
+// sums, bf16, many rows with short columns.
+TEST(VulkanReduce, ColumnsSplitIntoParts) {
+  ALK_VULKAN_DEVICE_OR_SKIP(dev);
+  const char* before = std::getenv("ALK_VK_COLUMN_PARTS");
+  const std::string saved = before ? before : "";
+  ::setenv("ALK_VK_COLUMN_PARTS", "1", 1);
+  run_reduce(dev, DType::F32, ReduceOp::Sum, {{4096, 96}, {}, {}, 0, {0}}, randn(4096 * 96, 21), 70);
+  run_reduce(dev, DType::F32, ReduceOp::Max, {{3, 700, 65}, {}, {}, 0, {0, 1}}, randn(3 * 700 * 65, 22), 1);
+  run_reduce(dev, DType::I32, ReduceOp::Sum, {{1500, 70}, {}, {}, 0, {0}}, randint(1500 * 70, 23, -50, 50), 1);
+  run_reduce(dev, DType::BF16, ReduceOp::Sum, {{2048, 200}, {}, {}, 0, {0}}, randn(2048 * 200, 24), 50);
+  run_reduce(dev, DType::F32, ReduceOp::Min, {{40, 1500}, {}, {}, 0, {0}}, randn(40 * 1500, 25), 1);
+  if (before) ::setenv("ALK_VK_COLUMN_PARTS", saved.c_str(), 1);
+  else ::unsetenv("ALK_VK_COLUMN_PARTS");
+}
+
 TEST(VulkanReduce, EmptyReductionIsTheIdentity) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod})

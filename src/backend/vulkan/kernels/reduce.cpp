@@ -629,6 +629,71 @@ $BASES    $A acc = $IDENT;
 )",
                 {{"A", rs.acc}, {"IDENT", identity(rs)}, {"BASES", bases_}, {"VALUE", value}, {"FINISH", finish_}});
   };
+  // Partial results of `n` parts per row: scratch 0, row r's part s at r * n + s.
+  auto partial_arg = [&](uint32_t n, bool write) {
+    Shape strides = contiguous_strides(outer);
+    for (int64_t& st : strides) st *= n;
+    Arg part;
+    part.scratch = 0, part.dtype = rs.acc_dtype, part.write = write, part.outer = strides;
+    part.inner.assign(inner.size(), 0);
+    return part;
+  };
+  // The second pass of a split reduction: each row's parts combined in order.
+  auto combine_parts = [&](uint32_t n) {
+    Stage s;
+    s.outer = outer, s.inner = {static_cast<int64_t>(n)};
+    Arg part = partial_arg(n, false);
+    part.inner = {1};
+    s.args.push_back(part);
+    add_tail(s);
+    for (size_t t = 1; t < s.args.size(); ++t) s.args[t].inner = {0};
+    const size_t epi0 = 1, out = 1 + k.epilogue_inputs.size();
+    const std::string body = per_group("    uint b0 = row0(r);\n", "ld0(b0 + i)", reduce_finish(k, rs, out, epi0));
+    s.groups = row_groups(rows);
+    s.wg = wg;
+    finish(ctx, s, "reduce_combine_parts", body);
+    plan.stages.push_back(std::move(s));
+  };
+  // Columns on a GPU (a bias gradient: [4096, 768] -> [768]): an invocation per row would
+  // keep a few of its SMs on a long serial walk (0.5 ms on the H200 for 12.6 MB, 1% of its
+  // bandwidth: bench/vulkan/NOTES.md). Each row's elements are split into parts of >= 16 so
+  // that ~128k invocations run, and a second pass combines the parts. CPU implementations keep
+  // one pass (their few threads are busy either way); ALK_VK_COLUMN_PARTS=1 splits there too
+  // (the tests of this path on lavapipe), =0 nowhere (A/B runs).
+  const char* parts_env = std::getenv("ALK_VK_COLUMN_PARTS");
+  const bool split_columns = parts_env && *parts_env ? std::string_view(parts_env) == "1"
+                                                     : ctx.info().kind != DeviceInfo::Kind::Cpu;
+  const uint32_t column_parts =
+      per_thread && split_columns
+          ? static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>((131072 + rows - 1) / rows, len / 16), 1, 256))
+          : 1u;
+  if (column_parts > 1) {
+    plan.scratch_bytes.push_back(static_cast<size_t>(rows) * column_parts * dtype_size(rs.acc_dtype));
+    Stage s;
+    s.outer = outer, s.inner = inner, s.args = inputs;
+    s.args.push_back(partial_arg(column_parts, true));
+    s.extra.push_back(column_parts);
+    const std::string pn = std::to_string(inputs.size());
+    const std::string body = fns + fill(R"(
+void main() {
+  uint chunk = (P(1) + P(E) - 1u) / P(E);
+  uint lo = min(P(1), gl_WorkGroupID.y * chunk), hi = min(P(1), lo + chunk);
+  for (uint r = gl_GlobalInvocationID.x; r < P(0); r += gl_NumWorkGroups.x * WG) {
+$BASES    $A acc = $IDENT;
+    for (uint i = lo; i < hi; ++i) acc = combine(acc, $VALUE);
+    st$PN(row$PN(r) + gl_WorkGroupID.y, acc);
+  }
+}
+)",
+                                        {{"A", rs.acc}, {"IDENT", identity(rs)}, {"BASES", bases}, {"VALUE", prologue_call("i")}, {"PN", pn}});
+    s.groups = thread_groups(rows, wg);
+    s.groups.y = column_parts;
+    s.wg = wg;
+    finish(ctx, s, "reduce_column_parts", body);
+    plan.stages.push_back(std::move(s));
+    combine_parts(column_parts);
+    return plan;
+  }
   if (per_thread) {
     Stage s;
     s.outer = outer, s.inner = inner, s.args = inputs;
@@ -670,15 +735,10 @@ $BASES    $A acc = $IDENT;
   // Two passes: part s of row r reduces elements [s * chunk, (s + 1) * chunk) into
   // partial[r * parts + s]; the second pass combines a row's parts in order.
   plan.scratch_bytes.push_back(static_cast<size_t>(rows) * parts * dtype_size(rs.acc_dtype));
-  Shape partial_outer = contiguous_strides(outer);
-  for (int64_t& st : partial_outer) st *= parts;
   {
     Stage s;
     s.outer = outer, s.inner = inner, s.args = inputs;
-    Arg part;
-    part.scratch = 0, part.dtype = rs.acc_dtype, part.write = true, part.outer = partial_outer;
-    part.inner.assign(inner.size(), 0);
-    s.args.push_back(part);
+    s.args.push_back(partial_arg(parts, true));
     s.extra.push_back(parts);
     const std::string pn = std::to_string(inputs.size());
     const std::string body =
@@ -702,21 +762,7 @@ $BASES    $A acc = $IDENT;
     finish(ctx, s, "reduce_parts", body);
     plan.stages.push_back(std::move(s));
   }
-  {
-    Stage s;
-    s.outer = outer, s.inner = {static_cast<int64_t>(parts)};
-    Arg part;
-    part.scratch = 0, part.dtype = rs.acc_dtype, part.outer = partial_outer, part.inner = {1};
-    s.args.push_back(part);
-    add_tail(s);
-    for (size_t t = 1; t < s.args.size(); ++t) s.args[t].inner = {0};
-    const size_t epi0 = 1, out = 1 + k.epilogue_inputs.size();
-    const std::string body = per_group("    uint b0 = row0(r);\n", "ld0(b0 + i)", reduce_finish(k, rs, out, epi0));
-    s.groups = row_groups(rows);
-    s.wg = wg;
-    finish(ctx, s, "reduce_combine_parts", body);
-    plan.stages.push_back(std::move(s));
-  }
+  combine_parts(parts);
   return plan;
 }
 
