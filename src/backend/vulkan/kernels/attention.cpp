@@ -133,21 +133,23 @@ bool unroll_head_loops(const Context& ctx, int64_t D) {
   return ctx.info().kind != DeviceInfo::Kind::Cpu || unroll_head_loops_cpu(D);
 }
 
-// Whether a device runs the kernels written for CPU implementations (two rows an invocation,
-// rows as vec4s): CPU implementations do; ALK_VK_ATTENTION_FORM=cpu|gpu overrides (A/B runs).
-bool cpu_form(const Context& ctx) {
+// The kernels' form on a device: CPU implementations take two rows an invocation with rows as
+// vec4s (below), GPUs one row an invocation, element by element. ALK_VK_ATTENTION_FORM
+// overrides for A/B runs: cpu (two rows, vec4), vec4 (one row, vec4), gpu (one row, scalar).
+std::string attention_form(const Context& ctx) {
   const char* form = std::getenv("ALK_VK_ATTENTION_FORM");
-  if (form && std::string_view(form) == "cpu") return true;
-  if (form && std::string_view(form) == "gpu") return false;
-  return ctx.info().kind == DeviceInfo::Kind::Cpu;
+  if (form && (std::string_view(form) == "cpu" || std::string_view(form) == "vec4" || std::string_view(form) == "gpu"))
+    return form;
+  return ctx.info().kind == DeviceInfo::Kind::Cpu ? "cpu" : "gpu";
 }
+int rows_per_invocation(const Context& ctx) { return attention_form(ctx) == "cpu" ? 2 : 1; }
 
 // CPU implementations, f32, D % 4 == 0: rows in shared memory and registers as vec4s. On
 // lavapipe each shared-memory access is a loop over the SIMD lanes whatever its width
 // (bench/vulkan/NOTES.md), and the inner loops read a shared row per key and query: a vec4
 // read moves 4 elements for the cost of one. ALK_VK_ATTENTION_SCALAR=1: one element each.
 bool shared_vec4(const Context& ctx, DType t, int64_t D) {
-  return cpu_form(ctx) && t == DType::F32 && D % 4 == 0 && D > 0 && !std::getenv("ALK_VK_ATTENTION_SCALAR");
+  return attention_form(ctx) != "gpu" && t == DType::F32 && D % 4 == 0 && D > 0 && !std::getenv("ALK_VK_ATTENTION_SCALAR");
 }
 
 // The kernels below hold and move rows in chunks: one element (RT = ACC), or four f32s (RT =
@@ -730,7 +732,7 @@ AttentionForwardKernel::AttentionForwardKernel(Context& ctx, DType dtype, int64_
     : ctx_(ctx), dtype_(dtype), head_dim_(head_dim) {
   if (std::string why = attention_unsupported_reason(ctx, dtype, head_dim); !why.empty())
     fail("attention cannot run on vulkan:" + std::to_string(ctx.info().index) + ": " + why);
-  queries_ = cpu_form(ctx) ? 2 : 1;  // forward_queries_body
+  queries_ = rows_per_invocation(ctx);  // forward_queries_body
   source_ = forward_source(dtype, head_dim, unroll_head_loops(ctx, head_dim), shared_vec4(ctx, dtype, head_dim), queries_);
   pipeline_ = &ctx.pipeline(source_, 5, push_bytes(3));
 }
@@ -757,7 +759,7 @@ AttentionBackwardKernel::AttentionBackwardKernel(Context& ctx, DType dtype, int6
   const bool v4 = shared_vec4(ctx, dtype, head_dim), unroll = unroll_head_loops(ctx, head_dim);
   // Two keys (queries) an invocation on CPU implementations (dkdv_keys_body, dq_queries_body);
   // GPUs keep one (registers).
-  keys_ = cpu_form(ctx) ? 2 : 1;
+  keys_ = rows_per_invocation(ctx);
   dkdv_ = &ctx.pipeline(dkdv_source(dtype, head_dim, unroll, v4, keys_), 7, push_bytes(5));
   dq_ = &ctx.pipeline(dq_source(dtype, head_dim, unroll, v4, keys_), 7, push_bytes(5));
 }
