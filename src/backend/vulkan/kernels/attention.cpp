@@ -134,20 +134,24 @@ bool unroll_head_loops(const Context& ctx, int64_t D) {
 }
 
 // The kernels' form on a device: CPU implementations take two rows an invocation with rows as
-// vec4s (below), GPUs one row an invocation, element by element. ALK_VK_ATTENTION_FORM
-// overrides for A/B runs: cpu (two rows, vec4), vec4 (one row, vec4), gpu (one row, scalar).
+// vec4s (below), GPUs one row an invocation as vec4s (f32; two rows would hold 256 floats of
+// q and o at D = 64 and spill: on the H200 GPT-2's attention backward ran 74.8 ms a step so,
+// 34.8 with one row as vec4s, 41.7 element by element; the forward 10.2 / 7.7 / 14.0 ms:
+// bench/vulkan/NOTES.md). ALK_VK_ATTENTION_FORM overrides for A/B runs: cpu (two rows,
+// vec4), vec4 (one row, vec4), gpu (one row, element by element).
 std::string attention_form(const Context& ctx) {
   const char* form = std::getenv("ALK_VK_ATTENTION_FORM");
   if (form && (std::string_view(form) == "cpu" || std::string_view(form) == "vec4" || std::string_view(form) == "gpu"))
     return form;
-  return ctx.info().kind == DeviceInfo::Kind::Cpu ? "cpu" : "gpu";
+  return ctx.info().kind == DeviceInfo::Kind::Cpu ? "cpu" : "vec4";
 }
 int rows_per_invocation(const Context& ctx) { return attention_form(ctx) == "cpu" ? 2 : 1; }
 
-// CPU implementations, f32, D % 4 == 0: rows in shared memory and registers as vec4s. On
-// lavapipe each shared-memory access is a loop over the SIMD lanes whatever its width
-// (bench/vulkan/NOTES.md), and the inner loops read a shared row per key and query: a vec4
-// read moves 4 elements for the cost of one. ALK_VK_ATTENTION_SCALAR=1: one element each.
+// f32, D % 4 == 0 (both forms above but `gpu`): rows in shared memory and registers as
+// vec4s. On lavapipe each shared-memory access is a loop over the SIMD lanes whatever its
+// width (bench/vulkan/NOTES.md), and the inner loops read a shared row per key and query: a
+// vec4 read moves 4 elements for the cost of one; on a GPU, a quarter of the shared-memory
+// instructions. ALK_VK_ATTENTION_SCALAR=1: one element each.
 bool shared_vec4(const Context& ctx, DType t, int64_t D) {
   return attention_form(ctx) != "gpu" && t == DType::F32 && D % 4 == 0 && D > 0 && !std::getenv("ALK_VK_ATTENTION_SCALAR");
 }
