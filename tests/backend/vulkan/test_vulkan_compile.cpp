@@ -3,9 +3,6 @@
 #ifdef ALK_HAVE_VULKAN
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -13,6 +10,7 @@
 #include "alk/alk.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/stream.h"
+#include "vulkan_test_util.h"
 
 namespace alk {
 namespace {
@@ -94,18 +92,11 @@ TEST(VulkanCompile, ProfiledReplaysNameTheirKernels) {
   if (std::getenv("ALK_VK_PROFILE")) GTEST_SKIP() << "already profiled";
   if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
   if (!vk::Context::get(0)->info().timestamp_bits) GTEST_SKIP() << "no timestamps on the compute queue";
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) GTEST_SKIP() << "cannot find this test binary";
-  self[n] = 0;
-  const std::string cmd = std::string("ALK_VK_PROFILE=1 '") + self +
-                          "' --gtest_filter=VulkanCompile.ReplayedStepMatchesTheCpu --gtest_brief=1 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out;
-  char buf[4096];
-  while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
-  ASSERT_EQ(::pclose(p), 0) << out;
+  ASSERT_EQ(vk::testing::run_this_binary("ALK_VK_PROFILE=1",
+                                         "--gtest_filter=VulkanCompile.ReplayedStepMatchesTheCpu --gtest_brief=1", out),
+            0)
+      << out;
   const size_t head = out.find("[alk vulkan profile] 4 replays, ");
   ASSERT_NE(head, std::string::npos) << out;
   EXPECT_GT(std::atof(out.c_str() + head + std::strlen("[alk vulkan profile] 4 replays, ")), 0.0) << out;

@@ -75,15 +75,11 @@ TEST(VulkanDevices, NoLoaderIsReportedNotFatal) {
     EXPECT_THROW(Context::get(0), Error);
     return;
   }
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    GTEST_SKIP() << "cannot find this test binary";
-  }
-  self[n] = 0;
-  const std::string cmd = std::string("ALK_VK_LOADER=/nonexistent/libvulkan.so.1 '") + self +
-                          "' --gtest_filter=VulkanDevices.NoLoaderIsReportedNotFatal >/dev/null 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::string out;
+  EXPECT_EQ(testing::run_this_binary("ALK_VK_LOADER=/nonexistent/libvulkan.so.1",
+                                     "--gtest_filter=VulkanDevices.NoLoaderIsReportedNotFatal", out),
+            0)
+      << out;
 }
 
 // Discrete GPUs upload and download through staging buffers; unified-memory devices
@@ -92,23 +88,14 @@ TEST(VulkanDevices, NoLoaderIsReportedNotFatal) {
 TEST(VulkanStream, StagingPathPassesTheSameTests) {
   if (std::getenv("ALK_VK_FORCE_STAGING")) GTEST_SKIP() << "already on the staging path";
   ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    GTEST_SKIP() << "cannot find this test binary";
-  }
-  self[n] = 0;
   // Then with small state in host-visible device-local memory (a discrete GPU's BAR:
   // replays are one submit), and without it (replays add a staging copy).
   for (const char* env : {"ALK_VK_FORCE_STAGING=1", "ALK_VK_FORCE_STAGING=1 ALK_VK_NO_MAPPED_STATE=1"}) {
-    const std::string cmd = std::string(env) + " '" + self +
-                            "' --gtest_filter='VulkanStream.*:VulkanMap.*:VulkanDevice.*:VulkanCompile.*' --gtest_brief=1 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
     std::string out;
-    char buf[4096];
-    while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
-    EXPECT_EQ(::pclose(p), 0) << env << "\n" << out;
+    EXPECT_EQ(testing::run_this_binary(
+                  env, "--gtest_filter='VulkanStream.*:VulkanMap.*:VulkanDevice.*:VulkanCompile.*' --gtest_brief=1", out),
+              0)
+        << env << "\n" << out;
   }
 }
 

@@ -654,6 +654,16 @@ $BASES    $A acc = $IDENT;
     finish(ctx, s, "reduce_combine_parts", body);
     plan.stages.push_back(std::move(s));
   };
+  // The first pass of a split reduction: the inputs, and `n` partial results a row to write
+  // (the op's word E), their scratch reserved.
+  auto first_of_parts = [&](uint32_t n) {
+    plan.scratch_bytes.push_back(static_cast<size_t>(rows) * n * dtype_size(rs.acc_dtype));
+    Stage s;
+    s.outer = outer, s.inner = inner, s.args = inputs;
+    s.args.push_back(partial_arg(n, true));
+    s.extra.push_back(n);
+    return s;
+  };
   // Columns on a GPU (a bias gradient: [4096, 768] -> [768]): an invocation per row would
   // keep a few of its SMs on a long serial walk (0.5 ms on the H200 for 12.6 MB, 1% of its
   // bandwidth: bench/vulkan/NOTES.md). Each row's elements are split into parts of >= 16 so
@@ -668,11 +678,7 @@ $BASES    $A acc = $IDENT;
           ? static_cast<uint32_t>(std::clamp<int64_t>(std::min<int64_t>((131072 + rows - 1) / rows, len / 16), 1, 256))
           : 1u;
   if (column_parts > 1) {
-    plan.scratch_bytes.push_back(static_cast<size_t>(rows) * column_parts * dtype_size(rs.acc_dtype));
-    Stage s;
-    s.outer = outer, s.inner = inner, s.args = inputs;
-    s.args.push_back(partial_arg(column_parts, true));
-    s.extra.push_back(column_parts);
+    Stage s = first_of_parts(column_parts);
     const std::string pn = std::to_string(inputs.size());
     const std::string body = fns + fill(R"(
 void main() {
@@ -734,12 +740,8 @@ $BASES    $A acc = $IDENT;
   }
   // Two passes: part s of row r reduces elements [s * chunk, (s + 1) * chunk) into
   // partial[r * parts + s]; the second pass combines a row's parts in order.
-  plan.scratch_bytes.push_back(static_cast<size_t>(rows) * parts * dtype_size(rs.acc_dtype));
   {
-    Stage s;
-    s.outer = outer, s.inner = inner, s.args = inputs;
-    s.args.push_back(partial_arg(parts, true));
-    s.extra.push_back(parts);
+    Stage s = first_of_parts(parts);
     const std::string pn = std::to_string(inputs.size());
     const std::string body =
         fns +
