@@ -10,8 +10,9 @@
 //              what it may fuse for the device
 // and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
 // Nothing outside src/backend reads or writes device memory except through this interface.
-// Public, so a user can list devices and pick one; backends include src/runtime/device.h,
-// which adds the Kernel definition.
+// Public, so a user can list devices and pick one, and a backend built against an installed
+// alk implements it: alk/kernel.h defines the Kernel it runs, alk/op_table.h the OpId,
+// alk/op_registry.h the table it registers its template ops in (examples/backend/).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +27,8 @@
 namespace alk {
 
 class Device;
-struct Kernel;  // src/runtime/kernel.h: what a device runs
-enum class OpId : uint16_t;  // src/ops/op_table.h
+struct Kernel;  // alk/kernel.h: what a device runs
+enum class OpId : uint16_t;  // alk/op_table.h
 
 // Device memory. Only the owning backend interprets the handle (a host pointer on the CPU,
 // a pool slot on Vulkan); everyone else passes the Buffer back to its device.

@@ -13,8 +13,8 @@
 
 #include "alk/dtype.h"
 #include "alk/error.h"
-#include "expr/expr.h"
-#include "ops/op_table.h"
+#include "alk/expr.h"
+#include "alk/op_table.h"
 
 namespace alk {
 

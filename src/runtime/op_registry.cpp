@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 
 namespace alk {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::webgpu {
 

@@ -9,7 +9,7 @@
 // leaves on each side and the gradients of sum(out * w), w random, are compared too.
 //
 // Families (one TEST each, looping over devices; SCOPED_TRACE names device, case, dtype):
-//   ElementwiseTable  every entry of src/ops/elementwise.def, iterated from the table, over
+//   ElementwiseTable  every entry of include/alk/elementwise.def, iterated from the table, over
 //                     every dtype, in two operand layouts (A: operand k = layout k, B: k+1):
 //                     0 transposed and offset ([6,3].slice(0,1,6).t()), 1 a row [5] broadcast,
 //                     2 a column [3,1] broadcast (unary ops: expanded); inputs in the entry's
@@ -86,7 +86,7 @@
 
 #include "alk/alk.h"
 #include "graph/schedule.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 #include "ops/ops.h"
 #include "testing.h"
 

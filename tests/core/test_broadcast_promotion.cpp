@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "alk/alk.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 
 namespace {
 
@@ -360,7 +360,7 @@ struct TableOp {
 const std::vector<TableOp>& table_ops() {
   static const std::vector<TableOp> ops = {
 #define ALK_EW(op, arity, ...) {#op, arity, PROMO_CALL_##arity(op)},
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
   };
   return ops;

@@ -1,4 +1,4 @@
-// Compiled Map kernels, keyed by map_kernel_key (runtime/kernel.h): the expression's
+// Compiled Map kernels, keyed by map_kernel_key (alk/kernel.h): the expression's
 // canonical text plus the storage dtypes, which determine the emitted kernel text exactly,
 // so the text itself is emitted only once per kernel (on a miss). The key is the full
 // text, not a hash of it: kernels whose hashes collide never share an entry. On the CPU,
@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk {
 
