@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "backend/cpu/kernels.h"
-#include "core/generator.h"
+#include "graph/generator.h"
 #include "graph/autograd.h"
 #include "ops/ops.h"
 
@@ -48,7 +48,7 @@ struct Generator {
   uint64_t seed = 0x5eed;
   uint64_t offset = 0;
 };
-// The state and its lock (core/generator.h).
+// The state and its lock (graph/generator.h).
 std::mutex& generator_mutex() {
   static std::mutex m;
   return m;
