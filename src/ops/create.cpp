@@ -6,9 +6,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "backend/cpu/kernels.h"
-#include "graph/generator.h"
+#include "core/element.h"
 #include "graph/autograd.h"
+#include "graph/generator.h"
 #include "ops/ops.h"
 
 namespace alk {
@@ -38,7 +38,7 @@ Tensor from_vector(const std::vector<T>& data, Shape shape, DType dtype, Loc loc
         numel_of(shape), " elements, got ", data.size());
   std::vector<unsigned char> host(data.size() * dtype_size(dtype));
   for (size_t i = 0; i < data.size(); ++i)
-    cpu::store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
+    store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
   if constexpr (std::is_same_v<T, int64_t>)  // exact; memcpy of no bytes may not be given null (found by fuzz_mnist)
     if (!host.empty()) std::memcpy(host.data(), data.data(), host.size());
   return tensor_from_host(host.data(), std::move(shape), dtype, default_device());
@@ -58,7 +58,7 @@ Generator& generator() {
   return g;
 }
 
-Tensor random_tensor(cpu::Distribution dist, double low, double high, Shape shape, DType dtype, const char* op,
+Tensor random_tensor(RandomDistribution dist, double low, double high, Shape shape, DType dtype, const char* op,
                      Loc loc) {
   check_shape(shape, op, loc);
   RandomParams p;
@@ -114,7 +114,7 @@ Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
   check((end - start) / step >= 0, "arange", loc, "step ", step, " does not move from ", start, " toward ", end);
   int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   std::vector<unsigned char> host(static_cast<size_t>(n) * dtype_size(dtype));
-  for (int64_t i = 0; i < n; ++i) cpu::store_double(host.data(), dtype, i, start + i * step);
+  for (int64_t i = 0; i < n; ++i) store_double(host.data(), dtype, i, start + i * step);
   return tensor_from_host(host.data(), {n}, dtype, default_device());
 }
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::I64, loc); }
@@ -126,7 +126,7 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Loc loc) {
   for (int64_t i = 0; i < steps; ++i) {
     // Fill from both ends so the last value is exactly `end`, as PyTorch does.
     double v = i < steps / 2 ? start + delta * i : end - delta * (steps - 1 - i);
-    cpu::store_double(host.data(), dtype, i, v);
+    store_double(host.data(), dtype, i, v);
   }
   return tensor_from_host(host.data(), {steps}, dtype, default_device());
 }
@@ -135,7 +135,7 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Loc loc) {
   if (m < 0) m = n;
   check(n >= 0, "eye", loc, "n must be non-negative, got ", n);
   std::vector<unsigned char> host(static_cast<size_t>(n * m) * dtype_size(dtype));
-  for (int64_t i = 0; i < n * m; ++i) cpu::store_double(host.data(), dtype, i, i / m == i % m);
+  for (int64_t i = 0; i < n * m; ++i) store_double(host.data(), dtype, i, i / m == i % m);
   return tensor_from_host(host.data(), {n, m}, dtype, default_device());
 }
 
@@ -161,15 +161,15 @@ uint64_t advance_random_offset(uint64_t n) {
 
 Tensor rand(Shape shape, DType dtype, Loc loc) {
   check(is_floating(dtype), "rand", loc, "needs a floating dtype, got ", dtype_name(dtype));
-  return random_tensor(cpu::Distribution::Uniform, 0, 1, std::move(shape), dtype, "rand", loc);
+  return random_tensor(RandomDistribution::Uniform, 0, 1, std::move(shape), dtype, "rand", loc);
 }
 Tensor randn(Shape shape, DType dtype, Loc loc) {
   check(is_floating(dtype), "randn", loc, "needs a floating dtype, got ", dtype_name(dtype));
-  return random_tensor(cpu::Distribution::Normal, 0, 1, std::move(shape), dtype, "randn", loc);
+  return random_tensor(RandomDistribution::Normal, 0, 1, std::move(shape), dtype, "randn", loc);
 }
 Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype, Loc loc) {
   check(low < high, "randint", loc, "empty range [", low, ", ", high, ")");
-  return random_tensor(cpu::Distribution::Integer, static_cast<double>(low), static_cast<double>(high),
+  return random_tensor(RandomDistribution::Integer, static_cast<double>(low), static_cast<double>(high),
                        std::move(shape), dtype, "randint", loc);
 }
 
