@@ -25,17 +25,11 @@ void check_shape(const Shape& shape, const char* op, Loc loc) {
           " is too large (its element count overflows 64 bits)");
 }
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 template <class T>
 Tensor from_vector(const std::vector<T>& data, Shape shape, DType dtype, Loc loc) {
   check_shape(shape, "tensor", loc);
-  check(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
-        numel_of(shape), " elements, got ", data.size());
+  check(numel(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
+        numel(shape), " elements, got ", data.size());
   std::vector<unsigned char> host(data.size() * dtype_size(dtype));
   for (size_t i = 0; i < data.size(); ++i)
     store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
@@ -66,7 +60,7 @@ Tensor random_tensor(RandomDistribution dist, double low, double high, Shape sha
     std::lock_guard lock(generator_mutex());
     Generator& g = generator();
     p = RandomParams{static_cast<int>(dist), g.seed, g.offset, low, high};
-    g.offset += static_cast<uint64_t>(numel_of(shape));
+    g.offset += static_cast<uint64_t>(numel(shape));
   }
   return make_node(OpId::Random, std::move(shape), dtype, {}, p, loc);
 }
@@ -83,7 +77,7 @@ Tensor tensor(const std::vector<uint8_t>& d, Shape s, DType dtype, Loc loc) {
 
 Tensor from_bytes(const void* data, size_t bytes, Shape shape, DType dtype, Loc loc) {
   check_shape(shape, "from_bytes", loc);
-  size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  size_t need = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
   check(bytes == need, "from_bytes", loc, "shape ", to_string(shape), " of ", dtype_name(dtype), " needs ", need,
         " bytes, got ", bytes);
   return tensor_from_host(data, std::move(shape), dtype, default_device());

@@ -18,7 +18,6 @@ class KernelCache {
  public:
   // `emit` produces the kernel's source text; it is called only on a miss.
   const expr::Expr& get(const std::string& key, const expr::Expr& e, const std::function<std::string()>& emit);
-  std::string source(const std::string& key);
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
   size_t size() const { return by_key_.size(); }
