@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "alk/dtype.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::expr {
 

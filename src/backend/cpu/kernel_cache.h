@@ -1,4 +1,4 @@
-// Compiled Map kernels, keyed by map_kernel_key (runtime/kernel.h): the expression's
+// Compiled Map kernels, keyed by map_kernel_key (alk/kernel.h): the expression's
 // canonical text plus the storage dtypes, which determine the emitted kernel text exactly,
 // so the text itself is emitted only once per kernel (on a miss). The key is the full
 // text, not a hash of it: kernels whose hashes collide never share an entry. On the CPU,
@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk {
 
@@ -18,7 +18,6 @@ class KernelCache {
  public:
   // `emit` produces the kernel's source text; it is called only on a miss.
   const expr::Expr& get(const std::string& key, const expr::Expr& e, const std::function<std::string()>& emit);
-  std::string source(const std::string& key);
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
   size_t size() const { return by_key_.size(); }

@@ -2457,6 +2457,9 @@ class CudaDevice final : public Device {
   void synchronize() override {
     if (opened_) ctx().synchronize();
   }
+  void* address(const Buffer& b, size_t offset, Loc) const override {
+    return reinterpret_cast<void*>(device_ptr(b) + offset);
+  }
 
   bool supports(const Kernel& k) const override { return unsupported_reason(k).empty(); }
   // A norm applies its epilogue in its store (launch_norm: under autocast it writes the

@@ -15,7 +15,7 @@
 #include "backend/cuda/driver.h"
 #include "expr/emit.h"
 #include "graph/schedule.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 #include "ops/ops.h"
 
 namespace alk::cuda {
