@@ -1333,8 +1333,12 @@ TEST(DeviceParity, HostCallRunsOnlyWhereItsFunctionCan) {
     k.node.shape = {4};
     k.output = KernelArg{dev->allocate(16), 0, DType::F32, {4}, {1}, 0};
     k.inputs = {KernelArg{dev->allocate(16), 0, DType::F32, {4}, {1}, 0}};
-    if (dev->info().kind == "cuda") EXPECT_TRUE(dev->supports(k));
-    if (dev->info().kind == "vulkan") EXPECT_FALSE(dev->supports(k));
+    if (dev->info().kind == "cuda") {
+      EXPECT_TRUE(dev->supports(k));
+    }
+    if (dev->info().kind == "vulkan") {
+      EXPECT_FALSE(dev->supports(k));
+    }
     if (!dev->supports(k)) continue;
     dev->run(k);
     dev->synchronize();

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "alk/error.h"
+#include "alk/kernel.h"  // RandomDistribution
 #include "backend/cpu/view.h"
 
 namespace alk::cpu {
