@@ -312,7 +312,6 @@ const DeviceRegistration registration("cuda", 2, [] {
   return found;
 });
 
-
 }  // namespace
 
 }  // namespace alk::cuda

@@ -124,7 +124,8 @@ const bool registered = [] {
   ops.add(OpId::IndexSelect, kAllDTypes, {nullptr, index_select_op}, "indices i64 or i32");
   ops.add(OpId::ScatterAdd, kAllDTypes, {scatter_add_unsupported, scatter_add_op},
           "not into u8 or bool (no atomic add); indices i64 or i32");
-  ops.add(OpId::OneHot, kAllDTypes, {nullptr, one_hot_op}, "class ids i64 or i32");
+  // The families of its input, the class ids (i64 or i32); it writes any dtype.
+  ops.add(OpId::OneHot, kIntDType, {nullptr, one_hot_op}, "class ids i64 or i32, into any dtype");
   return true;
 }();
 

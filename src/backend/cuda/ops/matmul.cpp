@@ -204,7 +204,6 @@ void launch_tma(Context& ctx, const Arg& a, const Arg& b, CUdeviceptr out, DType
              args);
 }
 
-
 // the first 16-bit input of the result's shape whose rows bulk copies can read (16-byte
 // aligned, contiguous), comes into the staging tile by TMA under the main loop; `cols`
 // (bit i: input i), the inputs constant along rows (a bias), into registers before it; the
@@ -404,7 +403,6 @@ bool fold_batch_into_rows(MatmulLaunchParams& mp) {
   return true;
 }
 
-
 // How the pipelined tensor-core kernel (kernels/matmul_tc.cu) runs a product, when its
 // 16-bit operands are 16-byte-vector readable.
 struct TcPlan {
@@ -554,7 +552,6 @@ void matmul_op(Context& ctx, const Kernel& k, const Arg& out) {
   ctx.launch(ctx.function(src, "matmul_simt"), static_cast<unsigned>((mp.N + 63) / 64), static_cast<unsigned>((mp.M + 63) / 64),
              static_cast<unsigned>(std::min<int64_t>(mp.batch, 65535)), kBlock, 0, args);
 }
-
 
 std::string matmul_unsupported(const Kernel& k) {
   if (k.inputs[0].shape.size() < 2 || k.inputs[0].shape.size() != k.inputs[1].shape.size())

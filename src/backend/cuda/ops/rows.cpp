@@ -40,7 +40,6 @@ AxisRowsParams axis_rows(const Arg& x, int axis, const Arg& out) {
   return p;
 }
 
-
 void softmax_op(Context& ctx, const Kernel& k, const Arg& out) {
   const auto& p = std::get<AxisParams>(k.node.params);
   const Arg x = arg_of(k.inputs[0]);
