@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "alk/error.h"
+#include "alk/op_registry.h"
 
 namespace forward_backend {
 
@@ -11,7 +12,33 @@ using alk::Kernel;
 using alk::KernelArg;
 using alk::OpId;
 
+// Its row of the op registry (alk/op_registry.h: what `alk ops` prints, and what supports()
+// and launch() look up): each template op goes to the device that runs it, the CPU, in the
+// dtype families the CPU runs; what the CPU refuses it refuses with the CPU's reason. Filled
+// when the device is made (the probe), after every backend's files have registered theirs.
+alk::TemplateOpTable<alk::Device*>& template_ops() {
+  static auto* table = [] {
+    auto* t = new alk::TemplateOpTable<alk::Device*>("forward");  // kept for the process, as the registry is
+    const alk::OpCoverage* cpu = alk::find_op_coverage("cpu");
+    alk::check(cpu != nullptr, "forward", alk::Loc::current(), "the CPU backend registered no op table");
+    for (int i = 0; i < alk::kNumOps; ++i) {
+      const auto op = static_cast<OpId>(i);
+      const alk::OpSupport& on_cpu = cpu->support(op);
+      if (alk::is_elementwise(op)) {
+        if (on_cpu.status == alk::OpSupport::Status::Runs) t->coverage().set_elementwise(on_cpu.dtypes, "forwarded to the CPU");
+      } else if (on_cpu.status == alk::OpSupport::Status::Runs) {
+        t->add(op, on_cpu.dtypes, &alk::cpu_device(), "forwarded to the CPU");
+      } else if (on_cpu.status == alk::OpSupport::Status::Refused) {
+        t->refuse(op, on_cpu.note);
+      }
+    }
+    return t;
+  }();
+  return *table;
+}
+
 ForwardDevice::ForwardDevice() : info_(alk::cpu_device().info()) {
+  template_ops();
   info_.name = "forward:0";
   info_.kind = "forward";
   info_.description = "the CPU's kernels on memory of its own (examples/backend)";
@@ -63,7 +90,7 @@ void* ForwardDevice::address(const Buffer& buffer, size_t offset, alk::Loc loc) 
   return alk::cpu_device().address(*cpu_buffer(buffer), offset, loc);
 }
 
-bool ForwardDevice::supports(const Kernel& k) const { return alk::cpu_device().supports(k); }
+bool ForwardDevice::supports(const Kernel& k) const { return k.op == OpId::Map || template_ops().find(k.op); }
 bool ForwardDevice::fuses_epilogue(OpId core) const { return alk::cpu_device().fuses_epilogue(core); }
 bool ForwardDevice::widens_input(OpId op, size_t slot) const { return alk::cpu_device().widens_input(op, slot); }
 bool ForwardDevice::norm_backward_adds() const { return alk::cpu_device().norm_backward_adds(); }
@@ -89,7 +116,8 @@ std::shared_ptr<alk::PreparedKernel> ForwardDevice::prepare(const Kernel& k) {
 
 void ForwardDevice::launch(alk::PreparedKernel& prepared, const Kernel& k) {
   launches_[static_cast<size_t>(k.op)].fetch_add(1, std::memory_order_relaxed);
-  alk::cpu_device().launch(prepared, on_cpu(k));
+  alk::Device* const* runs_it = template_ops().find(k.op);
+  (runs_it ? **runs_it : alk::cpu_device()).launch(prepared, on_cpu(k));  // Map kernels: the CPU's too
 }
 
 int64_t ForwardDevice::launches(OpId op) const { return launches_[static_cast<size_t>(op)].load(); }

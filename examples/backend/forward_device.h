@@ -13,6 +13,7 @@
 
 #include "alk/device.h"
 #include "alk/kernel.h"
+#include "alk/op_registry.h"
 #include "alk/op_table.h"
 
 namespace forward_backend {
@@ -65,5 +66,7 @@ class ForwardDevice final : public alk::Device {
 
 // The registered device (what get_device("forward") finds).
 ForwardDevice& forward_device();
+// Its op registry row ("forward" in `alk ops`): the device that runs each template op.
+alk::TemplateOpTable<alk::Device*>& template_ops();
 
 }  // namespace forward_backend

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <string>
 
 #include "alk/alk.h"
+#include "alk/op_registry.h"
 #include "forward_device.h"
 
 namespace forward_backend {
@@ -24,6 +26,25 @@ TEST(ForwardDevice, IsFoundThroughTheRegistry) {
   for (alk::Device* d : alk::available_devices()) listed = listed || d == &dev;
   EXPECT_TRUE(listed);
   EXPECT_NE(&alk::get_device("auto"), static_cast<alk::Device*>(&dev)) << "a CPU-type device is never 'auto'";
+}
+
+// Its row of the op registry answers every op as the CPU's does (it runs what the CPU runs).
+TEST(ForwardDevice, HasTheCpusRowInTheOpRegistry) {
+  forward_device();
+  const alk::OpCoverage* mine = alk::find_op_coverage("forward");
+  const alk::OpCoverage* cpu = alk::find_op_coverage("cpu");
+  ASSERT_NE(mine, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  int runs = 0;
+  for (int i = 0; i < alk::kNumOps; ++i) {
+    const auto op = static_cast<OpId>(i);
+    SCOPED_TRACE(std::string(alk::op_name(op)));
+    EXPECT_EQ(mine->support(op).status, cpu->support(op).status);
+    EXPECT_EQ(mine->support(op).dtypes, cpu->support(op).dtypes);
+    runs += mine->support(op).status == alk::OpSupport::Status::Runs;
+  }
+  EXPECT_GT(runs, alk::kNumElementwiseOps) << "every elementwise op and the template ops run";
+  EXPECT_NE(alk::op_coverage_text().find("forward"), std::string::npos) << "alk ops lists the backend";
 }
 
 TEST(ForwardDevice, RunsTheCpuKernelsOnItsOwnMemoryAndCountsThem) {

@@ -812,8 +812,6 @@ TemplatePlan random(const Kernel& k, const TView& out) {
 
 }  // namespace
 
-size_t gpu_elem_size(DType t) { return is_packed(t) ? 0 : 4; }
-
 size_t gpu_bytes(DType t, int64_t count) {
   const size_t c = static_cast<size_t>(std::max<int64_t>(count, 0));
   const size_t bytes = is_packed(t) ? c * dtype_size(t) : c * 4;

@@ -56,6 +56,5 @@ std::string unsupported_reason(OpId op);
 // How a dtype is stored in a WebGPU buffer: bytes for n elements (i64 narrowed to i32,
 // f64 to f32, 8/16-bit types packed in u32 words; rounded up to whole words).
 size_t gpu_bytes(DType t, int64_t n);
-size_t gpu_elem_size(DType t);  // 0 for packed types
 
 }  // namespace alk::webgpu

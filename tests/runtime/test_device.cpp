@@ -187,6 +187,29 @@ TEST(Devices, KernelsADeviceLacksAreRefusedClearly) {
   EXPECT_EQ(cumsum(x.to(cpu_device()), 0).to_vector<float>(), (std::vector<float>{1, 3, 6}));
 }
 
+// Device::address: the CPU's memory is where the tensor's values are (what NumPy views and MPI
+// reads in place); a device that keeps its memory to itself (the default) refuses, naming
+// itself and the caller.
+TEST(Devices, AddressesAreTheCpuMemoryAndRefusedElsewhere) {
+  Tensor x = arange(0, 12, 1, DType::F32).reshape({3, 4}).select(0, 1);  // a view at element 4
+  x.realize();
+  const Buffer& cpu_buffer = *x.impl()->node->buffer;
+  const auto* values = static_cast<const float*>(
+      cpu_device().address(cpu_buffer, static_cast<size_t>(x.offset()) * sizeof(float)));
+  EXPECT_EQ(std::vector<float>(values, values + 4), x.to_vector<float>());
+
+  std::shared_ptr<Buffer> on_test = testdev().allocate(64);
+  try {
+    testdev().address(*on_test, 16);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("testdev:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no address"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_device.cpp"), std::string::npos) << msg;
+  }
+}
+
 TEST(Devices, ModulesAndCompiledStepsRunOnTheirDevice) {
   manual_seed(3);
   nn::Linear on_cpu(4, 3), moved(4, 3);
