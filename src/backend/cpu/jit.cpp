@@ -87,6 +87,8 @@ std::vector<std::string> flags(Isa isa) {
   return f;
 }
 
+constexpr std::string_view kMagic{"ALKJIT01", 8};  // a .key entry: the text and command of the .so beside it
+
 template <class T>
 uint64_t hash_bytes(const T& v, uint64_t h) {
   return fnv1a(std::string_view(reinterpret_cast<const char*>(&v), sizeof v), h);
@@ -257,6 +259,10 @@ class Jit {
 
  public:
   // The body of `src` built for isa (from the disk cache when it is there), or nullptr.
+  // An object on disk is used only when the entry beside it (<hash>.key, runtime/disk_cache.h's
+  // verified format) holds the full source and command it was built from, written once the
+  // object is in place: a file-name collision or an object without its entry (a crash, an
+  // older alk) costs a recompile, never a wrong kernel.
   BlockFn compile(const std::string& src, Isa isa, size_t nodes) {
     std::vector<std::string> args{compiler()};
     for (std::string& f : flags(isa)) args.push_back(std::move(f));
@@ -264,9 +270,9 @@ class Jit {
     for (const std::string& a : args) key += "\n" + a;
     char name[32];
     std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
-    const std::string so = cache_dir() + "/" + name + ".so";
+    const std::string so = cache_dir() + "/" + name + ".so", key_entry = cache_dir() + "/" + name + ".key";
     const auto t0 = std::chrono::steady_clock::now();
-    if (::access(so.c_str(), R_OK) == 0) {
+    if (read_cache_entry(key_entry, kMagic, key) && ::access(so.c_str(), R_OK) == 0) {
       if (BlockFn fn = load(so)) {
         count(&Stats::from_disk);
         if (debug()) std::fprintf(stderr, "alk jit: %s loaded from the cache (%zu nodes)\n", so.c_str(), nodes);
@@ -306,6 +312,7 @@ class Jit {
       fail("cannot load " + so);
       return nullptr;
     }
+    write_cache_entry(key_entry, kMagic, key, "");
     count(&Stats::compiled);
     if (debug())
       std::fprintf(stderr, "alk jit: %s compiled in %.0f ms (%zu nodes)\n", so.c_str(),

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "backend/cpu/isa.h"
@@ -168,6 +170,32 @@ TEST(Jit, NodesWithoutASpellingAreInterpreted) {
   jit::set_mode(mode);
 }
 
+// Runs this test binary again for Jit.<test> in a child process with `env` before it
+// (settings read once at start-up), ALK_JIT_TEST_CHILD=1 and ALK_ISA=avx2 (the compiled tier
+// exists on that path: the caller may have forced generic); its stdout and stderr go to
+// `out`. True when it exited with 0. Paths carry the process id: ctest runs these tests
+// concurrently (IsaAs.* runs Jit.* again).
+bool run_child(const std::string& test, const std::string& env, std::string& out) {
+  char self[4096] = {};  // this binary (in the shell, /proc/self/exe would be the shell)
+  if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) {
+    out = "cannot find this test binary";
+    return false;
+  }
+  const std::string log = ::testing::TempDir() + "/alk_jit_" + test + "_" + std::to_string(::getpid()) + ".log";
+  const std::string command = "ALK_JIT_TEST_CHILD=1 ALK_ISA=avx2 " + env + " '" + self + "' --gtest_filter=Jit." + test +
+                              " >'" + log + "' 2>&1";
+  const int rc = std::system(command.c_str());
+  out = try_read_file(log).value_or("");
+  std::remove(log.c_str());
+  return rc == 0;
+}
+
+std::string scratch_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/alk_jit_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
 // ---- the golden C++ kernels are bodies that compile and compute their expressions ----
 
 // Element i of an input of type t: a spread over [-3, 3] with NaN, infinities and signed
@@ -261,15 +289,10 @@ TEST(Jit, CompilesTheTextKernelsDebugPrints) {
     return;
   }
   if (!cpu::isa_supported(cpu::Isa::Avx2)) GTEST_SKIP() << "the compiled tier needs AVX2";
-  const std::string dir = ::testing::TempDir() + "/alk_jit_text_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  const std::string log = dir + ".log";
-  char self[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  const std::string command = "ALK_JIT_TEST_CHILD=1 ALK_ISA=avx2 ALK_JIT=sync ALK_DEBUG=kernels,jit ALK_CACHE_DIR=" + dir +
-                              " " + self + " --gtest_filter=Jit.CompilesTheTextKernelsDebugPrints >" + log + " 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << "see " << log;
-  const std::string out = try_read_file(log).value_or("");
+  const std::string dir = scratch_dir("text");
+  std::string out;
+  ASSERT_TRUE(run_child("CompilesTheTextKernelsDebugPrints", "ALK_JIT=sync ALK_DEBUG=kernels,jit ALK_CACHE_DIR=" + dir, out))
+      << out;
   // Each Map kernel as "[alk kernel <op> on cpu]\n<text>\n", the text ending with the
   // body's closing "}\n" (the inputs' casts are kernels too, interpreted).
   std::vector<std::string> printed;
@@ -285,6 +308,41 @@ TEST(Jit, CompilesTheTextKernelsDebugPrints) {
   ASSERT_EQ(compiled.size(), 1u) << out;
   EXPECT_NE(std::find(printed.begin(), printed.end(), compiled[0]), printed.end()) << compiled[0] << "\nwas not printed:\n" << out;
   EXPECT_NE(compiled[0].find(" = *static_cast<const float*>(leaves["), std::string::npos) << compiled[0];  // lr: one value
+  std::filesystem::remove_all(dir);
+}
+
+// The disk cache: a second process loads the body the first built; an object whose entry
+// beside it does not hold its source (a file-name collision, a damaged entry) is rebuilt.
+TEST(Jit, DiskCacheServesOtherProcessesAndVerifiesItsEntries) {
+  if (std::getenv("ALK_JIT_TEST_CHILD")) {
+    Tensor x = values(DType::F32, Domain::Any, 5);
+    realize({x});
+    const jit::Stats before = jit::stats();
+    jit::set_thresholds(0, 1);
+    (tanh(x * 1.5) + x).realize();
+    const jit::Stats after = jit::stats();
+    std::printf("compiled %lld, from disk %lld\n", static_cast<long long>(after.compiled - before.compiled),
+                static_cast<long long>(after.from_disk - before.from_disk));
+    return;
+  }
+  if (!cpu::isa_supported(cpu::Isa::Avx2)) GTEST_SKIP() << "the compiled tier needs AVX2";
+  const std::string dir = scratch_dir("disk");
+  const std::string env = "ALK_JIT=sync ALK_CACHE_DIR=" + dir;
+  std::string out;
+  ASSERT_TRUE(run_child("DiskCacheServesOtherProcessesAndVerifiesItsEntries", env, out)) << out;
+  EXPECT_NE(out.find("compiled 1, from disk 0"), std::string::npos) << out;
+  ASSERT_TRUE(run_child("DiskCacheServesOtherProcessesAndVerifiesItsEntries", env, out)) << out;
+  EXPECT_NE(out.find("compiled 0, from disk 1"), std::string::npos) << out;
+  int damaged = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/jit"))
+    if (f.path().extension() == ".key") {
+      std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << "ALKJIT01 not the key of this object";
+      ++damaged;
+    }
+  EXPECT_EQ(damaged, 1);
+  ASSERT_TRUE(run_child("DiskCacheServesOtherProcessesAndVerifiesItsEntries", env, out)) << out;
+  EXPECT_NE(out.find("compiled 1, from disk 0"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }
 
 // Runs this test binary again with a compiler that does not exist: the kernel is
@@ -301,15 +359,10 @@ TEST(Jit, NoCompilerMeansInterpreting) {
     return;
   }
   if (!cpu::isa_supported(cpu::Isa::Avx2)) GTEST_SKIP() << "the compiled tier needs AVX2";
-  const std::string log = ::testing::TempDir() + "/alk_jit_child.log";
-  char self[4096] = {};  // this binary (in the shell, /proc/self/exe would be the shell)
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  // ALK_ISA=avx2: the compiled tier exists on that path (the caller may have forced generic).
-  const std::string command = "ALK_JIT_TEST_CHILD=1 ALK_ISA=avx2 ALK_JIT=sync ALK_CXX=/nonexistent/c++ ALK_CACHE_DIR=" +
-                              ::testing::TempDir() + "/alk_jit_child_cache " + self +
-                              " --gtest_filter=Jit.NoCompilerMeansInterpreting >" + log + " 2>&1";
-  EXPECT_EQ(std::system(command.c_str()), 0) << "see " << log;
-  const std::string out = try_read_file(log).value_or("");
+  const std::string dir = scratch_dir("no_compiler");
+  std::string out;
+  EXPECT_TRUE(run_child("NoCompilerMeansInterpreting", "ALK_JIT=sync ALK_CXX=/nonexistent/c++ ALK_CACHE_DIR=" + dir, out));
+  std::filesystem::remove_all(dir);
   EXPECT_NE(out.find("alk jit: the compiler (/nonexistent/c++) failed"), std::string::npos) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }
