@@ -13,7 +13,8 @@
 //   extern "C" void alk_block(const void* const* leaves, void* out);
 // leaves[i] points at node i's values when node i is a leaf: an input's block (kept in its
 // node's register type: float, double, or int64_t for i64 and bool) or a uniform value's one
-// value; out receives the root's block. Node numbers are those of the caller's expression
+// value; out receives the root's block (a root that is an input or a literal leaves nothing
+// to compute: the evaluator compiles no body for it). Node numbers are those of the caller's expression
 // (no conform, no rewrite: the evaluator converts storage dtypes as it loads and stores), so
 // the text depends on the expression and on which inputs are uniform, nothing else: not on
 // storage dtypes or the kernel's name, and not on the instruction set (the compiler's -m
