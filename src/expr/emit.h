@@ -6,18 +6,23 @@
 // What a language lacks (erf, log1p and expm1 in GLSL/WGSL, f64 in WGSL, f64 math in
 // GLSL) is supplied by rewriting the IR first, never by patching output text.
 //
-// Kernel contract, every target: output element i (0 <= i < n, row-major over the
+// C++ is the CPU's, and the CPU compiles no whole kernel: its evaluator loads, stores and
+// computes uniform values itself, and compiles only the arithmetic of long chains, a block
+// of elements at a time. The C++ kernel is that block body (emit_cpu_block, contract in
+// emit_cpp.cpp), over the expression's own nodes and types: the rest of this contract is
+// the GPU languages'.
+//
+// Kernel contract, CUDA, GLSL and WGSL: output element i (0 <= i < n, row-major over the
 // output shape) is computed from input k read at element offset
 //   offset[k] + sum_d coord_d(i) * strides[k][d]   (element strides; 0 on broadcast dims)
 // and stored at element offset[K] + i of the output (K = number of inputs).
-// The params block is, in this order: n, rank, shape[8], strides[max(1, K)][8], and in
-// the GPU languages offset[K + 1] (int64 in C++/CUDA; u32 n/rank/shape/offset and i32
-// strides in GLSL/WGSL); CUDA adds u32 magic[8], shift[8] (division by shape[d] as a
-// multiply: cuda_division_magic). C++ has no offset array: a host pointer starts anywhere, so the
-// caller passes pointers already moved to element 0. GPU buffers bind only at aligned
-// byte offsets (minStorageBufferOffsetAlignment), so a view or arena slice that starts
-// at an arbitrary element is bound at the aligned offset below it and the remainder
-// goes in offset[] (CUDA takes offsets too, so all three GPU contracts are one).
+// The params block is, in this order: n, rank, shape[8], strides[max(1, K)][8],
+// offset[K + 1] (int64 in CUDA; u32 n/rank/shape/offset and i32 strides in GLSL/WGSL);
+// CUDA adds u32 magic[8], shift[8] (division by shape[d] as a multiply:
+// cuda_division_magic). GPU buffers bind only at aligned byte offsets
+// (minStorageBufferOffsetAlignment), so a view or arena slice that starts at an arbitrary
+// element is bound at the aligned offset below it and the remainder goes in offset[]
+// (CUDA takes offsets too, so all three GPU contracts are one).
 // GLSL/WGSL bind inputs 0..K-1, then the output, as storage buffers. GLSL puts params in
 // push constants when they fit in kPushConstantBudget bytes (glsl_params_in_push_constants),
 // else in a storage buffer at binding K + 1; WGSL always binds them at K + 1.
@@ -50,12 +55,24 @@ struct MapSignature {
 // uniform_inputs[k] (optional): input k has one value for the whole launch (every stride 0);
 // where a kernel loops over elements (CUDA), that value is loaded, and everything computed
 // from such inputs alone (an optimizer's bias corrections, a learning-rate cast) is computed,
-// once per thread before the loop instead of once per element.
+// once per thread before the loop instead of once per element; in C++ the CPU's evaluator
+// computes those once and the body reads them (emit_cpu_block).
 // extra_outputs[j] (CUDA only, dtype sig.extra_outputs[j]): a further result over the same
 // inputs, stored at element i of output j + 1 (kernel parameter `out<j+1>_data`, its first
 // element at offset[K + 1 + j]); values the outputs share are computed once.
 std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t,
                             const std::vector<bool>& uniform_inputs = {}, const std::vector<Expr>& extra_outputs = {});
+// The CPU's compiled block body for e (Target::Cpp's kernel, contract in emit_cpp.cpp):
+// `extern "C" void alk_block(const void* const* leaves, void* out)` computing e over
+// kCpuBlockElements elements a call, leaves[i] holding node i's values where node i is an
+// input or uniform. The text depends on e and uniform_inputs only (not on storage dtypes, a
+// name, or the instruction set, which the compiler's -m flags choose).
+std::string emit_cpu_block(const Expr& e, const std::vector<bool>& uniform_inputs = {});
+inline constexpr int kCpuBlockElements = 256;  // the CPU evaluator's block (backend/cpu/eval.h)
+
+// exp, log, log1p, expm1, sin, cos, tanh, erf and pow: the functions that cost a call.
+bool is_transcendental(Fn f);
+
 // How GLSL stores a dtype in a buffer ("uint16_t" bit patterns for bf16): the emitter's and
 // the Vulkan template kernels' one spelling.
 std::string glsl_storage_type(alk::DType t);
@@ -132,6 +149,10 @@ struct Lang {
   // expression cancels it (1 + tanh(u) at u << 0) it is an absolute error of up to ~5e-4 in
   // that term (PyTorch computes GELU's gradient with tanhf before rounding to bf16).
   virtual std::string fn_name_bf16_result(Fn, Type) const { return ""; }
+  // The language's own spelling of node x over its arguments' text (args[k]), where the
+  // shared one (node_text) is not what the kernel must compute; empty: the shared one. C++:
+  // integer arithmetic that wraps (a C++ overflow is undefined), the CPU evaluator's helpers.
+  virtual std::string own_spelling(const Node&, const std::string* /*args*/) const { return ""; }
   bool bf16_result = false;  // set by the entry points from the signature's output dtype
   virtual std::string cast(Type to, const std::string& a) const = 0;
   virtual std::string select(const std::string& c, const std::string& a, const std::string& b) const {
@@ -184,6 +205,14 @@ std::string emit_function(const Lang& lang, const Expr& e, const MapSignature& s
 // Shortest text that reads back as the same value, always with '.' or 'e'.
 std::string float_text(double v, Type t);
 std::string header_comment(const Expr& e, const MapSignature& sig, std::string_view line_comment);
+// A literal's text (negatives in parentheses, inf and NaN by the language's special()).
+std::string value_text(const Lang& lang, const Node& x);
+// Node x's value as one expression, its arguments named by v (v[k]: node k's text).
+std::string node_text(const Lang& lang, const Node& x, const std::vector<std::string>& v);
+// Which nodes have one value for the whole launch: inputs marked in uniform_inputs, and
+// nodes that read only such values and literals (one at least: literals alone are folded
+// already); a node marked in is_output never (it is stored per element).
+std::vector<bool> uniform_nodes(const Expr& e, const std::vector<bool>& uniform_inputs, const std::vector<bool>& is_output);
 
 std::unique_ptr<Lang> make_cpp();
 std::unique_ptr<Lang> make_cuda();

@@ -17,14 +17,6 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what, Loc loc = Loc::current()) { throw Error("expr", what, loc); }
 
-bool transcendental(Fn f) {
-  switch (f) {
-    case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sin: case Fn::Cos: case Fn::Tanh:
-    case Fn::Erf: case Fn::Pow: return true;
-    default: return false;
-  }
-}
-
 // Rebuilds e node by node through a fresh Builder (so simplification and CSE apply
 // again); `custom` may build a replacement for a node and return its id, or -1.
 template <class Custom>
@@ -56,6 +48,14 @@ Type float_type(Builder& b, int& x) {
 }
 
 }  // namespace
+
+bool is_transcendental(Fn f) {
+  switch (f) {
+    case Fn::Exp: case Fn::Log: case Fn::Log1p: case Fn::Expm1: case Fn::Sin: case Fn::Cos: case Fn::Tanh:
+    case Fn::Erf: case Fn::Pow: return true;
+    default: return false;
+  }
+}
 
 int build_erf(Builder& b, int x) {
   // Abramowitz & Stegun 7.1.26: erf(|x|) = 1 - t*(a1 + t*(a2 + ...)) * exp(-x^2),
@@ -149,7 +149,7 @@ Expr rewrite(const Expr& e, const Rewrites& r) {
     // for integral exponents (Adam's bias corrections beta^t: in f32 they put the optimizer
     // 2.6e-6 away from the CPU's).
     out = rebuild(out, [&](Builder& b, const Node& x, const int* a) {
-      if (x.type != Type::F64 || !transcendental(x.fn) || x.fn == Fn::Pow) return -1;
+      if (x.type != Type::F64 || !is_transcendental(x.fn) || x.fn == Fn::Pow) return -1;
       int lo0 = b.cast(a[0], Type::F32);
       int y = fn_arity(x.fn) == 1 ? b.unary(x.fn, lo0) : b.binary(x.fn, lo0, b.cast(a[1], Type::F32));
       return b.cast(y, Type::F64);
@@ -158,10 +158,18 @@ Expr rewrite(const Expr& e, const Rewrites& r) {
   return out;
 }
 
-Expr conform(const Expr& e, const MapSignature& sig) {
+namespace {
+
+void check_inputs(const Expr& e, const MapSignature& sig) {
   if (e.num_inputs() > static_cast<int>(sig.inputs.size()))
     bad("kernel " + sig.name + ": the expression reads input " + std::to_string(e.num_inputs() - 1) +
         " but the signature has " + std::to_string(sig.inputs.size()) + " inputs");
+}
+
+}  // namespace
+
+Expr conform(const Expr& e, const MapSignature& sig) {
+  check_inputs(e, sig);
   Builder b;
   std::vector<int> inputs;
   for (size_t k = 0; k < sig.inputs.size(); ++k)
@@ -208,6 +216,11 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, co
         std::to_string(sig.extra_outputs.size()) + " extra output dtypes");
   if (!extra_outputs.empty() && t != Target::Cuda)
     bad("kernel " + sig.name + ": extra outputs are emitted for CUDA only, not " + std::string(target_name(t)));
+  if (t == Target::Cpp) {  // the CPU's block body: storage dtypes are the evaluator's business
+    if (e.nodes.empty()) bad("kernel " + sig.name + ": empty expression");
+    check_inputs(e, sig);
+    return emit_cpu_block(e, uniform_inputs);
+  }
   std::unique_ptr<emit_detail::Lang> lang;
   switch (t) {
     case Target::Cpp: lang = emit_detail::make_cpp(); break;
@@ -224,7 +237,8 @@ std::string emit_map_kernel(const Expr& e, const MapSignature& sig, Target t, co
 std::string emit_function(const Expr& e, const MapSignature& sig, Target t) {
   std::unique_ptr<emit_detail::Lang> lang;
   switch (t) {
-    case Target::Cpp: lang = emit_detail::make_cpp(); break;
+    case Target::Cpp:  // the CPU's evaluator runs prologues and epilogues itself
+      bad("function " + sig.name + ": no C++ form (the CPU evaluates prologues and epilogues from the IR)");
     case Target::Cuda: lang = emit_detail::make_cuda(); break;
     case Target::Glsl: lang = emit_detail::make_glsl(); break;
     case Target::Wgsl: lang = emit_detail::make_wgsl(); break;
@@ -258,8 +272,6 @@ std::string header_comment(const Expr& e, const MapSignature& sig, std::string_v
   return s;
 }
 
-namespace {
-
 std::string value_text(const Lang& lang, const Node& x) {
   if (x.type != Type::Bool && !std::isfinite(x.value)) return lang.special(x.value, x.type);
   if (x.type != Type::Bool && std::signbit(x.value)) return "(-" + lang.literal(-x.value, x.type) + ")";
@@ -268,6 +280,11 @@ std::string value_text(const Lang& lang, const Node& x) {
 
 std::string node_text(const Lang& lang, const Node& x, const std::vector<std::string>& v) {
   auto a = [&](int k) { return v[x.args[k]]; };
+  if (x.fn != Fn::Input && x.fn != Fn::Const) {
+    std::string args[3];
+    for (int k = 0; k < fn_arity(x.fn); ++k) args[k] = a(k);
+    if (std::string own = lang.own_spelling(x, args); !own.empty()) return own;
+  }
   auto infix = [&](const char* op) { return "(" + a(0) + " " + op + " " + a(1) + ")"; };
   auto call = [&](int n) {
     std::string name = lang.bf16_result ? lang.fn_name_bf16_result(x.fn, x.type) : "";
@@ -323,6 +340,29 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
   }
   return "";
 }
+
+std::vector<bool> uniform_nodes(const Expr& e, const std::vector<bool>& uniform_inputs, const std::vector<bool>& is_output) {
+  auto uniform_input = [&](int k) { return static_cast<size_t>(k) < uniform_inputs.size() && uniform_inputs[static_cast<size_t>(k)]; };
+  std::vector<bool> uniform(e.nodes.size(), false), reads_input(e.nodes.size(), false);
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = e.nodes[i];
+    if (is_output[i]) continue;
+    if (x.fn == Fn::Input) {
+      uniform[i] = reads_input[i] = uniform_input(x.slot);
+    } else if (x.fn != Fn::Const) {
+      bool all = true, any = false;
+      for (int a = 0; a < fn_arity(x.fn); ++a) {
+        const size_t j = static_cast<size_t>(x.args[a]);
+        all = all && (uniform[j] || e.nodes[j].fn == Fn::Const);
+        any = any || reads_input[j];
+      }
+      uniform[i] = reads_input[i] = all && any;
+    }
+  }
+  return uniform;
+}
+
+namespace {
 
 void add_lines(std::string& out, const std::string& indent, const std::string& text) {
   size_t start = 0;
@@ -396,28 +436,13 @@ std::string emit(const Lang& lang, const Expr& e0, const MapSignature& sig, cons
   };
   std::vector<bool> used(sig.inputs.size());
   for (size_t k = 0; k < used.size(); ++k) used[k] = e.uses_input(static_cast<int>(k));
-  // A node is uniform when it reads only uniform inputs and constants (and reads one input
-  // at least: constants alone are folded already); an output never is (stored per element).
+  // Values of uniform inputs alone are computed once, where the language loops over elements.
   const bool hoisting = !lang.loop_open().empty();
   auto uniform_input = [&](int k) {
     return hoisting && static_cast<size_t>(k) < uniform_inputs.size() && uniform_inputs[static_cast<size_t>(k)];
   };
-  std::vector<bool> uniform(e.nodes.size(), false), reads_input(e.nodes.size(), false);
-  for (size_t i = 0; i < e.nodes.size() && hoisting; ++i) {
-    const Node& x = e.nodes[i];
-    if (is_output[i]) continue;
-    if (x.fn == Fn::Input) {
-      uniform[i] = reads_input[i] = uniform_input(x.slot);
-    } else if (x.fn != Fn::Const) {
-      bool all = true, any = false;
-      for (int a = 0; a < fn_arity(x.fn); ++a) {
-        const size_t j = static_cast<size_t>(x.args[a]);
-        all = all && (uniform[j] || e.nodes[j].fn == Fn::Const);
-        any = any || reads_input[j];
-      }
-      uniform[i] = reads_input[i] = all && any;
-    }
-  }
+  const std::vector<bool> uniform =
+      hoisting ? uniform_nodes(e, uniform_inputs, is_output) : std::vector<bool>(e.nodes.size(), false);
 
   std::string out = lang.prologue(e0, e, sig, used);
   std::vector<std::string> v(e.nodes.size());

@@ -201,6 +201,9 @@ struct Glsl final : Lang {
     return "  for (uint i = alk_first + gl_GlobalInvocationID.x; i < p.n; i += step) {\n"
            "    uint o = p.offset[" + std::to_string(output_slot_) + "] + i;\n";
   }
+  // An input with one value for the launch (uniform_inputs; Vulkan passes none yet): its one
+  // element, loaded before the loops.
+  std::string uniform_offset(int k) const override { return "p.offset[" + std::to_string(k) + "]"; }
 
   // The vector loop (for kernels whose operands are all 32-bit: vec4/ivec4 aliases of their
   // buffers), taken when the launch sets bit 8 of p.rank: four elements per iteration, each

@@ -1142,10 +1142,20 @@ class Scheduler {
         k.extra_outputs.push_back({arg_for(&view), e});
       }
       if (k.op == OpId::Map && show_kernels) {
+        // The C++ the CPU's compiled tier builds for this kernel: it reads an input with one
+        // value for the launch (every dim of size 1 or stride 0, as the evaluator finds it) as
+        // one value, so the text says which inputs are.
         expr::MapSignature sig{"map", {}, k.output.dtype};
-        for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
+        std::vector<bool> uniform;
+        for (auto& in : k.inputs) {
+          sig.inputs.push_back(in.dtype);
+          bool one = true;
+          for (size_t d = 0; d < in.shape.size(); ++d) one = one && (in.shape[d] == 1 || in.strides[d] == 0);
+          uniform.push_back(one);
+        }
         std::fprintf(stderr, "[alk kernel %s on %s]\n%s\n", std::string(op_name(pk.root->op)).c_str(),
-                     pk.root->device->name().c_str(), expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp).c_str());
+                     pk.root->device->name().c_str(),
+                     expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp, uniform).c_str());
       } else if (show_kernels) {
         std::fprintf(stderr, "[alk kernel %s]%s%s\n", std::string(op_name(k.op)).c_str(),
                      k.expr ? (" prologue: " + k.expr->str()).c_str() : "",

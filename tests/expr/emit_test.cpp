@@ -9,83 +9,19 @@
 
 #include "alk/error.h"
 #include "expr/emit.h"
-#include "expr_eval.h"
-
-#ifndef ALK_SOURCE_DIR
-#error "ALK_SOURCE_DIR must name the repository root"
-#endif
+#include "golden_kernels.h"
 
 namespace alk::expr {
 namespace {
 
 namespace fs = std::filesystem;
-
-const testing::TableOp& find_op(std::string_view name) {
-  for (const testing::TableOp& op : testing::table())
-    if (op.name == name) return op;
-  throw std::runtime_error("no op " + std::string(name));
-}
-
-// The table's forward expression with every operand of type t (the condition of a
-// Select-rule op is bool).
-Expr op_expr(std::string_view name, Type t) {
-  const testing::TableOp& op = find_op(name);
-  std::vector<std::string> names = testing::split(op.inputs);
-  std::vector<Type> types;
-  for (size_t k = 0; k < names.size(); ++k)
-    types.push_back(std::string_view(op.rule) == "Select" && k == 0 ? Type::Bool : t);
-  return parse(op.fwd, names, types, t);
-}
-
-Expr fused_gelu() {
-  Builder b;
-  std::string abc[] = {"a", "b", "c"};
-  int in[] = {b.input(0, Type::F32), b.input(1, Type::F32), b.input(2, Type::F32)};
-  int pre[] = {parse_into(b, "a * b + c", abc, in, Type::F32)};
-  return b.finish(b.inline_expr(op_expr("gelu", Type::F32), pre));
-}
-
-struct Golden {
-  std::string name;
-  Expr expr;
-  MapSignature sig;
-};
-
-std::vector<Golden> goldens() {
-  using D = DType;
-  auto sig = [](std::string n, std::vector<D> in, D out) { return MapSignature{"golden_" + n, std::move(in), out}; };
-  std::string x[] = {"x"};
-  Type i64[] = {Type::I64};
-  return {
-      {"add", op_expr("add", Type::F32), sig("add", {D::F32, D::F32}, D::F32)},
-      {"relu", op_expr("relu", Type::F32), sig("relu", {D::F32}, D::F32)},
-      {"gelu", op_expr("gelu", Type::F32), sig("gelu", {D::F32}, D::F32)},
-      {"where", op_expr("where", Type::F32), sig("where", {D::Bool, D::F32, D::F32}, D::F32)},
-      {"fused_gelu", fused_gelu(), sig("fused_gelu", {D::F32, D::F32, D::F32}, D::F32)},
-      {"lt_bool", op_expr("lt", Type::F32), sig("lt_bool", {D::F32, D::F32}, D::Bool)},
-      {"mul_f16_bf16", op_expr("mul", Type::F32), sig("mul_f16_bf16", {D::F16, D::BF16}, D::F32)},
-      {"sigmoid_bf16", op_expr("sigmoid", Type::F32), sig("sigmoid_bf16", {D::BF16}, D::BF16)},
-      {"softplus_f64", op_expr("softplus", Type::F64), sig("softplus_f64", {D::F64}, D::F64)},
-      {"sign_i32", parse("(x > 0) - (x < 0)", x, i64, Type::I64), sig("sign_i32", {D::I32}, D::I32)},
-      {"expm1_u8", op_expr("expm1", Type::F32), sig("expm1_u8", {D::U8}, D::F32)},
-  };
-}
+using testing::goldens;
+using testing::Golden;
+using testing::op_expr;
 
 const Target kTargets[] = {Target::Cpp, Target::Cuda, Target::Glsl, Target::Wgsl};
 
-std::string ext(Target t) {
-  switch (t) {
-    case Target::Cpp: return "cpp";
-    case Target::Cuda: return "cu";
-    case Target::Glsl: return "glsl";
-    case Target::Wgsl: return "wgsl";
-  }
-  return "";
-}
-
-fs::path golden_path(const std::string& name, Target t) {
-  return fs::path(ALK_SOURCE_DIR) / "tests" / "golden" / (name + "." + ext(t));
-}
+std::string ext(Target t) { return testing::golden_extension(t); }
 
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -100,8 +36,8 @@ TEST(ExprEmit, GoldenKernels) {
   for (const Golden& g : goldens()) {
     for (Target t : kTargets) {
       SCOPED_TRACE(g.name + "." + ext(t));
-      std::string text = emit_map_kernel(g.expr, g.sig, t);
-      fs::path p = golden_path(g.name, t);
+      std::string text = emit_map_kernel(g.expr, g.sig, t, g.uniform_inputs);
+      fs::path p = testing::golden_path(g.name, t);
       if (rewrite) {
         std::ofstream(p, std::ios::binary) << text;
         continue;
@@ -153,7 +89,24 @@ TEST(ExprEmit, FunctionOverNamedInputs) {
 }
 
 TEST(ExprEmit, RejectsTooFewInputs) {
-  EXPECT_THROW(emit_map_kernel(op_expr("add", Type::F32), {"k", {DType::F32}, DType::F32}, Target::Cpp), Error);
+  for (Target t : kTargets)
+    EXPECT_THROW(emit_map_kernel(op_expr("add", Type::F32), {"k", {DType::F32}, DType::F32}, t), Error) << ext(t);
+}
+
+// The CPU's body is the expression's arithmetic alone: the evaluator converts storage dtypes
+// as it loads and stores, so they do not change the text, and neither does the kernel's name.
+TEST(ExprEmit, CppBodyDependsOnTheExpressionAndUniformInputsOnly) {
+  const Expr e = op_expr("mul", Type::F32);
+  const std::string f32 = emit_map_kernel(e, {"a", {DType::F32, DType::F32}, DType::F32}, Target::Cpp);
+  EXPECT_EQ(emit_map_kernel(e, {"b", {DType::F16, DType::BF16}, DType::BF16}, Target::Cpp), f32);
+  EXPECT_EQ(emit_cpu_block(e), f32);
+  // A uniform input is one value the body reads, not a block.
+  const std::string uniform = emit_map_kernel(e, {"a", {DType::F32, DType::F32}, DType::F32}, Target::Cpp, {false, true});
+  EXPECT_NE(uniform, f32);
+  EXPECT_NE(uniform.find("const float in1 = *static_cast<const float*>(leaves[1]);"), std::string::npos) << uniform;
+  EXPECT_NE(f32.find("const float* in1 = static_cast<const float*>(leaves[1]);"), std::string::npos) << f32;
+  // No C++ function form: the CPU evaluates prologues and epilogues from the IR.
+  EXPECT_THROW(emit_function(e, {"f", {DType::F32, DType::F32}, DType::F32}, Target::Cpp), Error);
 }
 
 // ---- external validators (skipped when not installed) ----------------------------------
@@ -166,7 +119,7 @@ void check_with(Target t, const std::string& suffix, const std::string& cmd) {
   fs::create_directories(dir);
   for (const Golden& g : goldens()) {
     fs::path p = dir / (g.name + suffix);
-    std::ofstream(p, std::ios::binary) << emit_map_kernel(g.expr, g.sig, t);
+    std::ofstream(p, std::ios::binary) << emit_map_kernel(g.expr, g.sig, t, g.uniform_inputs);
     std::string log = (dir / (g.name + ".log")).string();
     int rc = std::system((cmd + " " + p.string() + " >" + log + " 2>&1").c_str());
     EXPECT_EQ(rc, 0) << g.name << ": " << cmd << " failed:\n" << read(log);
@@ -202,10 +155,12 @@ TEST(ExprEmitValidate, WgslValidates) {
   check_with(Target::Wgsl, ".wgsl", "naga");
 }
 
+// For both instruction sets (the text picks its lanes by the -m flags), warning-free; the
+// CPU tests compile the golden files for real and run them (GoldenBodies*).
 TEST(ExprEmitValidate, CppCompiles) {
   if (!have("c++")) GTEST_SKIP() << "no host C++ compiler";
-  std::string inc = std::string(" -I") + ALK_SOURCE_DIR + "/src -I" + ALK_SOURCE_DIR + "/include";
-  check_with(Target::Cpp, ".cpp", "c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror" + inc);
+  check_with(Target::Cpp, ".cpp", "c++ -x c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror -mavx2 -mfma");
+  check_with(Target::Cpp, ".cpp", "c++ -x c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror -mavx512f -mavx512bw -mavx2 -mfma");
 }
 
 TEST(ExprEmitValidate, CudaCompiles) {

@@ -10,8 +10,8 @@
 
 namespace alk::expr::testing {
 
-// Inputs are rounded to their node's type first, as a load would.
-inline double eval(const Expr& e, std::span<const double> in) {
+// Every node's value (inputs rounded to their node's type first, as a load would).
+inline std::vector<double> eval_nodes(const Expr& e, std::span<const double> in) {
   std::vector<double> v(e.nodes.size());
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& x = e.nodes[i];
@@ -23,8 +23,11 @@ inline double eval(const Expr& e, std::span<const double> in) {
       v[i] = eval_scalar(x.fn, x.type, a[0], a[1], a[2]);
     }
   }
-  return v.back();
+  return v;
 }
+
+// The root's value.
+inline double eval(const Expr& e, std::span<const double> in) { return eval_nodes(e, in).back(); }
 
 inline int count(const Expr& e, Fn f) {
   int n = 0;

@@ -1,9 +1,10 @@
 // `alk kernels OP --target T`: the kernels one op generates, forward and backward,
-// exactly as the scheduler would hand them to a backend (one op, no fusion).
+// exactly as the scheduler would hand them to a backend (one op, no fusion). For cpp this
+// is the text the CPU's compiled tier builds for the kernel (the block body, emit_cpp.cpp),
+// the text ALK_DEBUG=kernels prints.
 #include <iostream>
 #include <optional>
 
-#include "backend/cpu/jit.h"
 #include "expr/emit.h"
 #include "graph/graph.h"
 #include "ops/ops.h"
@@ -13,32 +14,25 @@ namespace alk::cli {
 
 namespace {
 
-// target nullopt: the CPU's compiled tier (src/backend/cpu/jit.h), AVX-512 flavor.
-void print_map(const Tensor& t, std::string_view op, const std::string& title, std::optional<expr::Target> target) {
+void print_map(const Tensor& t, std::string_view op, const std::string& title, expr::Target target) {
   const Node& n = *t.impl()->node;
   const auto* p = std::get_if<MapParams>(&n.params);
   if (!p) {
     std::cout << "// " << title << ": " << op_name(n.op) << " (template op)\n\n";
     return;
   }
-  if (!target) {
-    const std::string src = cpu::jit::block_source(p->expr, std::vector<bool>(p->expr.nodes.size(), false), cpu::Isa::Avx512);
-    std::cout << "// " << title << "\n"
-              << (src.empty() ? "// not compiled: the interpreter runs it (a node the tier has no spelling for)\n" : src)
-              << "\n";
-    return;
-  }
   expr::MapSignature sig{std::string(op) + "_" + title, {}, n.dtype};
   for (auto& in : n.inputs) sig.inputs.push_back(in->dtype);
-  std::cout << "// " << title << "\n" << expr::emit_map_kernel(p->expr, sig, *target) << "\n";
+  std::cout << "// " << title << "\n" << expr::emit_map_kernel(p->expr, sig, target) << "\n";
 }
 
 int run_kernels(const std::string& name, const std::string& target_name, const std::string& dtype_name_) {
-  std::optional<expr::Target> target = expr::parse_target(target_name);
-  if (!target && target_name != "cpu-jit") {
-    std::cerr << "unknown target '" << target_name << "' (expected cpp, cuda, glsl, wgsl or cpu-jit)\n";
+  const std::optional<expr::Target> parsed = expr::parse_target(target_name);
+  if (!parsed) {
+    std::cerr << "unknown target '" << target_name << "' (expected cpp, cuda, glsl or wgsl)\n";
     return 2;
   }
+  const expr::Target target = *parsed;
   DType dtype = DType::F32;
   bool found_dtype = false;
   for (int i = 0; i < kNumDTypes; ++i)
@@ -94,7 +88,7 @@ void add_kernels_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("kernels", "print the kernels an op generates (forward and backward)");
   static std::string op, target = "cpp", dtype = "f32";
   cmd->add_option("op", op, "op name, e.g. add, gelu, where (see include/alk/elementwise.def)")->required();
-  cmd->add_option("--target,-t", target, "cpp, cuda, glsl, wgsl, or cpu-jit (the CPU's compiled block body)")->capture_default_str();
+  cmd->add_option("--target,-t", target, "cpp (the CPU's compiled block body), cuda, glsl or wgsl")->capture_default_str();
   cmd->add_option("--dtype", dtype, "input dtype: f32 f64 f16 bf16 i32 i64 u8 bool")->capture_default_str();
   cmd->callback([] {
     int rc = run_kernels(op, target, dtype);

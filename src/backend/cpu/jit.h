@@ -7,13 +7,15 @@
 // (any dtype, strides, broadcasts) and computes uniform nodes once; the body gets those as
 // "leaves" and computes the rest.
 //
-// The body is C++ generated from the IR and built by the host C++ compiler into a shared
-// object, cached on disk (ALK_CACHE_DIR, default ~/.cache/alk) and loaded with dlopen. It
-// computes what the interpreter computes, bit for bit: the same IEEE operations in the
-// same order (no FMA contraction, -ffp-contract=off), the same libmvec functions for
-// exp/log/tanh/erf/..., the same integer and NaN rules. That is what lets it switch in
-// at any time: by default a kernel is compiled in the background the first time it is
-// seen and the interpreter runs it until the code is ready.
+// The body is the C++ emitter's text (expr::emit_cpu_block, src/expr/emit_cpp.cpp: the
+// same text ALK_DEBUG=kernels and `alk kernels --target cpp` print), built by the host C++
+// compiler into a shared object for the ISA in use (its -m flags pick the lanes), cached on
+// disk (ALK_CACHE_DIR, default ~/.cache/alk) and loaded with dlopen. It computes what the
+// interpreter computes, bit for bit: the same IEEE operations in the same order (no FMA
+// contraction, -ffp-contract=off), the same libmvec functions for exp/log/tanh/erf/..., the
+// same integer and NaN rules. That is what lets it switch in at any time: by default a
+// kernel is compiled in the background the first time it is seen and the interpreter runs
+// it until the code is ready.
 //
 // ALK_JIT=off|async|sync (default async); ALK_DEBUG=jit prints each compile. The generic
 // ISA path is never compiled (it is the reference the others are tested against), and a
@@ -44,8 +46,10 @@ void set_thresholds(int64_t min_elements, int min_work);
 // generic, e unsupported or too short to gain, the work too small, code not ready yet.
 BlockFn block_body(const expr::Expr& e, const std::vector<bool>& uniform, int64_t elements, Isa isa);
 
-// The C++ text of the body (empty when e has a node the compiler tier does not support).
-std::string block_source(const expr::Expr& e, const std::vector<bool>& uniform, Isa isa);
+// A body's text (expr::emit_cpu_block's, or a golden file's) built for isa through the disk
+// cache, as block_body builds them: the function alk_block, or nullptr (no compiler, an
+// error, the generic ISA). Counted in stats().
+BlockFn compile(const std::string& source, Isa isa);
 
 struct Stats {
   int64_t compiled = 0;   // built by the compiler in this process
