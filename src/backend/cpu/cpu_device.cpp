@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernel_observer.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_decode.h"
 #include "runtime/device.h"
 #include "expr/emit.h"
 #include "backend/cpu/isa.h"
@@ -402,6 +403,11 @@ class CpuDevice final : public Device {
         return;
       }
       case OpId::HostCall: std::get<HostCallParams>(n.params).fn->run(k); return;
+      case OpId::KvCacheWrite: cpu::kv_cache_write(in[0], in[1], in[2], out, n.loc); return;
+      case OpId::DecodeAttention:
+        cpu::decode_attention(in[0], in[1], in[2], in[3], std::get<AttentionParams>(n.params).scale, out, n.loc);
+        return;
+      case OpId::SampleTokens: cpu::sample_tokens(in[0], in[1], in[2], in[3], out, n.loc); return;
       default:
         fail(std::string(op_name(n.op)), n.loc, "the cpu backend has no kernel for this op");
     }
