@@ -61,18 +61,18 @@ struct SamplingParams {
   double temperature = 1.0;  // 0: greedy
   int64_t top_k = 0;         // 0: all
   double top_p = 1.0;
-  std::optional<uint64_t> seed;  // none: one is drawn from the generator of manual_seed
+  std::optional<uint64_t> seed = std::nullopt;  // none: one is drawn from the generator of manual_seed
   // Subtracted from a token's logit: presence once if it was generated before, frequency
   // times the times it was (generated tokens, as vLLM counts them; the prompt's are not).
   double presence_penalty = 0, frequency_penalty = 0;
   int64_t max_tokens = 16;
-  std::vector<std::vector<int32_t>> stop;  // generation ends after any of these id sequences
-  std::optional<int32_t> eos;              // ends after this id (included in the output)
+  std::vector<std::vector<int32_t>> stop = {};  // generation ends after any of these id sequences
+  std::optional<int32_t> eos = std::nullopt;  // ends after this id (included in the output)
 };
 
 struct GenerateRequest {
-  std::vector<int32_t> prompt;  // at least one id
-  SamplingParams sampling;
+  std::vector<int32_t> prompt = {};  // at least one id
+  SamplingParams sampling = {};
 };
 
 enum class FinishReason : uint8_t { None, Length, Stop, Cancelled };
@@ -88,9 +88,10 @@ struct TokenEvent {
 struct GeneratorOptions {
   int64_t slots = 1;        // sequences decoded at once
   int64_t max_context = 0;  // rows of each slot's cache; 0: the model's context
-  // Cache and compute dtype: under an Autocast of this dtype (bf16/f16 on GPUs); none: the
-  // model's parameters' dtype.
-  std::optional<DType> autocast;
+  // Cache and compute dtype: bf16/f16 decode under an Autocast of that dtype (GPUs); f32 (the
+  // default): no autocast, the model's parameters' dtype. (A plain DType, not an optional, so
+  // the options can be written as designated initializers under -Wextra.)
+  DType autocast = DType::F32;
   int64_t memory_budget = -1;  // bytes the caches may take; a slot count that does not fit is refused
   bool logprobs = false;       // compute each chosen token's log-probability on the device
   bool compile = true;         // replay the decode step (false: build the graph every step, for tests)

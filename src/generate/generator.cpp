@@ -78,10 +78,9 @@ struct Generator::State {
   int64_t next_id = 0;
   GeneratorStats stats;
 
-  std::optional<Autocast> autocast() const {
-    std::optional<Autocast> a;
-    if (opt.autocast) a.emplace(*opt.autocast);
-    return a;
+  // Graphs are built under the Generator's autocast, when it has one.
+  void enter_autocast(std::optional<Autocast>& a) const {
+    if (opt.autocast != DType::F32) a.emplace(opt.autocast);
   }
 
   Tensor on_device(const Tensor& host) const { return host.to(*device).realize(); }
@@ -97,7 +96,8 @@ struct Generator::State {
   // One decode step for every slot, as a graph (traced once by alk::compile when opt.compile).
   void decode_graph() {
     NoGradGuard no_grad;
-    std::optional<Autocast> ac = autocast();
+    std::optional<Autocast> ac;
+    enter_autocast(ac);
     const nn::GPT& m = *model;
     Tensor x = add(m.wte->forward(tokens), m.wpe->forward(positions));  // [S, C]
     Tensor lengths = add(positions, 1);
@@ -145,7 +145,8 @@ struct Generator::State {
     const int64_t n = static_cast<int64_t>(prompt.size());
     const Clock::time_point start = Clock::now();
     NoGradGuard no_grad;
-    std::optional<Autocast> ac = autocast();
+    std::optional<Autocast> ac;
+    enter_autocast(ac);
     const nn::GPT& m = *model;
     std::vector<int64_t> ids64(prompt.begin(), prompt.end());
     Tensor ids = on_device(tensor(ids64, {1, n}));
@@ -223,10 +224,13 @@ struct Generator::State {
     return FinishReason::None;
   }
 
+  // An idle slot still runs through the step (its results unread): greedy at position 0.
   void free_slot(size_t s) {
     slots[s] = Slot{};
     h_active[s] = 0;
     h_positions[s] = 0;
+    h_settings[3 * s] = 0, h_settings[3 * s + 1] = 0, h_settings[3 * s + 2] = 1;
+    h_penalties[2 * s] = h_penalties[2 * s + 1] = 0;
   }
 };
 
@@ -239,12 +243,12 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   if (options.max_context == 0) options.max_context = cfg.ctx;
   check(options.max_context >= 1 && options.max_context <= cfg.ctx, "Generator", loc, "max_context ",
         options.max_context, " must be in [1, ", cfg.ctx, "] (the model's positions)");
-  check(!options.autocast || *options.autocast == DType::BF16 || *options.autocast == DType::F16, "Generator", loc,
-        "autocast must be bf16 or f16");
+  check(options.autocast == DType::F32 || options.autocast == DType::BF16 || options.autocast == DType::F16,
+        "Generator", loc, "autocast must be f32 (none), bf16 or f16, got ", dtype_name(options.autocast));
   s.model = std::move(model);
   s.opt = options;
   s.device = &s.model->wte->weight.device();
-  s.cache_dtype = options.autocast ? *options.autocast : s.model->wte->weight.dtype();
+  s.cache_dtype = options.autocast != DType::F32 ? options.autocast : s.model->wte->weight.dtype();
   s.S = options.slots;
   s.T = options.max_context;
   s.H = cfg.heads;
@@ -276,6 +280,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   s.counts = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S * s.V), 0.0f), {s.S, s.V}));
   s.logprobs = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S), 0.0f), {s.S}));
   s.slots.resize(static_cast<size_t>(s.S));
+  for (size_t i = 0; i < s.slots.size(); ++i) s.free_slot(i);
+  s.write_slot_state();
 }
 
 Generator::~Generator() = default;

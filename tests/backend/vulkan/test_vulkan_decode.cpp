@@ -100,8 +100,9 @@ TEST(VulkanDecode, SampleTokensEqualsTheCpus) {
       ++draws;
       differ += got[static_cast<size_t>(s)] != want[static_cast<size_t>(s)];
       // Greedy and top-k 1 are exact; a draw may differ only where f32 rounding moves u across a boundary.
-      if (settings[static_cast<size_t>(s)][0] == 0 || settings[static_cast<size_t>(s)][1] == 1)
+      if (settings[static_cast<size_t>(s)][0] == 0 || settings[static_cast<size_t>(s)][1] == 1) {
         EXPECT_EQ(got[static_cast<size_t>(s)], want[static_cast<size_t>(s)]) << "round " << round << " row " << s;
+      }
     }
   }
   EXPECT_LE(differ, 1) << differ << " of " << draws << " draws differ from the CPU's";
