@@ -46,9 +46,11 @@ void run_generate(const GenerateArgs& a) {
   Device& dev = r.model->wte->weight.device();
   GeneratorOptions opt;
   opt.slots = a.batch;
-  // GPUs compute in bf16 (f32 master weights, as training's --dtype); the CPU in f32.
+  // GPUs compute in bf16 (f32 master weights, as training's --dtype); CPUs, and Vulkan on a
+  // CPU (lavapipe), in f32.
   std::string dtype = a.dtype;
-  if (dtype == "auto") dtype = dev.info().kind == "cpu" ? "f32" : "bf16";
+  const std::string& type = dev.info().type;
+  if (dtype == "auto") dtype = type == "discrete" || type == "integrated" ? "bf16" : "f32";
   check(dtype == "f32" || dtype == "bf16" || dtype == "f16", "generate", Loc::current(),
         "--dtype must be auto, f32, bf16 or f16, got ", dtype);
   if (dtype != "f32") opt.autocast = dtype == "bf16" ? DType::BF16 : DType::F16;
