@@ -45,7 +45,10 @@ export ALK_CACHE_DIR=/tmp/alk-gen-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, torch.cuda.get_device_name())"
 echo "== decode tests on vulkan:0"
-timeout 240 "$BIN/alk_tests" --gtest_brief=1 --gtest_filter='VulkanDecode.*:DecodeOps.*' 2>&1 | tee "$OUT/tests.log" | tail -15
+# alk_tests, or where only the decode suites were linked for the trip (decode_tests), those.
+TESTS=$BIN/alk_tests
+[[ -x $TESTS ]] || TESTS=$BIN/decode_tests
+timeout 240 "$TESTS" --gtest_brief=1 --gtest_filter='VulkanDecode.*:DecodeOps.*' 2>&1 | tee "$OUT/tests.log" | tail -15
 echo "== bench_generate: GPT-2 124M shapes on vulkan:0 (f16: NVIDIA's cooperative matrices) vs torch_decode.py --compile"
 timeout 420 "$BIN/bench_generate" --device vulkan:0 --gpt2 --dtype f16 --threads 16 --repeats 2 \
   --anchor $D/torch_decode.py 2>&1 | tee "$OUT/bench.log" | grep -vE "^(W|I)[0-9]{4}|Warning" | tail -12

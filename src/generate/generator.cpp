@@ -187,6 +187,7 @@ struct Generator::State {
     const int32_t first = static_cast<int32_t>(id.to_vector<int64_t>()[0]);
     pending_logprob = opt.logprobs ? lp.item() : 0.0;
     // The slot's device state: it feeds `first` at position n next.
+    slots_changed = true;
     h_tokens[s] = first;
     h_positions[s] = n;
     h_active[s] = 1;
@@ -202,7 +203,10 @@ struct Generator::State {
   }
   double pending_logprob = 0;
 
+  bool slots_changed = true;  // a request started or ended since the state was last written
   void write_slot_state() {
+    if (!slots_changed) return;
+    slots_changed = false;
     write_host(tokens, h_tokens.data(), h_tokens.size() * sizeof(int64_t));
     write_host(positions, h_positions.data(), h_positions.size() * sizeof(int64_t));
     write_host(active, h_active.data(), h_active.size() * sizeof(int64_t));
@@ -226,6 +230,7 @@ struct Generator::State {
 
   // An idle slot still runs through the step (its results unread): greedy at position 0.
   void free_slot(size_t s) {
+    slots_changed = true;
     slots[s] = Slot{};
     h_active[s] = 0;
     h_positions[s] = 0;
