@@ -31,7 +31,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 struct GenerateArgs {
-  std::string dir, prompt, prompt_ids, device, dtype = "auto";
+  std::string dir, prompt, prompt_ids, device, dtype = "auto", memory_budget;
   int64_t tokens = 200, top_k = 40, batch = 1;
   double temperature = 0.8, top_p = 1.0, presence = 0, frequency = 0;
   uint64_t seed = 0;
@@ -54,7 +54,10 @@ void run_generate(const GenerateArgs& a) {
   check(dtype == "f32" || dtype == "bf16" || dtype == "f16", "generate", Loc::current(),
         "--dtype must be auto, f32, bf16 or f16, got ", dtype);
   if (dtype != "f32") opt.autocast = dtype == "bf16" ? DType::BF16 : DType::F16;
+  if (!a.memory_budget.empty()) opt.memory_budget = train::parse_bytes(a.memory_budget);
   Generator gen(r.model, opt);
+  std::cerr << "KV cache: " << gen.slots() << " slot" << (gen.slots() > 1 ? "s" : "") << " x " << gen.max_context()
+            << " positions, " << static_cast<double>(gen.cache_bytes()) / (1 << 20) << " MiB (" << dtype << ")\n";
   std::vector<int64_t> ids;
   for (int64_t b = 0; b < a.batch; ++b) {
     GenerateRequest req;
@@ -124,6 +127,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--device", a.device, "cpu, cuda:N, vulkan:N or auto (default: ALK_DEVICE, else the CPU)");
   cmd->add_option("--dtype", a.dtype, "auto (f32 on the CPU, bf16 on GPUs), f32, bf16, f16")->capture_default_str();
   cmd->add_option("--batch", a.batch, "sequences generated at once from the prompt")->capture_default_str();
+  cmd->add_option("--memory-budget", a.memory_budget,
+                  "bytes the KV cache may take (64MB, 1.5GB, ...): a --batch that does not fit is refused");
   cmd->add_flag("--print-ids", a.print_ids, "print the generated ids (not the prompt's), space-separated");
   cmd->callback([] { run_generate(a); });
 }
