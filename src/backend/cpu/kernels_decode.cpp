@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "alk/error.h"
@@ -38,12 +39,26 @@ struct Strides4 {
 };
 Strides4 strides4(const View& v) { return {v.strides[0], v.strides[1], v.strides[2], v.strides[3]}; }
 
+// q . k over D elements in 8 running sums (lane j takes d = j mod 8), so the compiler can keep
+// them in one vector register; the order is fixed by D alone.
+template <class Acc>
+Acc dot_product(const Acc* q, const Acc* k, int64_t D) {
+  Acc part[8] = {};
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int j = 0; j < 8; ++j) part[j] += q[d + j] * k[d + j];
+  for (; d < D; ++d) part[d % 8] += q[d] * k[d];
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+}
+
 template <class Acc>
 void decode_attention_typed(const View& q, const View& k, const View& v, const View& lengths, double scale,
                             const View& out) {
   const int64_t S = q.shape[0], H = q.shape[1], D = q.shape[2], Hkv = k.shape[2];
   const int64_t group = H / Hkv;
   const Strides4 ks = strides4(k), vs = strides4(v);
+  const bool direct = std::is_same_v<Acc, float> && k.dtype == DType::F32 && v.dtype == DType::F32 && ks.s3 == 1 &&
+                      vs.s3 == 1;
   parallel_for(S * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<Acc> qrow(static_cast<size_t>(D)), krow(static_cast<size_t>(D)), acc(static_cast<size_t>(D)),
         scores;
@@ -55,9 +70,11 @@ void decode_attention_typed(const View& q, const View& k, const View& v, const V
       scores.assign(static_cast<size_t>(len), Acc(0));
       Acc m = -INFINITY;
       for (int64_t t = 0; t < len; ++t) {
-        load_row(k, k.offset + s * ks.s0 + t * ks.s1 + kvh * ks.s2, D, ks.s3, krow.data());
-        Acc dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += qrow[static_cast<size_t>(d)] * krow[static_cast<size_t>(d)];
+        const int64_t at = k.offset + s * ks.s0 + t * ks.s1 + kvh * ks.s2;
+        // Rows of an f32 cache are read in place; others are converted first.
+        const Acc* row = direct ? reinterpret_cast<const Acc*>(static_cast<const float*>(k.data) + at) : krow.data();
+        if (!direct) load_row(k, at, D, ks.s3, krow.data());
+        const Acc dot = dot_product(qrow.data(), row, D);
         scores[static_cast<size_t>(t)] = dot * static_cast<Acc>(scale);
         m = std::max(m, scores[static_cast<size_t>(t)]);
       }
@@ -65,8 +82,11 @@ void decode_attention_typed(const View& q, const View& k, const View& v, const V
       for (int64_t t = 0; t < len; ++t) {
         const Acc p = std::exp(scores[static_cast<size_t>(t)] - m);
         total += p;
-        load_row(v, v.offset + s * vs.s0 + t * vs.s1 + kvh * vs.s2, D, vs.s3, krow.data());
-        for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += p * krow[static_cast<size_t>(d)];
+        const int64_t at = v.offset + s * vs.s0 + t * vs.s1 + kvh * vs.s2;
+        const Acc* row = direct ? reinterpret_cast<const Acc*>(static_cast<const float*>(v.data) + at) : krow.data();
+        if (!direct) load_row(v, at, D, vs.s3, krow.data());
+        Acc* a = acc.data();
+        for (int64_t d = 0; d < D; ++d) a[d] += p * row[d];
       }
       const int64_t o = (s * H + h) * D;
       for (int64_t d = 0; d < D; ++d)
