@@ -8,7 +8,9 @@
 //     shared memory holds partial states for); each lane runs an online softmax over the keys
 //     t = lane (mod lanes) with its accumulators in registers (head dim
 //     a shader constant, at most 256), then the partial states are combined through shared
-//     memory. A slot of length 0 gives zeros.
+//     memory. A slot of length 0 gives zeros. On GPUs the keys are also split into parts
+//     (decode_parts: flash-decoding), each part's state stored as f32 and the parts combined
+//     by a second pass.
 //   - sample_tokens: one workgroup of 256 per row. The top-k threshold is the k-th largest
 //     logit, found exactly by bisection on the floats' order-preserving bit keys (32
 //     counting passes); top-p's threshold likewise on the probabilities' bits (32 mass
@@ -16,6 +18,7 @@
 //     scanned in shared memory. Probabilities are f32 here (the CPU's f64): a draw can
 //     differ only when u lands within rounding of a boundary between two tokens.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -121,6 +124,20 @@ std::string decode_attention_unsupported(const Context& ctx, const Kernel& k) {
   return "";
 }
 
+// Parts each (slot, head)'s keys are split into (flash-decoding): on a GPU one workgroup per
+// (slot, head) leaves most of the device idle at small batches (GPT-2 at batch 1: 12 groups on
+// 132 SMs), so the cache's rows are cut into parts of at least 256, their partial softmax states
+// combined by a second pass. Lengths live on the device (a recorded step replays with new
+// ones), so the parts follow the cache's capacity, and a part past a slot's length is empty.
+// CPU implementations (lavapipe) run one part. ALK_VK_DECODE_PARTS=n forces n (the tests).
+int64_t decode_parts(const Context& ctx, int64_t T, DType t) {
+  if (t == DType::F64) return 1;  // partial states are stored as f32
+  if (const char* e = std::getenv("ALK_VK_DECODE_PARTS"); e && *e) return std::clamp<int64_t>(std::atoll(e), 1, 64);
+  const auto kind = ctx.info().kind;
+  if (kind != DeviceInfo::Kind::Discrete && kind != DeviceInfo::Kind::Integrated) return 1;
+  return std::clamp<int64_t>(T / 256, 1, 16);
+}
+
 void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   const ViewArg q = view_arg(k.inputs[0]), kc = view_arg(k.inputs[1]), vc = view_arg(k.inputs[2]),
                 len = view_arg(k.inputs[3]), out = view_arg(k.output);
@@ -130,6 +147,14 @@ void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   Launch l(ctx);
   const uint32_t qf = l.bind(q, false), kf = l.bind(kc, false), vf = l.bind(vc, false), lf = l.bind(len, false),
                  of = l.bind(out, true);
+  const int64_t parts = decode_parts(ctx, T, kc.dtype);
+  // Split: each part's (max, sum, unnormalized row) as f32, [S * H * parts, D + 2].
+  const size_t partial_bytes = static_cast<size_t>(S * H * parts * (D + 2)) * 4;
+  std::shared_ptr<Allocation> partials;
+  if (parts > 1) {
+    partials = ctx.pool().allocate(partial_bytes);
+    l.bind_raw(Binding{partials, 0, partial_bytes, true});
+  }
   l.u(static_cast<uint64_t>(H)), l.u(static_cast<uint64_t>(T)), l.u(static_cast<uint64_t>(H / Hkv));  // 0 1 2
   l.u(qf), l.u(kf), l.u(vf), l.u(lf), l.u(of);                                                        // 3..7
   l.i(q.strides[0]), l.i(q.strides[1]), l.i(q.strides[2]);                                          // 8..10
@@ -148,6 +173,8 @@ void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   pre = pre.substr(pre.find('\n') + 1);  // its own workgroup size, not the preamble's
   s += pre + kernels::arithmetic_glsl(t);
   s += "#define DH " + std::to_string(std::max<int64_t>(D, 1)) + "\n#define NL " + std::to_string(lanes) + "u\n";
+  s += "#define PARTS " + std::to_string(parts) + "u\n";
+  if (parts > 1) s += "layout(std430, binding = 5) writeonly buffer Part { float part_[]; };\n";
   // The scale to the last bit (the CPU multiplies by it in its accumulation type).
   uint64_t bits = 0;
   std::memcpy(&bits, &scale, 8);
@@ -166,15 +193,16 @@ void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   s += "shared ACC sm_[NL], sl_[NL];\nshared ACC sacc_[NL][DH];\n";
   const std::string store = out.dtype == t ? "STORE(v)" : "float(v)";
   s += "void main() {\n"
-       "  uint u = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;\n"
+       "  uint wg = gl_WorkGroupID.x, u = wg / PARTS, part = wg % PARTS, lane = gl_LocalInvocationID.x;\n"
        "  uint H = P(0), T = P(1), slot = u / H, h = u % H, g = h / P(2);\n"
        "  uvec2 lw = " + read_index(len.dtype, "len_", "P(6) + uint(int(slot) * PI(19))") + ";\n"
        "  uint len = lw.y != 0u ? 0u : min(lw.x, T);\n"
+       "  uint chunk = (T + PARTS - 1u) / PARTS, first = min(part * chunk, len), end = min(first + chunk, len);\n"
        "  ACC q[DH], acc[DH];\n"
        "  int qo = int(P(3)) + int(slot) * PI(8) + int(h) * PI(9);\n"
        "  for (int d = 0; d < DH; ++d) { q[d] = LOAD(q_[qo + d * PI(10)]); acc[d] = ACC(0); }\n"
        "  ACC m = ACC(-1.0 / 0.0), l = ACC(0);\n"
-       "  for (uint t = lane; t < len; t += NL) {\n"
+       "  for (uint t = first + lane; t < end; t += NL) {\n"
        "    int ko = int(P(4)) + int(slot) * PI(11) + int(t) * PI(12) + int(g) * PI(13);\n"
        "    ACC dot = ACC(0);\n"
        "    for (int d = 0; d < DH; ++d) dot += q[d] * LOAD(k_[ko + d * PI(14)]);\n"
@@ -189,7 +217,7 @@ void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "  barrier();\n"
        "  ACC mall = ACC(-1.0 / 0.0);\n"
        "  for (uint j = 0u; j < NL; ++j) mall = max(mall, sm_[j]);\n"
-       "  ACC w = len == 0u || l == ACC(0) ? ACC(0) : ACC(exp(float(m - mall)));\n"
+       "  ACC w = l == ACC(0) ? ACC(0) : ACC(exp(float(m - mall)));\n"
        "  sl_[lane] = l * w;\n"
        "  for (int d = 0; d < DH; ++d) sacc_[lane][d] = acc[d] * w;\n"
        "  barrier();\n"
@@ -197,11 +225,44 @@ void decode_attention_launch(Context& ctx, Encoder& enc, const Kernel& k) {
        "  for (uint j = 0u; j < NL; ++j) total += sl_[j];\n"
        "  for (uint d = lane; d < uint(DH); d += NL) {\n"
        "    ACC v = ACC(0);\n"
-       "    for (uint j = 0u; j < NL; ++j) v += sacc_[j][d];\n"
-       "    v = total > ACC(0) ? v / total : ACC(0);\n"
-       "    out_[P(7) + u * uint(DH) + d] = " + store + ";\n"
-       "  }\n}\n";
-  l.dispatch(enc, s, static_cast<uint32_t>(S * H));
+       "    for (uint j = 0u; j < NL; ++j) v += sacc_[j][d];\n";
+  if (parts > 1) {
+    s += "    part_[wg * uint(DH + 2) + 2u + d] = float(v);\n"
+         "  }\n"
+         "  if (lane == 0u) { part_[wg * uint(DH + 2)] = float(mall); part_[wg * uint(DH + 2) + 1u] = float(total); }\n"
+         "}\n";
+  } else {
+    s += "    v = total > ACC(0) ? v / total : ACC(0);\n"
+         "    out_[P(7) + u * uint(DH) + d] = " + store + ";\n"
+         "  }\n}\n";
+  }
+  l.dispatch(enc, s, static_cast<uint32_t>(S * H * parts));
+  if (parts == 1) return;
+  // The parts of each (slot, head) combined: rescaled to their common maximum and summed.
+  Launch c(ctx);
+  c.bind_raw(Binding{partials, 0, partial_bytes, false});
+  const uint32_t cf = c.bind(out, true);
+  c.u(cf);
+  std::string cs = header({out.dtype});
+  cs += "layout(local_size_x = 64) in;\n";
+  std::string cpre = c.preamble();
+  cs += cpre.substr(cpre.find('\n') + 1) + kernels::arithmetic_glsl(t);
+  cs += "#define DH " + std::to_string(D) + "u\n#define PARTS " + std::to_string(parts) + "u\n";
+  cs += "layout(std430, binding = 0) readonly buffer Part { float part_[]; };\n";
+  cs += "layout(std430, binding = 1) writeonly buffer O { " + std::string(float_type(out.dtype)) + " out_[]; };\n";
+  cs += "void main() {\n"
+        "  uint u = gl_WorkGroupID.x;\n"
+        "  float mall = -1.0 / 0.0;\n"
+        "  for (uint p = 0u; p < PARTS; ++p) { uint at = (u * PARTS + p) * (DH + 2u); if (part_[at + 1u] > 0.0) mall = max(mall, part_[at]); }\n"
+        "  float total = 0.0;\n"
+        "  for (uint p = 0u; p < PARTS; ++p) { uint at = (u * PARTS + p) * (DH + 2u); if (part_[at + 1u] > 0.0) total += part_[at + 1u] * exp(part_[at] - mall); }\n"
+        "  for (uint d = gl_LocalInvocationID.x; d < DH; d += 64u) {\n"
+        "    float v = 0.0;\n"
+        "    for (uint p = 0u; p < PARTS; ++p) { uint at = (u * PARTS + p) * (DH + 2u); if (part_[at + 1u] > 0.0) v += part_[at + 2u + d] * exp(part_[at] - mall); }\n"
+        "    v = total > 0.0 ? v / total : 0.0;\n"
+        "    out_[P(0) + u * DH + d] = " + (out.dtype == t ? std::string("STORE(v)") : std::string("v")) + ";\n"
+        "  }\n}\n";
+  c.dispatch(enc, cs, static_cast<uint32_t>(S * H));
 }
 
 // ---- sample_tokens ----
