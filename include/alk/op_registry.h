@@ -11,6 +11,9 @@
 //
 //     vk::template_ops().refuse(OpId::HostCall, "host functions need host pointers");
 //
+// Every template op but Buffer, Const, Map, Cast and ToDevice (which the scheduler turns into
+// Map kernels and copies on every device, or which are not kernels) must be added or refused.
+//
 // The device's supports()/launch() look the op up in the same table (nothing else dispatches),
 // `alk ops` prints every table side by side (docs/ops.md is its output, checked in CI), and a
 // test fails when an op of the table is neither registered nor refused by some backend.
@@ -51,7 +54,8 @@ struct OpSupport {
 // them all (set_elementwise).
 class OpCoverage {
  public:
-  explicit OpCoverage(std::string backend);
+  explicit OpCoverage(std::string backend);  // registers itself for op_coverages()
+  ~OpCoverage();
   OpCoverage(const OpCoverage&) = delete;
   OpCoverage& operator=(const OpCoverage&) = delete;
   const std::string& backend() const { return backend_; }
@@ -64,9 +68,20 @@ class OpCoverage {
   std::vector<OpSupport> ops_;  // by OpId
 };
 
+// False for the template ops the scheduler handles itself on every device (Buffer, Const,
+// Map, Cast, ToDevice); true for every other op, which each backend must add or refuse.
+bool op_needs_backend_kernel(OpId op);
+
 // Every backend compiled into this program, in the order they registered.
 std::vector<const OpCoverage*> op_coverages();
 const OpCoverage* find_op_coverage(std::string_view backend);
+
+// The coverage table: every op of the op table (elementwise and template) x every backend
+// compiled in, the dtype families each runs forward and whether its backward runs there,
+// refusals with their reasons. What `alk ops` prints; docs/ops.md is the Markdown form
+// (a test fails when it is stale).
+std::string op_coverage_text();
+std::string op_coverage_markdown();
 
 // How one backend runs each template op.
 template <class Launch>

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "alk/op_registry.h"
 #include "core/half.h"
 #include "expr/emit.h"
 #include "graph/trace.h"
@@ -85,9 +86,13 @@ bool kernel_timing_enabled() { return debug_level("timing") != 0; }
 
 namespace {
 void check_supported(const Device& dev, const Kernel& k) {
-  check(dev.supports(k), std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(),
-        " device cannot run this kernel (", op_name(k.op), " of ", dtype_name(k.output.dtype),
-        "); move the tensors to a device that can with .to(device)");
+  if (dev.supports(k)) return;
+  // The backend's op table says why where it refuses the op outright (alk/op_registry.h).
+  std::string why;
+  if (const OpCoverage* c = find_op_coverage(dev.info().kind))
+    if (const OpSupport& s = c->support(k.op); s.status == OpSupport::Status::Refused) why = ": " + s.note;
+  fail(std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(), " device cannot run this kernel (",
+       op_name(k.op), " of ", dtype_name(k.output.dtype), why, "); move the tensors to a device that can with .to(device)");
 }
 
 void launch_now(const Kernel& k, PreparedKernel* prepared) {

@@ -42,6 +42,41 @@ bool op_differentiable(OpId op) {
   return kTemplate[static_cast<int>(op) - kNumElementwiseOps];
 }
 
+const std::vector<OpId>& op_backward_uses(OpId op) {
+  static const std::vector<OpId> none;
+  if (!op_differentiable(op)) return none;
+  // Broadcast operands get their gradients summed back (a Reduce); elementwise rules are Maps.
+  static const std::vector<OpId> reduce{OpId::Reduce};
+  if (is_elementwise(op)) return reduce;
+  using V = std::vector<OpId>;
+  static const std::vector<V> uses = [] {
+    std::vector<V> u(static_cast<size_t>(kNumOps));
+    auto set = [&u](OpId o, V v) { u[static_cast<size_t>(o)] = std::move(v); };
+    set(OpId::Cast, {});
+    set(OpId::Reduce, {OpId::Reduce});
+    set(OpId::Matmul, {OpId::Matmul, OpId::Reduce});
+    set(OpId::Softmax, {OpId::Softmax, OpId::Reduce});
+    set(OpId::LogSoftmax, {OpId::LogSoftmax, OpId::Reduce});
+    set(OpId::LayerNorm, {OpId::LayerNormBackward, OpId::Reduce});
+    set(OpId::RmsNorm, {OpId::Reduce});
+    set(OpId::Gather, {OpId::ScatterAdd});
+    set(OpId::IndexSelect, {OpId::ScatterAdd});
+    set(OpId::ScatterAdd, {OpId::Gather});
+    set(OpId::Tri, {OpId::Tri});
+    set(OpId::Cumsum, {OpId::Cumsum});
+    set(OpId::Pad, {OpId::Pad});
+    set(OpId::Concat, {});
+    set(OpId::SliceScatter, {OpId::SliceScatter});
+    set(OpId::Attention, {OpId::AttentionBackward});
+    set(OpId::Unfold, {OpId::Fold});
+    set(OpId::Fold, {OpId::Unfold});
+    set(OpId::Conv2d, {OpId::Unfold, OpId::Fold, OpId::Matmul, OpId::Reduce});
+    set(OpId::CrossEntropy, {OpId::CrossEntropyBackward});
+    return u;
+  }();
+  return uses[static_cast<size_t>(op)];
+}
+
 bool op_writes_over_input0(OpId op) {
   static constexpr bool kTemplate[] = {
 #define ALK_X(name, differentiable, writes_over_input0) writes_over_input0,

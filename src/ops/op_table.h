@@ -68,7 +68,12 @@ struct ElementwiseEntry {
 std::string_view op_name(OpId op);
 // Whether the op has a backward rule (elementwise: any operand has a gradient expression).
 bool op_differentiable(OpId op);
-bool op_writes_over_input0(OpId op);  // the template-op list's third column (false for elementwise ops)
+bool op_writes_over_input0(OpId op);
+// The template ops a differentiable op's backward rule launches besides Map kernels (what a
+// backend must run for the op's gradient: `alk ops` marks the backward of an op runnable
+// where all of them run). tests/ops/test_gradcheck.cpp checks it against what each op's
+// backward runs on the CPU. Empty for ops without a gradient.
+const std::vector<OpId>& op_backward_uses(OpId op);  // the template-op list's third column (false for elementwise ops)
 bool is_elementwise(OpId op);
 const ElementwiseEntry& elementwise_entry(OpId op);
 const std::vector<ElementwiseEntry>& elementwise_table();

@@ -383,6 +383,14 @@ struct Builder {
       names.emplace(t.impl()->node->buffer.get(), name + ".input" + std::to_string(i));
       pp.inputs.push_back(tensor_of(t, "input " + std::to_string(i)));
     }
+    // Asked of the registry before anything is planned: every op the step's kernels run,
+    // with why the exporter cannot write it, not just the first one met.
+    std::string refused;
+    for (const Kernel& k : *c.kernels)
+      if (k.op != OpId::Map && k.op != OpId::ToDevice)
+        if (std::string why = unsupported_reason(k.op); !why.empty() && refused.find(why) == std::string::npos)
+          refused += std::string(refused.empty() ? "" : "; ") + std::string(op_name(k.op)) + ": " + why;
+    check(refused.empty(), "export", loc, "webgpu: program '", name, "' runs ops the exporter cannot write (", refused, ")");
     for (const Kernel& k : *c.kernels) kernel(k);
     for (const auto& [cname, t] : *c.captures) pp.captures.push_back({cname, tensor_of(t, "capture '" + cname + "'")});
     std::vector<std::pair<int, int>> copies;  // values

@@ -821,41 +821,74 @@ size_t gpu_bytes(DType t, int64_t count) {
 }
 
 namespace {
+TemplatePlan matmul_either(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const Shape& o = out.shape;
+  const bool blocked = o.size() >= 2 && o[o.size() - 2] > 0 && o.back() > 0 && out.dtype == DType::F32;
+  return blocked ? matmul_blocked(k, in, out) : matmul(k, in, out);
+}
+
+// WebGPU has no f64 and no 64-bit integers: the bundle narrows them (gpu_bytes).
+constexpr const char* kNarrowed = "f64 runs as f32, i64 as i32";
+
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.coverage().set_elementwise(kAllDTypes, kNarrowed);
+  ops.add(OpId::Matmul, kFloatDTypes, matmul_either, kNarrowed);
+  ops.add(OpId::Reduce, kAllDTypes, reduce, kNarrowed);
+  ops.add(OpId::Softmax, kFloatDTypes, softmax, kNarrowed);
+  ops.add(OpId::LogSoftmax, kFloatDTypes, softmax, kNarrowed);
+  ops.add(OpId::LayerNorm, kFloatDTypes, norm, kNarrowed);
+  ops.add(OpId::RmsNorm, kFloatDTypes, norm, kNarrowed);
+  ops.add(OpId::LayerNormBackward, kFloatDTypes, layer_norm_backward, kNarrowed);
+  ops.add(OpId::IndexSelect, kAllDTypes, index_select, kNarrowed);
+  ops.add(OpId::Gather, kAllDTypes, gather, kNarrowed);
+  ops.add(OpId::ScatterAdd, kFloatDTypes | kIntDType, scatter_add, kNarrowed);
+  ops.add(OpId::OneHot, kIntDType, one_hot, kNarrowed);
+  ops.add(OpId::Tri, kAllDTypes, tri, kNarrowed);
+  ops.add(OpId::Cumsum, kAllDTypes, cumsum, kNarrowed);
+  ops.add(OpId::ArgReduce, kAllDTypes, argreduce, kNarrowed);
+  ops.add(OpId::Pad, kAllDTypes, pad, kNarrowed);
+  ops.add(OpId::Concat, kAllDTypes, concat, kNarrowed);
+  ops.add(OpId::SliceScatter, kAllDTypes, slice_scatter, kNarrowed);
+  ops.add(OpId::Attention, kFloatDTypes, attention_forward, kNarrowed);
+  ops.add(OpId::AttentionBackward, kFloatDTypes, attention_backward, kNarrowed);
+  ops.add(OpId::Unfold, kAllDTypes, unfold, kNarrowed);
+  ops.add(OpId::Fold, kFloatDTypes, fold, kNarrowed);
+  ops.add(OpId::Random, kFloatDTypes | kIntDType, [](const Kernel& k, const std::vector<TView>&, const TView& out) {
+    return random(k, out);
+  }, kNarrowed);
+  ops.refuse(OpId::HostCall, "a host function cannot run inside an exported bundle");
+  ops.refuse(OpId::CrossEntropy, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");
+  ops.refuse(OpId::CrossEntropyBackward, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");
+  ops.refuse(OpId::Conv2d, "no WGSL kernel: exported steps trace conv2d as unfold and matmul");
+  // Generation (include/alk/generate.h) is not exported: a bundle replays a training step or a forward.
+  ops.refuse(OpId::KvCacheWrite, "no WGSL kernel: bundles do not export KV-cache generation");
+  ops.refuse(OpId::DecodeAttention, "no WGSL kernel: bundles do not export KV-cache generation");
+  ops.refuse(OpId::SampleTokens, "no WGSL kernel: bundles do not export KV-cache generation");
+  return true;
+}();
+
 TemplatePlan passes_of(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   check_output(k, out.dtype);
   for (const TView& v : in)
     if (v.shape.size() != v.strides.size()) fail(std::string(op_name(k.node.op)), k.node.loc, "webgpu export: a view without strides");
-  switch (k.node.op) {
-    case OpId::Matmul: {
-      const Shape& o = out.shape;
-      const bool blocked = o.size() >= 2 && o[o.size() - 2] > 0 && o.back() > 0 && out.dtype == DType::F32;
-      return blocked ? matmul_blocked(k, in, out) : matmul(k, in, out);
-    }
-    case OpId::Reduce: return reduce(k, in, out);
-    case OpId::Softmax: case OpId::LogSoftmax: return softmax(k, in, out);
-    case OpId::LayerNorm: case OpId::RmsNorm: return norm(k, in, out);
-    case OpId::LayerNormBackward: return layer_norm_backward(k, in, out);
-    case OpId::IndexSelect: return index_select(k, in, out);
-    case OpId::Gather: return gather(k, in, out);
-    case OpId::ScatterAdd: return scatter_add(k, in, out);
-    case OpId::OneHot: return one_hot(k, in, out);
-    case OpId::Tri: return tri(k, in, out);
-    case OpId::Cumsum: return cumsum(k, in, out);
-    case OpId::ArgReduce: return argreduce(k, in, out);
-    case OpId::Pad: return pad(k, in, out);
-    case OpId::Concat: return concat(k, in, out);
-    case OpId::SliceScatter: return slice_scatter(k, in, out);
-    case OpId::Attention: return attention_forward(k, in, out);
-    case OpId::AttentionBackward: return attention_backward(k, in, out);
-    case OpId::Unfold: return unfold(k, in, out);
-    case OpId::Fold: return fold(k, in, out);
-    case OpId::Random: return random(k, out);
-    default: break;
-  }
-  fail(std::string(op_name(k.node.op)), k.node.loc,
-       "webgpu export: no WGSL kernel for this op");
+  const TemplateLaunch* run = template_ops().find(k.node.op);
+  if (!run) fail(std::string(op_name(k.node.op)), k.node.loc, "webgpu export: ", unsupported_reason(k.node.op));
+  return (*run)(k, in, out);
 }
 }  // namespace
+
+TemplateOpTable<TemplateLaunch>& template_ops() {
+  static TemplateOpTable<TemplateLaunch> table("webgpu");
+  return table;
+}
+
+std::string unsupported_reason(OpId op) {
+  const OpSupport& s = template_ops().coverage().support(op);
+  if (s.status == OpSupport::Status::Refused) return s.note;
+  if (s.status == OpSupport::Status::Runs) return "";
+  return "no WGSL kernel for " + std::string(op_name(op));
+}
 
 TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   TemplatePlan p = passes_of(k, in, out);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "alk/op_registry.h"
 #include "runtime/kernel.h"
 
 namespace alk::webgpu {
@@ -44,6 +45,13 @@ struct TemplatePlan {
 // k.node.shape and k.node.dtype (the epilogue, if any, is the caller's). Throws alk::Error
 // naming the op when it has no WGSL kernel here.
 TemplatePlan template_passes(const Kernel& k, const std::vector<TView>& inputs, const TView& output);
+
+// How the exporter writes each template op's passes (alk/op_registry.h): a traced program
+// is checked against this table before its kernels are planned.
+using TemplateLaunch = TemplatePlan (*)(const Kernel& k, const std::vector<TView>& inputs, const TView& output);
+TemplateOpTable<TemplateLaunch>& template_ops();
+// Why the exporter cannot write op ("" when it can).
+std::string unsupported_reason(OpId op);
 
 // How a dtype is stored in a WebGPU buffer: bytes for n elements (i64 narrowed to i32,
 // f64 to f32, 8/16-bit types packed in u32 words; rounded up to whole words).

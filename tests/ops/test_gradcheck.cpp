@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "backend/cpu/kernel_observer.h"
 #include "ops/ops.h"
 #include "testing.h"
 
@@ -165,6 +166,30 @@ TEST(Gradcheck, TemplateOps) {
     SCOPED_TRACE(std::string(op_name(op)));
     std::mt19937 rng(11 + static_cast<int>(op));
     run(rng);
+  }
+}
+
+// op_backward_uses (what `alk ops` judges a backend's backward support by) names every
+// template op a gradient runs: each case's kernels on the CPU, seen by the kernel observer.
+TEST(Gradcheck, BackwardUsesNameWhatTheBackwardRuns) {
+  for (auto& [op, run] : template_cases()) {
+    SCOPED_TRACE(std::string(op_name(op)));
+    std::set<OpId> seen;
+    const cpu::KernelObserver observer = [&seen](const Kernel& k) { seen.insert(k.node.op); };
+    cpu::set_kernel_observer(&observer);
+    std::mt19937 rng(11 + static_cast<int>(op));
+    run(rng);
+    cpu::set_kernel_observer(nullptr);
+    const std::vector<OpId>& uses = op_backward_uses(op);
+    for (OpId s : seen) {
+      // The case's own forward, what the scheduler runs on every device, the harness's sum
+      // of the outputs (a Reduce), and Unfold's second case, conv2d, which is unfold + matmul.
+      if (s == op || is_elementwise(s) || s == OpId::Map || s == OpId::Const || s == OpId::Buffer || s == OpId::Cast ||
+          s == OpId::ToDevice || s == OpId::Reduce || (op == OpId::Unfold && s == OpId::Matmul))
+        continue;
+      EXPECT_NE(std::find(uses.begin(), uses.end(), s), uses.end())
+          << "the backward of " << op_name(op) << " ran " << op_name(s) << ", which op_backward_uses does not name";
+    }
   }
 }
 

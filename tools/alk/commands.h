@@ -13,4 +13,5 @@ void add_generate_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_onnx_command(CLI::App& app);  // onnx_command.cpp (a stub without ALK_ONNX)
 void add_export_command(CLI::App& app);
+void add_ops_command(CLI::App& app);  // ops_command.cpp: the op registry's coverage table
 }  // namespace alk::cli

@@ -17,7 +17,7 @@
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/kernel_observer.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/kernels_decode.h"
+#include "backend/cpu/template_ops.h"
 #include "runtime/device.h"
 #include "expr/emit.h"
 #include "backend/cpu/isa.h"
@@ -196,7 +196,8 @@ class CpuDevice final : public Device {
     if (bytes) std::memmove(static_cast<char*>(dst.handle) + dst_offset, static_cast<const char*>(src.handle) + src_offset, bytes);
   }
   void synchronize() override {}
-  bool supports(const Kernel&) const override { return true; }  // the reference runs everything
+  // The reference runs everything: every Map, and every template op in its table.
+  bool supports(const Kernel& k) const override { return k.op == OpId::Map || cpu::template_ops().find(k.op); }
   // A norm's epilogue runs over its result in place (run_template): no second buffer. Its
   // backward loads the output gradient in any dtype (RowLayout::load).
   bool fuses_epilogue(OpId core) const override {
@@ -290,130 +291,35 @@ class CpuDevice final : public Device {
 
  private:
   void run_core(const Kernel& k, const cpu::View& out) {
-    const KernelOp& n = k.node;
-    auto in = views_of(k.inputs);
-    switch (n.op) {
-      case OpId::Reduce: {
-        const auto& p = std::get<ReduceParams>(n.params);
-        cpu::eval_reduce(*k.expr, in, n.in_shape, p.axes, reduction_of(p.op), out);
-        return;
-      }
-      case OpId::Matmul: cpu::matmul(in[0], in[1], out); return;
-      case OpId::ArgReduce: {
-        const auto& p = std::get<AxisParams>(n.params);
-        cpu::argreduce(in[0], p.axis, p.flag, out);
-        return;
-      }
-      case OpId::Softmax:
-      case OpId::LogSoftmax: {
-        const auto& p = std::get<AxisParams>(n.params);
-        cpu::softmax(in[0], p.axis, n.op == OpId::LogSoftmax, out);
-        return;
-      }
-      case OpId::LayerNorm: {
-        const auto& p = std::get<NormParams>(n.params);
-        cpu::layer_norm(in[0], &in[1], &in[2], p.inner, p.eps, out);
-        return;
-      }
-      case OpId::LayerNormBackward: {
-        const auto& p = std::get<NormParams>(n.params);
-        cpu::layer_norm_backward(in[0], in[1], in[2], p.inner, p.eps, out);
-        return;
-      }
-      case OpId::CrossEntropy:
-        cpu::cross_entropy(in[0], in[1], std::get<CrossEntropyParams>(n.params).ignore_index, out, n.loc);
-        return;
-      case OpId::CrossEntropyBackward:
-        cpu::cross_entropy_backward(in[0], in[1], in[2], in[3], std::get<CrossEntropyParams>(n.params).ignore_index, out,
-                                    n.loc);
-        return;
-      case OpId::RmsNorm: {
-        const auto& p = std::get<NormParams>(n.params);
-        cpu::rms_norm(in[0], &in[1], p.inner, p.eps, out);
-        return;
-      }
-      case OpId::Gather: cpu::gather(in[0], std::get<IndexParams>(n.params).dim, in[1], out, n.loc); return;
-      case OpId::IndexSelect:
-        cpu::index_select(in[0], std::get<IndexParams>(n.params).dim, in[1], out, n.loc);
-        return;
-      case OpId::ScatterAdd:
-        cpu::scatter_add(in[0], std::get<IndexParams>(n.params).dim, in[1], in[2], out, n.loc);
-        return;
-      case OpId::OneHot: cpu::one_hot(in[0], std::get<OneHotParams>(n.params).num_classes, out, n.loc); return;
-      case OpId::Tri: {
-        const auto& p = std::get<TriParams>(n.params);
-        cpu::tri(in[0], p.k, p.upper, out);
-        return;
-      }
-      case OpId::Cumsum: {
-        const auto& p = std::get<AxisParams>(n.params);
-        cpu::cumsum(in[0], p.axis, p.flag, out);
-        return;
-      }
-      case OpId::Pad: {
-        const auto& p = std::get<PadParams>(n.params);
-        cpu::pad(in[0], p.pads, p.value, out);
-        return;
-      }
-      case OpId::Concat: cpu::concat(in, std::get<IndexParams>(n.params).dim, out); return;
-      case OpId::SliceScatter: {
-        const auto& p = std::get<SliceScatterParams>(n.params);
-        cpu::slice_scatter(in[0], p.dim, p.start, p.step, out);
-        return;
-      }
-      case OpId::Random: {
-        const auto& p = std::get<RandomParams>(n.params);
-        if (!k.inputs.empty()) {
-          // A compiled step's draw: seed and base offset live in an i64 [2] buffer the replay
-          // rewrites (alk::compile), p.offset is relative to that base.
-          uint64_t state[2];
-          std::memcpy(state, static_cast<const char*>(k.inputs[0].buffer->handle) + k.inputs[0].byte_offset, sizeof state);
-          cpu::random(static_cast<cpu::Distribution>(p.dist), state[0], state[1] + p.offset, p.low, p.high, out);
-          return;
-        }
-        cpu::random(static_cast<cpu::Distribution>(p.dist), p.seed, p.offset, p.low, p.high, out);
-        return;
-      }
-      case OpId::Attention: {
-        const auto& p = std::get<AttentionParams>(n.params);
-        // The layout with the logsumexps apart is made only for devices with "attention_16bit".
-        check(p.out_heads == 0, "scaled_dot_product_attention", n.loc, "the CPU kernels pack each row's logsumexp");
-        cpu::attention_forward(in[0], in[1], in[2], p.causal, p.scale, out);
-        return;
-      }
-      case OpId::AttentionBackward: {
-        const auto& p = std::get<AttentionParams>(n.params);
-        check(p.out_heads == 0, "scaled_dot_product_attention", n.loc, "the CPU kernels pack each row's logsumexp");
-        cpu::attention_backward(in[0], in[1], in[2], in[3], in[4], p.causal, p.scale, out);
-        return;
-      }
-      case OpId::Unfold: {
-        const auto& p = std::get<UnfoldParams>(n.params);
-        cpu::unfold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.pad_value, out);
-        return;
-      }
-      case OpId::Conv2d: {
-        const auto& p = std::get<UnfoldParams>(n.params);
-        cpu::conv2d(in[0], in[1], in.size() > 2 ? &in[2] : nullptr, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
-        return;
-      }
-      case OpId::Fold: {
-        const auto& p = std::get<UnfoldParams>(n.params);
-        cpu::fold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
-        return;
-      }
-      case OpId::HostCall: std::get<HostCallParams>(n.params).fn->run(k); return;
-      case OpId::KvCacheWrite: cpu::kv_cache_write(in[0], in[1], in[2], out, n.loc); return;
-      case OpId::DecodeAttention:
-        cpu::decode_attention(in[0], in[1], in[2], in[3], std::get<AttentionParams>(n.params).scale, out, n.loc);
-        return;
-      case OpId::SampleTokens: cpu::sample_tokens(in[0], in[1], in[2], in[3], out, n.loc); return;
-      default:
-        fail(std::string(op_name(n.op)), n.loc, "the cpu backend has no kernel for this op");
-    }
+    const cpu::TemplateLaunch* run = cpu::template_ops().find(k.node.op);
+    if (!run) fail(std::string(op_name(k.node.op)), k.node.loc, "the cpu backend has no kernel for this op");
+    (*run)(k, views_of(k.inputs), out);
   }
 };
 
+}  // namespace
+
+TemplateOpTable<cpu::TemplateLaunch>& cpu::template_ops() {
+  static TemplateOpTable<TemplateLaunch> table("cpu");
+  return table;
+}
+
+namespace {
+// The entries the device itself holds: Map kernels (the evaluator runs every expression in
+// every dtype), reductions (the evaluator's reduce over a prologue) and host calls; the
+// kernel families register theirs in their own files (kernels_*.cpp).
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = cpu::template_ops();
+  ops.coverage().set_elementwise(kAllDTypes);
+  ops.add(OpId::Reduce, kAllDTypes, [](const Kernel& k, const std::vector<cpu::View>& in, const cpu::View& out) {
+    const auto& p = std::get<ReduceParams>(k.node.params);
+    cpu::eval_reduce(*k.expr, in, k.node.in_shape, p.axes, reduction_of(p.op), out);
+  });
+  ops.add(OpId::HostCall, kAllDTypes, [](const Kernel& k, const std::vector<cpu::View>&, const cpu::View&) {
+    std::get<HostCallParams>(k.node.params).fn->run(k);
+  });
+  return true;
+}();
 }  // namespace
 
 void cpu::set_kernel_observer(const KernelObserver* observer) { kernel_observer().store(observer, std::memory_order_release); }

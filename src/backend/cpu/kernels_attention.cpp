@@ -4,6 +4,7 @@
 #include "alk/error.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 
 namespace alk::cpu {
 
@@ -52,5 +53,25 @@ void attention_backward(const View& q, const View& k, const View& v, const View&
   }
   generic::attention_backward(q, k, v, fwd, d_out, causal, scale, out);
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  // The layout with the logsumexps apart (out_heads > 0) is made only for devices with
+  // "attention_16bit": the CPU kernels pack each row's logsumexp.
+  ops.add(OpId::Attention, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<AttentionParams>(k.node.params);
+    check(p.out_heads == 0, "scaled_dot_product_attention", k.node.loc, "the CPU kernels pack each row's logsumexp");
+    attention_forward(in[0], in[1], in[2], p.causal, p.scale, out);
+  }, "rows with their logsumexp packed (out_heads 0)");
+  ops.add(OpId::AttentionBackward, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<AttentionParams>(k.node.params);
+    check(p.out_heads == 0, "scaled_dot_product_attention", k.node.loc, "the CPU kernels pack each row's logsumexp");
+    attention_backward(in[0], in[1], in[2], in[3], in[4], p.causal, p.scale, out);
+  }, "rows with their logsumexp packed (out_heads 0)");
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -13,6 +13,7 @@
 #include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
@@ -799,5 +800,25 @@ bool conv2d_epilogue(const View& x, const View& w, const View* bias, int64_t sh,
   conv2d_finished(x, w, bias, sh, sw, ph, pw, dh, dw, out, fin);
   return true;
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.add(OpId::Unfold, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<UnfoldParams>(k.node.params);
+    unfold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.pad_value, out);
+  });
+  ops.add(OpId::Fold, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<UnfoldParams>(k.node.params);
+    fold2d(in[0], p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
+  });
+  ops.add(OpId::Conv2d, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<UnfoldParams>(k.node.params);
+    conv2d(in[0], in[1], in.size() > 2 ? &in[2] : nullptr, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, out);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -12,6 +12,7 @@
 
 #include "alk/error.h"
 #include "backend/cpu/kernels_decode.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/philox.h"
 
@@ -222,5 +223,22 @@ void sample_tokens(const View& logits, const View& settings, const View& seeds, 
     }
   });
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.add(OpId::KvCacheWrite, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    kv_cache_write(in[0], in[1], in[2], out, k.node.loc);
+  }, "only the new rows are written when the result has the cache's memory");
+  ops.add(OpId::DecodeAttention, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    decode_attention(in[0], in[1], in[2], in[3], std::get<AttentionParams>(k.node.params).scale, out, k.node.loc);
+  });
+  ops.add(OpId::SampleTokens, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    sample_tokens(in[0], in[1], in[2], in[3], out, k.node.loc);
+  }, "float logits; i64 ids");
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
@@ -160,5 +161,25 @@ void one_hot(const View& ids, int64_t num_classes, const View& out, Loc loc) {
   for (int64_t i = 0, n = ids.numel(); i < n; ++i, w.next())
     store_double(out.data, out.dtype, out.offset + i * num_classes + detail::load_index(ids, w.off(0)), 1.0);
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.add(OpId::Gather, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    gather(in[0], std::get<IndexParams>(k.node.params).dim, in[1], out, k.node.loc);
+  });
+  ops.add(OpId::IndexSelect, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    index_select(in[0], std::get<IndexParams>(k.node.params).dim, in[1], out, k.node.loc);
+  });
+  ops.add(OpId::ScatterAdd, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    scatter_add(in[0], std::get<IndexParams>(k.node.params).dim, in[1], in[2], out, k.node.loc);
+  });
+  ops.add(OpId::OneHot, kIntDType, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    one_hot(in[0], std::get<OneHotParams>(k.node.params).num_classes, out, k.node.loc);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -4,6 +4,7 @@
 
 #include "alk/error.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
@@ -63,5 +64,20 @@ void cross_entropy_backward(const View& x, const View& targets, const View& pack
     }
   });
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.add(OpId::CrossEntropy, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    cross_entropy(in[0], in[1], std::get<CrossEntropyParams>(k.node.params).ignore_index, out, k.node.loc);
+  });
+  ops.add(OpId::CrossEntropyBackward, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    cross_entropy_backward(in[0], in[1], in[2], in[3], std::get<CrossEntropyParams>(k.node.params).ignore_index, out,
+                           k.node.loc);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -38,6 +38,7 @@
 #include "backend/cpu/gemm_kernel.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
@@ -838,5 +839,17 @@ void matmul(const View& a, const View& b, const View& out, std::span<const View>
   matmul_f64(a, b, out, batches);
   add_after(out, addends);
 }
+
+// The CPU's template-op table entry for this family (src/backend/cpu/template_ops.h). A
+// matmul whose epilogue only adds f32 tensors is run by the device with those addends
+// (cpu_device.cpp); this is the plain product.
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  template_ops().add(OpId::Matmul, kAllDTypes, [](const Kernel&, const std::vector<View>& in, const View& out) {
+    matmul(in[0], in[1], out);
+  }, "integers through f64 arithmetic");
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -2,6 +2,7 @@
 // the kernels are in norm_impl.inc, compiled per instruction set; this file picks one.
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 
 namespace alk::cpu {
 
@@ -41,5 +42,31 @@ void layer_norm_backward(const View& x, const View& weight, const View& g, int64
   ALK_BY_ISA(layer_norm_backward(x, weight, g, inner, eps, out));
 }
 #undef ALK_BY_ISA
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  auto softmax_launch = [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<AxisParams>(k.node.params);
+    softmax(in[0], p.axis, k.node.op == OpId::LogSoftmax, out);
+  };
+  ops.add(OpId::Softmax, kFloatDTypes, softmax_launch);
+  ops.add(OpId::LogSoftmax, kFloatDTypes, softmax_launch);
+  ops.add(OpId::LayerNorm, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<NormParams>(k.node.params);
+    layer_norm(in[0], &in[1], &in[2], p.inner, p.eps, out);
+  });
+  ops.add(OpId::LayerNormBackward, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<NormParams>(k.node.params);
+    layer_norm_backward(in[0], in[1], in[2], p.inner, p.eps, out);
+  });
+  ops.add(OpId::RmsNorm, kFloatDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<NormParams>(k.node.params);
+    rms_norm(in[0], &in[1], p.inner, p.eps, out);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -9,8 +9,12 @@
 // The Philox words come 8 or 16 counters at a time from the AVX2 / AVX-512 code in
 // random_impl.inc (the same bits as philox4x32_10, which computes the rest); the
 // distributions are then applied to the words with core/philox.h's expressions.
+#include <cstring>
+
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
+#include "runtime/device.h"
 #include "backend/cpu/kernels_internal.h"
 #include "core/philox.h"
 
@@ -89,5 +93,25 @@ void random(Distribution dist, uint64_t seed, uint64_t offset, double low, doubl
     });
   });
 }
+
+// The CPU's template-op table entry for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  template_ops().add(OpId::Random, kFloatDTypes, [](const Kernel& k, const std::vector<View>&, const View& out) {
+    const auto& p = std::get<RandomParams>(k.node.params);
+    const auto dist = static_cast<Distribution>(p.dist);
+    if (!k.inputs.empty()) {
+      // A compiled step's draw: seed and base offset live in an i64 [2] buffer the replay
+      // rewrites (alk::compile), p.offset is relative to that base.
+      uint64_t state[2];
+      std::memcpy(state, static_cast<const char*>(k.inputs[0].buffer->handle) + k.inputs[0].byte_offset, sizeof state);
+      random(dist, state[0], state[1] + p.offset, p.low, p.high, out);
+      return;
+    }
+    random(dist, p.seed, p.offset, p.low, p.high, out);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/template_ops.h"
 #include "backend/cpu/kernels_internal.h"
 
 namespace alk::cpu {
@@ -182,5 +183,36 @@ void slice_scatter(const View& g, int dim, int64_t start, int64_t step, const Vi
     for (int64_t i = lo; i < hi; ++i, w.next()) detail::copy_elem(g, w.off(0), out, w.off(1));
   });
 }
+
+// The CPU's template-op table entries for this family (src/backend/cpu/template_ops.h).
+namespace {
+[[maybe_unused]] const bool registered = [] {
+  auto& ops = template_ops();
+  ops.add(OpId::ArgReduce, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<AxisParams>(k.node.params);
+    argreduce(in[0], p.axis, p.flag, out);
+  });
+  ops.add(OpId::Tri, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<TriParams>(k.node.params);
+    tri(in[0], p.k, p.upper, out);
+  });
+  ops.add(OpId::Cumsum, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<AxisParams>(k.node.params);
+    cumsum(in[0], p.axis, p.flag, out);
+  });
+  ops.add(OpId::Pad, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<PadParams>(k.node.params);
+    pad(in[0], p.pads, p.value, out);
+  });
+  ops.add(OpId::Concat, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    concat(in, std::get<IndexParams>(k.node.params).dim, out);
+  });
+  ops.add(OpId::SliceScatter, kAllDTypes, [](const Kernel& k, const std::vector<View>& in, const View& out) {
+    const auto& p = std::get<SliceScatterParams>(k.node.params);
+    slice_scatter(in[0], p.dim, p.start, p.step, out);
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace alk::cpu

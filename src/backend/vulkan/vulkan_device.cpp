@@ -20,14 +20,6 @@ struct Slot {
   std::shared_ptr<Allocation> alloc;
 };
 
-std::mutex& template_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<OpId, TemplateOp>& template_ops() {
-  static std::map<OpId, TemplateOp> ops;
-  return ops;
-}
 
 expr::MapSignature map_signature(const Kernel& k) {
   expr::MapSignature sig{"map", {}, k.output.dtype};
@@ -179,8 +171,7 @@ class VulkanDevice final : public Device {
       fail(std::string(op_name(k.node.op)) + " cannot run on " + info_.name + ": " + why);
     if (k.op != OpId::Map) {
       auto p = std::make_shared<PreparedTemplate>();
-      std::lock_guard lock(template_mutex());
-      p->op = template_ops().at(k.op);
+      p->op = *template_ops().find(k.op);  // unsupported() found it
       return p;
     }
     const std::string key = map_kernel_key(k);
@@ -226,14 +217,12 @@ class VulkanDevice final : public Device {
       reasons_[key] = why;
       return why.empty() ? layout_reason(ctx(), k) : why;
     }
-    TemplateOp t;
-    {
-      std::lock_guard lock(template_mutex());
-      auto it = template_ops().find(k.op);
-      if (it == template_ops().end()) return "no Vulkan kernel for " + std::string(op_name(k.op)) + " yet";
-      t = it->second;
+    const TemplateOp* t = template_ops().find(k.op);
+    if (!t) {
+      const OpSupport& s = template_ops().coverage().support(k.op);
+      return s.status == OpSupport::Status::Refused ? s.note : "no Vulkan kernel for " + std::string(op_name(k.op));
     }
-    return t.unsupported ? t.unsupported(ctx(), k) : "";
+    return t->unsupported ? t->unsupported(ctx(), k) : "";
   }
 
  protected:
@@ -297,10 +286,24 @@ ViewArg view_arg(const KernelArg& a) {
   return ViewArg{static_cast<const Slot*>(a.buffer->handle)->alloc, a.byte_offset, a.dtype, a.shape, a.strides, a.offset};
 }
 
-void register_template_op(OpId op, TemplateOp t) {
-  std::lock_guard lock(template_mutex());
-  template_ops()[op] = t;
+TemplateOpTable<TemplateOp>& template_ops() {
+  static TemplateOpTable<TemplateOp> table("vulkan");
+  return table;
 }
+
+namespace {
+// What the kernel families under kernels/ do not register: Map kernels are the GLSL
+// emitter's (f64 only where the device has shaderFloat64), and the ops no kernel exists for.
+[[maybe_unused]] const bool refused = [] {
+  auto& ops = template_ops();
+  ops.coverage().set_elementwise(kAllDTypes, "f64 where the device has shaderFloat64");
+  ops.refuse(OpId::HostCall, "host functions need host pointers or the CUDA stream; Vulkan buffers have neither");
+  ops.refuse(OpId::CrossEntropy, "no fused kernel: cross_entropy is composed of log_softmax and gather here");
+  ops.refuse(OpId::CrossEntropyBackward, "no fused kernel: cross_entropy is composed of log_softmax and gather here");
+  ops.refuse(OpId::Conv2d, "no direct kernel: conv2d is composed of unfold and matmul here (no \"conv2d\" feature)");
+  return true;
+}();
+}  // namespace
 
 std::string unsupported_reason(int index, const Kernel& k) {
   const std::string name = "vulkan:" + std::to_string(index);

@@ -7,8 +7,9 @@
 // them off this device (or says why it cannot run them).
 //
 // Adding a template op (GEMM, softmax, ...): write one GLSL compute shader for it and
-// register a TemplateOp for its OpId (register_template_op, at static-init time in the
-// op's own .cpp file under src/backend/vulkan/). Convention for the shader:
+// add a TemplateOp for its OpId to the backend's table (template_ops().add, at static-init
+// time in the op's own .cpp file under src/backend/vulkan/kernels/; alk/op_registry.h), or
+// refuse it there with the reason. Convention for the shader:
 //   - set 0, bindings 0..N-1: storage buffers, the kernel's inputs in order, then its output;
 //   - every tensor binds through bind_view() (map_kernel.h): at an aligned offset, with
 //     the element offset of its first element passed to the shader (like offset[] of Map
@@ -21,6 +22,7 @@
 #pragma once
 #include <memory>
 
+#include "alk/op_registry.h"
 #include "backend/vulkan/map_kernel.h"
 #include "runtime/device.h"
 
@@ -35,7 +37,8 @@ struct TemplateOp {
   // Records k into enc (the device's stream, or a recording).
   void (*launch)(Context& ctx, Encoder& enc, const Kernel& k) = nullptr;
 };
-void register_template_op(OpId op, TemplateOp t);
+// How this backend runs each template op, or why it does not (alk/op_registry.h).
+TemplateOpTable<TemplateOp>& template_ops();
 
 // Why device `index` cannot run k ("" when it can): what supports() reports.
 std::string unsupported_reason(int index, const Kernel& k);

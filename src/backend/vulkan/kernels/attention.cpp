@@ -840,8 +840,8 @@ void launch_backward(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::Attention, TemplateOp{unsupported, launch_forward});
-  register_template_op(OpId::AttentionBackward, TemplateOp{unsupported, launch_backward});
+  template_ops().add(OpId::Attention, kFloatDTypes, TemplateOp{unsupported, launch_forward}, "rows with their logsumexp packed (out_heads 0); f64 where the device has shaderFloat64");
+  template_ops().add(OpId::AttentionBackward, kFloatDTypes, TemplateOp{unsupported, launch_backward}, "rows with their logsumexp packed (out_heads 0); f64 where the device has shaderFloat64");
   return true;
 }();
 

@@ -131,8 +131,8 @@ void fold_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::Unfold, TemplateOp{unfold_unsupported, unfold_launch});
-  register_template_op(OpId::Fold, TemplateOp{fold_unsupported, fold_launch});
+  template_ops().add(OpId::Unfold, kAllDTypes, TemplateOp{unfold_unsupported, unfold_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::Fold, kFloatDTypes, TemplateOp{fold_unsupported, fold_launch}, "f64 where the device has shaderFloat64");
   return true;
 }();
 

@@ -403,9 +403,11 @@ void sample_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::KvCacheWrite, TemplateOp{kv_write_unsupported, kv_write_launch});
-  register_template_op(OpId::DecodeAttention, TemplateOp{decode_attention_unsupported, decode_attention_launch});
-  register_template_op(OpId::SampleTokens, TemplateOp{sample_unsupported, sample_launch});
+  template_ops().add(OpId::KvCacheWrite, kFloatDTypes, TemplateOp{kv_write_unsupported, kv_write_launch},
+                     "a contiguous cache (rows copied as raw bits)");
+  template_ops().add(OpId::DecodeAttention, kFloatDTypes, TemplateOp{decode_attention_unsupported, decode_attention_launch},
+                     "head dim <= 256; split over the cache's rows on GPUs; f64 where the device has shaderFloat64");
+  template_ops().add(OpId::SampleTokens, kF32DType, TemplateOp{sample_unsupported, sample_launch}, "f32 logits; i64 ids");
   return true;
 }();
 

@@ -478,10 +478,10 @@ void one_hot_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::Gather, TemplateOp{gather_unsupported, gather_launch});
-  register_template_op(OpId::IndexSelect, TemplateOp{index_select_unsupported, index_select_launch});
-  register_template_op(OpId::ScatterAdd, TemplateOp{scatter_add_unsupported, scatter_add_launch});
-  register_template_op(OpId::OneHot, TemplateOp{one_hot_unsupported, one_hot_launch});
+  template_ops().add(OpId::Gather, kAllDTypes, TemplateOp{gather_unsupported, gather_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::IndexSelect, kAllDTypes, TemplateOp{index_select_unsupported, index_select_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::ScatterAdd, kFloatDTypes | kIntDType, TemplateOp{scatter_add_unsupported, scatter_add_launch}, "f64 where the device has shaderFloat64; not u8/bool");
+  template_ops().add(OpId::OneHot, kIntDType, TemplateOp{one_hot_unsupported, one_hot_launch});
   return true;
 }();
 

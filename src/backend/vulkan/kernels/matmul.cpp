@@ -1033,7 +1033,7 @@ void kernel_launch(Context& ctx, Encoder& enc, const Kernel& k) {
   kernel.launch(enc, view_arg(k.inputs[0]), view_arg(k.inputs[1]), view_arg(k.output), eps);
 }
 
-[[maybe_unused]] const bool registered = (register_template_op(OpId::Matmul, TemplateOp{kernel_unsupported, kernel_launch}), true);
+[[maybe_unused]] const bool registered = (template_ops().add(OpId::Matmul, kFloatDTypes, TemplateOp{kernel_unsupported, kernel_launch}, "f64 where the device has shaderFloat64"), true);
 
 }  // namespace
 

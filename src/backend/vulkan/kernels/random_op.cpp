@@ -271,7 +271,7 @@ void random_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::Random, TemplateOp{random_unsupported, random_launch});
+  template_ops().add(OpId::Random, kFloatDTypes | kIntDType, TemplateOp{random_unsupported, random_launch}, "f64 where the device has shaderFloat64 (and for every distribution but plain uniform)");
   return true;
 }();
 

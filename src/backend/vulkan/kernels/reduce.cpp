@@ -1366,7 +1366,8 @@ void launch_entry(Context& ctx, Encoder& enc, const Kernel& k) { launch_row_op(c
 const bool registered = [] {
   for (OpId op : {OpId::Reduce, OpId::ArgReduce, OpId::Softmax, OpId::LogSoftmax, OpId::LayerNorm, OpId::RmsNorm,
                   OpId::LayerNormBackward, OpId::Cumsum})
-    register_template_op(op, TemplateOp{unsupported_entry, launch_entry});
+    template_ops().add(op, op == OpId::Reduce || op == OpId::ArgReduce || op == OpId::Cumsum ? kAllDTypes : kFloatDTypes,
+                        TemplateOp{unsupported_entry, launch_entry}, "f64 where the device has shaderFloat64");
   return true;
 }();
 

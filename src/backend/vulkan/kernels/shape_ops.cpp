@@ -184,10 +184,10 @@ void slice_scatter_launch(Context& ctx, Encoder& enc, const Kernel& k) {
 }
 
 const bool registered = [] {
-  register_template_op(OpId::Tri, TemplateOp{tri_unsupported, tri_launch});
-  register_template_op(OpId::Pad, TemplateOp{pad_unsupported, pad_launch});
-  register_template_op(OpId::Concat, TemplateOp{concat_unsupported, concat_launch});
-  register_template_op(OpId::SliceScatter, TemplateOp{slice_scatter_unsupported, slice_scatter_launch});
+  template_ops().add(OpId::Tri, kAllDTypes, TemplateOp{tri_unsupported, tri_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::Pad, kAllDTypes, TemplateOp{pad_unsupported, pad_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::Concat, kAllDTypes, TemplateOp{concat_unsupported, concat_launch}, "f64 where the device has shaderFloat64");
+  template_ops().add(OpId::SliceScatter, kAllDTypes, TemplateOp{slice_scatter_unsupported, slice_scatter_launch}, "f64 where the device has shaderFloat64");
   return true;
 }();
 
