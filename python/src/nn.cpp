@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 
 #include "alk/compile.h"
+#include "alk/generate.h"
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
@@ -110,7 +111,42 @@ void bind_nn(py::module_& top) {
       .def_readonly("wpe", &nn::GPT::wpe)
       .def_readonly("blocks", &nn::GPT::blocks)
       .def_readonly("ln_f", &nn::GPT::ln_f)
-      .def_readonly("head", &nn::GPT::head);
+      .def_readonly("head", &nn::GPT::head)
+      .def(
+          "generate",
+          [](const std::shared_ptr<nn::GPT>& self, const std::vector<std::vector<int32_t>>& prompts,
+             int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, std::optional<uint64_t> seed,
+             std::optional<int32_t> eos_token_id, double presence_penalty, double frequency_penalty) {
+            // Every prompt in its own slot of one alk::Generator: decoded together, each as if alone.
+            alk::GeneratorOptions opt;
+            opt.slots = std::max<int64_t>(1, static_cast<int64_t>(prompts.size()));
+            alk::Generator gen(self, opt);
+            std::vector<int64_t> ids;
+            for (size_t i = 0; i < prompts.size(); ++i) {
+              alk::GenerateRequest r;
+              r.prompt = prompts[i];
+              r.sampling.max_tokens = max_new_tokens;
+              r.sampling.temperature = temperature;
+              r.sampling.top_k = top_k;
+              r.sampling.top_p = top_p;
+              if (seed) r.sampling.seed = *seed + i;
+              r.sampling.eos = eos_token_id;
+              r.sampling.presence_penalty = presence_penalty;
+              r.sampling.frequency_penalty = frequency_penalty;
+              ids.push_back(gen.submit(r));
+            }
+            std::vector<std::vector<int32_t>> out = prompts;
+            while (!gen.idle())
+              for (const alk::TokenEvent& e : gen.step())
+                if (e.token >= 0) out[static_cast<size_t>(e.request - ids.front())].push_back(e.token);
+            return out;
+          },
+          py::arg("prompts"), py::arg("max_new_tokens") = 20, py::arg("temperature") = 0.0, py::arg("top_k") = 0,
+          py::arg("top_p") = 1.0, py::arg("seed") = py::none(), py::arg("eos_token_id") = py::none(),
+          py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, g,
+          "Continues each prompt (a list of token ids) by up to max_new_tokens tokens with the KV-cache engine "
+          "(alk::Generator, all prompts at once): the prompts with their continuations. temperature 0 is greedy; "
+          "prompt i samples with seed + i.");
   layer<nn::Conv2d>(m, "Conv2d", "2-D convolution; weight [out, in/groups, k, k].")
       .def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>(), py::arg("in_channels"),
            py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride") = 1, py::arg("padding") = 0,

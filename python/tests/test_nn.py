@@ -219,6 +219,24 @@ def test_gpt_and_native_layers_share_parameters_with_cpp():
     assert isinstance(gpt.blocks[0].attn.qkv.weight, alk.Tensor)
 
 
+def test_gpt_generate_matches_greedy_recomputation_and_batches():
+    alk.manual_seed(1)
+    gpt = nn.GPT(vocab=40, ctx=32, dim=16, heads=2, layers=2)
+    prompt = [3, 1, 4, 1, 5]
+    want = list(prompt)
+    with alk.no_grad():
+        for _ in range(10):  # the whole sequence through the model for every token
+            logits = gpt(alk.from_numpy(np.array([want], dtype=np.int64))).numpy()[0, -1]
+            want.append(int(np.argmax(logits)))
+    assert gpt.generate(prompt, max_new_tokens=10) == want
+    both = gpt.generate([prompt, [7, 7]], max_new_tokens=10)
+    assert both[0] == want and both[1][:2] == [7, 7] and len(both[1]) == 12
+    a = gpt.generate(prompt, max_new_tokens=8, temperature=1.0, top_p=0.9, seed=5)
+    assert a == gpt.generate(prompt, max_new_tokens=8, temperature=1.0, top_p=0.9, seed=5)
+    with pytest.raises(RuntimeError, match="does not fit"):
+        gpt.generate(prompt, max_new_tokens=40)
+
+
 def test_optimizer_state_dict_round_trip():
     w = alk.ones(3).requires_grad_()
     opt = alk.optim.Adam([("w", w)], lr=0.1)

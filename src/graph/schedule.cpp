@@ -956,10 +956,14 @@ class Scheduler {
       size_t bytes = static_cast<size_t>(out->numel()) * dtype_size(out->dtype);
       g_stats.naive_bytes += static_cast<int64_t>(bytes);
       if (info_[out].external) {
-        // A stored Map result may take the buffer of a realized input it alone reads last.
+        // A stored Map result may take the buffer of a realized input it alone reads last, and
+        // so may a template op that writes over its input 0 (a KV cache's write: the cache
+        // updated where it lies, not copied per token).
         const TensorImpl* over = nullptr;
-        if (k.op == OpId::Map)
-          for (const TensorImpl* l : k.leaves) {
+        std::vector<const TensorImpl*> candidates;
+        if (k.op == OpId::Map) candidates = k.leaves;
+        else if (op_writes_over_input0(k.op) && !k.epilogue && !k.leaves.empty()) candidates = {k.leaves[0]};
+        for (const TensorImpl* l : candidates) {
             const Node* p = l->node.get();
             if (overwritable_.count(p) && last_realized_use[p] == i && p->device == out->device && linear_view(l) &&
                 l->shape == out->shape && dtype_size(p->dtype) == dtype_size(out->dtype) && p->buffer->bytes == bytes &&

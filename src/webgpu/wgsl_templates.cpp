@@ -859,6 +859,10 @@ constexpr const char* kNarrowed = "f64 runs as f32, i64 as i32";
   ops.refuse(OpId::CrossEntropy, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");
   ops.refuse(OpId::CrossEntropyBackward, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");
   ops.refuse(OpId::Conv2d, "no WGSL kernel: exported steps trace conv2d as unfold and matmul");
+  // Generation (include/alk/generate.h) is not exported: a bundle replays a training step or a forward.
+  ops.refuse(OpId::KvCacheWrite, "no WGSL kernel: bundles do not export KV-cache generation");
+  ops.refuse(OpId::DecodeAttention, "no WGSL kernel: bundles do not export KV-cache generation");
+  ops.refuse(OpId::SampleTokens, "no WGSL kernel: bundles do not export KV-cache generation");
   return true;
 }();
 

@@ -38,6 +38,8 @@
 //                     long/many/outer-dim reductions, argmax, softmax/layer_norm/cumsum of long
 //                     rows, GEMMs and attention with partial tiles, colliding scatters, Philox
 //                     over a million values
+//   Decode            kv_cache_write, decode_attention (grouped-query, per-slot lengths),
+//                     sample_tokens where it is a pure function of the logits
 //   CompiledGptSteps  a 2-layer GPT, 20 compiled AdamW steps: the device's losses are the CPU's
 //   EveryTemplateOpHasAFamily  the ALK_TEMPLATE_OPS list (op_table.h) against the families above,
 //                     so a new template op cannot be added without a parity case
@@ -87,6 +89,7 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "alk/generate.h"
 #include "alk/kernel.h"
 #include "alk/op_table.h"
 #include "testing.h"
@@ -1025,6 +1028,40 @@ TEST(DeviceParity, Attention) {
   run_cases("attention", devs, cases);
 }
 
+// The decode ops of include/alk/generate.h: the cache write (rows as a strided slice of a
+// packed projection), grouped-query decode attention over per-slot lengths (0 included), and
+// sampling where it is a pure function of the logits (greedy, top-k 1; the Vulkan suite
+// compares tempered draws, which f32 rounding may move across a boundary).
+TEST(DeviceParity, Decode) {
+  ALK_PARITY_DEVICES_OR_SKIP(devs);
+  std::mt19937 rng(12);
+  using V = std::vector<Tensor>;
+  std::vector<Case> cases;
+  Tensor positions = tensor(std::vector<int64_t>{5, 0, 2}, {3});
+  Tensor lengths = tensor(std::vector<int64_t>{6, 0, 3}, {3});
+  positions.realize(), lengths.realize();
+  cases.push_back({"kv_cache_write of a projection's slice",
+                   {randt({3, 6, 2, 8}, rng), randt({3, 3, 2, 8}, rng), positions},
+                   {},
+                   [](const V& v) { return kv_cache_write(v[0], v[1].select(1, 1), v[2]); },
+                   kFloatDTypes});
+  cases.push_back({"decode_attention, 4 heads over 2 kv heads",
+                   {randt({3, 4, 8}, rng), randt({3, 6, 2, 8}, rng), randt({3, 6, 2, 8}, rng), lengths},
+                   {},
+                   [](const V& v) { return decode_attention(v[0], v[1], v[2], v[3]); },
+                   kFloatDTypes,
+                   true});
+  Tensor settings = tensor(std::vector<float>{0, 0, 1, 1, 1, 1, 0.5f, 1, 0.5f, 0, 7, 0.3f}, {4, 3});
+  Tensor seeds = tensor(std::vector<int64_t>{1, 2, 3, 4}, {4}), counters = tensor(std::vector<int64_t>{0, 5, 9, 2}, {4});
+  settings.realize(), seeds.realize(), counters.realize();
+  cases.push_back({"sample_tokens, greedy and top-k 1",
+                   {randt({4, 300}, rng), settings, seeds, counters},
+                   {},
+                   [](const V& v) { return sample_tokens(v[0], v[1], v[2], v[3]); },
+                   {DType::F32}});
+  run_cases("decode", devs, cases);
+}
+
 TEST(DeviceParity, Conv) {
   ALK_PARITY_DEVICES_OR_SKIP(devs);
   std::mt19937 rng(11);
@@ -1321,6 +1358,7 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
       "Conv2d",  // Conv: the CPU's conv2d (other devices compose unfold + matmul), compared with them
       "HostCall",  // no device math: a host function (src/dist's bucket hand-off) that the CPU and CUDA
                    // run and Vulkan declines (DeviceParity.HostCallRunsOnlyWhereItsFunctionCan); tests/dist runs it
+      "KvCacheWrite", "DecodeAttention", "SampleTokens",  // Decode
   };
   std::vector<std::string> all;
 #define ALK_X(name, differentiable, writes_over_input0) all.push_back(#name);

@@ -1,4 +1,5 @@
-// `alk sample`: text from a trained GPT run directory.
+// `alk sample`: text from a trained GPT run directory (train::sample: the KV-cache engine of
+// `alk generate`, with its sampling rule, when the prompt and tokens fit the context).
 #include <iostream>
 
 #include "alk/train.h"

@@ -408,6 +408,22 @@ class GPT(_Native):
         self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias),
                     f"vocab={vocab}, ctx={ctx}, dim={dim}, heads={heads}, layers={layers}")
 
+    def generate(self, ids, max_new_tokens=20, temperature=0.0, top_k=0, top_p=1.0, seed=None, eos_token_id=None,
+                 presence_penalty=0.0, frequency_penalty=0.0):
+        """Continues token ids with a KV cache (alk::Generator): ``ids`` is one prompt (a list of ints, or a
+        1-D tensor) or several (a list of lists, or a [B, T] tensor), decoded together. Returns the prompts
+        with their continuations, as lists of ints (one list for one prompt). Greedy by default
+        (temperature 0, as transformers' generate without do_sample); with a temperature, top_k / top_p
+        filter the distribution and prompt i draws with seed + i. A sequence ends after max_new_tokens
+        tokens or at eos_token_id (included)."""
+        if hasattr(ids, "numpy"):
+            ids = ids.numpy().tolist()
+        single = len(ids) > 0 and not isinstance(ids[0], (list, tuple))
+        prompts = [list(map(int, ids))] if single else [list(map(int, p)) for p in ids]
+        out = self._native.generate(prompts, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
+                                    presence_penalty, frequency_penalty)
+        return out[0] if single else out
+
 
 # ---- layers that are one table op (Python classes: nothing to wrap) ----
 

@@ -1,0 +1,197 @@
+// alk::Generator: the cached decode against recomputing the whole sequence, batching against
+// running alone, seeded sampling, cancellation and bad requests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "alk/alk.h"
+#include "alk/generate.h"
+
+namespace alk {
+namespace {
+
+// scale: weights this many times GPT-2's 0.02 init, so the logits are far apart and greedy
+// choices are not near-ties that rounding could flip (1: nearly uniform distributions).
+std::shared_ptr<nn::GPT> small_gpt(int64_t ctx = 64, double scale = 8.0) {
+  manual_seed(11);
+  auto model = std::make_shared<nn::GPT>(nn::GPTConfig{.vocab = 96, .ctx = ctx, .dim = 32, .heads = 4, .layers = 2});
+  for (auto& [name, p] : model->named_parameters()) {
+    Tensor t = p;
+    if (name.find("ln") == std::string::npos && scale != 1.0) t.assign_(mul(t, scale).realize());
+  }
+  model->eval();
+  return model;
+}
+
+// Today's `alk sample` loop: the whole sequence through the model for every token, the last
+// row's logits to the host, the first maximum.
+std::vector<int32_t> greedy_by_recompute(nn::GPT& model, std::vector<int32_t> ids, int64_t tokens,
+                                         std::vector<double>* logprobs = nullptr) {
+  NoGradGuard no_grad;
+  const size_t prompt = ids.size();
+  for (int64_t n = 0; n < tokens; ++n) {
+    std::vector<int64_t> window(ids.begin(), ids.end());
+    const int64_t t = static_cast<int64_t>(window.size());
+    Tensor logits = model(tensor(window, {1, t})).select(1, t - 1).reshape({-1});
+    std::vector<double> l = logits.to_vector<double>();
+    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    if (logprobs) logprobs->push_back(log_softmax(logits, 0).to_vector<double>()[static_cast<size_t>(next)]);
+    ids.push_back(next);
+  }
+  return std::vector<int32_t>(ids.begin() + static_cast<long>(prompt), ids.end());
+}
+
+GenerateRequest request(std::vector<int32_t> prompt, int64_t max_tokens, double temperature = 0,
+                        std::optional<uint64_t> seed = std::nullopt) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST(Generator, GreedyWithTheCacheEqualsGreedyByRecomputation) {
+  auto model = small_gpt(300);
+  const std::vector<int32_t> prompt = {5, 17, 3, 90, 44};
+  std::vector<double> want_lp;
+  const std::vector<int32_t> want = greedy_by_recompute(*model, prompt, 256, &want_lp);
+  Generator gen(model, {.slots = 1, .logprobs = true});
+  const int64_t id = gen.submit(request(prompt, 256));
+  std::vector<int32_t> got;
+  std::vector<double> got_lp;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) {
+      ASSERT_EQ(e.request, id);
+      got.push_back(e.token);
+      got_lp.push_back(e.logprob);
+    }
+  EXPECT_EQ(got, want);
+  // The cached decode's logits equal the recomputation's (the chosen token's log-probability
+  // at every step, f32 on both sides).
+  ASSERT_EQ(got_lp.size(), want_lp.size());
+  for (size_t i = 0; i < got_lp.size(); ++i) EXPECT_NEAR(got_lp[i], want_lp[i], 2e-4) << "token " << i;
+  EXPECT_EQ(gen.stats().decode_tokens, 255);
+  EXPECT_EQ(gen.stats().prefill_tokens, 5);
+}
+
+TEST(Generator, CompiledAndEagerDecodeStepsAgree) {
+  auto model = small_gpt();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  Generator compiled(model, {.slots = 2});
+  Generator eager(model, {.slots = 2, .compile = false});
+  EXPECT_EQ(compiled.generate(request(prompt, 20, 0.9, 3)), eager.generate(request(prompt, 20, 0.9, 3)));
+}
+
+// Slots of different prompt lengths decoded together give each request the tokens it gets
+// alone, with more requests than slots (a finished slot takes the next one).
+TEST(Generator, BatchingGivesEachRequestItsTokensAlone) {
+  auto model = small_gpt();
+  std::vector<GenerateRequest> reqs = {request({1, 2, 3, 4, 5, 6, 7}, 12), request({9}, 20, 0.8, 42),
+                                       request({4, 4, 4}, 5), request({60, 61, 62, 63}, 9, 1.2, 7),
+                                       request({30, 31}, 14, 0.7, 5)};
+  reqs[1].sampling.top_k = 10;
+  reqs[3].sampling.top_p = 0.8;
+  reqs[4].sampling.presence_penalty = 0.5;
+  reqs[4].sampling.frequency_penalty = 0.3;
+  std::vector<std::vector<int32_t>> alone;
+  for (const GenerateRequest& r : reqs) {
+    Generator one(model, {.slots = 1});
+    alone.push_back(one.generate(r));
+    EXPECT_EQ(static_cast<int64_t>(alone.back().size()), r.sampling.max_tokens);
+  }
+  Generator gen(model, {.slots = 3});
+  std::vector<int64_t> ids;
+  for (const GenerateRequest& r : reqs) ids.push_back(gen.submit(r));
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::map<int64_t, FinishReason> reason;
+  int steps = 0;
+  while (!gen.idle()) {
+    ++steps;
+    for (const TokenEvent& e : gen.step()) {
+      got[e.request].push_back(e.token);
+      if (e.finished != FinishReason::None) reason[e.request] = e.finished;
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i;
+    EXPECT_EQ(reason[ids[i]], FinishReason::Length);
+  }
+  EXPECT_LT(steps, 20 + 14);  // slots were shared, not run one after another
+}
+
+TEST(Generator, SeededSamplingRepeatsAndSeedsDiffer) {
+  auto model = small_gpt(64, 1.0);
+  Generator gen(model, {.slots = 2});
+  auto a = gen.generate(request({3, 1, 4}, 30, 1.0, 123));
+  auto b = gen.generate(request({3, 1, 4}, 30, 1.0, 123));
+  auto c = gen.generate(request({3, 1, 4}, 30, 1.0, 124));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Generator, StopSequencesAndEosEndARequest) {
+  auto model = small_gpt();
+  Generator gen(model, {.slots = 1});
+  const std::vector<int32_t> free_run = gen.generate(request({7, 8}, 12));
+  GenerateRequest r = request({7, 8}, 12);
+  const std::vector<int32_t> stop = {free_run[3], free_run[4]};
+  r.sampling.stop = {stop};
+  const std::vector<int32_t> stopped = gen.generate(r);
+  const auto end = std::search(free_run.begin(), free_run.end(), stop.begin(), stop.end()) + 2;  // the first match
+  EXPECT_EQ(stopped, std::vector<int32_t>(free_run.begin(), end));
+  GenerateRequest e = request({7, 8}, 12);
+  e.sampling.eos = free_run[2];
+  const std::vector<int32_t> at_eos = gen.generate(e);
+  const size_t first = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), free_run[2]) - free_run.begin());
+  EXPECT_EQ(at_eos, std::vector<int32_t>(free_run.begin(), free_run.begin() + static_cast<long>(first) + 1));
+}
+
+TEST(Generator, CancelFreesTheSlotForTheNextRequest) {
+  auto model = small_gpt();
+  Generator gen(model, {.slots = 1});
+  const int64_t first = gen.submit(request({1, 2}, 40));
+  const int64_t second = gen.submit(request({3}, 4));
+  gen.step();
+  gen.step();
+  gen.cancel(first);
+  bool cancelled = false;
+  std::vector<int32_t> second_tokens;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) {
+      if (e.request == first) {
+        EXPECT_EQ(e.finished, FinishReason::Cancelled);
+        cancelled = true;
+      }
+      if (e.request == second) second_tokens.push_back(e.token);
+    }
+  EXPECT_TRUE(cancelled);
+  Generator alone(model, {.slots = 1});
+  EXPECT_EQ(second_tokens, alone.generate(request({3}, 4)));
+}
+
+TEST(Generator, BadRequestsAndOptionsRaise) {
+  auto model = small_gpt(16);
+  Generator gen(model, {.slots = 1});
+  EXPECT_THROW(gen.submit(request({1, 2, 3}, 14)), Error);  // 3 + 14 > 16
+  EXPECT_THROW(gen.submit(request({}, 4)), Error);
+  EXPECT_THROW(gen.submit(request({1000}, 4)), Error);  // outside the vocabulary
+  GenerateRequest r = request({1}, 4, 1.0);
+  r.sampling.top_p = 0;
+  EXPECT_THROW(gen.submit(r), Error);
+  r.sampling.top_p = 1;
+  r.sampling.temperature = -1;
+  EXPECT_THROW(gen.submit(r), Error);
+  EXPECT_THROW(Generator(model, {.slots = 0}), Error);
+  EXPECT_THROW(Generator(model, {.slots = 1, .max_context = 17}), Error);
+  // 2 layers x K and V x 4 slots x 16 rows x 32 floats = 32 KiB.
+  EXPECT_EQ(Generator(model, {.slots = 4}).cache_bytes(), 32768);
+  EXPECT_THROW(Generator(model, {.slots = 4, .memory_budget = 32000}), Error);
+  EXPECT_NO_THROW(Generator(model, {.slots = 3, .memory_budget = 32000}));
+}
+
+}  // namespace
+}  // namespace alk
