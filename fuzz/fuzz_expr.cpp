@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alk/tensor.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 4096) return 0;  // long texts only slow the search down

@@ -4,7 +4,7 @@
 Run from the repository root: python3 scripts/gen_fuzz_corpus.py
 Multi-file inputs (tokenizer, mnist, rundir) are the files joined by a "\\n----\\n" line, as
 fuzz/fuzz_util.h splits them. The expression seeds are every forward and backward text of
-the op table (src/ops/elementwise.def).
+the op table (include/alk/elementwise.def).
 """
 import json
 import os
@@ -94,7 +94,7 @@ def main():
                                      metrics.encode(), b"1.5GB"]))
     write("rundir", "legacy", SEP.join([b"{}", b"", b"", b"512"]))
     # Expressions: the op table's texts.
-    text = open(os.path.join(ROOT, "src/ops/elementwise.def")).read()
+    text = open(os.path.join(ROOT, "include/alk/elementwise.def")).read()
     n = 0
     for m in re.finditer(r'^ALK_EW\((.*?)\)\s*$', text, re.M | re.S):
         for s in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))[1:]:

@@ -3,7 +3,7 @@
 
 Run with Debian's python3-torch (1.13):  OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 scripts/gen_torch_parity.py
 
-The elementwise cases come from the op table itself: every line of src/ops/elementwise.def is
+The elementwise cases come from the op table itself: every line of include/alk/elementwise.def is
 read here, and an op with no PyTorch counterpart in TORCH_EW below stops the script, so a new op
 cannot be added without its parity cases. Each op runs over a grid of edge values (NaN, +-inf,
 zeros, ties, negative numbers outside the domain) and its gradient is taken against a fixed
@@ -105,7 +105,7 @@ def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no
 
 
 def read_op_table():
-    text = open(os.path.join(ROOT, "src/ops/elementwise.def")).read()
+    text = open(os.path.join(ROOT, "include/alk/elementwise.def")).read()
     ops = []
     for m in re.finditer(r'^ALK_EW\((\w+),\s*(\d),\s*"([^"]*)",\s*(\w+),\s*(\w+),', text, re.M):
         ops.append({"name": m.group(1), "arity": int(m.group(2)), "inputs": m.group(3).split(), "rule": m.group(4),

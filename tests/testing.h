@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "alk/alk.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 
 namespace alk::testing {
 

@@ -6,8 +6,9 @@
 //   ln-fwd   layer norm of [16384, 768] (x read, y written: 2 x 50.3 MB in f32)
 //   colsum   x.sum(0) over [16384, C] (bias gradients), bf16 and f32; "-cast": the bf16 sum
 //            cast to f32, as the GPT step's bias gradients are (one kernel on alk's side)
-// The layer-norm cases also run on the kernels they replaced (ALK_CUDA_LN_BACKWARD=old,
-// ALK_CUDA_LN_FORWARD=old, kept as the path for rows too wide for registers), printed as "old". alk times are
+// The layer-norm cases also run on the kernels they replaced (cuda::tuning()'s
+// layer_norm_*_old, as ALK_CUDA_LN_BACKWARD=old and ALK_CUDA_LN_FORWARD=old set them; kept as
+// the path for rows too wide for registers), printed as "old". alk times are
 // CUDA-graph replays of a compiled program (alk::compile), 20 per synchronization, median
 // of 5; PyTorch's are CUDA events around one call, median of 10 after 3 warm-ups.
 //   bench_rows [--no-anchor] [--device cuda:0] [--rows 16384]   (--device cpu: a smoke test)
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "backend/cuda/tuning.h"
 #include "bench_util.h"
 
 namespace {
@@ -42,16 +44,21 @@ double replay_ms(alk::Device& dev, const std::function<std::vector<alk::Tensor>(
   return bench::median(ms);
 }
 
-// `f` timed with the env switch `old_env` unset, then set to "old" (0 where there is none).
-std::pair<double, double> new_and_old(alk::Device& dev, const char* old_env,
+// The tuning switch that selects the old kernels of a case (nullptr where there are none).
+using OldKernels = bool alk::cuda::Tuning::*;
+
+// `f` timed on the default kernels, then with the `old` switch on (0 where there is none).
+std::pair<double, double> new_and_old(alk::Device& dev, OldKernels old,
                                       const std::function<std::vector<alk::Tensor>()>& f) {
-  if (!old_env) return {replay_ms(dev, f), 0};
-  unsetenv(old_env);
+  if (!old) return {replay_ms(dev, f), 0};
+  alk::cuda::Tuning& tuning = alk::cuda::tuning();
+  const bool was = tuning.*old;
+  tuning.*old = false;
   const double now = replay_ms(dev, f);
-  setenv(old_env, "old", 1);
-  const double old = replay_ms(dev, f);
-  unsetenv(old_env);
-  return {now, old};
+  tuning.*old = true;
+  const double old_ms = replay_ms(dev, f);
+  tuning.*old = was;
+  return {now, old_ms};
 }
 
 }  // namespace
@@ -80,7 +87,7 @@ int main(int argc, char** argv) {
   struct Case {
     std::string name;
     double bytes;
-    const char* old_env;
+    OldKernels old;
     std::function<std::vector<Tensor>()> run;
   };
   const double row_bytes = static_cast<double>(R * D) * 2;
@@ -90,11 +97,13 @@ int main(int argc, char** argv) {
     return alk::grad({y}, {xg, wg, bg}, {gs});
   };
   std::vector<Case> cases = {
-      {"ln-bwd-f32", 6 * row_bytes, "ALK_CUDA_LN_BACKWARD", [&] { return ln_backward(x32, w32, b32, g32); }},
-      {"ln-bwd-bf16", 3 * row_bytes, "ALK_CUDA_LN_BACKWARD", [&] { return ln_backward(x, w, b, g); }},
-      {"ln-fwd-f32", 4 * row_bytes, "ALK_CUDA_LN_FORWARD",
+      {"ln-bwd-f32", 6 * row_bytes, &alk::cuda::Tuning::layer_norm_backward_old,
+       [&] { return ln_backward(x32, w32, b32, g32); }},
+      {"ln-bwd-bf16", 3 * row_bytes, &alk::cuda::Tuning::layer_norm_backward_old,
+       [&] { return ln_backward(x, w, b, g); }},
+      {"ln-fwd-f32", 4 * row_bytes, &alk::cuda::Tuning::layer_norm_forward_old,
        [&] { return std::vector<Tensor>{alk::layer_norm(x32, {D}, w32, b32)}; }},
-      {"ln-fwd-bf16", 2 * row_bytes, "ALK_CUDA_LN_FORWARD",
+      {"ln-fwd-bf16", 2 * row_bytes, &alk::cuda::Tuning::layer_norm_forward_old,
        [&] { return std::vector<Tensor>{alk::layer_norm(x, {D}, w, b)}; }},
   };
   for (auto [name, t, cols, size] : {std::tuple{"colsum-bf16-768", &h768, 768, 2},
@@ -134,7 +143,7 @@ int main(int argc, char** argv) {
           : std::string();
   if (anchor && bench::field(out, "ln-bwd-bf16") <= 0) std::printf("PyTorch anchor failed:\n%s\n", out.c_str());
   for (const Case& c : cases) {
-    const auto [ms, old_ms] = new_and_old(dev, c.old_env, c.run);
+    const auto [ms, old_ms] = new_and_old(dev, c.old, c.run);
     const double torch_ms = bench::field(out, c.name);
     std::printf("rows %-17s alk %.4f ms (%.0f GB/s)", c.name.c_str(), ms, c.bytes / ms / 1e6);
     if (old_ms > 0) std::printf("  old %.4f ms (%.0f GB/s)", old_ms, c.bytes / old_ms / 1e6);

@@ -17,6 +17,11 @@
 # step, and bench_cuda_gemm --gpt2 where carried. Each
 # call lands on a fresh machine and machines differ by up to ~8%, so variants are compared only
 # inside one call (bench/cuda/NOTES.md, ninth session).
+# `compare`: a change that must not move the step (a refactor) in one call: the CUDA tests and
+# the parity suite on cuda:0 in SHARDS (6) gtest shards at once (NVRTC compiles in parallel on
+# the machine's cores: a cold kernel cache costs ~8 minutes serially), then the GPT-2 step of
+# the session-start binary ($BIN/bench_cuda_gpt2_main, packed beside the new one) and the new
+# one in alternation, ROUNDS (1) times, the new one last with the anchor (its RATIO lines).
 # `rows`: the layer-norm and column-reduction kernels only (alk_tests, bench_cuda_rows,
 # bench_cuda_gpt2 carried): their parity families, bench_cuda_rows (new, old and PyTorch),
 # and the GPT-2 step with the new kernels and then the old ones (the ALK_CUDA_*=old switches).
@@ -62,6 +67,26 @@ if [[ $what == bench || $what == all ]]; then
   echo "==== GPT-2 124M step"
   timeout ${BENCH_TIMEOUT:-200} ./$BIN/bench_cuda_gpt2 --batch "${BATCH:-16}" --steps "${STEPS:-5}" \
     --anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}" 2>&1 | tee "$OUT/bench.log" | tail -20
+fi
+if [[ $what == compare ]]; then
+  echo "==== CUDA tests + parity on cuda:0, ${SHARDS:-6} shards"
+  for ((i = 0; i < ${SHARDS:-6}; ++i)); do
+    ALK_PARITY_DEVICES=cuda:0 GTEST_TOTAL_SHARDS=${SHARDS:-6} GTEST_SHARD_INDEX=$i timeout "${TESTS_TIMEOUT:-240}" \
+      ./$BIN/alk_tests --gtest_filter='CudaDevice*:DeviceParity*:CudaCompile.EveryTemplateOp*' > "$OUT/shard$i.log" 2>&1 &
+  done
+  wait
+  cat "$OUT"/shard*.log > "$OUT/tests.log" && rm -f "$OUT"/shard*.log
+  grep -E '^\[parity|FAILED|^\[  PASSED|^\[==========\] [0-9]+ tests' "$OUT/tests.log" | cut -c1-300 | tail -40
+  grep -A8 -m4 'Failure$' "$OUT/tests.log" | cut -c1-300 | head -40
+  for round in $(seq "${ROUNDS:-1}"); do
+    for b in bench_cuda_gpt2_main bench_cuda_gpt2; do
+      anchor=()
+      [[ $round == "${ROUNDS:-1}" && $b == bench_cuda_gpt2 ]] && anchor=(--anchor "${ANCHOR:-.devcarry/torch_gpt2_cuda.py}")
+      echo "==== round $round: $b ${anchor[*]}"
+      timeout "${BENCH_TIMEOUT:-200}" ./$BIN/$b --batch "${BATCH:-16}" --steps "${STEPS:-5}" "${anchor[@]}" 2>&1 |
+        tee -a "$OUT/bench.log" | grep -E 'ms/step|RATIO|step 0'
+    done
+  done
 fi
 if [[ $what == rows ]]; then
   echo "==== norm and reduction parity on cuda:0"

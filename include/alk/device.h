@@ -10,8 +10,9 @@
 //              what it may fuse for the device
 // and a registry of the devices this process found: "cpu", "vulkan", "vulkan:N", "auto".
 // Nothing outside src/backend reads or writes device memory except through this interface.
-// Public, so a user can list devices and pick one; backends include src/runtime/device.h,
-// which adds the Kernel definition.
+// Public, so a user can list devices and pick one, and a backend built against an installed
+// alk implements it: alk/kernel.h defines the Kernel it runs, alk/op_table.h the OpId,
+// alk/op_registry.h the table it registers its template ops in (examples/backend/).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,11 +27,12 @@
 namespace alk {
 
 class Device;
-struct Kernel;  // src/runtime/kernel.h: what a device runs
-enum class OpId : uint16_t;  // src/ops/op_table.h
+struct Kernel;  // alk/kernel.h: what a device runs
+enum class OpId : uint16_t;  // alk/op_table.h
 
 // Device memory. Only the owning backend interprets the handle (a host pointer on the CPU,
-// a pool slot on Vulkan); everyone else passes the Buffer back to its device.
+// a pool slot on Vulkan); everyone else passes the Buffer back to its device (an address for
+// code outside alk: Device::address).
 struct Buffer {
   Buffer(Device* owner, void* handle_, size_t bytes_);
   ~Buffer();  // returns the memory to its device
@@ -89,6 +91,11 @@ class Device {
   virtual void download(const Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
   virtual void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Where byte `offset` of `buffer` (memory of this device) lies, for code outside alk that
+  // reads or writes it in place: a host pointer on the CPU (NumPy's view of a tensor, MPI), a
+  // device pointer (CUdeviceptr) on CUDA (NCCL). The default, for memory without an address
+  // (Vulkan's pool slots), raises alk::Error; nobody but the owning backend reads Buffer::handle.
+  virtual void* address(const Buffer& buffer, size_t offset, Loc loc = Loc::current()) const;
 
   // ---- kernels ----
   virtual bool supports(const Kernel& k) const = 0;

@@ -105,13 +105,13 @@ struct Operand {
   Loc loc;
 };
 
-// ---- elementwise ops: one function per entry of src/ops/elementwise.def ----
+// ---- elementwise ops: one function per entry of include/alk/elementwise.def ----
 #define ALK_DECLARE_1(name) Tensor name(const Operand& x, Loc loc = Loc::current());
 #define ALK_DECLARE_2(name) Tensor name(const Operand& a, const Operand& b, Loc loc = Loc::current());
 #define ALK_DECLARE_3(name) \
   Tensor name(const Operand& a, const Operand& b, const Operand& c, Loc loc = Loc::current());
 #define ALK_EW(name, arity, ...) ALK_DECLARE_##arity(name)
-#include "alk/elementwise.def"  // src/ops/elementwise.def, copied by CMake
+#include "alk/elementwise.def"
 #undef ALK_EW
 #undef ALK_DECLARE_1
 #undef ALK_DECLARE_2
@@ -120,7 +120,7 @@ struct Operand {
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
 
 // A user-defined elementwise op, written in the op table's expression language
-// (src/ops/elementwise.def): it fuses with its neighbours, runs on every backend and is
+// (include/alk/elementwise.def): it fuses with its neighbours, runs on every backend and is
 // differentiable through its gradient expressions (names: the inputs, y = the output,
 // g = the incoming gradient; "" = no gradient for that input).
 struct CustomOp {

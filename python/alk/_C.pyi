@@ -113,13 +113,13 @@ class Tensor:
         """Jupyter's rich display: shape, dtype, device, then the values."""
         ...
     def abs(self) -> Tensor:
-        """Elementwise op abs(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op abs(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def abs_(self) -> Tensor:
         """In-place abs: self <- abs(self, ...); returns self."""
         ...
     def add(self, b: Tensor | float) -> Tensor:
-        """Elementwise op add(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op add(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def add_(self, b: Tensor | float) -> Tensor:
         """In-place add: self <- add(self, ...); returns self."""
@@ -152,7 +152,7 @@ class Tensor:
         """x converted to u8"""
         ...
     def ceil(self) -> Tensor:
-        """Elementwise op ceil(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op ceil(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def ceil_(self) -> Tensor:
         """In-place ceil: self <- ceil(self, ...); returns self."""
@@ -175,7 +175,7 @@ class Tensor:
         """Copies src's values in (broadcast, cast to this dtype); returns self."""
         ...
     def cos(self) -> Tensor:
-        """Elementwise op cos(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op cos(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def cos_(self) -> Tensor:
         """In-place cos: self <- cos(self, ...); returns self."""
@@ -195,7 +195,7 @@ class Tensor:
         """Number of dimensions."""
         ...
     def div(self, b: Tensor | float) -> Tensor:
-        """Elementwise op div(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op div(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def div_(self, b: Tensor | float) -> Tensor:
         """In-place div: self <- div(self, ...); returns self."""
@@ -208,19 +208,19 @@ class Tensor:
         ...
     dtype: Any
     def eq(self, b: Tensor | float) -> Tensor:
-        """Elementwise op eq(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op eq(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def eq_(self, b: Tensor | float) -> Tensor:
         """In-place eq: self <- eq(self, ...); returns self."""
         ...
     def erf(self) -> Tensor:
-        """Elementwise op erf(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op erf(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def erf_(self) -> Tensor:
         """In-place erf: self <- erf(self, ...); returns self."""
         ...
     def exp(self) -> Tensor:
-        """Elementwise op exp(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op exp(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def exp_(self) -> Tensor:
         """In-place exp: self <- exp(self, ...); returns self."""
@@ -232,7 +232,7 @@ class Tensor:
         """A broadcast view to other's shape."""
         ...
     def expm1(self) -> Tensor:
-        """Elementwise op expm1(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op expm1(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def expm1_(self) -> Tensor:
         """In-place expm1: self <- expm1(self, ...); returns self."""
@@ -247,7 +247,7 @@ class Tensor:
         """x converted to f32"""
         ...
     def floor(self) -> Tensor:
-        """Elementwise op floor(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op floor(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def floor_(self) -> Tensor:
         """In-place floor: self <- floor(self, ...); returns self."""
@@ -256,19 +256,19 @@ class Tensor:
         """out[i][j] = x[index[i][j]][j] (dim 0), as torch.gather."""
         ...
     def ge(self, b: Tensor | float) -> Tensor:
-        """Elementwise op ge(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op ge(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def ge_(self, b: Tensor | float) -> Tensor:
         """In-place ge: self <- ge(self, ...); returns self."""
         ...
     def gelu(self) -> Tensor:
-        """Elementwise op gelu(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op gelu(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def gelu_(self) -> Tensor:
         """In-place gelu: self <- gelu(self, ...); returns self."""
         ...
     def gelu_tanh(self) -> Tensor:
-        """Elementwise op gelu_tanh(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op gelu_tanh(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def gelu_tanh_(self) -> Tensor:
         """In-place gelu_tanh: self <- gelu_tanh(self, ...); returns self."""
@@ -276,7 +276,7 @@ class Tensor:
     grad: Any
     grad_fn: Any
     def gt(self, b: Tensor | float) -> Tensor:
-        """Elementwise op gt(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op gt(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def gt_(self, b: Tensor | float) -> Tensor:
         """In-place gt: self <- gt(self, ...); returns self."""
@@ -302,16 +302,16 @@ class Tensor:
         """The single value as a Python number."""
         ...
     def le(self, b: Tensor | float) -> Tensor:
-        """Elementwise op le(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op le(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def le_(self, b: Tensor | float) -> Tensor:
         """In-place le: self <- le(self, ...); returns self."""
         ...
     def log(self) -> Tensor:
-        """Elementwise op log(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op log(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def log1p(self) -> Tensor:
-        """Elementwise op log1p(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op log1p(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def log1p_(self) -> Tensor:
         """In-place log1p: self <- log1p(self, ...); returns self."""
@@ -323,25 +323,25 @@ class Tensor:
         """Log-softmax along dim."""
         ...
     def logical_and(self, b: Tensor | float) -> Tensor:
-        """Elementwise op logical_and(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op logical_and(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def logical_and_(self, b: Tensor | float) -> Tensor:
         """In-place logical_and: self <- logical_and(self, ...); returns self."""
         ...
     def logical_not(self) -> Tensor:
-        """Elementwise op logical_not(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op logical_not(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def logical_not_(self) -> Tensor:
         """In-place logical_not: self <- logical_not(self, ...); returns self."""
         ...
     def logical_or(self, b: Tensor | float) -> Tensor:
-        """Elementwise op logical_or(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op logical_or(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def logical_or_(self, b: Tensor | float) -> Tensor:
         """In-place logical_or: self <- logical_or(self, ...); returns self."""
         ...
     def logical_xor(self, b: Tensor | float) -> Tensor:
-        """Elementwise op logical_xor(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op logical_xor(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def logical_xor_(self, b: Tensor | float) -> Tensor:
         """In-place logical_xor: self <- logical_xor(self, ...); returns self."""
@@ -353,7 +353,7 @@ class Tensor:
         """x converted to i64"""
         ...
     def lt(self, b: Tensor | float) -> Tensor:
-        """Elementwise op lt(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op lt(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def lt_(self, b: Tensor | float) -> Tensor:
         """In-place lt: self <- lt(self, ...); returns self."""
@@ -366,7 +366,7 @@ class Tensor:
         """Maximum over dim (None: all). Returns the values; argmax gives the indices. For two tensors use maximum()."""
         ...
     def maximum(self, b: Tensor | float) -> Tensor:
-        """Elementwise op maximum(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op maximum(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def maximum_(self, b: Tensor | float) -> Tensor:
         """In-place maximum: self <- maximum(self, ...); returns self."""
@@ -378,13 +378,13 @@ class Tensor:
         """Minimum over dim (None: all). Returns the values; argmin gives the indices."""
         ...
     def minimum(self, b: Tensor | float) -> Tensor:
-        """Elementwise op minimum(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op minimum(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def minimum_(self, b: Tensor | float) -> Tensor:
         """In-place minimum: self <- minimum(self, ...); returns self."""
         ...
     def mul(self, b: Tensor | float) -> Tensor:
-        """Elementwise op mul(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op mul(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def mul_(self, b: Tensor | float) -> Tensor:
         """In-place mul: self <- mul(self, ...); returns self."""
@@ -394,13 +394,13 @@ class Tensor:
         ...
     ndim: Any
     def ne(self, b: Tensor | float) -> Tensor:
-        """Elementwise op ne(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op ne(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def ne_(self, b: Tensor | float) -> Tensor:
         """In-place ne: self <- ne(self, ...); returns self."""
         ...
     def neg(self) -> Tensor:
-        """Elementwise op neg(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op neg(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def neg_(self) -> Tensor:
         """In-place neg: self <- neg(self, ...); returns self."""
@@ -418,7 +418,7 @@ class Tensor:
         """Reorders the dims (a view)."""
         ...
     def pow(self, b: Tensor | float) -> Tensor:
-        """Elementwise op pow(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op pow(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def pow_(self, b: Tensor | float) -> Tensor:
         """In-place pow: self <- pow(self, ...); returns self."""
@@ -430,13 +430,13 @@ class Tensor:
         """Computes the values now; returns self."""
         ...
     def reciprocal(self) -> Tensor:
-        """Elementwise op reciprocal(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op reciprocal(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def reciprocal_(self) -> Tensor:
         """In-place reciprocal: self <- reciprocal(self, ...); returns self."""
         ...
     def relu(self) -> Tensor:
-        """Elementwise op relu(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op relu(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def relu_(self) -> Tensor:
         """In-place relu: self <- relu(self, ...); returns self."""
@@ -449,13 +449,13 @@ class Tensor:
         """The same elements in a new shape (-1 inferred); a view when possible."""
         ...
     def round(self) -> Tensor:
-        """Elementwise op round(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op round(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def round_(self) -> Tensor:
         """In-place round: self <- round(self, ...); returns self."""
         ...
     def rsqrt(self) -> Tensor:
-        """Elementwise op rsqrt(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op rsqrt(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def rsqrt_(self) -> Tensor:
         """In-place rsqrt: self <- rsqrt(self, ...); returns self."""
@@ -468,25 +468,25 @@ class Tensor:
         ...
     shape: Any
     def sigmoid(self) -> Tensor:
-        """Elementwise op sigmoid(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op sigmoid(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def sigmoid_(self) -> Tensor:
         """In-place sigmoid: self <- sigmoid(self, ...); returns self."""
         ...
     def sign(self) -> Tensor:
-        """Elementwise op sign(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op sign(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def sign_(self) -> Tensor:
         """In-place sign: self <- sign(self, ...); returns self."""
         ...
     def silu(self) -> Tensor:
-        """Elementwise op silu(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op silu(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def silu_(self) -> Tensor:
         """In-place silu: self <- silu(self, ...); returns self."""
         ...
     def sin(self) -> Tensor:
-        """Elementwise op sin(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op sin(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def sin_(self) -> Tensor:
         """In-place sin: self <- sin(self, ...); returns self."""
@@ -498,13 +498,13 @@ class Tensor:
         """Softmax along dim."""
         ...
     def softplus(self) -> Tensor:
-        """Elementwise op softplus(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op softplus(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def softplus_(self) -> Tensor:
         """In-place softplus: self <- softplus(self, ...); returns self."""
         ...
     def softsign(self) -> Tensor:
-        """Elementwise op softsign(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op softsign(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def softsign_(self) -> Tensor:
         """In-place softsign: self <- softsign(self, ...); returns self."""
@@ -513,13 +513,13 @@ class Tensor:
         """Pieces of split_size along dim (the last may be smaller)."""
         ...
     def sqrt(self) -> Tensor:
-        """Elementwise op sqrt(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op sqrt(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def sqrt_(self) -> Tensor:
         """In-place sqrt: self <- sqrt(self, ...); returns self."""
         ...
     def square(self) -> Tensor:
-        """Elementwise op square(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op square(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def square_(self) -> Tensor:
         """In-place square: self <- square(self, ...); returns self."""
@@ -534,7 +534,7 @@ class Tensor:
         """Strides, in elements."""
         ...
     def sub(self, b: Tensor | float) -> Tensor:
-        """Elementwise op sub(a,b) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op sub(a,b) from alk's op table (include/alk/elementwise.def)."""
         ...
     def sub_(self, b: Tensor | float) -> Tensor:
         """In-place sub: self <- sub(self, ...); returns self."""
@@ -546,7 +546,7 @@ class Tensor:
         """Transpose of the last two dims (a view)."""
         ...
     def tanh(self) -> Tensor:
-        """Elementwise op tanh(x) from alk's op table (src/ops/elementwise.def)."""
+        """Elementwise op tanh(x) from alk's op table (include/alk/elementwise.def)."""
         ...
     def tanh_(self) -> Tensor:
         """In-place tanh: self <- tanh(self, ...); returns self."""
@@ -650,10 +650,10 @@ def _wait_for_compiled_kernels() -> None:
     """Blocks until the CPU's background kernel compiles are done (benchmarks call it after warm-up)."""
     ...
 def abs(x: Tensor | float) -> Tensor:
-    """Elementwise op abs(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op abs(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def add(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op add(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op add(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def amax(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Maximum over dim (None: all)."""
@@ -689,19 +689,19 @@ def cat(tensors: List[Tensor], dim: int = ...) -> Tensor:
     """Concatenates along dim."""
     ...
 def ceil(x: Tensor | float) -> Tensor:
-    """Elementwise op ceil(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op ceil(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def chunk(input: Tensor, chunks: int, dim: int = ...) -> List[Tensor]:
     """chunks pieces along dim."""
     ...
 def clamp(x: Tensor | float, lo: Tensor | float, hi: Tensor | float) -> Tensor:
-    """Elementwise op clamp(x,lo,hi) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op clamp(x,lo,hi) from alk's op table (include/alk/elementwise.def)."""
     ...
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor = ..., stride: int = ..., padding: int = ..., dilation: int = ..., groups: int = ...) -> Tensor:
     """2-D convolution: x [N, C, H, W], weight [O, C/groups, kh, kw]."""
     ...
 def cos(x: Tensor | float) -> Tensor:
-    """Elementwise op cos(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op cos(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def cumsum(input: Tensor, dim: int) -> Tensor:
     """Cumulative sum along dim."""
@@ -725,7 +725,7 @@ def devices() -> List[str]:
     """The devices alk can run on now, as strings usable in Tensor.to(): ['cpu', 'vulkan:0', ...]."""
     ...
 def div(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op div(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op div(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def dropout(input: Tensor, p: float = ..., training: bool = ...) -> Tensor:
     """Zeroes elements with probability p and scales the rest by 1/(1-p) (identity when not training)."""
@@ -757,22 +757,22 @@ def empty(*args, dtype: Optional[dtype] = ..., requires_grad: bool = ..., device
     """A tensor of the given shape (zero-filled: alk never hands out uninitialized memory)."""
     ...
 def eq(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op eq(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op eq(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def erf(x: Tensor | float) -> Tensor:
-    """Elementwise op erf(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op erf(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def exp(x: Tensor | float) -> Tensor:
-    """Elementwise op exp(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op exp(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def expm1(x: Tensor | float) -> Tensor:
-    """Elementwise op expm1(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op expm1(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def eye(n: int, m: Optional[int] = ..., *, dtype: Optional[dtype] = ...) -> Tensor:
     """The identity matrix."""
     ...
 def floor(x: Tensor | float) -> Tensor:
-    """Elementwise op floor(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op floor(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def fold(input: Tensor, output_size: List[int[2]], kernel_size: List[int[2]], dilation: List[int[2]] = ..., padding: List[int[2]] = ..., stride: List[int[2]] = ...) -> Tensor:
     """The adjoint of unfold (overlapping taps summed), as torch.nn.functional.fold."""
@@ -790,13 +790,13 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
     """out[i][j] = x[index[i][j]][j] (dim 0), as torch.gather."""
     ...
 def ge(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op ge(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op ge(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def gelu(x: Tensor | float) -> Tensor:
-    """Elementwise op gelu(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op gelu(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def gelu_tanh(x: Tensor | float) -> Tensor:
-    """Elementwise op gelu_tanh(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op gelu_tanh(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def generated_kernel(tensor: Tensor, target: str = ...) -> str:
     """The kernel source alk generates for a lazy elementwise tensor ('cpp', 'cuda', 'glsl', 'wgsl')."""
@@ -805,7 +805,7 @@ def grad(outputs: List[Tensor], inputs: List[Tensor], grad_outputs: List[Tensor]
     """Gradients of sum(outputs[i] * grad_outputs[i]) with respect to inputs (leaves' .grad untouched)."""
     ...
 def gt(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op gt(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op gt(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     """The entries of x at the 1-D index along dim."""
@@ -820,37 +820,37 @@ def layer_norm(input: Tensor, normalized_shape: List[int], weight: Tensor = ...,
     """Layer normalization over the trailing normalized_shape dims."""
     ...
 def le(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op le(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op le(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def linspace(start: float, end: float, steps: int, *, dtype: Optional[dtype] = ...) -> Tensor:
     """steps evenly spaced values from start to end (inclusive)."""
     ...
 def log(x: Tensor | float) -> Tensor:
-    """Elementwise op log(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op log(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def log1p(x: Tensor | float) -> Tensor:
-    """Elementwise op log1p(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op log1p(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def log_softmax(input: Tensor, dim: int) -> Tensor:
     """Log-softmax along dim."""
     ...
 def logical_and(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op logical_and(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op logical_and(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def logical_not(x: Tensor | float) -> Tensor:
-    """Elementwise op logical_not(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op logical_not(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def logical_or(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op logical_or(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op logical_or(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def logical_xor(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op logical_xor(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op logical_xor(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def logsumexp(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """log(sum(exp(x))) over dim, computed stably."""
     ...
 def lt(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op lt(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op lt(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def manual_seed(seed: int) -> None:
     """Seeds alk's random generator (Philox)."""
@@ -868,7 +868,7 @@ def max_pool2d(input: Tensor, kernel_size: int, stride: Optional[int] = ..., pad
     """2-D max pooling (stride None: kernel_size)."""
     ...
 def maximum(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op maximum(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op maximum(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def mean(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Mean over dim (None: all)."""
@@ -886,16 +886,16 @@ def min(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Minimum over dim (None: all). Returns the values; argmin gives the indices."""
     ...
 def minimum(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op minimum(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op minimum(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def mul(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op mul(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op mul(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def ne(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op ne(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op ne(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def neg(x: Tensor | float) -> Tensor:
-    """Elementwise op neg(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op neg(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def num_threads() -> int:
     """Threads of alk's CPU pool."""
@@ -913,7 +913,7 @@ def pad(input: Tensor, pad: List[int], value: float = ...) -> Tensor:
     """(before, after) pairs from the last dim backwards, as torch.nn.functional.pad."""
     ...
 def pow(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op pow(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op pow(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def prod(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Product over dim (None: all)."""
@@ -943,13 +943,13 @@ def realize(tensors: List[Tensor]) -> None:
     """Computes several tensors in one schedule (shared work done once)."""
     ...
 def reciprocal(x: Tensor | float) -> Tensor:
-    """Elementwise op reciprocal(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op reciprocal(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def release_cached_memory() -> None:
     """Returns cached free blocks to the system."""
     ...
 def relu(x: Tensor | float) -> Tensor:
-    """Elementwise op relu(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op relu(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def reset_peak_memory_stats() -> None:
     """Starts max_memory_allocated() again from what is alive now."""
@@ -958,10 +958,10 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Tensor = ..., e
     """RMS normalization over the trailing normalized_shape dims."""
     ...
 def round(x: Tensor | float) -> Tensor:
-    """Elementwise op round(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op round(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def rsqrt(x: Tensor | float) -> Tensor:
-    """Elementwise op rsqrt(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op rsqrt(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = ..., scale: Optional[float] = ...) -> Tensor:
     """softmax(q k^T * scale [+ causal mask]) v, fused (no T x S matrix kept). scale None: 1/sqrt(D)."""
@@ -979,34 +979,34 @@ def set_random_state(seed: int, offset: int) -> None:
     """Restores the generator to (seed, offset), as random_state() returned them."""
     ...
 def sigmoid(x: Tensor | float) -> Tensor:
-    """Elementwise op sigmoid(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op sigmoid(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def sign(x: Tensor | float) -> Tensor:
-    """Elementwise op sign(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op sign(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def silu(x: Tensor | float) -> Tensor:
-    """Elementwise op silu(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op silu(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def sin(x: Tensor | float) -> Tensor:
-    """Elementwise op sin(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op sin(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def softmax(input: Tensor, dim: int) -> Tensor:
     """Softmax along dim."""
     ...
 def softplus(x: Tensor | float) -> Tensor:
-    """Elementwise op softplus(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op softplus(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def softsign(x: Tensor | float) -> Tensor:
-    """Elementwise op softsign(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op softsign(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def split(input: Tensor, split_size: int, dim: int = ...) -> List[Tensor]:
     """Pieces of split_size along dim (the last may be smaller)."""
     ...
 def sqrt(x: Tensor | float) -> Tensor:
-    """Elementwise op sqrt(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op sqrt(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def square(x: Tensor | float) -> Tensor:
-    """Elementwise op square(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op square(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def stack(tensors: List[Tensor], dim: int = ...) -> Tensor:
     """Stacks along a new dim."""
@@ -1015,13 +1015,13 @@ def std(input: Tensor, dim: object = ..., correction: int = ..., keepdim: bool =
     """Standard deviation over dim (correction 1: unbiased)."""
     ...
 def sub(a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op sub(a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op sub(a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def sum(input: Tensor, dim: object = ..., keepdim: bool = ...) -> Tensor:
     """Sum over dim (None: all)."""
     ...
 def tanh(x: Tensor | float) -> Tensor:
-    """Elementwise op tanh(x) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op tanh(x) from alk's op table (include/alk/elementwise.def)."""
     ...
 def tensor(data: handle, dtype: Optional[dtype] = ..., requires_grad: bool = ...) -> Tensor:
     """A new tensor from Python data (nested lists, numbers, numpy arrays, tensors). Python floats give float32, ints int64, bools bool."""
@@ -1039,7 +1039,7 @@ def var(input: Tensor, dim: object = ..., correction: int = ..., keepdim: bool =
     """Variance over dim (correction 1: unbiased)."""
     ...
 def where(c: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
-    """Elementwise op where(c,a,b) from alk's op table (src/ops/elementwise.def)."""
+    """Elementwise op where(c,a,b) from alk's op table (include/alk/elementwise.def)."""
     ...
 def zeros(*args, dtype: Optional[dtype] = ..., requires_grad: bool = ..., device: object = ...) -> Tensor:
     """A tensor of zeros: zeros(2, 3) or zeros((2, 3))."""

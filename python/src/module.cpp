@@ -6,8 +6,7 @@
 
 #include <cstring>
 
-#include "backend/cpu/jit.h"
-#include "backend/cpu/thread_pool.h"
+#include "alk/cpu.h"
 
 namespace alkpy {
 
@@ -107,7 +106,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_package_dir", [](const std::string& dir) { alkpy::g_package_dir = dir; },
         "Frames under this directory are skipped when errors name the Python caller.");
   m.def("_caller", &alkpy::python_caller, "The file:line errors would name from here (for tests).");
-  m.def("_wait_for_compiled_kernels", &alk::cpu::jit::wait_idle, py::call_guard<alkpy::Released>(),
+  m.def("_wait_for_compiled_kernels", &alk::cpu::wait_for_compiled_kernels, py::call_guard<alkpy::Released>(),
         "Blocks until the CPU's background kernel compiles are done (benchmarks call it after warm-up).");
   m.def("num_threads", &alk::cpu::num_threads, "Threads of alk's CPU pool.");
   m.def("set_num_threads", &alk::cpu::set_num_threads, py::arg("n"), "Sets the CPU pool's thread count.");

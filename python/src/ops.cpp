@@ -1,5 +1,5 @@
 // Every op as an alk function and, where PyTorch has one, an alk.Tensor method. The
-// elementwise ops are generated from the op table (src/ops/elementwise.def) by the same
+// elementwise ops are generated from the op table (include/alk/elementwise.def) by the same
 // X-macro the C++ API uses, so an op added there appears here (function, method and
 // in-place method) with its argument names, dtype rule and expressions in its docstring.
 #include <memory>
@@ -56,7 +56,7 @@ void def_elementwise(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr
   std::string sig = info.name + "(" + info.inputs + ")";
   for (char& c : sig)
     if (c == ' ') c = ',';
-  const char* doc = keep("Elementwise op " + sig + " from alk's op table (src/ops/elementwise.def).\n"
+  const char* doc = keep("Elementwise op " + sig + " from alk's op table (include/alk/elementwise.def).\n"
                          "forward: " + info.forward + "\ngradients: " + info.grads + "\ndtype rule: " + info.rule +
                          ". Operands broadcast; Python numbers are weak scalars (docs/dtypes.md).");
   const char* idoc = keep("In-place " + info.name + ": self <- " + info.name + "(self, ...); returns self.");
@@ -138,7 +138,7 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     ew_table().push_back(info);                                                                              \
     def_elementwise<arity>(m, cls, info, ALK_FN_##arity(name), ALK_IP_##arity(name));                        \
   }
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
 
   m.def("_elementwise_ops", [] {

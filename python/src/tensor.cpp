@@ -85,11 +85,11 @@ py::array to_numpy(const Tensor& x) {
     std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
     return out;
   }
-  // The CPU device's buffer handle is the host address of its memory (include/alk/device.h):
-  // the array views it in place and holds the Buffer alive.
+  // The CPU's memory has a host address (Device::address): the array views it in place and
+  // holds the Buffer alive.
+  char* data = static_cast<char*>(buffer->device->address(*buffer, static_cast<size_t>(impl->offset * item)));
   auto* keep = new std::shared_ptr<alk::Buffer>(buffer);
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<alk::Buffer>*>(p); });
-  char* data = static_cast<char*>(buffer->handle) + impl->offset * item;
   py::array out(numpy_dtype(t.dtype()), shape, strides, data, owner);
   // A broadcast (stride 0 over more than one element: alk.zeros is one value viewed that
   // way) comes out read-only: a write would land in every element.

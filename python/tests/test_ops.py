@@ -14,7 +14,7 @@ def _sig(x):
     return 1 / (1 + np.exp(-x))
 
 
-# numpy reference of each elementwise op of src/ops/elementwise.def. An op added to the table
+# numpy reference of each elementwise op of include/alk/elementwise.def. An op added to the table
 # without a reference here fails test_every_table_op_has_a_reference.
 REF = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,

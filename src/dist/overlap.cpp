@@ -23,8 +23,7 @@
 #include "graph/graph.h"
 
 #ifdef ALK_HAVE_CUDA
-#include "backend/cuda/context.h"
-#include "backend/cuda/driver.h"
+#include "alk/cuda.h"
 #endif
 
 namespace alk::dist {
@@ -105,57 +104,35 @@ class CommThread {
 
 #ifdef ALK_HAVE_CUDA
 // CUDA tensors (NCCL): the HostCall runs on the host where its kernel would be queued, and
-// queues, in stream order: the copy into the bucket on the backend's stream, an event the
-// communication stream waits for, the bucket's all-reduce on that stream, and an event the
-// backend's stream waits for in wait_issued (before the update reads the buckets). The host
-// never blocks; NCCL's asynchronous errors reach the watchdog.
-using cuda::CUdeviceptr;
-using cuda::CUevent;
-using cuda::CUstream;
-struct CudaOverlap {
-  CUstream comm = nullptr;
-  CUevent ready = nullptr, done = nullptr;  // re-recorded per bucket: a wait takes the latest record
-  bool pending = false;
-};
+// queues, in stream order: the copy into the bucket on the backend's stream, the side stream's
+// wait for it, the bucket's all-reduce on the side stream (alk/cuda.h), and, in wait_issued
+// (before the update reads the buckets), the backend's stream's wait for the side stream. The
+// host never blocks; NCCL's asynchronous errors reach the watchdog.
 std::mutex g_cuda_mutex;
-std::map<int, CudaOverlap> g_cuda;
+std::map<int, bool> g_cuda_pending;  // by device: all-reduces queued on its side stream, not yet waited for
 
 void issue_cuda(const Kernel& k, int device, int bucket) {
   const KernelArg &in = k.inputs.at(0), &out = k.output;
   check(in.strides.at(0) == 1, "dist", Loc::current(), "a gradient bucket's staged gradients must be contiguous");
   const size_t n = static_cast<size_t>(out.shape.at(0));
-  auto address = [](const KernelArg& a) {
-    return reinterpret_cast<CUdeviceptr>(a.buffer->handle) + a.byte_offset + static_cast<size_t>(a.offset) * sizeof(float);
-  };
-  cuda::Context& c = cuda::Context::get(device);
-  c.make_current();
-  const cuda::Driver* d = cuda::driver();
-  cuda::check(d->cuMemcpyDtoDAsync_v2(address(out), address(in), n * sizeof(float), c.stream()), "cuMemcpyDtoDAsync");
+  auto byte_offset = [](const KernelArg& a) { return a.byte_offset + static_cast<size_t>(a.offset) * sizeof(float); };
+  out.buffer->device->copy(*in.buffer, byte_offset(in), *out.buffer, byte_offset(out), n * sizeof(float));
   detail::note_event("issue " + std::to_string(bucket));
   Communicator* engine = detail::overlap_engine_cuda(device);
   if (!engine) return;
   std::lock_guard lock(g_cuda_mutex);
-  CudaOverlap& o = g_cuda[device];
-  if (!o.comm) {
-    cuda::check(d->cuStreamCreate(&o.comm, cuda::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    cuda::check(d->cuEventCreate(&o.ready, cuda::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    cuda::check(d->cuEventCreate(&o.done, cuda::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-  }
-  cuda::check(d->cuEventRecord(o.ready, c.stream()), "cuEventRecord");
-  cuda::check(d->cuStreamWaitEvent(o.comm, o.ready, 0), "cuStreamWaitEvent");
-  engine->all_reduce_on(reinterpret_cast<void*>(address(out)), n, DType::F32, ReduceOp::Avg, o.comm);
-  cuda::check(d->cuEventRecord(o.done, o.comm), "cuEventRecord");
-  o.pending = true;
+  cuda::side_stream_waits_for_alk(device);
+  engine->all_reduce_on(out.buffer->device->address(*out.buffer, byte_offset(out)), n, DType::F32, ReduceOp::Avg,
+                        cuda::side_stream(device));
+  g_cuda_pending[device] = true;
 }
 
 void wait_cuda() {
   std::lock_guard lock(g_cuda_mutex);
-  for (auto& [device, o] : g_cuda) {
-    if (!o.pending) continue;
-    cuda::Context& c = cuda::Context::get(device);
-    c.make_current();
-    cuda::check(cuda::driver()->cuStreamWaitEvent(c.stream(), o.done, 0), "cuStreamWaitEvent");
-    o.pending = false;
+  for (auto& [device, pending] : g_cuda_pending) {
+    if (!pending) continue;
+    cuda::alk_waits_for_side_stream(device);
+    pending = false;
   }
 }
 
@@ -171,7 +148,7 @@ struct IssueBucket final : HostFunction {
   int bucket;
   explicit IssueBucket(int b) : bucket(b) {}
   static char* address(const KernelArg& a) {
-    return static_cast<char*>(a.buffer->handle) + a.byte_offset + a.offset * static_cast<int64_t>(sizeof(float));
+    return static_cast<char*>(a.buffer->device->address(*a.buffer, a.byte_offset + static_cast<size_t>(a.offset) * sizeof(float)));
   }
   void run(const Kernel& k) const override {
 #ifdef ALK_HAVE_CUDA

@@ -16,7 +16,7 @@
 #include "graph/graph.h"
 
 #ifdef ALK_HAVE_CUDA
-#include "backend/cuda/context.h"
+#include "alk/cuda.h"
 #endif
 
 namespace alk::dist {
@@ -27,9 +27,7 @@ namespace alk::dist {
 
 void* cuda_stream_of(int device_index) {
 #ifdef ALK_HAVE_CUDA
-  cuda::Context& c = cuda::Context::get(device_index);
-  c.make_current();
-  return c.stream();
+  return cuda::stream(device_index);
 #else
   (void)device_index;
   return nullptr;
@@ -178,12 +176,14 @@ Communicator& engine_for(Group& g, const Tensor& t, Loc loc) {
   return *g.mpi;
 }
 
-void synchronize_device(const Device& d) {
-#ifdef ALK_HAVE_CUDA
-  if (int i = cuda_index(d); i >= 0) cuda::Context::get(i).synchronize();
-#else
-  (void)d;
-#endif
+void synchronize_device(Device& d) {
+  if (cuda_index(d) >= 0) d.synchronize();
+}
+
+// Where a realized tensor's first element is, for the engines (a device pointer for NCCL).
+void* data_of(const Tensor& c) {
+  const Buffer& buffer = *c.impl()->node->buffer;
+  return buffer.device->address(buffer, static_cast<size_t>(c.offset()) * dtype_size(c.dtype()));
 }
 
 // A fresh realized contiguous copy of t on its device, and its data pointer.
@@ -191,7 +191,7 @@ std::pair<Tensor, void*> fresh_copy(const Tensor& t, Shape shape) {
   const std::vector<unsigned char> bytes = host_bytes(t);
   Tensor c = tensor_from_host(bytes.data(), std::move(shape), t.dtype(), t.device());
   c.realize();
-  return {c, static_cast<char*>(c.impl()->node->buffer->handle) + c.offset() * static_cast<int64_t>(dtype_size(c.dtype()))};
+  return {c, data_of(c)};
 }
 Tensor zeros_on(Shape shape, DType dtype, Device& dev) {
   size_t n = dtype_size(dtype);
@@ -200,9 +200,6 @@ Tensor zeros_on(Shape shape, DType dtype, Device& dev) {
   Tensor c = tensor_from_host(bytes.data(), std::move(shape), dtype, dev);
   c.realize();
   return c;
-}
-void* data_of(const Tensor& c) {
-  return static_cast<char*>(c.impl()->node->buffer->handle) + c.offset() * static_cast<int64_t>(dtype_size(c.dtype()));
 }
 
 // A CPU tensor in a job without MPI (an environment launch) goes through NCCL on the

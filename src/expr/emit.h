@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "alk/dtype.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::expr {
 

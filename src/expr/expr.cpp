@@ -1,7 +1,7 @@
 // The expression IR: node vocabulary, scalar semantics, and the Builder that
 // hash-conses (CSE) and simplifies while nodes are created, so every consumer
 // (CPU evaluator, the four emitters, the kernel cache) sees the same small DAG.
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,5 +1,5 @@
 // Recursive-descent parser for the op table's expression strings (grammar in
-// src/ops/elementwise.def). It builds straight into a Builder, so CSE and
+// include/alk/elementwise.def). It builds straight into a Builder, so CSE and
 // simplification apply while parsing and there is no separate syntax tree.
 //
 //   or      := and ('||' and)*
@@ -15,7 +15,7 @@
 #include <source_location>
 
 #include "alk/error.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::expr {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "alk/tensor.h"
-#include "expr/expr.h"
-#include "ops/op_table.h"
+#include "alk/expr.h"
+#include "alk/op_table.h"
 #include "runtime/device.h"
 
 namespace alk {

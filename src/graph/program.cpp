@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "alk/compile.h"
-#include "core/generator.h"
+#include "graph/generator.h"
 #include "graph/graph.h"
 #include "graph/program_contents.h"
 #include "graph/trace.h"

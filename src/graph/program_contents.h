@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alk/compile.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk {
 

@@ -270,7 +270,7 @@ Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, 
     return apply_elementwise(OpId::name, {a, b, c}, loc);                 \
   }
 #define ALK_EW(name, arity, ...) ALK_DEFINE_##arity(name)
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {

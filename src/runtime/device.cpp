@@ -54,6 +54,11 @@ bool Device::fuses_epilogue(OpId core) const {
 
 bool Device::widens_input(OpId, size_t) const { return false; }
 bool Device::norm_backward_adds() const { return false; }
+void* Device::address(const Buffer& buffer, size_t offset, Loc loc) const {
+  (void)buffer;
+  fail("address", loc, name(), "'s memory has no address outside its backend (offset ", offset,
+       "): copy the tensor to the CPU first");
+}
 Device::ExtraOutputs Device::extra_outputs(OpId core) const { return core == OpId::Map ? ExtraOutputs::Runs : ExtraOutputs::No; }
 
 void Device::run_batch(const std::vector<Kernel>& kernels) {

@@ -1,7 +1,7 @@
 // The runtime layer: the Device interface (include/alk/device.h) with the Kernel it runs.
 #pragma once
 #include "alk/device.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 
 namespace alk {
 

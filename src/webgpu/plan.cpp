@@ -12,7 +12,7 @@
 #include <set>
 
 #include "expr/emit.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 #include "expr/wgsl_f16.h"
 #include "graph/graph.h"
 #include "graph/program_contents.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "alk/kernel.h"
 #include "alk/op_registry.h"
-#include "runtime/kernel.h"
 
 namespace alk::webgpu {
 

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "alk/alk.h"
-#include "ops/op_table.h"
+#include "alk/kernel.h"  // numel
+#include "alk/op_table.h"
 
 namespace {
 
@@ -31,12 +32,6 @@ std::string str(const Shape& v) {
 }
 
 std::string name(DType t) { return std::string(alk::dtype_name(t)); }
-
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 // A tensor of dtype t holding `values` (converted on store).
 Tensor make(DType t, const std::vector<double>& values, Shape shape = {}) {
@@ -94,7 +89,7 @@ TEST(BroadcastShapes, Table) {
       Tensor r = alk::add(alk::zeros(c.a), alk::zeros(c.b));
       EXPECT_EQ(r.shape(), c.out);
       EXPECT_EQ(alk::mul(alk::ones(c.b, DType::I32), alk::ones(c.a, DType::I32)).shape(), c.out);
-      EXPECT_EQ(static_cast<int64_t>(r.to_vector<double>().size()), numel_of(c.out));
+      EXPECT_EQ(static_cast<int64_t>(r.to_vector<double>().size()), alk::numel(c.out));
     } else {
       EXPECT_THROW((void)alk::broadcast_shapes(c.a, c.b), alk::Error);
       EXPECT_THROW((void)alk::broadcast_shapes(c.b, c.a), alk::Error);
@@ -159,7 +154,7 @@ TEST(BroadcastValues, AddMulMatchNaiveReference) {
     for (int64_t& d : out) d = std::uniform_int_distribution<int64_t>(1, 4)(g);
     Shape sa = operand_shape(g, out), sb = operand_shape(g, out);
     Shape want = alk::broadcast_shapes(sa, sb);  // may be smaller than `out` (all-1 dims)
-    std::vector<double> va(static_cast<size_t>(numel_of(sa))), vb(static_cast<size_t>(numel_of(sb)));
+    std::vector<double> va(static_cast<size_t>(alk::numel(sa))), vb(static_cast<size_t>(alk::numel(sb)));
     for (double& v : va) v = val(g);
     for (double& v : vb) v = val(g);
     Tensor a = alk::tensor(va, sa), b = alk::tensor(vb, sb);
@@ -169,7 +164,7 @@ TEST(BroadcastValues, AddMulMatchNaiveReference) {
     ASSERT_EQ(sum.shape(), want);
     ASSERT_EQ(prod.shape(), want);
     std::vector<double> s = sum.to_vector<double>(), p = prod.to_vector<double>(), l = lazy.to_vector<double>();
-    for (int64_t i = 0; i < numel_of(want); ++i) {
+    for (int64_t i = 0; i < alk::numel(want); ++i) {
       std::vector<int64_t> o = unravel(i, want);
       double x = va[static_cast<size_t>(broadcast_source(o, sa, want))];
       double y = vb[static_cast<size_t>(broadcast_source(o, sb, want))];
@@ -360,7 +355,7 @@ struct TableOp {
 const std::vector<TableOp>& table_ops() {
   static const std::vector<TableOp> ops = {
 #define ALK_EW(op, arity, ...) {#op, arity, PROMO_CALL_##arity(op)},
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
   };
   return ops;

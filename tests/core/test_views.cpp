@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "alk/kernel.h"  // numel
 
 namespace {
 
@@ -27,12 +28,6 @@ using alk::Tensor;
 // ---------------------------------------------------------------------------------------
 // The naive reference: data + shape, row-major, every op written out index by index.
 // ---------------------------------------------------------------------------------------
-
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
 
 std::vector<int64_t> unravel(int64_t i, const Shape& shape) {
   std::vector<int64_t> idx(shape.size());
@@ -60,15 +55,15 @@ struct Naive {
   Shape shape;
 
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
-  int64_t numel() const { return numel_of(shape); }
+  int64_t numel() const { return alk::numel(shape); }
   double at(const std::vector<int64_t>& idx) const { return data[static_cast<size_t>(ravel(idx, shape))]; }
 
   // out[idx] = this->at(src(idx)) for every idx of out_shape.
   template <class F>
   Naive gather(Shape out_shape, F src) const {
     Naive out{{}, out_shape};
-    out.data.resize(static_cast<size_t>(numel_of(out_shape)));
-    for (int64_t i = 0; i < numel_of(out_shape); ++i) out.data[static_cast<size_t>(i)] = at(src(unravel(i, out_shape)));
+    out.data.resize(static_cast<size_t>(alk::numel(out_shape)));
+    for (int64_t i = 0; i < alk::numel(out_shape); ++i) out.data[static_cast<size_t>(i)] = at(src(unravel(i, out_shape)));
     return out;
   }
 };
@@ -192,7 +187,7 @@ Naive n_cat(const std::vector<Naive>& xs, int64_t dim) {
   out[static_cast<size_t>(dim)] = 0;
   for (const Naive& x : xs) out[static_cast<size_t>(dim)] += x.shape[static_cast<size_t>(dim)];
   Naive r{{}, out};
-  for (int64_t i = 0; i < numel_of(out); ++i) {
+  for (int64_t i = 0; i < alk::numel(out); ++i) {
     std::vector<int64_t> o = unravel(i, out);
     int64_t at = o[static_cast<size_t>(dim)];
     for (const Naive& x : xs) {
@@ -234,7 +229,7 @@ std::vector<Naive> n_chunk(const Naive& x, int64_t chunks, int64_t dim) {
 // exists iff the element offsets, in row-major order of new_shape, are an affine function
 // of the new multi-index.
 bool can_view(const Shape& shape, const Shape& strides, const Shape& new_shape) {
-  const int64_t n = numel_of(shape);
+  const int64_t n = alk::numel(shape);
   if (n == 0) return true;
   std::vector<int64_t> off(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -321,7 +316,7 @@ Shape random_factorization(Rng& r, int64_t n) {
 
 Naive naive_iota(const Shape& s, double base) {
   Naive x{{}, s};
-  for (int64_t i = 0; i < numel_of(s); ++i) x.data.push_back(base + static_cast<double>(i));
+  for (int64_t i = 0; i < alk::numel(s); ++i) x.data.push_back(base + static_cast<double>(i));
   return x;
 }
 
@@ -477,7 +472,7 @@ void step(Chain& c, Rng& r) {
         int64_t d = r.dim(rank);
         Shape s = c.n.shape;
         s[static_cast<size_t>(norm_dim(d, rank))] = r.uniform(0, 3);
-        if (numel_of(s) + c.n.numel() > kMaxNumel) break;
+        if (alk::numel(s) + c.n.numel() > kMaxNumel) break;
         Naive other = naive_iota(s, 10000.0 * ++c.extra);
         bool first = r.coin();
         c.log << " cat(" << (first ? "x, other" : "other, x") << str(s) << ", " << d << ")";
@@ -622,7 +617,7 @@ TEST(ViewsRandom, SingleOpsMatchNaiveReference) {
     EXPECT_EQ(t.squeeze().shape(), n_squeeze(n).shape) << str(s);
     int64_t u = r.dim(rank + 1);
     EXPECT_EQ(t.unsqueeze(u).shape(), n_unsqueeze(n, u).shape) << str(s) << " unsqueeze " << u;
-    EXPECT_EQ(t.flatten().shape(), Shape{numel_of(s)}) << str(s);
+    EXPECT_EQ(t.flatten().shape(), Shape{alk::numel(s)}) << str(s);
   }
 }
 

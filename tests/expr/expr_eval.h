@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::expr::testing {
 
@@ -47,7 +47,7 @@ struct TableOp {
 inline const std::vector<TableOp>& table() {
   static const std::vector<TableOp> ops = {
 #define ALK_EW(name, arity, inputs, rule, domain, fwd, d0, d1, d2) {#name, arity, inputs, #rule, fwd, {d0, d1, d2}},
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
   };
   return ops;

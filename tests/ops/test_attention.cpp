@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "alk/kernel.h"  // numel
 #include "backend/cpu/thread_pool.h"
 #include "ops/ops.h"
 #include "testing.h"
@@ -17,12 +18,6 @@ namespace {
 
 using testing::gradcheck;
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 Shape with_tail(Shape lead, int64_t a, int64_t b) {
   lead.insert(lead.end(), {a, b});
   return lead;
@@ -30,7 +25,7 @@ Shape with_tail(Shape lead, int64_t a, int64_t b) {
 
 Tensor random_f64(const Shape& shape, std::mt19937& rng, double scale = 1.0) {
   std::normal_distribution<double> n(0.0, scale);
-  std::vector<double> v(static_cast<size_t>(numel_of(shape)));
+  std::vector<double> v(static_cast<size_t>(alk::numel(shape)));
   for (double& x : v) x = n(rng);
   return tensor(v, shape);
 }
@@ -115,7 +110,7 @@ void check_forward(DType dtype, double atol, double rtol) {
     Tensor y = scaled_dot_product_attention(q, k, v, c.causal);
     EXPECT_EQ(y.shape(), with_tail(c.lead, c.T, c.D));
     EXPECT_EQ(y.dtype(), dtype);
-    const int64_t B = numel_of(c.lead);
+    const int64_t B = alk::numel(c.lead);
     // The reference sees the same (rounded) inputs the op saw.
     auto want = naive_attention(q.to_vector<double>(), k.to_vector<double>(), v.to_vector<double>(), B, c.T, c.S,
                                 c.D, c.causal, 1.0 / std::sqrt(static_cast<double>(c.D)));

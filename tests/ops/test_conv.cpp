@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "alk/kernel.h"  // numel
 #include "testing.h"
 
 namespace alk {
@@ -24,8 +25,6 @@ std::vector<double> random_values(size_t n, std::mt19937& rng) {
   for (double& x : v) x = u(rng);
   return v;
 }
-
-int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); }
 
 Conv2dGeometry geo(int64_t kh, int64_t kw, int64_t sh = 1, int64_t sw = 1, int64_t ph = 0, int64_t pw = 0,
                    int64_t dh = 1, int64_t dw = 1) {
@@ -190,7 +189,7 @@ TEST(Fold, MatchesNaiveReference) {
     int64_t OH = osize(ge.H, ge.g.kh, ge.g.stride_h, ge.g.pad_h, ge.g.dilation_h);
     int64_t OW = osize(ge.W, ge.g.kw, ge.g.stride_w, ge.g.pad_w, ge.g.dilation_w);
     Shape cs{ge.N, ge.C * ge.g.kh * ge.g.kw, OH * OW};
-    std::vector<double> cv = random_values(static_cast<size_t>(numel_of(cs)), rng);
+    std::vector<double> cv = random_values(static_cast<size_t>(alk::numel(cs)), rng);
     Tensor y = fold2d(tensor(cv, cs), ge.H, ge.W, ge.g);
     EXPECT_EQ(y.shape(), (Shape{ge.N, ge.C, ge.H, ge.W}));
     expect_close(y.to_vector<double>(), ref_fold(cv, ge.N, ge.C, ge.H, ge.W, ge.g));
@@ -303,7 +302,7 @@ TEST(Pool, MaxGradientTiesGoToTheFirstMaximum) {
 
 // Distinct values (spaced well beyond the finite-difference step) so the max is never a tie.
 Tensor distinct(Shape shape, std::mt19937& rng) {
-  std::vector<double> v(static_cast<size_t>(numel_of(shape)));
+  std::vector<double> v(static_cast<size_t>(alk::numel(shape)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * static_cast<double>(i) - 1.0;
   std::shuffle(v.begin(), v.end(), rng);
   return tensor(v, shape);

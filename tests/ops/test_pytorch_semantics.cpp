@@ -7,7 +7,7 @@
 
 #include "alk/nn.h"
 #include "alk/optim.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 #include "graph/graph.h"
 #include "testing.h"
 

@@ -18,7 +18,7 @@
 #include "alk/nn.h"
 #include "io/json.h"
 #include "io/temp_dir.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 #include "ops/ops.h"
 #include "testing.h"
 

@@ -14,6 +14,9 @@ namespace {
 
 std::vector<std::string> expected_backends() {
   std::vector<std::string> names{"cpu", "webgpu"};
+#ifdef ALK_HAVE_CUDA
+  names.push_back("cuda");
+#endif
 #ifdef ALK_HAVE_VULKAN
   names.push_back("vulkan");
 #endif

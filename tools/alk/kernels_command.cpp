@@ -87,7 +87,7 @@ int run_kernels(const std::string& name, const std::string& target_name, const s
 void add_kernels_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("kernels", "print the kernels an op generates (forward and backward)");
   static std::string op, target = "cpp", dtype = "f32";
-  cmd->add_option("op", op, "op name, e.g. add, gelu, where (see src/ops/elementwise.def)")->required();
+  cmd->add_option("op", op, "op name, e.g. add, gelu, where (see include/alk/elementwise.def)")->required();
   cmd->add_option("--target,-t", target, "cpp (the CPU's compiled block body), cuda, glsl or wgsl")->capture_default_str();
   cmd->add_option("--dtype", dtype, "input dtype: f32 f64 f16 bf16 i32 i64 u8 bool")->capture_default_str();
   cmd->callback([] {

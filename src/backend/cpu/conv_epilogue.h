@@ -6,7 +6,7 @@
 #include <span>
 
 #include "backend/cpu/view.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::cpu {
 

@@ -196,6 +196,7 @@ class CpuDevice final : public Device {
     if (bytes) std::memmove(static_cast<char*>(dst.handle) + dst_offset, static_cast<const char*>(src.handle) + src_offset, bytes);
   }
   void synchronize() override {}
+  void* address(const Buffer& b, size_t offset, Loc) const override { return static_cast<char*>(b.handle) + offset; }
   // The reference runs everything: every Map, and every template op in its table.
   bool supports(const Kernel& k) const override { return k.op == OpId::Map || cpu::template_ops().find(k.op); }
   // A norm's epilogue runs over its result in place (run_template): no second buffer. Its

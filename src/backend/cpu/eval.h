@@ -9,7 +9,7 @@
 #include <span>
 
 #include "backend/cpu/view.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::cpu {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "backend/cpu/isa.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 
 namespace alk::cpu::jit {
 

@@ -15,12 +15,6 @@ const expr::Expr& KernelCache::get(const std::string& key, const expr::Expr& e, 
   return slot.second;
 }
 
-std::string KernelCache::source(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_key_.find(key);
-  return it == by_key_.end() ? std::string() : it->second.first;
-}
-
 KernelCache& cpu_kernel_cache() {
   static KernelCache cache;
   return cache;

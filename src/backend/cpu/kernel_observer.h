@@ -4,7 +4,7 @@
 #pragma once
 #include <functional>
 
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::cpu {
 

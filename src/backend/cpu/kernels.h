@@ -12,6 +12,7 @@
 #include <span>
 
 #include "alk/error.h"
+#include "alk/kernel.h"  // RandomDistribution
 #include "backend/cpu/view.h"
 
 namespace alk::cpu {
@@ -78,7 +79,7 @@ void fold2d(const View& cols, int64_t kh, int64_t kw, int64_t sh, int64_t sw, in
 void conv2d(const View& x, const View& w, const View* bias, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
             int64_t dw, const View& out);
 
-enum class Distribution : uint8_t { Uniform, Normal, Integer };
+using Distribution = RandomDistribution;  // alk/kernel.h: RandomParams::dist
 // Element i of out is drawn from Philox4x32-10 (core/philox.h) with key `seed` and counter
 // offset + i (normal: Box-Muller over pairs); Uniform in [low, high), Integer in [low, high).
 void random(Distribution dist, uint64_t seed, uint64_t offset, double low, double high, const View& out);

@@ -5,7 +5,7 @@
 
 #include "alk/op_registry.h"
 #include "backend/cpu/view.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::cpu {
 

@@ -4,10 +4,9 @@
 #include <cstdint>
 #include <functional>
 
-namespace alk::cpu {
+#include "alk/cpu.h"  // num_threads, set_num_threads
 
-int num_threads();
-void set_num_threads(int n);  // 1 runs everything on the calling thread
+namespace alk::cpu {
 
 // Calls fn(begin, end) over disjoint chunks covering [0, n), each at least `grain`
 // long (except the last), spread over the pool. Runs inline when n <= grain.

@@ -93,7 +93,6 @@ class Context {
   // (unified memory: lavapipe, integrated GPUs), then uploads and downloads are memcpy.
   Pool& pool() { return *pool_; }
   Pool& staging() { return *staging_; }
-  bool unified_memory() const { return unified_; }
   // Small allocations (<= kSmallStateBytes: scalars such as the generator state, the
   // learning rate, step counts, a loss) in memory both device-local and host-visible:
   // `pool()` itself on unified memory, else a pool in the device's host-visible

@@ -98,9 +98,4 @@ ShaderCache::Stats ShaderCache::stats() const {
   return stats_;
 }
 
-void ShaderCache::clear_memory() {
-  std::lock_guard lock(mutex_);
-  memory_.clear();
-}
-
 }  // namespace alk::vk

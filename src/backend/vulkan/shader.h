@@ -37,8 +37,6 @@ class ShaderCache {
   Stats stats() const;
   // The disk file an entry for `source` lives in ("" without a disk cache).
   std::string path_for(const std::string& source) const;
-  // Forgets the memory cache (tests use it to reach the disk cache).
-  void clear_memory();
 
  private:
   std::string dir_, device_key_;

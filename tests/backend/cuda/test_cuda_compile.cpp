@@ -8,14 +8,18 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/driver.h"
+#include "backend/cuda/template_ops.h"
+#include "backend/cuda/tuning.h"
 #include "expr/emit.h"
 #include "graph/schedule.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 #include "ops/ops.h"
 
 namespace alk::cuda {
@@ -123,14 +127,13 @@ TEST(CudaCompile, SplitKFillsWholeWaves) {
 // Which weight gradients run as K slices filling one wave, on which tiles (no GPU needed):
 // GPT-2's on the H200's 132 SMs, the device test's shapes, and products that stay stream-K.
 TEST(CudaCompile, WeightGradientsFillOneWaveOfKSlices) {
-  auto plan = [](int64_t m, int64_t n, int64_t k, bool only_192 = false) {
-    const WaveSlices w = wave_slices(m, n, k, 132, only_192);
+  auto plan = [](int64_t m, int64_t n, int64_t k) {
+    const WaveSlices w = wave_slices(m, n, k, 132);
     return std::to_string(w.bm) + "x" + std::to_string(w.bn) + " x " + std::to_string(w.slices);
   };
   EXPECT_EQ(plan(3072, 768, 16384), "192x192 x 2");  // fc dW: 64 tiles, 128 blocks
   EXPECT_EQ(plan(768, 3072, 16384), "192x192 x 2");  // fc2 dW
   EXPECT_EQ(plan(2304, 768, 16384), "128x256 x 2");  // qkv dW: 54 tiles, 108 blocks (192: 96, 73%)
-  EXPECT_EQ(plan(2304, 768, 16384, true), "0x0 x 0");
   EXPECT_EQ(plan(768, 768, 16384), "192x192 x 8");   // proj dW
   EXPECT_EQ(plan(768, 768, 8192), "192x192 x 8");    // CudaDevice.MatmulsBatchedTransposed...'s shapes
   EXPECT_EQ(plan(712, 520, 8192), "192x192 x 11");
@@ -144,6 +147,84 @@ TEST(CudaCompile, WeightGradientsFillOneWaveOfKSlices) {
       const int64_t blocks = ((m + w.bm - 1) / w.bm) * ((768 + w.bn - 1) / w.bn) * w.slices;
       EXPECT_TRUE(blocks <= 132 && blocks * 5 >= 132 * 4 && (k + 63) / 64 / w.slices >= 8) << m << " " << k;
     }
+}
+
+// The CUDA table (template_ops.h) answers for every template op the scheduler sends to a
+// device: it runs it, for dtype families it names, or refuses it with the reason; Map kernels
+// run every elementwise op. Each kernel family's file registered itself (linked whole).
+TEST(CudaCompile, EveryTemplateOpIsRunOrRefused) {
+  const OpCoverage* coverage = find_op_coverage("cuda");
+  ASSERT_NE(coverage, nullptr);
+  EXPECT_EQ(coverage, &template_ops().coverage());
+  int runs = 0;
+#define ALK_X(name, differentiable, writes_over_input0)                                                  \
+  if (op_needs_backend_kernel(OpId::name)) {                                                               \
+    SCOPED_TRACE(#name);                                                                                   \
+    const OpSupport& s = coverage->support(OpId::name);                                                    \
+    ASSERT_NE(s.status, OpSupport::Status::Missing);                                                       \
+    if (s.status == OpSupport::Status::Runs) {                                                             \
+      EXPECT_NE(s.dtypes, 0);                                                                              \
+      ASSERT_NE(template_ops().find(OpId::name), nullptr);                                                 \
+      EXPECT_NE(template_ops().find(OpId::name)->launch, nullptr);                                         \
+      ++runs;                                                                                              \
+    } else {                                                                                               \
+      EXPECT_FALSE(s.note.empty());                                                                        \
+      EXPECT_EQ(template_ops().find(OpId::name), nullptr);                                                 \
+    }                                                                                                      \
+  }
+  ALK_TEMPLATE_OPS(ALK_X)
+#undef ALK_X
+  EXPECT_GE(runs, 25);
+  EXPECT_EQ(coverage->support(OpId::Conv2d).status, OpSupport::Status::Refused);
+  EXPECT_EQ(coverage->support(OpId::Softmax).dtypes, kFloatDTypes);
+  EXPECT_EQ(coverage->support(OpId::Gather).dtypes, kAllDTypes);
+  for (const ElementwiseEntry& e : elementwise_table()) {
+    SCOPED_TRACE(std::string(e.name));
+    EXPECT_EQ(coverage->support(e.op).status, OpSupport::Status::Runs);
+    EXPECT_EQ(coverage->support(e.op).dtypes, kAllDTypes);
+  }
+}
+
+// Every kernel family's sample sources are in the catalogue the compile tests walk (its file
+// registered them), with no NVRTC needed to list them.
+TEST(CudaCompile, TemplateSourcesComeFromEveryFamily) {
+  std::map<std::string, int> by_family;
+  for (const auto& [what, src] : template_sources()) {
+    by_family[what.substr(0, what.find_first_of(" _"))]++;
+    EXPECT_NE(src.find("extern \"C\" __global__"), std::string::npos) << what;
+  }
+  for (const char* family : {"index", "random", "rows", "reduce", "cross", "matmul", "attention"})
+    EXPECT_GT(by_family[family], 0) << family;
+}
+
+// The ALK_CUDA_* comparisons are read into cuda::Tuning in one place: each known value, and an
+// unknown one refused with an alk::Error naming the variable (a typo must not silently run
+// the default kernels in an A/B benchmark).
+TEST(CudaCompile, TuningReadsTheEnvironment) {
+  const char* variables[] = {"ALK_CUDA_GEMM", "ALK_CUDA_SPLIT_K", "ALK_CUDA_ATTENTION_FORWARD",
+                             "ALK_CUDA_ATTENTION_BACKWARD", "ALK_CUDA_LN_FORWARD", "ALK_CUDA_LN_BACKWARD"};
+  for (const char* v : variables) unsetenv(v);
+  const Tuning defaults = Tuning::from_environment();
+  EXPECT_EQ(defaults.gemm, GemmKernel::Auto);
+  EXPECT_FALSE(defaults.split_k_slices || defaults.attention_forward_mma || defaults.attention_backward_mma ||
+               defaults.layer_norm_forward_old || defaults.layer_norm_backward_old);
+  setenv("ALK_CUDA_GEMM", "wgmmatmapp", 1);
+  setenv("ALK_CUDA_SPLIT_K", "slices", 1);
+  setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
+  setenv("ALK_CUDA_LN_FORWARD", "old", 1);
+  const Tuning set = Tuning::from_environment();
+  EXPECT_EQ(set.gemm, GemmKernel::WgmmaTmaPingpong);
+  EXPECT_TRUE(set.split_k_slices && set.attention_backward_mma && set.layer_norm_forward_old);
+  EXPECT_FALSE(set.attention_forward_mma || set.layer_norm_backward_old);
+  setenv("ALK_CUDA_GEMM", "wgmma-typo", 1);
+  try {
+    Tuning::from_environment();
+    ADD_FAILURE() << "an unknown ALK_CUDA_GEMM was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "ALK_CUDA_GEMM");
+    EXPECT_NE(std::string(e.what()).find("wgmma-typo"), std::string::npos) << e.what();
+  }
+  for (const char* v : variables) unsetenv(v);
 }
 
 TEST(CudaCompile, MapKernelsOfEveryTableEntryCompile) {

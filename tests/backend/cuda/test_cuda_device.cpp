@@ -13,6 +13,7 @@
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/driver.h"
+#include "backend/cuda/tuning.h"
 #include "graph/schedule.h"
 #include "testing.h"
 
@@ -26,6 +27,20 @@ Device* cuda_or_null() {
 #define ALK_CUDA_OR_SKIP(dev)                                                                          \
   Device* dev = cuda_or_null();                                                                        \
   if (!dev) GTEST_SKIP() << "no CUDA device: " << (cuda::driver() ? "none found" : cuda::driver_unavailable_reason())
+
+// The CUDA backend's kernel choices (cuda::tuning(), the ALK_CUDA_* comparisons) changed for
+// a scope, and restored after it.
+class ScopedTuning {
+ public:
+  ScopedTuning() : saved_(cuda::tuning()) {}
+  ~ScopedTuning() { cuda::tuning() = saved_; }
+  ScopedTuning(const ScopedTuning&) = delete;
+  ScopedTuning& operator=(const ScopedTuning&) = delete;
+  cuda::Tuning* operator->() { return &cuda::tuning(); }
+
+ private:
+  cuda::Tuning saved_;
+};
 
 void expect_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol) {
   ASSERT_EQ(gpu.shape(), cpu.shape());
@@ -222,12 +237,13 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
   expect_close(matmul(gd.transpose(0, 1).contiguous(), xd), matmul(g.transpose(0, 1), x), 1e-2, 1.0);
   // On the bulk-copy kernel these run stream-K (every block the same share of all tiles' K
   // steps, a share crossing a tile boundary in two pieces; the pieces summed per tile), or
-  // with ALK_CUDA_SPLIT_K=slices K slices of whole 64-wide steps of which the last may be
-  // shorter (its overrun reads zeros): K of 131 steps, and of 131 steps and 8 elements, on
-  // whole tiles and on edge tiles (200 x 264).
-  for (const char* split : {"", "slices"}) {
-    SCOPED_TRACE(split);
-    if (*split) setenv("ALK_CUDA_SPLIT_K", split, 1);
+  // with equal slices (ALK_CUDA_SPLIT_K=slices) K slices of whole 64-wide steps of which the
+  // last may be shorter (its overrun reads zeros): K of 131 steps, and of 131 steps and 8
+  // elements, on whole tiles and on edge tiles (200 x 264).
+  for (bool slices : {false, true}) {
+    SCOPED_TRACE(slices ? "equal slices" : "stream-K");
+    ScopedTuning tuning;
+    tuning->split_k_slices = slices;
     for (int64_t k : {8384, 8392})
       for (auto [m, n] : {std::pair<int64_t, int64_t>{256, 512}, {200, 264}}) {
         SCOPED_TRACE(std::to_string(k) + " " + std::to_string(m) + " x " + std::to_string(n));
@@ -241,7 +257,6 @@ TEST(CudaDevice, MatmulsBatchedTransposedAndInEveryFloatDtype) {
         auto scaled = [](const Tensor& x, const Tensor& y, const Tensor& c) { return matmul(x.transpose(0, 1), y) * 0.5 + c; };
         expect_close(scaled(u.to(*dev), v.to(*dev), w.to(*dev)), scaled(u, v, w), 1e-2, 1.0);
       }
-    unsetenv("ALK_CUDA_SPLIT_K");
   }
   // Weight gradients whose K slices fill one wave (wave_slices): of 192 x 192 tiles (three
   // consumer warpgroups), [768, 768] over K 8192 (16 tiles x 8 slices) and edge tiles
@@ -271,9 +286,11 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
   const Tensor at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
   const Tensor ad = a.to(*dev), bd = b.to(*dev), atd = at.to(*dev), btd = bt.to(*dev), biasd = bias.to(*dev);
   const Tensor resd = res.to(*dev), res_oddd = res_wide.to(*dev).slice(1, 2, 1002);
-  for (const char* gemm : {"", "wgmmatmap", "wgmmatma128", "wgmmatma192"}) {
-    SCOPED_TRACE(gemm);
-    if (*gemm) setenv("ALK_CUDA_GEMM", gemm, 1);
+  for (cuda::GemmKernel gemm : {cuda::GemmKernel::Auto, cuda::GemmKernel::WgmmaTmaPersistent,
+                                cuda::GemmKernel::WgmmaTmaPair, cuda::GemmKernel::WgmmaTma192}) {
+    SCOPED_TRACE(static_cast<int>(gemm));
+    ScopedTuning tuning;
+    tuning->gemm = gemm;
     expect_close(matmul(ad, bd), matmul(a, b), 2e-2, 5e-2);
     expect_close(matmul(atd.transpose(0, 1), bd), matmul(a, b), 2e-2, 5e-2);
     expect_close(matmul(ad, btd.transpose(0, 1)), matmul(a, b), 2e-2, 5e-2);
@@ -285,7 +302,6 @@ TEST(CudaDevice, ShortKProductsOfManyTilesMatchTheCpu) {
     };
     expect_close(block(ad, bd, biasd, resd), block(a, b, bias, res), 2e-2, 1e-1);
     expect_close(block(ad, bd, biasd, res_oddd), block(a, b, bias, res_odd), 2e-2, 1e-1);
-    unsetenv("ALK_CUDA_GEMM");
   }
 }
 
@@ -344,12 +360,13 @@ TEST(CudaDevice, AttentionOnTensorCoresUnderAutocast) {
     if (c.half) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(tc_grads[i].dtype(), DType::BF16);
       // The other kernels: forward and backward on mma.sync.
-      setenv("ALK_CUDA_ATTENTION_FORWARD", "mma", 1);
-      setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
       std::vector<Tensor> other_grads;
-      Tensor other = run(*dev, true, other_grads);
-      unsetenv("ALK_CUDA_ATTENTION_FORWARD");
-      unsetenv("ALK_CUDA_ATTENTION_BACKWARD");
+      Tensor other;
+      {
+        ScopedTuning tuning;
+        tuning->attention_forward_mma = tuning->attention_backward_mma = true;
+        other = run(*dev, true, other_grads);
+      }
       expect_close(other, ref, 3e-2, 3e-2);
       for (int i = 0; i < 3; ++i) expect_close(other_grads[i], ref_grads[i], 5e-2, 5e-2);
       continue;  // without autocast, bf16 operands take the bf16 kernels: covered by the parity suite
@@ -395,12 +412,12 @@ TEST(CudaDevice, AttentionReadsAPackedBf16ProjectionUnderAutocast) {
   expect_close(grad, ref_grad, 5e-2, 5e-2);
   // The mma.sync kernels (the warpgroup ones are the default on sm_90a) read and write the
   // packed layouts too.
-  setenv("ALK_CUDA_ATTENTION_FORWARD", "mma", 1);
-  setenv("ALK_CUDA_ATTENTION_BACKWARD", "mma", 1);
-  Tensor mma_grad;
-  const Tensor mma_out = run(*dev, mma_grad);
-  unsetenv("ALK_CUDA_ATTENTION_FORWARD");
-  unsetenv("ALK_CUDA_ATTENTION_BACKWARD");
+  Tensor mma_grad, mma_out;
+  {
+    ScopedTuning tuning;
+    tuning->attention_forward_mma = tuning->attention_backward_mma = true;
+    mma_out = run(*dev, mma_grad);
+  }
   expect_close(mma_out, ref, 3e-2, 3e-2);
   expect_close(mma_grad, ref_grad, 5e-2, 5e-2);
 }

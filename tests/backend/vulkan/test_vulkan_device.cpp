@@ -9,7 +9,7 @@
 #include "alk/tensor.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/vulkan_device.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 #include "runtime/device.h"
 
 namespace alk {

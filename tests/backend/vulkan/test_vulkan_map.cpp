@@ -1,4 +1,4 @@
-// Every elementwise entry of the op table (src/ops/elementwise.def) as a Vulkan Map
+// Every elementwise entry of the op table (include/alk/elementwise.def) as a Vulkan Map
 // kernel, over every dtype the entry accepts that the device can run, with broadcast,
 // transposed and offset inputs, against the CPU backend's evaluator on the same layout.
 //
@@ -31,7 +31,7 @@
 #include "backend/vulkan/stream.h"
 #include "core/half.h"
 #include "graph/schedule.h"
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 #include "ops/ops.h"
 #include "vulkan_test_util.h"
 

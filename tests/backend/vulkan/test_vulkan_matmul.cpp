@@ -30,7 +30,7 @@
 #include "backend/vulkan/kernels/matmul.h"
 #include "backend/vulkan/shader.h"
 #include "backend/vulkan/stream.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 #include "runtime/device.h"
 #include "vulkan_test_util.h"
 

@@ -22,7 +22,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/vulkan_device.h"
 #include "core/half.h"
-#include "expr/expr.h"
+#include "alk/expr.h"
 #include "runtime/device.h"
 
 namespace alk {

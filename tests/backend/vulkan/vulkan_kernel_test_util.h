@@ -11,7 +11,7 @@
 #include "alk/device.h"
 #include "backend/vulkan/context.h"
 #include "runtime/device.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 #include "vulkan_test_util.h"
 
 namespace alk::vk::testing {

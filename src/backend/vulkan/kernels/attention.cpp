@@ -16,7 +16,7 @@
 #include "backend/vulkan/shader.h"
 #include "backend/vulkan/stream.h"
 #include "backend/vulkan/vulkan_device.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::vk {
 

@@ -12,7 +12,7 @@
 #include "backend/vulkan/shader.h"
 #include "expr/emit.h"
 #include "backend/vulkan/vulkan_device.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::vk {
 

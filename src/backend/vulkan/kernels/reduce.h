@@ -20,7 +20,7 @@
 #include <string>
 
 #include "backend/vulkan/stream.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::vk {
 

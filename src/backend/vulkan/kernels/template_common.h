@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/vulkan/map_kernel.h"
-#include "runtime/kernel.h"
+#include "alk/kernel.h"
 
 namespace alk::vk {
 

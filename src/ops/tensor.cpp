@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "backend/cpu/view.h"
+#include "core/element.h"
 #include "graph/autograd.h"
 #include "graph/trace.h"
 #include "ops/ops.h"
@@ -65,9 +65,9 @@ std::vector<T> Tensor::to_vector(Loc loc) const {
   std::vector<T> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
     if constexpr (std::is_integral_v<T>)
-      out[i] = static_cast<T>(cpu::load_as_int(bytes.data(), dtype(), i));
+      out[i] = static_cast<T>(load_as_int(bytes.data(), dtype(), i));
     else
-      out[i] = static_cast<T>(cpu::load_as_double(bytes.data(), dtype(), i));
+      out[i] = static_cast<T>(load_as_double(bytes.data(), dtype(), i));
   }
   return out;
 }

@@ -1,4 +1,4 @@
-#include "ops/op_table.h"
+#include "alk/op_table.h"
 
 #include <sstream>
 
@@ -15,7 +15,7 @@ std::vector<std::string> split_names(std::string_view s) {
 
 constexpr std::string_view kNames[] = {
 #define ALK_EW(name, ...) #name,
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
 #define ALK_X(name, differentiable, writes_over_input0) #name,
     ALK_TEMPLATE_OPS(ALK_X)
@@ -92,7 +92,7 @@ const std::vector<ElementwiseEntry>& elementwise_table() {
   static const std::vector<ElementwiseEntry> table = {
 #define ALK_EW(name, arity, inputs, rule, domain, fwd, d0, d1, d2) \
   {OpId::name, #name, arity, split_names(inputs), DTypeRule::rule, Domain::domain, fwd, {d0, d1, d2}},
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
   };
   return table;

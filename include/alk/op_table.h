@@ -34,7 +34,7 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
 #define ALK_X(name, differentiable, writes_over_input0) name,
   ALK_TEMPLATE_OPS(ALK_X)
@@ -43,7 +43,7 @@ enum class OpId : uint16_t {
 
 inline constexpr int kNumElementwiseOps = 0
 #define ALK_EW(name, ...) +1
-#include "ops/elementwise.def"
+#include "alk/elementwise.def"
 #undef ALK_EW
     ;
 inline constexpr int kNumOps = kNumElementwiseOps

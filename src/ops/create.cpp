@@ -6,9 +6,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "backend/cpu/kernels.h"
-#include "core/generator.h"
+#include "core/element.h"
 #include "graph/autograd.h"
+#include "graph/generator.h"
 #include "ops/ops.h"
 
 namespace alk {
@@ -25,20 +25,14 @@ void check_shape(const Shape& shape, const char* op, Loc loc) {
           " is too large (its element count overflows 64 bits)");
 }
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 template <class T>
 Tensor from_vector(const std::vector<T>& data, Shape shape, DType dtype, Loc loc) {
   check_shape(shape, "tensor", loc);
-  check(numel_of(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
-        numel_of(shape), " elements, got ", data.size());
+  check(numel(shape) == static_cast<int64_t>(data.size()), "tensor", loc, "shape ", to_string(shape), " needs ",
+        numel(shape), " elements, got ", data.size());
   std::vector<unsigned char> host(data.size() * dtype_size(dtype));
   for (size_t i = 0; i < data.size(); ++i)
-    cpu::store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
+    store_double(host.data(), dtype, static_cast<int64_t>(i), static_cast<double>(data[i]));
   if constexpr (std::is_same_v<T, int64_t>)  // exact; memcpy of no bytes may not be given null (found by fuzz_mnist)
     if (!host.empty()) std::memcpy(host.data(), data.data(), host.size());
   return tensor_from_host(host.data(), std::move(shape), dtype, default_device());
@@ -48,7 +42,7 @@ struct Generator {
   uint64_t seed = 0x5eed;
   uint64_t offset = 0;
 };
-// The state and its lock (core/generator.h).
+// The state and its lock (graph/generator.h).
 std::mutex& generator_mutex() {
   static std::mutex m;
   return m;
@@ -58,7 +52,7 @@ Generator& generator() {
   return g;
 }
 
-Tensor random_tensor(cpu::Distribution dist, double low, double high, Shape shape, DType dtype, const char* op,
+Tensor random_tensor(RandomDistribution dist, double low, double high, Shape shape, DType dtype, const char* op,
                      Loc loc) {
   check_shape(shape, op, loc);
   RandomParams p;
@@ -66,7 +60,7 @@ Tensor random_tensor(cpu::Distribution dist, double low, double high, Shape shap
     std::lock_guard lock(generator_mutex());
     Generator& g = generator();
     p = RandomParams{static_cast<int>(dist), g.seed, g.offset, low, high};
-    g.offset += static_cast<uint64_t>(numel_of(shape));
+    g.offset += static_cast<uint64_t>(numel(shape));
   }
   return make_node(OpId::Random, std::move(shape), dtype, {}, p, loc);
 }
@@ -83,7 +77,7 @@ Tensor tensor(const std::vector<uint8_t>& d, Shape s, DType dtype, Loc loc) {
 
 Tensor from_bytes(const void* data, size_t bytes, Shape shape, DType dtype, Loc loc) {
   check_shape(shape, "from_bytes", loc);
-  size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  size_t need = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
   check(bytes == need, "from_bytes", loc, "shape ", to_string(shape), " of ", dtype_name(dtype), " needs ", need,
         " bytes, got ", bytes);
   return tensor_from_host(data, std::move(shape), dtype, default_device());
@@ -114,7 +108,7 @@ Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
   check((end - start) / step >= 0, "arange", loc, "step ", step, " does not move from ", start, " toward ", end);
   int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   std::vector<unsigned char> host(static_cast<size_t>(n) * dtype_size(dtype));
-  for (int64_t i = 0; i < n; ++i) cpu::store_double(host.data(), dtype, i, start + i * step);
+  for (int64_t i = 0; i < n; ++i) store_double(host.data(), dtype, i, start + i * step);
   return tensor_from_host(host.data(), {n}, dtype, default_device());
 }
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::I64, loc); }
@@ -126,7 +120,7 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Loc loc) {
   for (int64_t i = 0; i < steps; ++i) {
     // Fill from both ends so the last value is exactly `end`, as PyTorch does.
     double v = i < steps / 2 ? start + delta * i : end - delta * (steps - 1 - i);
-    cpu::store_double(host.data(), dtype, i, v);
+    store_double(host.data(), dtype, i, v);
   }
   return tensor_from_host(host.data(), {steps}, dtype, default_device());
 }
@@ -135,7 +129,7 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Loc loc) {
   if (m < 0) m = n;
   check(n >= 0, "eye", loc, "n must be non-negative, got ", n);
   std::vector<unsigned char> host(static_cast<size_t>(n * m) * dtype_size(dtype));
-  for (int64_t i = 0; i < n * m; ++i) cpu::store_double(host.data(), dtype, i, i / m == i % m);
+  for (int64_t i = 0; i < n * m; ++i) store_double(host.data(), dtype, i, i / m == i % m);
   return tensor_from_host(host.data(), {n, m}, dtype, default_device());
 }
 
@@ -161,15 +155,15 @@ uint64_t advance_random_offset(uint64_t n) {
 
 Tensor rand(Shape shape, DType dtype, Loc loc) {
   check(is_floating(dtype), "rand", loc, "needs a floating dtype, got ", dtype_name(dtype));
-  return random_tensor(cpu::Distribution::Uniform, 0, 1, std::move(shape), dtype, "rand", loc);
+  return random_tensor(RandomDistribution::Uniform, 0, 1, std::move(shape), dtype, "rand", loc);
 }
 Tensor randn(Shape shape, DType dtype, Loc loc) {
   check(is_floating(dtype), "randn", loc, "needs a floating dtype, got ", dtype_name(dtype));
-  return random_tensor(cpu::Distribution::Normal, 0, 1, std::move(shape), dtype, "randn", loc);
+  return random_tensor(RandomDistribution::Normal, 0, 1, std::move(shape), dtype, "randn", loc);
 }
 Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype, Loc loc) {
   check(low < high, "randint", loc, "empty range [", low, ", ", high, ")");
-  return random_tensor(cpu::Distribution::Integer, static_cast<double>(low), static_cast<double>(high),
+  return random_tensor(RandomDistribution::Integer, static_cast<double>(low), static_cast<double>(high),
                        std::move(shape), dtype, "randint", loc);
 }
 

@@ -13,8 +13,8 @@
 
 #include "alk/dtype.h"
 #include "alk/error.h"
-#include "expr/expr.h"
-#include "ops/op_table.h"
+#include "alk/expr.h"
+#include "alk/op_table.h"
 
 namespace alk {
 
@@ -32,6 +32,7 @@ struct OneHotParams { int64_t num_classes; };
 struct TriParams { int64_t k; bool upper; };
 struct PadParams { std::vector<int64_t> pads; double value; };  // 2 * rank, in dim order
 struct SliceScatterParams { int dim; int64_t start, step; };
+enum class RandomDistribution : uint8_t { Uniform, Normal, Integer };  // RandomParams::dist's values
 struct RandomParams { int dist; uint64_t seed, offset; double low, high; };
 struct ConstParams { double value; };
 struct CrossEntropyParams { int64_t ignore_index; };  // rows whose target is this contribute nothing
