@@ -1,9 +1,9 @@
-// Prepared Map kernels, keyed by map_kernel_key (alk/kernel.h): the expression's
-// canonical text plus the storage dtypes, so a kernel's C++ text is emitted only once (on a
-// miss). The key is the full text, not a hash of it: kernels whose hashes collide never
-// share an entry. On the CPU, "compiling" keeps the expression the evaluator runs; the
-// compiled tier (jit.h) builds its body later, once it has seen the inputs' layouts (which
-// of them are uniform changes the text: ALK_DEBUG=kernels prints the text it builds).
+// Prepared Map kernels, keyed by map_kernel_key (alk/kernel.h): the expression's canonical
+// text plus the storage dtypes, so a kernel's C++ text is emitted only once (on a miss). The
+// key is the full text, not a hash of it: kernels whose hashes collide never share an entry.
+// On the CPU, "compiling" keeps the expression the evaluator runs; the compiled tier (jit.h)
+// builds its body later, once it has seen the inputs' layouts (which of them are uniform
+// changes the text: ALK_DEBUG=kernels prints the text it builds).
 #pragma once
 #include <cstdint>
 #include <functional>
