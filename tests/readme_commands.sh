@@ -60,7 +60,9 @@ step "make demo (2 steps of a tiny GPT)" make --no-print-directory demo BUILD_DI
 step "alk devices" "$alk" devices
 step "alk demo" "$alk" demo
 step "alk kernels gelu --target cpp" "$alk" kernels gelu --target cpp
+step "alk ops" "$alk" ops
 step "alk sample" "$alk" sample --from "$run" --prompt "In the beginning" --tokens 4
+step "alk generate" "$alk" generate --from "$run" --prompt "In the beginning" --tokens 4
 checkpoint=$(find "$run" -name '*.safetensors' | sort | head -n 1)
 if [ -z "$checkpoint" ]; then
   fail "make demo wrote no .safetensors under $run"
