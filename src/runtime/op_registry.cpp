@@ -163,7 +163,7 @@ std::string op_coverage_markdown() {
   out += "\n";
   for (const auto& row : t.rows) {
     out += "|";
-    for (const std::string& c : row) out += " " + (c.empty() ? std::string("`") + "`" : "`" + c + "`") + " |";
+    for (const std::string& c : row) out += " `" + c + "` |";
     out += "\n";
   }
   out += "\n## Notes\n\n";

@@ -97,7 +97,7 @@ void random(Distribution dist, uint64_t seed, uint64_t offset, double low, doubl
 // The CPU's template-op table entry for this family (src/backend/cpu/template_ops.h).
 namespace {
 [[maybe_unused]] const bool registered = [] {
-  template_ops().add(OpId::Random, kFloatDTypes, [](const Kernel& k, const std::vector<View>&, const View& out) {
+  template_ops().add(OpId::Random, kFloatDTypes | kIntDType, [](const Kernel& k, const std::vector<View>&, const View& out) {
     const auto& p = std::get<RandomParams>(k.node.params);
     const auto dist = static_cast<Distribution>(p.dist);
     if (!k.inputs.empty()) {
