@@ -169,10 +169,38 @@ class TransformerBlock : public Module {
   std::shared_ptr<MLP> mlp;
 };
 
+// The decoder families one GPT covers: GPT-2 (the defaults) and the LLaMA layout (RMSNorm,
+// rotary positions, SwiGLU, grouped-query attention; Qwen2 adds q/k/v biases).
+enum class NormKind : uint8_t { LayerNorm, RMSNorm };
+enum class PositionKind : uint8_t { Learned, Rotary };  // wpe embedding / rotate-half rotary on q and k
+enum class MLPKind : uint8_t { GELUTanh, SwiGLU };      // proj(gelu(fc x)) / proj(silu(gate x) * (up x))
+
+// config.json's rope_scaling. type "": none; "llama3": Llama 3.1's frequency-band rescaling.
+struct RopeScaling {
+  std::string type;
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_context = 0;  // original_max_position_embeddings
+};
+
+// Parameter names (what Module::named_parameters gives, checkpoints store, the Hugging Face
+// loader maps onto): wte.weight, wpe.weight (Learned only), blocks.{i}.ln1.{weight,bias},
+// blocks.{i}.attn.qkv.{weight,bias} with weight [(heads + 2 kv_heads) * head_dim, dim]
+// (rows q | k | v), blocks.{i}.attn.proj.{weight,bias}, blocks.{i}.ln2.*, blocks.{i}.mlp.fc.*
+// (SwiGLU: [2 * hidden, dim], rows gate | up), blocks.{i}.mlp.proj.*, ln_f.*, head.weight
+// (untied only). RMSNorm has a weight and no bias.
 struct GPTConfig {
   int64_t vocab = 256, ctx = 128, dim = 128, heads = 4, layers = 4;
   double dropout = 0;
-  bool tie_embeddings = true, bias = true;
+  bool tie_embeddings = true, bias = true;  // bias: every Linear's and LayerNorm's
+  int64_t kv_heads = 0;      // key/value heads (grouped-query attention when < heads); 0: heads
+  int64_t mlp_hidden = 0;    // the MLP's hidden width; 0: 4 * dim
+  NormKind norm = NormKind::LayerNorm;
+  double norm_eps = 1e-5;
+  PositionKind positions = PositionKind::Learned;
+  double rope_theta = 10000;
+  RopeScaling rope_scaling = {};
+  MLPKind mlp = MLPKind::GELUTanh;
+  bool qkv_bias = false;     // q/k/v projections get a bias even when `bias` is false (Qwen2)
 };
 
 // A GPT-2 style language model: token + position embeddings, pre-norm blocks, final

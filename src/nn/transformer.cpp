@@ -36,6 +36,13 @@ Tensor TransformerBlock::forward(const Tensor& x, Loc loc) {
 }
 
 GPT::GPT(const GPTConfig& c) : cfg(c) {
+  // The LLaMA-family fields are declared for the Hugging Face loader; until the model builds
+  // them, a config asking for them is refused rather than silently run as GPT-2.
+  const bool gpt2 = (c.kv_heads == 0 || c.kv_heads == c.heads) && (c.mlp_hidden == 0 || c.mlp_hidden == 4 * c.dim) &&
+                    c.norm == NormKind::LayerNorm && c.positions == PositionKind::Learned &&
+                    c.mlp == MLPKind::GELUTanh && !c.qkv_bias && c.rope_scaling.type.empty();
+  check(gpt2, "GPT", Loc::current(), "this build runs GPT-2 style configs only (kv_heads ", c.kv_heads,
+        ", mlp_hidden ", c.mlp_hidden, ", RMSNorm/rotary/SwiGLU/qkv_bias not yet built)");
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab, c.dim));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.ctx, c.dim));
   for (int64_t i = 0; i < c.layers; ++i)
