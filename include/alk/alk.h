@@ -5,6 +5,7 @@
 #include "alk/data.h"
 #include "alk/dtype.h"
 #include "alk/error.h"
+#include "alk/generate.h"
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
