@@ -28,6 +28,7 @@ const HandlerTable& handlers() {
     add_nn_ops(h);
     add_more_ops(h);
     add_control_ops(h);
+    add_signal_ops(h);
     return h;
   }();
   return table;

@@ -166,5 +166,6 @@ void add_shape_ops(HandlerTable& h);        // ops_shape.cpp: reshaping, slicing
 void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convolution, pooling, losses
 void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
 void add_control_ops(HandlerTable& h);      // ops_control.cpp: If, Loop, Scan (subgraphs)
+void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
 
 }  // namespace alk::onnx

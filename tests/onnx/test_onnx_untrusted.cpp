@@ -1,7 +1,9 @@
 // Untrusted .onnx files: models built here with the protobuf classes, each broken in one way
 // (external data outside the model's directory or past its file's end, a cycle, a missing
 // input, absurd dims, a wrong attribute type), must give an alk::Error; external data that
-// is right must load and give the same outputs as inline data.
+// is right must load and give the same outputs as inline data. Small models built the same way
+// also check what the node tests cover thinly: subgraphs reading the outer scope, Loop's scan
+// outputs, DFT lengths that pad or truncate.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -13,6 +15,7 @@
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -316,6 +319,52 @@ TEST_F(OnnxUntrusted, BrokenSubgraphsAreErrors) {
     onnx::Model model = onnx::load_bytes(bytes_of(m), "");
     EXPECT_THROW(model.run({{"x", zeros({4})}, {"c", full({}, 1.0, DType::Bool)}}), Error);
   }
+}
+
+// DFT with a dft_length that pads or truncates the signal, one- and two-sided, against the sum
+// written out in f64.
+TEST_F(OnnxUntrusted, DftLengthPadsOrTruncatesAsTheDirectSum) {
+  const int64_t n = 8;
+  std::vector<float> x(static_cast<size_t>(2 * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) + 0.1 * static_cast<double>(i));
+  for (int64_t L : {5, 8, 12})
+    for (int onesided : {0, 1}) {
+      ::onnx::ModelProto m = add_model();
+      auto* g = m.mutable_graph();
+      g->clear_node();
+      g->clear_initializer();
+      auto* len = g->add_initializer();
+      len->set_name("L");
+      len->set_data_type(::onnx::TensorProto::INT64);
+      len->add_int64_data(L);
+      auto* node = g->add_node();
+      node->set_op_type("DFT");
+      node->add_input("x");
+      node->add_input("L");
+      node->add_output("y");
+      auto* a = node->add_attribute();
+      a->set_name("onesided");
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(onesided);
+      onnx::Model model = onnx::load_bytes(bytes_of(m), "");
+      // Two signals [2, n, 1], the transform along axis 1 (the default).
+      Tensor y = model.run({{"x", tensor(x, {2, n, 1})}}).at("y");
+      const int64_t bins = onesided ? L / 2 + 1 : L;
+      ASSERT_EQ(y.shape(), (Shape{2, bins, 2})) << "L " << L;
+      const std::vector<float> got = y.to_vector<float>();
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t k = 0; k < bins; ++k) {
+          double re = 0, im = 0;
+          for (int64_t j = 0; j < std::min(n, L); ++j) {
+            const double v = x[static_cast<size_t>(b * n + j)], th = 2 * M_PI * static_cast<double>(k * j) / static_cast<double>(L);
+            re += v * std::cos(th);
+            im -= v * std::sin(th);
+          }
+          const size_t at = static_cast<size_t>((b * bins + k) * 2);
+          EXPECT_NEAR(got[at], re, 1e-4) << "L " << L << " bin " << k;
+          EXPECT_NEAR(got[at + 1], im, 1e-4) << "L " << L << " bin " << k;
+        }
+    }
 }
 
 }  // namespace
