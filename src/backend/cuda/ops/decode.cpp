@@ -21,6 +21,8 @@ namespace {
 
 bool is_index(DType t) { return t == DType::I64 || t == DType::I32; }
 bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+// The kernels write their results row-major from the output's offset.
+bool dense(const KernelArg& a) { return a.strides == contiguous_strides(a.shape); }
 
 constexpr int64_t kMaxHeadDim = 256;
 int64_t lane_elements(int64_t D) { return std::max<int64_t>(1, (D + 7) / 8); }
@@ -49,17 +51,18 @@ std::string kv_write_unsupported(const Kernel& k) {
   if (k.inputs.size() != 3) return "kv_cache_write takes cache, rows, positions";
   if (k.inputs[1].dtype != k.output.dtype) return "kv_cache_write rows of another dtype than the cache";
   if (!is_index(k.inputs[2].dtype)) return "positions must be i64 or i32";
+  if (!dense(k.output)) return "a strided output";
   return "";
 }
 
 void kv_write_op(Context& ctx, const Kernel& k, const Arg& out) {
   const Arg cache = arg_of(k.inputs[0]), rows = arg_of(k.inputs[1]), pos = arg_of(k.inputs[2]);
-  const Arg dense{out.ptr, out.dtype, out.shape, contiguous_strides(out.shape), out.offset};
+  const Arg whole{out.ptr, out.dtype, out.shape, contiguous_strides(out.shape), out.offset};
   const size_t esize = dtype_size(out.dtype);
   // In place when the output is the cache's memory: only the new rows are written.
   const bool in_place = cache.ptr + static_cast<size_t>(cache.offset) * esize == out.ptr + static_cast<size_t>(out.offset) * esize &&
-                        cache.strides == dense.strides;
-  if (!in_place) copy_view(ctx, cache, dense);
+                        cache.strides == whole.strides;
+  if (!in_place) copy_view(ctx, cache, whole);
   KvWriteParams p{};
   p.Tmax = cache.shape[1], p.Hkv = cache.shape[2], p.D = cache.shape[3];
   p.n = cache.shape[0] * p.Hkv * p.D;
@@ -95,6 +98,7 @@ std::string decode_attention_unsupported(const Kernel& k) {
   if (k.output.dtype != t && k.output.dtype != DType::F32) return "decode_attention's output must be f32 or the caches' dtype";
   if (k.inputs[0].shape[2] > kMaxHeadDim) return "decode_attention with head dim > 256";
   if (!is_index(k.inputs[3].dtype)) return "lengths must be i64 or i32";
+  if (!dense(k.output)) return "a strided output";
   return "";
 }
 
@@ -157,6 +161,7 @@ std::string sample_unsupported(const Kernel& k) {
   if (k.inputs[0].dtype != DType::F32) return "sample_tokens of non-f32 logits on CUDA";
   if (k.inputs[1].dtype != DType::F32) return "settings must be f32";
   if (k.inputs[2].dtype != DType::I64 || !is_index(k.inputs[3].dtype)) return "seeds must be i64, counters i64 or i32";
+  if (!dense(k.output)) return "a strided output";
   return "";
 }
 
