@@ -227,6 +227,15 @@ def load_safetensors(path, with_metadata=False):
 
 save_file, load_file = save_safetensors, load_safetensors  # the safetensors package's names
 
+# PyTorch's semantics where alk uses its names (views that write through, max/min pairs,
+# integer floor division, ...) and the everyday conveniences: alk/_torch_compat.py.
+from . import _torch_compat  # noqa: E402
+from ._torch_compat import (addmm, all, allclose, any, argsort, bmm, device, diag, div, divide,  # noqa: E402,F401,A004
+                            enable_grad, equal, flatten, flip, floor_divide, is_tensor, isclose, isfinite, isinf,
+                            isnan, masked_fill, matmul, max, min, mm, multinomial, narrow, norm, numel, outer,
+                            permute, randperm, remainder, repeat, reshape, return_types, scatter, set_grad_enabled,
+                            sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze)
+
 # The star import brought _C's own nn and optim submodules: the Python packages replace them.
 globals().pop("nn", None)
 globals().pop("optim", None)

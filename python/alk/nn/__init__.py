@@ -65,6 +65,10 @@ class Module:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes "
                                  f"(at {_caller()})")
         params, buffers, modules = d["_parameters"], d["_buffers"], d["_modules"]
+        if name in params and "_native" in d and not getattr(self, "_assignable", False):
+            raise RuntimeError(f"{type(self).__name__}: its forward runs alk's C++ layer, which does not see a "
+                               f"parameter assigned from Python; copy values in with "
+                               f"self.{name}.data.copy_(new) instead (at {_caller()})")
         if isinstance(value, Parameter):
             buffers.pop(name, None)
             modules.pop(name, None)
@@ -299,28 +303,65 @@ class _Native(Module):
 
 
 class Linear(_Native):
-    """y = x @ weight.T + bias; weight [out_features, in_features], Kaiming-uniform init as PyTorch."""
+    """y = x @ weight.T + bias; weight [out_features, in_features], Kaiming-uniform init as PyTorch.
+    forward reads self.weight and self.bias, so assigning them (weight tying) changes the layer."""
+
+    _assignable = True
 
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
         self._adopt(_C.nn.Linear(in_features, out_features, bias),
                     f"in_features={in_features}, out_features={out_features}, bias={bias}")
+        object.__setattr__(self, "in_features", in_features)
+        object.__setattr__(self, "out_features", out_features)
+
+    def forward(self, x):
+        return functional.linear(x, self.weight, self.bias)
 
 
 class Embedding(_Native):
-    """Rows of weight [num_embeddings, embedding_dim] at integer ids."""
+    """Rows of weight [num_embeddings, embedding_dim] at integer ids; the padding_idx row starts at
+    zero and gets no gradient. forward reads self.weight (assignable: weight tying)."""
 
-    def __init__(self, num_embeddings, embedding_dim):
+    _assignable = True
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         self._adopt(_C.nn.Embedding(num_embeddings, embedding_dim), f"{num_embeddings}, {embedding_dim}")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError(f"Padding_idx must be within num_embeddings (at {_caller()})")
+            padding_idx %= num_embeddings
+            with _no_grad():
+                self.weight[padding_idx] = 0.0
+        object.__setattr__(self, "padding_idx", padding_idx)
+        object.__setattr__(self, "num_embeddings", num_embeddings)
+        object.__setattr__(self, "embedding_dim", embedding_dim)
+
+    def forward(self, ids):
+        return functional.embedding(ids, self.weight, self.padding_idx)
 
 
 class LayerNorm(_Native):
-    """Normalizes the last dim (size dim), then scales and shifts."""
+    """Normalizes the trailing normalized_shape dims (an int or a tuple), then scales and shifts."""
 
-    def __init__(self, dim, eps=1e-5, elementwise_affine=True):
+    _assignable = True
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
         super().__init__()
-        self._adopt(_C.nn.LayerNorm(dim, eps, elementwise_affine), f"({dim},), eps={eps}")
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        size = 1
+        for n in shape:
+            size *= n
+        native = _C.nn.LayerNorm(size, eps, elementwise_affine)
+        self._adopt(native, f"{shape}, eps={eps}")
+        for name, t in native.named_parameters():
+            self._parameters[name] = Parameter(t.reshape(*shape))
+        object.__setattr__(self, "normalized_shape", shape)
+        object.__setattr__(self, "eps", eps)
+
+    def forward(self, x):
+        return functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(_Native):
@@ -340,12 +381,29 @@ class Dropout(_Native):
 
 
 class Conv2d(_Native):
-    """2-D convolution over [N, C, H, W]; weight [out, in/groups, k, k]."""
+    """2-D convolution over [N, C, H, W]; weight [out, in/groups, k, k] (tuple sizes must be square).
+    forward reads self.weight and self.bias."""
+
+    _assignable = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__()
-        self._adopt(_C.nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias),
-                    f"{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}")
+        k = functional._pair(kernel_size, "kernel_size", "Conv2d")
+        st = functional._pair(stride, "stride", "Conv2d")
+        d = functional._pair(dilation, "dilation", "Conv2d")
+        if isinstance(padding, str):
+            pad = padding
+            num = 0
+        else:
+            pad = num = functional._pair(padding, "padding", "Conv2d")
+        self._adopt(_C.nn.Conv2d(in_channels, out_channels, k, st, num, d, groups, bias),
+                    f"{in_channels}, {out_channels}, kernel_size={(k, k)}, stride={(st, st)}")
+        for name, value in (("stride", st), ("padding", pad), ("dilation", d), ("groups", groups),
+                            ("in_channels", in_channels), ("out_channels", out_channels), ("kernel_size", (k, k))):
+            object.__setattr__(self, name, value)
+
+    def forward(self, x):
+        return functional.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class MaxPool2d(_Native):
@@ -353,6 +411,9 @@ class MaxPool2d(_Native):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        kernel_size = functional._pair(kernel_size, "kernel_size", "MaxPool2d")
+        stride = None if stride is None else functional._pair(stride, "stride", "MaxPool2d")
+        padding = functional._pair(padding, "padding", "MaxPool2d")
         self._adopt(_C.nn.MaxPool2d(kernel_size, -1 if stride is None else stride, padding),
                     f"kernel_size={kernel_size}")
 
@@ -362,16 +423,76 @@ class AvgPool2d(_Native):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        kernel_size = functional._pair(kernel_size, "kernel_size", "AvgPool2d")
+        stride = None if stride is None else functional._pair(stride, "stride", "AvgPool2d")
+        padding = functional._pair(padding, "padding", "AvgPool2d")
         self._adopt(_C.nn.AvgPool2d(kernel_size, -1 if stride is None else stride, padding),
                     f"kernel_size={kernel_size}")
 
 
-class BatchNorm2d(_Native):
-    """Per-channel normalization over (N, H, W); running statistics in training, used in eval."""
+class _BatchNorm(Module):
+    """Per-channel (dim 1) normalization over the batch (and spatial) dims: the batch's statistics
+    in training (updating running_mean/var, unbiased), the running ones in eval, as PyTorch."""
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+    _dims = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True):
         super().__init__()
-        self._adopt(_C.nn.BatchNorm2d(num_features, eps, momentum), f"{num_features}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(_C.ones(num_features))
+            self.bias = Parameter(_C.zeros(num_features))
+        if track_running_stats:
+            self.register_buffer("running_mean", _C.zeros(num_features).realize())
+            self.register_buffer("running_var", _C.ones(num_features).realize())
+            self.register_buffer("num_batches_tracked", _C.tensor(0))
+
+    def forward(self, x):
+        if x.dim() not in self._dims:
+            raise ValueError(f"{type(self).__name__}: expected {' or '.join(f'{d}D' for d in self._dims)} input "
+                             f"(got {x.dim()}D input) (at {_caller()})")
+        use_batch = self.training or not self.track_running_stats
+        if self.training and self.track_running_stats:
+            with _no_grad():
+                self.num_batches_tracked.copy_(self.num_batches_tracked + 1)
+        return functional.batch_norm(
+            x, self.running_mean if self.track_running_stats else None,
+            self.running_var if self.track_running_stats else None,
+            self.weight if self.affine else None, self.bias if self.affine else None, use_batch, self.momentum,
+            self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of [N, C] or [N, C, L]."""
+
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of [N, C, H, W]."""
+
+    _dims = (4,)
+
+
+class GroupNorm(Module):
+    """Normalization over groups of channels and the spatial dims, per sample."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels must be divisible by num_groups (at {_caller()})")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = Parameter(_C.ones(num_channels))
+            self.bias = Parameter(_C.zeros(num_channels))
+
+    def forward(self, x):
+        return functional.group_norm(x, self.num_groups, self.weight if self.affine else None,
+                                     self.bias if self.affine else None, self.eps)
 
 
 class MLP(_Native):
@@ -565,3 +686,216 @@ class utils:  # noqa: N801  (alk.nn.utils.clip_grad_norm_, as torch.nn.utils)
     """torch.nn.utils' names: clip_grad_norm_."""
 
     clip_grad_norm_ = staticmethod(clip_grad_norm_)
+
+
+# ---- more activations, losses and containers (PyTorch's names and defaults) ----
+
+
+class LeakyReLU(Module):
+    """x where x > 0, else negative_slope * x."""
+
+    def __init__(self, negative_slope=0.01, inplace=False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return functional.leaky_relu(x, self.negative_slope)
+
+
+class ELU(Module):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return functional.elu(x, self.alpha)
+
+
+class LogSoftmax(Module):
+    """log_softmax along dim."""
+
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.log_softmax(x, -1 if self.dim is None else self.dim)
+
+
+class _Loss(Module):
+    """A loss module: the functional form with the arguments given at construction."""
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = functional._reduction(reduction, size_average, reduce, type(self).__name__)
+
+
+class CrossEntropyLoss(_Loss):
+    """functional.cross_entropy (class dim 1) as a module."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                 label_smoothing=0.0):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                                        reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+class NLLLoss(_Loss):
+    """functional.nll_loss (class dim 1) as a module."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                                   reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    """functional.mse_loss as a module."""
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    """functional.l1_loss as a module."""
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """functional.smooth_l1_loss as a module."""
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class BCELoss(_Loss):
+    """functional.binary_cross_entropy as a module."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """functional.binary_cross_entropy_with_logits as a module."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):  # noqa: A002
+        return functional.binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
+                                                           pos_weight=self.pos_weight)
+
+
+class ModuleDict(Module):
+    """Modules by name, registered as children."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for k, m in items:
+            self.add_module(str(k), m)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(str(key), module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+
+class ParameterList(Module):
+    """A list of Parameters, registered as "0", "1", ..."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def append(self, value):
+        self.register_parameter(str(len(self._parameters)), value)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._parameters.values())[i]
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+
+class ParameterDict(Module):
+    """Parameters by name."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        for k, v in (parameters or {}).items():
+            self.register_parameter(str(k), v)
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __setitem__(self, key, value):
+        self.register_parameter(str(key), value)
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
