@@ -234,9 +234,10 @@ from ._torch_compat import (addmm, all, allclose, any, argsort, bmm, device, dia
                             enable_grad, equal, flatten, flip, floor_divide, is_tensor, isclose, isfinite, isinf,
                             isnan, masked_fill, matmul, max, min, mm, multinomial, narrow, norm, numel, outer,
                             permute, randperm, remainder, repeat, reshape, return_types, scatter, set_grad_enabled,
-                            sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze)
+                            sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze, normal, einsum, diagonal,
+                            save, load)
 
 # The star import brought _C's own nn and optim submodules: the Python packages replace them.
 globals().pop("nn", None)
 globals().pop("optim", None)
-from . import nn, optim  # noqa: E402,F401  (after Tensor is set up)
+from . import nn, optim, utils  # noqa: E402,F401  (after Tensor is set up)

@@ -732,3 +732,175 @@ def _dtype_reduce(self):
 
 
 _C.dtype.__reduce__ = _dtype_reduce
+
+
+# ---- backward's keyword arguments ----
+
+_C_backward = Tensor.backward
+
+
+def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Computes gradients of this tensor (a scalar, or seeded with gradient) into the leaves' .grad.
+    alk keeps the graph after backward (retain_graph is accepted and has nothing to keep);
+    create_graph and inputs are refused."""
+    if create_graph:
+        raise NotImplementedError(f"backward(create_graph=True) is not supported by alk; use alk.grad("
+                                  f"create_graph=True) (at {_caller()})")
+    if inputs is not None:
+        raise NotImplementedError(f"backward(inputs=...) is not supported by alk (at {_caller()})")
+    return _C_backward(self, gradient)
+
+
+Tensor.backward = _backward
+
+
+# ---- random ----
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None):
+    """Samples of N(mean, std): tensors broadcast together, or floats with size."""
+    if generator is not None:
+        raise NotImplementedError(f"normal: generators are not supported by alk (alk.manual_seed seeds the one "
+                                  f"generator) (at {_caller()})")
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        shape = tuple((mean * 0 + std * 0).shape)
+        like = mean if isinstance(mean, Tensor) else std
+        return mean + std * _C.randn(*shape, dtype=dtype or like.dtype)
+    if size is None:
+        raise TypeError(f"normal: with float mean and std, size is required (at {_caller()})")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    return mean + std * _C.randn(*size, dtype=dtype or _C.dtype.float32)
+
+
+# ---- einsum: operands aligned on every index, multiplied, summed over the contracted ones ----
+
+def einsum(equation, *operands):
+    """Einstein summation ('ij,jk->ik'; '...' broadcasts), as a product of aligned operands summed over
+    the indices not in the output (differentiable; memory grows with every index at once)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum(): {len(terms)} operands in the equation but {len(operands)} given "
+                         f"(at {_caller()})")
+    # '...' becomes fresh upper-case letters, right-aligned like broadcasting.
+    ell = builtins_max([op.dim() - (len(t) - 3) for t, op in zip(terms, operands) if "..." in t] + [0])
+    ell_letters = "".join(chr(ord("A") + i) for i in range(ell))
+    expanded = []
+    for t, op in zip(terms, operands):
+        if "..." in t:
+            n = op.dim() - (len(t) - 3)
+            t = t.replace("...", ell_letters[ell - n:])
+        if len(t) != op.dim():
+            raise RuntimeError(f"einsum(): the number of subscripts in '{t}' does not match the number of "
+                               f"dimensions ({op.dim()}) (at {_caller()})")
+        expanded.append(t)
+    if arrow:
+        out = rhs.replace("...", ell_letters)
+    else:
+        counts = {}
+        for t in expanded:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell_letters + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell_letters))
+    letters = list(out) + sorted({c for t in expanded for c in t} - set(out))
+    product = None
+    for t, op in zip(expanded, operands):
+        # Repeated letters in one term take the diagonal.
+        while len(set(t)) < len(t):
+            c = next(c for c in t if t.count(c) > 1)
+            i, j = t.index(c), t.index(c, t.index(c) + 1)
+            op = diagonal(op, i, j)
+            t = t[:i] + t[i + 1:j] + t[j + 1:] + c
+        order = sorted(range(len(t)), key=lambda k: letters.index(t[k]))
+        op = op.permute(*order) if order else op
+        shape, at = [], 0
+        present = [t[k] for k in order]
+        for c in letters:
+            if at < len(present) and present[at] == c:
+                shape.append(op.shape[at])
+                at += 1
+            else:
+                shape.append(1)
+        op = op.reshape(*shape)
+        product = op if product is None else product * op
+    contracted = list(range(len(out), len(letters)))
+    return product.sum(contracted) if contracted else product
+
+
+def diagonal(input, dim1=0, dim2=1):  # noqa: A002
+    """The diagonal of dims dim1 and dim2 (equal sizes), as the last dim (a copy)."""
+    n = input.shape[dim1]
+    rest = [d for d in range(input.dim()) if d not in (dim1 % input.dim(), dim2 % input.dim())]
+    moved = input.permute(*rest, dim1 % input.dim(), dim2 % input.dim())
+    flat = moved.reshape(*moved.shape[:-2], n * n)
+    return flat.index_select(flat.dim() - 1, _C.arange(n) * (n + 1))
+
+
+builtins_max = __builtins__["max"] if isinstance(__builtins__, dict) else __builtins__.max
+Tensor.diagonal = diagonal
+
+
+# ---- save / load: safetensors underneath ----
+
+def save(obj, f):
+    """Writes obj (a tensor, or dicts, lists and tuples of tensors, numbers, strings and None: a
+    state_dict, an optimizer's state) to the path f as a safetensors file. The nesting is kept in
+    the file's metadata; a tensor named twice is stored once and comes back shared."""
+    import json
+    import os
+    if not isinstance(f, (str, os.PathLike)):
+        raise TypeError(f"save: alk writes to a path (str or os.PathLike), not a {type(f).__name__} "
+                        f"(at {_caller()})")
+    tensors, ids = {}, {}
+
+    def encode(o):
+        if isinstance(o, Tensor):
+            key = ids.get(id(o))
+            if key is None:
+                key = ids[id(o)] = str(len(tensors))
+                tensors[key] = o.detach()
+            return {"t": key}
+        if isinstance(o, dict):
+            if not builtins_all(isinstance(k, (str, int)) for k in o):
+                raise TypeError(f"save: dict keys must be str or int (at {_caller()})")
+            return {"d": [[k, encode(v)] for k, v in o.items()]}
+        if isinstance(o, (list, tuple)):
+            return {"l" if isinstance(o, list) else "u": [encode(v) for v in o]}
+        if o is None or isinstance(o, (bool, int, float, str)):
+            return {"v": o}
+        raise TypeError(f"save: cannot store a {type(o).__name__} (tensors, dicts, lists, tuples, numbers, "
+                        f"strings, None) (at {_caller()})")
+
+    structure = encode(obj)
+    _C._save_safetensors(os.fspath(f), tensors, {"alk.structure": json.dumps(structure)})
+
+
+def load(f, map_location=None, weights_only=None):
+    """Reads what alk.save wrote (any safetensors file without alk's structure comes back as a dict
+    of its tensors). map_location: a device name ('cpu') the tensors are moved to."""
+    import json
+    import os
+    pairs, meta = _C._load_safetensors(os.fspath(f))
+    tensors = dict(pairs)
+    if map_location is not None:
+        tensors = {k: v.to(str(map_location)) for k, v in tensors.items()}
+    if "alk.structure" not in meta:
+        return tensors
+
+    def decode(s):
+        if "t" in s:
+            return tensors[s["t"]]
+        if "d" in s:
+            return {k: decode(v) for k, v in s["d"]}
+        if "l" in s:
+            return [decode(v) for v in s["l"]]
+        if "u" in s:
+            return tuple(decode(v) for v in s["u"])
+        return s["v"]
+
+    return decode(json.loads(meta["alk.structure"]))
+
+
+builtins_all = __builtins__["all"] if isinstance(__builtins__, dict) else __builtins__.all

@@ -449,3 +449,110 @@ def test_grad_mode_helpers():
         with pytest.raises(RuntimeError, match="enable_grad"):
             with alk.enable_grad():
                 pass
+
+
+# ---- optimizers: param groups and lr_scheduler ----
+
+def test_param_groups_and_schedulers_match_torch():
+    def idiom(m, make_sched):
+        a = m.nn.Parameter(T(m, DATA[0]))
+        b = m.nn.Parameter(T(m, DATA[1, 0]))
+        opt = m.optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.01, "momentum": 0.5}], lr=0.1, momentum=0.9)
+        sched = make_sched(m, opt)
+        lrs = []
+        for _ in range(6):
+            loss = (a * a).sum() + (b ** 3).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            lrs.append([g["lr"] for g in opt.param_groups])
+        return a, b, lrs
+
+    makers = [
+        lambda m, o: m.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+        lambda m, o: m.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.001),
+        lambda m, o: m.optim.lr_scheduler.LambdaLR(o, lambda e: 1 / (1 + e)),
+        lambda m, o: m.optim.lr_scheduler.OneCycleLR(o, max_lr=[0.2, 0.02], total_steps=8, cycle_momentum=False),
+    ]
+    for make in makers:
+        (aa, ab, al), (ta, tb, tl) = idiom(alk, make), idiom(torch, make)
+        same(aa, ta.detach(), 1e-4)
+        same(ab, tb.detach(), 1e-4)
+        np.testing.assert_allclose(al, tl, rtol=1e-9)
+
+
+def test_adamw_decays_every_parameter_as_torch():
+    def idiom(m):
+        w = m.nn.Parameter(T(m, DATA[0, 0]))
+        opt = m.optim.AdamW([w], lr=0.1, weight_decay=0.5)
+        for _ in range(3):
+            (w * w).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        return w.detach()
+    both(idiom)
+
+
+# ---- saving, copying, data loading, einsum ----
+
+def test_save_load_round_trip(tmp_path):
+    lin = alk.nn.Linear(3, 2)
+    state = {"model": lin.state_dict(), "step": 7, "name": "run", "pair": (lin.weight, lin.weight), "none": None}
+    alk.save(state, tmp_path / "ckpt.safetensors")
+    back = alk.load(tmp_path / "ckpt.safetensors")
+    assert back["step"] == 7 and back["name"] == "run" and back["none"] is None
+    assert back["pair"][0] is back["pair"][1] and isinstance(back["pair"], tuple)
+    other = alk.nn.Linear(3, 2)
+    other.load_state_dict(back["model"])
+    x = alk.randn(4, 3)
+    np.testing.assert_array_equal(other(x).numpy(), lin(x).numpy())
+    with pytest.raises(TypeError, match="path"):
+        alk.save(state, open(tmp_path / "f", "wb"))
+
+
+def test_deepcopy_and_pickle_of_modules():
+    net = alk.nn.Sequential(alk.nn.Linear(4, 3), alk.nn.GELU(), alk.nn.LayerNorm(3), alk.nn.TransformerBlock(3, 1))
+    x = alk.randn(2, 5, 4)
+    for twin in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        np.testing.assert_array_equal(twin(x).numpy(), net(x).numpy())
+        assert twin[0].weight is not net[0].weight
+        with alk.no_grad():
+            twin[0].weight.mul_(0)
+        assert not np.array_equal(twin(x).numpy(), net(x).numpy())
+
+
+def test_dataloader_batches_like_torch():
+    def idiom(m):
+        ds = m.utils.data.TensorDataset(T(m, DATA[0]), m.arange(4))
+        out = []
+        for xb, yb in m.utils.data.DataLoader(ds, batch_size=3):
+            out += [xb, yb]
+        return out, len(m.utils.data.DataLoader(ds, batch_size=3, drop_last=True))
+    (a, an), (t, tn) = idiom(alk), idiom(torch)
+    same(a, t)
+    assert an == tn
+    alk.manual_seed(1)
+    seen = sorted(int(y) for _, yb in alk.utils.data.DataLoader(
+        alk.utils.data.TensorDataset(alk.zeros(10), alk.arange(10)), batch_size=4, shuffle=True) for y in yb.tolist())
+    assert seen == list(range(10))
+
+
+def test_einsum_and_normal():
+    def idiom(m):
+        x = T(m)
+        return (m.einsum("bij,bjk->bik", x, x.transpose(1, 2)), m.einsum("ij->ji", x[0]), m.einsum("ii->i", x[0, :4, :4]),
+                m.einsum("...j,j", x, x[0, 0]), m.einsum("bij,bij->b", x, x), m.einsum("i,j", x[0, 0], x[0, 1]))
+    both(idiom)
+    alk.manual_seed(0)
+    s = alk.normal(2.0, 3.0, (20000,))
+    assert s.dtype == alk.float32 and abs(s.mean().item() - 2) < 0.1 and abs(s.std().item() - 3) < 0.1
+
+
+def test_backward_accepts_retain_graph():
+    def idiom(m):
+        w = m.ones(2, requires_grad=True)
+        y = (w * 3).sum()
+        y.backward(retain_graph=True)
+        return w.grad
+    both(idiom)

@@ -287,6 +287,15 @@ class _Native(Module):
     """A layer computed by alk's C++ implementation: its parameters are registered here under the
     C++ module's names (nested ones dotted, "blocks.0.attn.qkv.weight") and are the same tensors."""
 
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        object.__setattr__(self, "_init_args", (args, kwargs))  # to rebuild it: pickle, deepcopy
+        return self
+
+    def __reduce_ex__(self, protocol):
+        state = {k: v for k, v in self.__dict__.items() if k != "_native"}
+        return (_rebuild_native, (type(self), *self._init_args, state))
+
     def _adopt(self, native, repr_args=""):
         object.__setattr__(self, "_native", native)
         object.__setattr__(self, "_repr_args", repr_args)
@@ -300,6 +309,22 @@ class _Native(Module):
 
     def extra_repr(self):
         return self._repr_args
+
+
+def _rebuild_native(cls, args, kwargs, state):
+    """A built-in layer made again from its constructor's arguments, holding state's tensors."""
+    module = cls(*args, **kwargs)
+    if getattr(cls, "_assignable", False):
+        module.__dict__.update(state)  # forward reads these Parameters (tied ones stay tied)
+    else:
+        with _no_grad():
+            for kind in ("_parameters", "_buffers"):
+                for name, t in state[kind].items():
+                    if t is not None:
+                        module.__dict__[kind][name].copy_(t)
+        object.__setattr__(module, "training", state["training"])
+        module.train(state["training"])
+    return module
 
 
 class Linear(_Native):
