@@ -655,6 +655,9 @@ def _compile(fn: Callable[[List[Tensor]], None]) -> Program:
 def _elementwise_ops() -> list:
     """The op table's elementwise entries (name, arity, inputs, dtype rule, domain, forward)."""
     ...
+def _follow_assignment(tensor: Tensor) -> None:
+    """After tensor was assigned outside the bindings (an optimizer step), its views read its new values."""
+    ...
 def _live_buffers() -> tuple:
     """(count, bytes) of alk buffers alive now (for leak tests)."""
     ...

@@ -741,8 +741,8 @@ _C_backward = Tensor.backward
 
 def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     """Computes gradients of this tensor (a scalar, or seeded with gradient) into the leaves' .grad.
-    alk keeps the graph after backward (retain_graph is accepted and has nothing to keep);
-    create_graph and inputs are refused."""
+    retain_graph is accepted, but alk frees what the backward rules saved: a second backward
+    through the same graph raises. create_graph and inputs are refused."""
     if create_graph:
         raise NotImplementedError(f"backward(create_graph=True) is not supported by alk; use alk.grad("
                                   f"create_graph=True) (at {_caller()})")

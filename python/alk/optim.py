@@ -71,6 +71,11 @@ class _Grouped:
         super().step()
         for opt in self._extra:
             opt.step()
+        # The step assigned new values to the parameters: their views (p.data held across the
+        # step, slices) read them, as after PyTorch's in-place update.
+        for g in self.param_groups:
+            for p in g["params"]:
+                _C._follow_assignment(p[1] if isinstance(p, tuple) else p)
         return loss
 
     def zero_grad(self, set_to_none=True):

@@ -150,6 +150,7 @@ namespace {
 struct Member {
   std::weak_ptr<alk::TensorImpl> self;
   bool detached = false;  // made through detach()/.data: writes through it record no autograd
+  const alk::Node* node = nullptr;  // the node it shared when it joined (compared, never read)
 };
 
 // Groups by the node their members share; member records by tensor.
@@ -209,8 +210,19 @@ void prune_dead_records() {
 void add_member(const Tensor& t, bool detached) {
   static size_t added = 0;
   if (++added % 4096 == 0) prune_dead_records();
-  members()[t.impl()] = Member{t.impl_ptr(), detached};
-  groups()[t.impl()->node.get()].push_back(Member{t.impl_ptr(), detached});
+  const alk::Node* node = t.impl()->node.get();
+  members()[t.impl()] = Member{t.impl_ptr(), detached, node};
+  std::vector<Member>& group = groups()[node];
+  // A base sliced every step (a dataset's batches) gathers dead views: dropped as the group
+  // doubles, so finding a member stays proportional to the live ones.
+  if (group.size() >= 64 && (group.size() & (group.size() - 1)) == 0)
+    group.erase(std::remove_if(group.begin(), group.end(),
+                               [node](const Member& m) {
+                                 auto p = m.self.lock();
+                                 return !p || p->node.get() != node;
+                               }),
+                group.end());
+  group.push_back(Member{t.impl_ptr(), detached, node});
 }
 
 bool broadcasts(const alk::TensorImpl* t) {
@@ -239,6 +251,29 @@ void prepare_base(const Tensor& base) {
   // its values move into a node of its own first, as PyTorch allocates them.
   Released r;
   Tensor(base.impl_ptr()).assign_(base.contiguous());
+}
+
+void follow_assignment(const Tensor& t) {
+  if (!t.defined()) return;
+  auto rec = members().find(t.impl());
+  if (rec == members().end() || rec->second.self.lock().get() != t.impl()) return;
+  const alk::Node* old = rec->second.node;
+  const alk::Node* now = t.impl()->node.get();
+  if (old == now || !views_whole_node(t.impl())) return;
+  auto g = groups().find(old);
+  if (g == groups().end()) return;
+  // The members still on the old node read the new one, with their geometry (the assignment
+  // kept the node's size and order: t views all of it in order).
+  std::vector<Member> moved;
+  for (const Member& m : g->second)
+    if (auto p = m.self.lock(); p && (p->node.get() == old || p.get() == t.impl())) {
+      if (p->node->numel() != t.impl()->node->numel()) continue;
+      p->node = t.impl()->node;
+      moved.push_back(Member{p, m.detached, now});
+      members()[p.get()].node = now;
+    }
+  groups().erase(g);
+  if (moved.size() > 1) groups()[now] = std::move(moved);
 }
 
 void track_view(const Tensor& base, const Tensor& view, bool detached) {
@@ -325,7 +360,10 @@ void assign_shared(const Tensor& self, const Tensor& value_in, bool self_detache
   // The group follows its members to the new node.
   auto& gs = groups();
   std::vector<Member> moved;
-  for (const auto& [m, detached] : group) moved.push_back(Member{m, detached});
+  for (const auto& [m, detached] : group) {
+    moved.push_back(Member{m, detached, merged.impl()->node.get()});
+    members()[m.get()].node = merged.impl()->node.get();
+  }
   gs.erase(old_node.get());
   gs[merged.impl()->node.get()] = std::move(moved);
 }
@@ -576,6 +614,8 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
     track_view(t, d, true);
     return d;
   }, "The same values, cut from the autograd graph (sharing them: writes through it reach t).");
+  m.def("_follow_assignment", &follow_assignment, py::arg("tensor"),
+        "After tensor was assigned outside the bindings (an optimizer step), its views read its new values.");
   m.def("_prepare_base", &prepare_base, py::arg("base"),
         "Gives base a node of its own (when it views part of one) so views of it can write through.");
   m.def("_track_view", &track_view, py::arg("base"), py::arg("view"), py::arg("detached") = false,

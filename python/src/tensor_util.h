@@ -18,4 +18,7 @@ void assign_inplace(const alk::Tensor& self, const alk::Tensor& value, const cha
 void track_view(const alk::Tensor& base, const alk::Tensor& view, bool detached);
 // Gives base a whole node of its own when it views part of one, so its views can be tracked.
 void prepare_base(const alk::Tensor& base);
+// After t was assigned outside the bindings (a C++ optimizer's step), the views of t read its
+// new values, as PyTorch's in-place step leaves them.
+void follow_assignment(const alk::Tensor& t);
 }  // namespace alkpy

@@ -556,3 +556,25 @@ def test_backward_accepts_retain_graph():
         y.backward(retain_graph=True)
         return w.grad
     both(idiom)
+
+
+def test_views_follow_an_optimizer_step():
+    def idiom(m):
+        lin = m.nn.Linear(2, 2)
+        with m.no_grad():
+            lin.weight.copy_(m.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        held, row = lin.weight.data, lin.weight[0]
+        opt = m.optim.SGD(lin.parameters(), lr=0.5)
+        lin(m.ones(1, 2)).sum().backward()
+        opt.step()
+        return held, row.detach(), lin.weight.detach()
+    both(idiom)
+
+
+def test_second_backward_raises_like_torch_without_retain_graph():
+    def idiom(m):
+        w = m.ones(2, requires_grad=True)
+        z = (w * w).sum()
+        z.backward()
+        z.backward()
+    raises_same(idiom)
