@@ -237,6 +237,9 @@ from ._torch_compat import (addmm, all, allclose, any, argsort, bmm, device, dia
                             sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze, normal, einsum, diagonal,
                             save, load)
 
+# Wrong arguments name the argument and the caller's line (not pybind11's signature list).
+_torch_compat._check_arguments(globals(), Tensor)
+
 # The star import brought _C's own nn and optim submodules: the Python packages replace them.
 globals().pop("nn", None)
 globals().pop("optim", None)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import alk
+from conftest import this_line
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch")
@@ -578,3 +579,34 @@ def test_second_backward_raises_like_torch_without_retain_graph():
         z.backward()
         z.backward()
     raises_same(idiom)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_attention_matches_torch(batch_first):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 5, 8) if batch_first else (5, 2, 8)).astype(np.float32)
+    mask = np.triu(np.ones((5, 5), bool), 1)
+    pad = np.zeros((2, 5), bool)
+    pad[1, 3:] = True
+    tm = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    am = alk.nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    am.load_state_dict({k: alk.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    assert sorted(am.state_dict()) == sorted(tm.state_dict())
+    for kw in ({}, {"attn_mask": mask}, {"key_padding_mask": pad, "average_attn_weights": False}):
+        t_out = tm(*(torch.tensor(x),) * 3, **{k: torch.tensor(v) if isinstance(v, np.ndarray) else v
+                                              for k, v in kw.items()})
+        a_out = am(*(alk.tensor(x),) * 3, **{k: alk.tensor(v) if isinstance(v, np.ndarray) else v
+                                            for k, v in kw.items()})
+        same(a_out[0], t_out[0].detach())
+        same(a_out[1], t_out[1].detach())
+
+
+def test_wrong_arguments_name_the_argument_and_the_line():
+    with pytest.raises(TypeError) as info:
+        alk.softmax(alk.ones(2), "a")
+    assert "argument 'dim' (position 2) must be int, not str" in str(info.value)
+    assert this_line(-2) in str(info.value)
+    with pytest.raises(TypeError) as info:
+        alk.ones(2, 3).gather(1, alk.zeros(2, 3).long(), 5)
+    assert "takes at most 2 positional arguments but 3 were given" in str(info.value) and this_line(-1) in str(info.value)
+    raises_same(lambda m: m.ones(2).softmax(dim=1.5))
