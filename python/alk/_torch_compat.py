@@ -1030,3 +1030,38 @@ def _check_arguments(namespace, tensor_cls):
     for name, fn in list(vars(tensor_cls).items()):
         if not name.startswith("_") and type(fn).__name__ == "instancemethod":
             setattr(tensor_cls, name, _checked(name, fn, True))
+
+
+# ---- tensor hooks and retain_grad ----
+
+class _RemovableHandle:
+    """What register_hook returns: remove() turns the hook off."""
+
+    def __init__(self, state):
+        self._state = state
+
+    def remove(self):
+        """Turns the hook off."""
+        self._state["on"] = False
+
+
+def _register_hook(self, hook):
+    """Calls hook(grad) with this tensor's gradient during backward; a tensor it returns replaces
+    the gradient. Register it before the tensor is used (alk refuses otherwise); leaves refuse."""
+    state = {"on": True}
+
+    def call(grad):
+        return hook(grad) if state["on"] else None
+
+    _C._register_hook(self, call)
+    return _RemovableHandle(state)
+
+
+def _retain_grad(self):
+    """Keeps this non-leaf tensor's gradient in .grad after backward (a no-op on leaves). Call it
+    before the tensor is used (alk refuses otherwise)."""
+    _C._retain_grad(self)
+
+
+Tensor.register_hook = _register_hook
+Tensor.retain_grad = _retain_grad

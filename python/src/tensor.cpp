@@ -608,6 +608,57 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
   cls.def("backward", [](const Tensor& t, const Tensor& gradient) { t.backward(gradient); },
           py::arg("gradient") = py::none(), py::call_guard<Released>(),
           "Computes gradients of this tensor (a scalar, or seeded with gradient) into the leaves' .grad.");
+  m.def("_register_hook", [](const Tensor& t, py::function hook) {
+    // The hook is a grad_fn in front of t's own: ops recorded from now on send t's gradient
+    // through it. Ops recorded before already point at the old grad_fn, so a tensor already
+    // used (its grad_fn shared) refuses rather than skip them silently.
+    if (!alk::is_grad_enabled() || !t.requires_grad())
+      raise_runtime("register_hook: cannot register a hook on a tensor that doesn't require gradient");
+    if (t.is_leaf())
+      raise_runtime("register_hook: hooks on leaf tensors are not supported by alk (their gradient is "
+                    "accumulated into .grad directly); hook the tensor computed from it instead");
+    if (t.impl()->grad_fn.use_count() > 1)
+      raise_runtime("register_hook: the tensor is already used by other ops; alk runs hooks for the ops "
+                    "recorded after registration, so register it right after the tensor is made");
+    // The hook object is released with the GIL held (the grad_fn may die on any thread).
+    std::shared_ptr<py::object> fn(new py::object(hook), [](py::object* o) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    Tensor front;
+    {
+      Released r;
+      front = alk::with_grad(alk::alias(t), "hook", {t}, [fn](const Tensor& g) {
+        py::gil_scoped_acquire gil;
+        py::object out = (*fn)(g);
+        if (out.is_none()) return std::vector<Tensor>{g};
+        Tensor replaced = out.cast<Tensor>();
+        if (replaced.shape() != g.shape())
+          throw alk::Error("register_hook", "the hook returned a gradient of shape " + alk::to_string(replaced.shape()) +
+                           ", expected " + alk::to_string(g.shape()), alk::Loc::current());
+        return std::vector<Tensor>{replaced};
+      });
+    }
+    t.impl()->grad_fn = front.impl()->grad_fn;
+  }, py::arg("tensor"), py::arg("hook"), "Runs hook(grad) on t's gradient in backward (Tensor.register_hook).");
+  m.def("_retain_grad", [](const Tensor& t) {
+    if (t.is_leaf() || !alk::is_grad_enabled()) return;
+    if (t.impl()->grad_fn.use_count() > 1)
+      raise_runtime("retain_grad: the tensor is already used by other ops; alk keeps the gradient of the ops "
+                    "recorded after this call, so call it right after the tensor is made");
+    // Weak: the grad_fn must not keep its own tensor alive.
+    std::weak_ptr<alk::TensorImpl> target = t.impl_ptr();
+    Released r;
+    Tensor front = alk::with_grad(alk::alias(t), "retain_grad", {t}, [target](const Tensor& g) {
+      if (auto p = target.lock()) {
+        Tensor add = g.detach();
+        p->grad = p->grad ? (Tensor(p->grad) + add).impl_ptr() : add.impl_ptr();
+      }
+      return std::vector<Tensor>{g};
+    });
+    t.impl()->grad_fn = front.impl()->grad_fn;
+  }, py::arg("tensor"), "Keeps t's gradient in t.grad after backward (Tensor.retain_grad).");
+
   cls.def("detach", [](const Tensor& t) {
     prepare_base(t);
     Tensor d = t.detach();

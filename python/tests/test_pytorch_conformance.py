@@ -610,3 +610,28 @@ def test_wrong_arguments_name_the_argument_and_the_line():
         alk.ones(2, 3).gather(1, alk.zeros(2, 3).long(), 5)
     assert "takes at most 2 positional arguments but 3 were given" in str(info.value) and this_line(-1) in str(info.value)
     raises_same(lambda m: m.ones(2).softmax(dim=1.5))
+
+
+def test_hooks_and_retain_grad():
+    def idiom(m):
+        x = T(m, DATA[0], requires_grad=True)
+        h = x * 2
+        h.retain_grad()
+        seen = []
+        g = h.exp()
+        g.register_hook(lambda grad: seen.append(grad.sum().item()))
+        doubled = g * 1
+        handle = doubled.register_hook(lambda grad: grad * 2)
+        (doubled.sum() + h.sum()).backward()
+        handle.remove()
+        return h.grad, x.grad, seen[0]
+    both(idiom, 1e-4)
+
+
+def test_hook_after_use_and_on_leaf_raise():
+    h = alk.ones(2, requires_grad=True) * 2
+    _ = h + 1
+    with pytest.raises(RuntimeError, match="already used"):
+        h.register_hook(lambda g: g)
+    with pytest.raises(RuntimeError, match="leaf"):
+        alk.ones(2, requires_grad=True).register_hook(lambda g: g)
