@@ -79,9 +79,13 @@ class no_grad:
     def __enter__(self):
         self._guard = _C._NoGrad()
         self._guard.__enter__()
+        _torch_compat._active_no_grad().append(self._guard)
         return self
 
     def __exit__(self, *exc):
+        active = _torch_compat._active_no_grad()
+        if active and active[-1] is self._guard:
+            active.pop()
         self._guard.__exit__(*exc)
         return False
 

@@ -12,6 +12,7 @@ Installed into alk and alk.Tensor by alk/__init__.py:
 Where alk cannot do what PyTorch does, these raise and say so, never compute something else.
 """
 import math
+import threading
 
 import numpy as _np
 
@@ -634,24 +635,47 @@ Tensor.multinomial = multinomial
 
 # ---- grad mode ----
 
+_grad_mode = threading.local()
+
+
+def _active_no_grad():
+    """This thread's open alk.no_grad() guards, innermost last (enable_grad suspends them)."""
+    if not hasattr(_grad_mode, "guards"):
+        _grad_mode.guards = []
+    return _grad_mode.guards
+
+
 class enable_grad:
-    """PyTorch's enable_grad: inside alk.no_grad() alk cannot turn recording back on, and says so."""
+    """Records autograd history again inside alk.no_grad() (context manager and decorator)."""
 
     def __enter__(self):
-        if not _C.is_grad_enabled():
-            raise RuntimeError(f"enable_grad inside no_grad is not supported by alk: leave the no_grad block "
-                               f"instead (at {_caller()})")
+        active = _active_no_grad()
+        self._suspended = list(active)
+        for guard in reversed(self._suspended):
+            guard.__exit__(None, None, None)
+        active.clear()
         return self
 
     def __exit__(self, *exc):
+        active = _active_no_grad()
+        for guard in self._suspended:
+            guard.__enter__()
+            active.append(guard)
         return False
 
     def __call__(self, fn):
-        return fn
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with enable_grad():
+                return fn(*args, **kwargs)
+
+        return wrapped
 
 
 class set_grad_enabled:
-    """set_grad_enabled(False) is no_grad(); set_grad_enabled(True) where grad is on does nothing."""
+    """set_grad_enabled(False) is no_grad(), set_grad_enabled(True) is enable_grad()."""
 
     def __init__(self, mode):
         from . import no_grad

@@ -439,17 +439,24 @@ def test_pickle_and_deepcopy():
 
 
 def test_grad_mode_helpers():
-    w = alk.ones(2, requires_grad=True)
-    with alk.set_grad_enabled(False):
-        assert not (w * 2).requires_grad
-    with alk.set_grad_enabled(True):
-        assert (w * 2).requires_grad
-    with alk.enable_grad():
-        assert (w * 2).requires_grad
-    with alk.no_grad():
-        with pytest.raises(RuntimeError, match="enable_grad"):
-            with alk.enable_grad():
-                pass
+    def idiom(m):
+        w = m.ones(2, requires_grad=True)
+        out = []
+        with m.set_grad_enabled(False):
+            out.append((w * 2).requires_grad)
+        with m.no_grad():
+            out.append((w * 2).requires_grad)
+            with m.enable_grad():
+                out.append((w * 2).requires_grad)
+                with m.no_grad():
+                    out.append((w * 2).requires_grad)
+                out.append((w * 2).requires_grad)
+            out.append((w * 2).requires_grad)
+            with m.set_grad_enabled(True):
+                out.append((w * 2).requires_grad)
+        out.append((w * 2).requires_grad)
+        return out
+    assert idiom(alk) == idiom(torch) == [False, False, True, False, True, False, True, True]
 
 
 # ---- optimizers: param groups and lr_scheduler ----
