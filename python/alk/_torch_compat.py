@@ -1089,3 +1089,30 @@ def _retain_grad(self):
 
 Tensor.register_hook = _register_hook
 Tensor.retain_grad = _retain_grad
+
+
+class cuda:  # noqa: N801  (torch.cuda's everyday questions)
+    """torch.cuda's is_available and device_count, over the CUDA devices alk found."""
+
+    @staticmethod
+    def _names():
+        return [d for d in _C.devices() if d.startswith("cuda")]
+
+    @staticmethod
+    def is_available():
+        """Whether alk found a CUDA device."""
+        return bool(cuda._names())
+
+    @staticmethod
+    def device_count():
+        """How many CUDA devices alk found."""
+        return len(cuda._names())
+
+    @staticmethod
+    def manual_seed(seed):
+        """Seeds alk's one generator (alk.manual_seed)."""
+        _C.manual_seed(seed)
+
+    @staticmethod
+    def synchronize():
+        """alk waits for a device when values are read; nothing to do."""
