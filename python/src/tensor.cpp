@@ -344,8 +344,10 @@ void assign_shared(const Tensor& self, const Tensor& value_in, bool self_detache
   for (const auto& [m, detached] : group) {
     m->node = merged.impl()->node;  // strides and offset stay: they count elements of the node
     if (!merged_grad || detached) continue;
-    if (views_whole_node(m.get())) {
+    if (views_whole_node(m.get()) && m->shape == node_shape) {
       m->grad_fn = merged.impl()->grad_fn;
+    } else if (views_whole_node(m.get())) {
+      m->grad_fn = merged.reshape(m->shape).impl()->grad_fn;  // the base seen in another shape
     } else {
       Tensor p = node_positions(n, m->shape, m->strides, m->offset);
       Tensor fresh = alk::with_grad(alk::make_view(merged, m->shape, m->strides, m->offset), "view", {merged},

@@ -642,3 +642,34 @@ def test_hook_after_use_and_on_leaf_raise():
         h.register_hook(lambda g: g)
     with pytest.raises(RuntimeError, match="leaf"):
         alk.ones(2, requires_grad=True).register_hook(lambda g: g)
+
+
+def test_gradients_through_writes_into_views_and_bases():
+    def idiom(m):
+        a = T(m, DATA[0], requires_grad=True)
+        b = T(m, DATA[1, :, 0], requires_grad=True)
+        x = a.clone()
+        x[:, 1] = b * 2
+        v = x.view(-1)
+        v[3:5] = b[:2] ** 2
+        col = x[:, 2]
+        x.mul_(3)
+        loss = (x * x).sum() + (col * v[:4]).sum()
+        loss.backward()
+        return loss, a.grad, b.grad, col
+    both(idiom, 1e-4)
+
+
+def test_writes_through_views_of_bool_int_and_parameters():
+    def idiom(m):
+        mask = m.zeros(3, 3, dtype=m.bool)
+        mask[0] = True
+        mask.t()[2].fill_(True)
+        ids = m.arange(6).view(2, 3)
+        ids[:, 0] += 10
+        lin = m.nn.Linear(3, 2)
+        with m.no_grad():
+            lin.weight.t()[0].fill_(1.0)
+            lin.bias[1:] = 5.0
+        return mask, ids, lin.weight[:, 0].detach(), lin.bias[1].detach()
+    both(idiom)
