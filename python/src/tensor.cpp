@@ -264,20 +264,26 @@ void follow_assignment(const Tensor& t) {
   if (g == groups().end()) return;
   // The members still on the old node read the new one, with their geometry (the assignment
   // kept the node's size and order: t views all of it in order).
-  std::vector<Member> moved;
+  std::vector<std::pair<std::shared_ptr<alk::TensorImpl>, bool>> movers;
   for (const Member& m : g->second)
-    if (auto p = m.self.lock(); p && (p->node.get() == old || p.get() == t.impl())) {
-      if (p->node->numel() != t.impl()->node->numel()) continue;
-      p->node = t.impl()->node;
-      moved.push_back(Member{p, m.detached, now});
-      members()[p.get()].node = now;
-    }
+    if (auto p = m.self.lock(); p && (p->node.get() == old || p.get() == t.impl()))
+      if (p->node->numel() == t.impl()->node->numel()) movers.emplace_back(p, m.detached);
   groups().erase(g);
+  {
+    Released r;  // the handles change under alk's lock; the records below under the GIL
+    for (auto& [p, detached] : movers) p->node = t.impl()->node;
+  }
+  std::vector<Member> moved;
+  for (auto& [p, detached] : movers) {
+    moved.push_back(Member{p, detached, now});
+    members()[p.get()].node = now;
+  }
   if (moved.size() > 1) groups()[now] = std::move(moved);
 }
 
 void track_view(const Tensor& base, const Tensor& view, bool detached) {
-  if (!base.defined() || !view.defined() || view.impl() == base.impl() || view.impl()->node != base.impl()->node) return;
+  if (!base.defined() || !view.defined() || view.impl() == base.impl()) return;
+  if (view.impl()->node != base.impl()->node) return;  // a copy (reshape of a strided tensor)
   if (const Member* m = member_of(base.impl()))
     detached = detached || m->detached;
   else
@@ -319,47 +325,51 @@ void assign_shared(const Tensor& self, const Tensor& value_in, bool self_detache
                   ": unsupported operation: more than one element of the written-to tensor refers to a single "
                   "memory location (an expanded view); clone() it first");
   check_assignable(self, value, op);
-  Released r;
   const std::shared_ptr<alk::Node> old_node = self.impl()->node;
-  const alk::Shape node_shape = old_node->shape;
-  const int64_t n = old_node->numel();
-  if (value.shape() != self.shape()) value = alk::broadcast_to(value, self.shape());
-  if (value.dtype() != self.dtype()) value = alk::cast(value, self.dtype());
-  if (!record_grad) value = value.detach();
-  // The old contents, with autograd from the member that reads the whole node in order (the
-  // base), when grad is recorded and there is one.
-  Tensor old = alk::make_view(self, node_shape, alk::contiguous_strides(node_shape), 0);
-  if (record_grad)
-    for (const auto& [m, detached] : group)
-      if (!detached && views_whole_node(m.get())) {
-        old = Tensor(m).reshape(node_shape);
-        break;
+  Tensor merged;
+  {
+    Released r;
+    const alk::Shape node_shape = old_node->shape;
+    const int64_t n = old_node->numel();
+    if (value.shape() != self.shape()) value = alk::broadcast_to(value, self.shape());
+    if (value.dtype() != self.dtype()) value = alk::cast(value, self.dtype());
+    if (!record_grad) value = value.detach();
+    // The old contents, with autograd from the member that reads the whole node in order (the
+    // base), when grad is recorded and there is one.
+    Tensor old = alk::make_view(self, node_shape, alk::contiguous_strides(node_shape), 0);
+    if (record_grad)
+      for (const auto& [m, detached] : group)
+        if (!detached && views_whole_node(m.get())) {
+          old = Tensor(m).reshape(node_shape);
+          break;
+        }
+    const DType dtype = self.dtype(), work = dtype == DType::Bool ? DType::U8 : dtype;
+    Tensor pos = node_positions(n, self.shape(), self.strides(), self.offset());
+    Tensor hit = alk::scatter_add(alk::zeros({n}, DType::I32), 0, pos, alk::ones({pos.numel()}, DType::I32)) > 0;
+    Tensor put = alk::scatter_add(alk::zeros({n}, work), 0, pos, value.to(work).reshape({-1}));
+    merged = alk::where(hit.reshape(node_shape), put.reshape(node_shape), old.to(work)).to(dtype).contiguous();
+    const bool merged_grad = record_grad && merged.requires_grad();
+    for (const auto& [m, detached] : group) {
+      m->node = merged.impl()->node;  // strides and offset stay: they count elements of the node
+      if (!merged_grad || detached) continue;
+      if (views_whole_node(m.get()) && m->shape == node_shape) {
+        m->grad_fn = merged.impl()->grad_fn;
+      } else if (views_whole_node(m.get())) {
+        m->grad_fn = merged.reshape(m->shape).impl()->grad_fn;  // the base seen in another shape
+      } else {
+        Tensor p = node_positions(n, m->shape, m->strides, m->offset);
+        Tensor fresh = alk::with_grad(alk::make_view(merged, m->shape, m->strides, m->offset), "view", {merged},
+                                      [p, node_shape, n](const Tensor& g) {
+                                        Tensor zero = alk::zeros({n}, g.dtype());
+                                        Tensor flat = alk::scatter_add(zero, 0, p, g.reshape({-1}));
+                                        return std::vector<Tensor>{flat.reshape(node_shape)};
+                                      });
+        m->grad_fn = fresh.impl()->grad_fn;
       }
-  const DType dtype = self.dtype(), work = dtype == DType::Bool ? DType::U8 : dtype;
-  Tensor pos = node_positions(n, self.shape(), self.strides(), self.offset());
-  Tensor hit = alk::scatter_add(alk::zeros({n}, DType::I32), 0, pos, alk::ones({pos.numel()}, DType::I32)) > 0;
-  Tensor put = alk::scatter_add(alk::zeros({n}, work), 0, pos, value.to(work).reshape({-1}));
-  Tensor merged = alk::where(hit.reshape(node_shape), put.reshape(node_shape), old.to(work)).to(dtype).contiguous();
-  const bool merged_grad = record_grad && merged.requires_grad();
-  for (const auto& [m, detached] : group) {
-    m->node = merged.impl()->node;  // strides and offset stay: they count elements of the node
-    if (!merged_grad || detached) continue;
-    if (views_whole_node(m.get()) && m->shape == node_shape) {
-      m->grad_fn = merged.impl()->grad_fn;
-    } else if (views_whole_node(m.get())) {
-      m->grad_fn = merged.reshape(m->shape).impl()->grad_fn;  // the base seen in another shape
-    } else {
-      Tensor p = node_positions(n, m->shape, m->strides, m->offset);
-      Tensor fresh = alk::with_grad(alk::make_view(merged, m->shape, m->strides, m->offset), "view", {merged},
-                                    [p, node_shape, n](const Tensor& g) {
-                                      Tensor flat = alk::scatter_add(alk::zeros({n}, g.dtype()), 0, p, g.reshape({-1}));
-                                      return std::vector<Tensor>{flat.reshape(node_shape)};
-                                    });
-      m->grad_fn = fresh.impl()->grad_fn;
+      m->requires_grad = true;
     }
-    m->requires_grad = true;
   }
-  // The group follows its members to the new node.
+  // The group follows its members to the new node (the records change under the GIL).
   auto& gs = groups();
   std::vector<Member> moved;
   for (const auto& [m, detached] : group) {
@@ -636,8 +646,10 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
         if (out.is_none()) return std::vector<Tensor>{g};
         Tensor replaced = out.cast<Tensor>();
         if (replaced.shape() != g.shape())
-          throw alk::Error("register_hook", "the hook returned a gradient of shape " + alk::to_string(replaced.shape()) +
-                           ", expected " + alk::to_string(g.shape()), alk::Loc::current());
+          throw alk::Error("register_hook",
+                           "the hook returned a gradient of shape " + alk::to_string(replaced.shape()) +
+                               ", expected " + alk::to_string(g.shape()),
+                           alk::Loc::current());
         return std::vector<Tensor>{replaced};
       });
     }
