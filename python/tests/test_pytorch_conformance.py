@@ -673,3 +673,12 @@ def test_writes_through_views_of_bool_int_and_parameters():
             lin.bias[1:] = 5.0
         return mask, ids, lin.weight[:, 0].detach(), lin.bias[1].detach()
     both(idiom)
+
+
+def test_views_see_initializers_and_load_state_dict():
+    lin = alk.nn.Linear(3, 2)
+    held, col = lin.weight.data, lin.weight[:, 0]
+    alk.nn.init.ones_(lin.weight)
+    assert held.tolist() == [[1.0] * 3] * 2 and col.tolist() == [1.0, 1.0]
+    lin.load_state_dict({"weight": alk.zeros(2, 3), "bias": alk.zeros(2)})
+    assert held.tolist() == [[0.0] * 3] * 2 and col.tolist() == [0.0, 0.0]
