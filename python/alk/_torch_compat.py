@@ -183,7 +183,8 @@ def _host_order(input, dim, descending, op):  # noqa: A002
     if descending:
         key = _np.where(_np.isnan(values), -_np.inf, key)
     order = _np.argsort(key, axis=dim, kind="stable")
-    return _C.from_numpy(_np.ascontiguousarray(order.astype(_np.int64)))
+    index = _C.from_numpy(_np.ascontiguousarray(order.astype(_np.int64)))
+    return index if input.device == "cpu" else index.to(str(input.device))
 
 
 def argsort(input, dim=-1, descending=False, stable=False):  # noqa: A002
