@@ -239,7 +239,7 @@ from ._torch_compat import (addmm, all, allclose, any, argsort, bmm, device, dia
                             isnan, masked_fill, matmul, max, min, mm, multinomial, narrow, norm, numel, outer,
                             permute, randperm, remainder, repeat, reshape, return_types, scatter, set_grad_enabled,
                             sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze, normal, einsum, diagonal,
-                            save, load, cuda)
+                            save, load, cuda, randint, std, var)
 
 # Wrong arguments name the argument and the caller's line (not pybind11's signature list).
 _torch_compat._check_arguments(globals(), Tensor)

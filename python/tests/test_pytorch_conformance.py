@@ -682,3 +682,13 @@ def test_views_see_initializers_and_load_state_dict():
     assert held.tolist() == [[1.0] * 3] * 2 and col.tolist() == [1.0, 1.0]
     lin.load_state_dict({"weight": alk.zeros(2, 3), "bias": alk.zeros(2)})
     assert held.tolist() == [[0.0] * 3] * 2 and col.tolist() == [0.0, 0.0]
+
+
+def test_var_std_unbiased_and_randint_forms():
+    def idiom(m):
+        x = T(m)
+        return (x.std(1), x.var(1, False), m.std(x, dim=2, unbiased=False, keepdim=True), x.var(),
+                m.var(x, (0, 2)), m.randint(0, 10, (5,)).dtype, tuple(m.randint(10, (3, 2)).shape))
+    a, t = idiom(alk), idiom(torch)
+    same(a[:5], t[:5])
+    assert DTYPES[a[5]] == t[5] and a[6] == t[6]

@@ -25,9 +25,9 @@ from .arguments import _check_arguments  # noqa: F401
 from .arith import (addmm, bmm, div, divide, floor_divide, matmul, mm, outer, remainder)  # noqa: F401
 from .autograd import _active_no_grad, enable_grad, set_grad_enabled  # noqa: F401
 from .order import argsort, max, min, return_types, sort, topk  # noqa: F401,A004
-from .random import multinomial, normal, randperm  # noqa: F401
+from .random import multinomial, normal, randint, randperm  # noqa: F401
 from .runtime import cuda, device, load, save  # noqa: F401
 from .tensor_ops import (all, allclose, any, diag, diagonal, einsum, equal, flatten, flip, is_tensor,  # noqa: F401,A004
                          isclose, isfinite, isinf, isnan, masked_fill, narrow, norm, numel, permute, repeat, reshape,
-                         scatter, squeeze, swapaxes, transpose, unsqueeze)
+                         scatter, squeeze, std, swapaxes, transpose, unsqueeze, var)
 from .views import unbind  # noqa: F401

@@ -61,3 +61,15 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None):
         raise TypeError(f"normal: with float mean and std, size is required (at {_caller()})")
     size = (size,) if isinstance(size, int) else tuple(size)
     return mean + std * _C.randn(*size, dtype=dtype or _C.dtype.float32)
+
+
+_C_randint = _C.randint
+
+
+def randint(low, high=None, size=None, *, dtype=None, **kwargs):
+    """Integers in [low, high): randint(low, high, size) or randint(high, size) as PyTorch."""
+    if isinstance(high, (tuple, list)) and size is None:
+        low, high, size = 0, low, high
+    if size is None:
+        raise TypeError(f"randint(): missing required argument 'size' (at {_caller()})")
+    return _C_randint(low, high, list(size), dtype=dtype, **kwargs)

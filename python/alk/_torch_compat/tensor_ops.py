@@ -294,3 +294,24 @@ def diagonal(input, dim1=0, dim2=1):  # noqa: A002
 
 
 Tensor.diagonal = diagonal
+
+
+def _with_unbiased(fn):
+    def method(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+        if isinstance(unbiased, bool) or unbiased is None:
+            corr = 1 if unbiased is None else int(unbiased)
+        else:  # var(x, dim, correction) positionally, as alk's own signature
+            corr = int(unbiased)
+        if correction is not None:
+            corr = int(correction)
+        return fn(input, dim, corr, keepdim)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = (f"{fn.__doc__} PyTorch's unbiased=True/False (or correction=) picks the divisor "
+                      f"n - 1 or n.")
+    return method
+
+
+var = _with_unbiased(Tensor.var)
+std = _with_unbiased(Tensor.std)
+Tensor.var, Tensor.std = var, std
