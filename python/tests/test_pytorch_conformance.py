@@ -617,6 +617,8 @@ def test_wrong_arguments_name_the_argument_and_the_line():
         alk.ones(2, 3).gather(1, alk.zeros(2, 3).long(), 5)
     assert "takes at most 2 positional arguments but 3 were given" in str(info.value) and this_line(-1) in str(info.value)
     raises_same(lambda m: m.ones(2).softmax(dim=1.5))
+    raises_same(lambda m: m.ones(4).view(1.5))
+    raises_same(lambda m: m.ones(4).transpose(0, "a"))
 
 
 def test_hooks_and_retain_grad():

@@ -99,28 +99,31 @@ def _explain(name, doc_error, args, kwargs, is_method=False):
     return TypeError(f"{name}(): {first or 'incompatible arguments'} {where}")
 
 
+def _translated(name, error, args, kwargs, is_method):
+    """The TypeError to raise instead of pybind11's argument error (None: not one)."""
+    text = str(error)
+    if isinstance(error, TypeError) and "incompatible function arguments" in text:
+        return _explain(name, text, args, kwargs, is_method)
+    if isinstance(error, RuntimeError) and text.startswith("Unable to cast Python instance of type"):
+        got = _re.search(r"<class '([^']+)'>", text)
+        return TypeError(f"{name}(): an argument of type {got.group(1) if got else '?'} does not fit "
+                         f"{text.split(' to C++ type ')[-1]} (at {_caller()})")
+    return None
+
+
 def _checked(name, fn, is_method):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except TypeError as e:
-            text = str(e)
-            if "incompatible function arguments" not in text:
+        except (TypeError, RuntimeError) as e:
+            better = _translated(name, e, args, kwargs, is_method)
+            if better is None:
                 raise
-            raise _explain(name, text, args, kwargs, is_method) from None
-        except RuntimeError as e:
-            text = str(e)
-            if not text.startswith("Unable to cast Python instance of type"):
-                raise
-            got = _re.search(r"<class '([^']+)'>", text)
-            raise TypeError(f"{name}(): an argument of type {got.group(1) if got else '?'} does not fit "
-                            f"{text.split(' to C++ type ')[-1]} (at {_caller()})") from None
+            raise better from None
 
     call.__name__, call.__doc__, call.__qualname__ = fn.__name__, fn.__doc__, fn.__name__
     call.__wrapped_builtin__ = fn
     return call
-
-
 
 
 def _check_arguments(namespace, tensor_cls):

@@ -5,6 +5,16 @@ from .. import _C
 from .._C import Tensor
 
 
+def _call(fn, self, args, kwargs):
+    try:
+        return fn(self, *args, **kwargs)
+    except (TypeError, RuntimeError) as e:
+        from .arguments import _translated  # (imported after this module)
+        better = _translated(fn.__name__, e, (self, *args), kwargs, True)
+        if better is None:
+            raise
+        raise better from None
+
 
 # ---- views: writes through them reach the base ----
 
@@ -16,7 +26,7 @@ _VIEW_LIST_METHODS = ("split", "chunk")
 def _tracking(fn):
     def method(self, *args, **kwargs):
         _C._prepare_base(self)
-        out = fn(self, *args, **kwargs)
+        out = _call(fn, self, args, kwargs)
         _C._track_view(self, out)
         return out
 
@@ -27,7 +37,7 @@ def _tracking(fn):
 def _tracking_list(fn):
     def method(self, *args, **kwargs):
         _C._prepare_base(self)
-        out = fn(self, *args, **kwargs)
+        out = _call(fn, self, args, kwargs)
         for piece in out:
             _C._track_view(self, piece)
         return out
