@@ -75,7 +75,8 @@ def _explain(name, doc_error, args, kwargs, is_method=False):
         else:
             for i, (value, (pname, ann, _)) in enumerate(zip(args, positional)):
                 if not _fits(value, ann):
-                    problem = (f"argument '{pname}' (position {i + 1 - is_method}) must be {ann.replace('alk._C.', '')}, "
+                    expected = ann.replace("alk._C.", "")
+                    problem = (f"argument '{pname}' (position {i + 1 - is_method}) must be {expected}, "
                                f"not {type(value).__name__}")
                     break
             names = {p[0] for p in params}

@@ -25,10 +25,11 @@ class Net(nn.Module):
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, 8, kernel_size=3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, kernel_size=(3, 3), padding=(1, 1), bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, kernel_size=(3, 3), padding=(1, 1), bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.MaxPool2d(2),
         )
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(16 * 7 * 7, 32, bias=False), nn.BatchNorm1d(32), nn.ReLU(),
-                                        nn.Linear(32, 10))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(16 * 7 * 7, 32, bias=False), nn.BatchNorm1d(32),
+                                        nn.ReLU(), nn.Linear(32, 10))
 
     def forward(self, x):
         return self.classifier(self.features(x))
