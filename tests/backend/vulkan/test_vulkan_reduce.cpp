@@ -8,6 +8,7 @@
 // agree to 1e-12 (softmax: 1e-13, with exp and log on double written out in the shader as
 // GLSL has none). Integers, argmax/argmin,
 // max and min are exact, NaN matches NaN and infinities match exactly.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -36,7 +37,7 @@ Device* vulkan_or_null() {
 #define ALK_VULKAN_DEVICE_OR_SKIP(dev)                                \
   Device* dev = vulkan_or_null();                                     \
   if (!dev) {                                                         \
-    GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason(); \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason()); \
   }                                                                   \
   static_assert(true)
 
