@@ -77,10 +77,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -92,6 +96,7 @@
 #include "alk/generate.h"
 #include "alk/kernel.h"
 #include "alk/op_table.h"
+#include "required.h"
 #include "testing.h"
 // In alk_tests the suite also checks what only internals show (the scheduler's kernel count,
 // the fused cross-entropy rows). A backend built against an installed alk compiles it with
@@ -152,7 +157,8 @@ std::vector<Device*> devices_under_test() {
 #define ALK_PARITY_DEVICES_OR_SKIP(devs)                                                                     \
   DeviceGuard alk_parity_on_cpu_(cpu_device()); /* inputs are made on the CPU even with ALK_DEVICE */        \
   const std::vector<Device*> devs = devices_under_test();                                                    \
-  if (devs.empty()) GTEST_SKIP() << "no GPU device found (available_devices() lists only CPU-type devices)"; \
+  if (devs.empty())                                                                                          \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no GPU device found (available_devices() lists only CPU-type devices)"); \
   static_assert(true)
 
 // f64/f16/bf16 are optional device capabilities (DeviceInfo::features); the rest are not.
@@ -169,7 +175,30 @@ struct Tol {
 };
 using TolFn = std::function<Tol(DType out)>;
 
-// What a family ran and what it could not, printed per device so skips are visible.
+#ifdef ALK_SOURCE_DIR
+const char* const kParitySourceDir = ALK_SOURCE_DIR;
+#else
+const char* const kParitySourceDir = ".";  // examples/backend: a device no list names
+#endif
+
+// The device's checked-in list of what it does not run, per family: the cases it refuses and
+// the dtypes it does not declare. tests/backend/parity_expected/<kind>-<adapter>/<family>.txt
+// (adapter: the first word of info().description, "llvmpipe" for lavapipe), one
+// "refused <case>" or "undeclared <case>" a line; ALK_PARITY_WRITE_EXPECTED=1 rewrites it.
+std::string expected_refusals_path(const Device& dev, const std::string& family) {
+  std::string adapter = dev.info().description.substr(0, dev.info().description.find(' '));
+  for (char& c : adapter)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  std::string dir = std::string(kParitySourceDir) + "/tests/backend/parity_expected/" + dev.info().kind + "-" + adapter;
+  std::string file = family;
+  std::replace(file.begin(), file.end(), ' ', '_');
+  return dir + "/" + file + ".txt";
+}
+
+// What a family ran and what it could not, printed per device so skips are visible, and
+// checked against the device's expected list: a kernel or dtype the device stops running
+// fails here (a regression that made a backend refuse every f16 kernel would otherwise pass),
+// and so does a listed refusal that now runs (the list is stale).
 struct Tally {
   explicit Tally(std::string name) : family(std::move(name)) {}
   std::string family;
@@ -188,6 +217,38 @@ struct Tally {
     if (!op_rejected.empty()) std::cout << "; " << op_rejected.size() << " (op, dtype) pairs the op refuses";
     if (!known.empty()) std::cout << "; KNOWN FAILURE (see kKnownFailures): " << list(known);
     std::cout << "\n";
+    check_expected(dev);
+  }
+  void check_expected(const Device& dev) const {
+    std::set<std::string> now;
+    for (const std::string& r : refused) now.insert("refused " + r);
+    for (const std::string& u : undeclared) now.insert("undeclared " + u);
+    const std::string path = expected_refusals_path(dev, family);
+    if (const char* w = std::getenv("ALK_PARITY_WRITE_EXPECTED"); w && std::string(w) == "1") {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      std::ofstream out(path);
+      out << "# " << family << " cases " << dev.info().description
+          << " does not run (tests/backend/test_device_parity.cpp; ALK_PARITY_WRITE_EXPECTED=1 rewrites)\n";
+      for (const std::string& line : now) out << line << "\n";
+      std::cout << "wrote " << path << "\n";
+      return;
+    }
+    std::ifstream in(path);
+    if (!in.good()) {
+      // A device nobody has listed (a new GPU): nothing to compare with, unless it is one the
+      // run requires (tests/required.h), whose list must be checked in.
+      if (testing::required(dev.info().kind) && !now.empty())
+        ADD_FAILURE() << dev.name() << " (" << dev.info().description << ") refuses " << now.size() << " " << family
+                      << " cases and has no expected list at " << path << " (ALK_PARITY_WRITE_EXPECTED=1 writes it)";
+      return;
+    }
+    std::set<std::string> expected;
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') expected.insert(line);
+    for (const std::string& n : now)
+      if (!expected.count(n)) ADD_FAILURE() << dev.name() << " newly does not run " << family << ": " << n << " (" << path << ")";
+    for (const std::string& e : expected)
+      if (!now.count(e)) ADD_FAILURE() << dev.name() << " now runs " << family << ": " << e << "; remove it from " << path;
   }
 };
 
@@ -199,7 +260,10 @@ bool expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::str
     return false;
   }
   const std::vector<double> g = got.to(cpu_device()).to_vector<double>(), w = want.to_vector<double>();
-  double scale = 1;
+  // The absolute part scales with the output's largest reference magnitude, with no floor of
+  // 1: outputs whose values are all far below 1 (softmax rows of thousands, small gradients)
+  // are compared at their own size. The smallest normal f32 keeps all-zero outputs comparable.
+  double scale = std::numeric_limits<float>::min();
   for (double v : w)
     if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
   size_t bad = 0, first = 0;
