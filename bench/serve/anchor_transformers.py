@@ -160,6 +160,7 @@ def main():
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
+    ThreadingHTTPServer.request_queue_size = 256  # 32 clients connect at once (the default backlog is 5)
     server = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print(f"anchor: listening on http://127.0.0.1:{a.port} ({kind}, {a.device}, {a.dtype})", flush=True)
     server.serve_forever()

@@ -78,6 +78,8 @@ def main():
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
     prompt = [(i * 7919 + 13) % a.vocab for i in range(a.prompt_tokens)]
+    # One request first, not counted: compilation and caches warm up before anything is timed.
+    one(a, u.hostname, u.port, prompt, {"ttft": [], "itl": [], "tokens": 0}, threading.Lock())
     for c in [int(x) for x in a.levels.split(",")]:
         stats, lock, errors = {"ttft": [], "itl": [], "tokens": 0}, threading.Lock(), []
 

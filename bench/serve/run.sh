@@ -8,10 +8,13 @@
 #   bash bench/serve/run.sh                  # CPU, a small GPT (dim 256, 4 layers, ctx 256, vocab 4096)
 #   SHAPE=gpt2 DEVICE=vulkan:0 ANCHOR_DEVICE=cuda DTYPE=bf16 bash bench/serve/run.sh   # the GPU machine
 # Env: ALK (the binary, default build/alk), LEVELS (1,8,32), REQUESTS (per client, 2), TOKENS (32),
-#      PROMPT (prompt tokens, 32), SLOTS (32), THREADS (the anchor's torch threads on the CPU).
+#      PROMPT (prompt tokens, 32), SLOTS (32), THREADS (the anchor's torch threads on the CPU),
+#      PYTHON (default /usr/bin/python3 where it exists).
 set -euo pipefail
 ALK=${ALK:-build/alk}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# Debian's interpreter (numpy, torch) where there is one, as the Makefile's PYTHON.
+PY=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
 SHAPE=${SHAPE:-small}
 DEVICE=${DEVICE:-cpu}
 ANCHOR_DEVICE=${ANCHOR_DEVICE:-cpu}
@@ -30,7 +33,7 @@ trap cleanup EXIT
 printf 'the cat sees the moon. a dog finds the road. %.0s' {1..200} > "$work/corpus.txt"
 "$ALK" train --task gpt --corpus "$work/corpus.txt" --out "$work/tiny" --device cpu --steps 1 --ctx 128 --dim 16 \
   --heads 2 --layers 1 --vocab-size 280 --batch 2 --eval-every 1 --ckpt-every 1 --sample-tokens 0 >/dev/null
-python3 "$HERE/make_run.py" "$work/tiny" "$work/model" "${dims[@]}"
+"$PY" "$HERE/make_run.py" "$work/tiny" "$work/model" "${dims[@]}"
 
 # A server's URL from its log (bounded wait), then its /health.
 wait_url() {
@@ -53,17 +56,17 @@ wait_url() {
 pids+=($!)
 alk_url=$(wait_url "$work/alk.log" 'http://127.0.0.1:[0-9]*')
 port=$(( 20000 + RANDOM % 20000 ))
-python3 "$HERE/anchor_transformers.py" --port $port --device "$ANCHOR_DEVICE" --dtype "$DTYPE" \
+"$PY" "$HERE/anchor_transformers.py" --port $port --device "$ANCHOR_DEVICE" --dtype "$DTYPE" \
   ${THREADS:+--threads $THREADS} "${dims[@]}" >"$work/anchor.log" 2>&1 &
 pids+=($!)
 anchor_url=$(wait_url "$work/anchor.log" 'http://127.0.0.1:[0-9]*')
 head -1 "$work/anchor.log"
 grep "ready" "$work/alk.log" || true
 common=(--levels "$LEVELS" --requests "$REQUESTS" --tokens "$TOKENS" --prompt-tokens "$PROMPT" --vocab "$V")
-python3 "$HERE/load.py" "$alk_url" --name alk "${common[@]}" | tee "$work/alk.load"
-python3 "$HERE/load.py" "$anchor_url" --name anchor "${common[@]}" | tee "$work/anchor.load"
+"$PY" "$HERE/load.py" "$alk_url" --name alk "${common[@]}" | tee "$work/alk.load"
+"$PY" "$HERE/load.py" "$anchor_url" --name anchor "${common[@]}" | tee "$work/anchor.load"
 for c in ${LEVELS//,/ }; do
   a=$(grep " c=$c " "$work/alk.load" | sed 's/.*tok_s=\([0-9.]*\).*/\1/')
   b=$(grep " c=$c " "$work/anchor.load" | sed 's/.*tok_s=\([0-9.]*\).*/\1/')
-  python3 -c "print('RATIO serve_c$c alk_tok_s=$a anchor_tok_s=$b ratio=%.2f' % ($a / $b))"
+  "$PY" -c "print('RATIO serve_c$c alk_tok_s=$a anchor_tok_s=$b ratio=%.2f' % ($a / $b))"
 done

@@ -517,11 +517,13 @@ std::vector<Piece> cut(const std::string& src) {
     if (strip_before) {
       text.erase(text.find_last_not_of(" \t\r\n") == std::string::npos ? 0 : text.find_last_not_of(" \t\r\n") + 1);
     } else if (kind != '{' && !(open + 2 < src.size() && src[open + 2] == '+')) {
-      // lstrip_blocks: spaces and tabs from the line's start up to a block tag go.
-      const size_t line = text.find_last_of('\n');
-      const size_t from = line == std::string::npos ? 0 : line + 1;
-      if (text.find_first_not_of(" \t", from) == std::string::npos && (line != std::string::npos || p == 0))
-        text.erase(from);
+      // lstrip_blocks: spaces and tabs from the line's start up to a block tag go (the line's
+      // start found in the source: trim_blocks may have taken its newline from the text).
+      const size_t newline = open == 0 ? std::string::npos : src.rfind('\n', open - 1);
+      const size_t line_start = newline == std::string::npos ? 0 : newline + 1;
+      const bool only_blanks = src.find_first_not_of(" \t", line_start) >= open;
+      if (only_blanks && (line_start > p || (line_start == 0 && p == 0)))
+        text.erase(text.size() - std::min(text.size(), open - line_start));
     }
     if (!text.empty()) out.push_back({Piece::Text, text});
     const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
