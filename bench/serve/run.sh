@@ -9,7 +9,7 @@
 #   SHAPE=gpt2 DEVICE=vulkan:0 ANCHOR_DEVICE=cuda DTYPE=bf16 bash bench/serve/run.sh   # the GPU machine
 # Env: ALK (the binary, default build/alk), LEVELS (1,8,32), REQUESTS (per client, 2), TOKENS (32),
 #      PROMPT (prompt tokens, 32), SLOTS (32), THREADS (the anchor's torch threads on the CPU),
-#      PYTHON (default /usr/bin/python3 where it exists).
+#      PYTHON (default /usr/bin/python3 where it exists), ALK_ARGS (more `alk serve` flags).
 set -euo pipefail
 ALK=${ALK:-build/alk}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,14 +45,15 @@ wait_url() {
   done
   [[ -n $url ]] || { echo "no URL in $log:" >&2; cat "$log" >&2; exit 1; }
   for _ in $(seq 600); do
-    curl -sf "$url/health" >/dev/null && { echo "$url"; return; }
+    "$PY" -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "$url" 2>/dev/null \
+      && { echo "$url"; return; }
     sleep 0.2
   done
   echo "$url never became healthy" >&2; cat "$log" >&2; exit 1
 }
 
 "$ALK" serve --from "$work/model" --port 0 --device "$DEVICE" --dtype "$DTYPE" --slots "$SLOTS" --max-queue 256 \
-  --name bench 2>"$work/alk.log" &
+  --name bench ${ALK_ARGS:-} 2>"$work/alk.log" &
 pids+=($!)
 alk_url=$(wait_url "$work/alk.log" 'http://127.0.0.1:[0-9]*')
 port=$(( 20000 + RANDOM % 20000 ))
