@@ -286,6 +286,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
   c->engine = &ctx.engine;
   c->text = TextStream(r.stop);
   c->prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (r.echo) c->text_offset = c->request.prompt.size();  // offsets count from the echoed prompt's start
   c->created = unix_time();
   c->id = std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + std::to_string(ctx.next_id++);
   switch (ctx.engine.submit(job)) {
