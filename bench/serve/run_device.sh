@@ -3,6 +3,7 @@
 # vulkan:0 (CUDA has no decode kernels yet; NVIDIA's Vulkan driver runs them, f16 for its
 # cooperative matrices) against transformers' generate behind a minimal HTTP loop on cuda, at
 # 1, 8 and 32 concurrent streams, in one call (bench/serve/run.sh prints LOAD and RATIO lines).
+# The load asks for no logprobs, so alk runs with --top-logprobs 0 (no alternatives computed).
 #
 # Here, from the repo root:   bash bench/serve/run_device.sh prepare
 #   (builds the alk CLI, packs it stripped with the shared libraries the GPU machine may lack
@@ -41,5 +42,5 @@ export ALK_CACHE_DIR=/tmp/alk-serve-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 $BIN/alk devices
-ALK=$BIN/alk SHAPE=gpt2 DEVICE=${DEVICE:-vulkan:0} ANCHOR_DEVICE=cuda DTYPE=${DTYPE:-f16} PYTHON=python3 \
+ALK_ARGS=${ALK_ARGS:---top-logprobs 0} ALK=$BIN/alk SHAPE=gpt2 DEVICE=${DEVICE:-vulkan:0} ANCHOR_DEVICE=cuda DTYPE=${DTYPE:-f16} PYTHON=python3 \
   REQUESTS=${REQUESTS:-2} TOKENS=${TOKENS:-128} PROMPT=${PROMPT:-128} timeout 540 bash bench/serve/run.sh 2>&1 | tee ${OUT:-/tmp}/serve_bench.log
