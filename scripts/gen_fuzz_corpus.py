@@ -102,6 +102,16 @@ def main():
                 write("expr", "op%03d" % n, s)
                 n += 1
     write("expr", "custom", "select(x > 0, x * tanh(log1p(exp(a))), -b / (1 + abs(x)))")
+    # `alk serve` request bodies (fuzz_serve_request): completions, chat, and the edge cases.
+    write("serve_request", "completion", json.dumps({"model": "m", "prompt": "Once upon", "max_tokens": 8,
+                                                     "temperature": 0.7, "top_p": 0.9, "top_k": 40, "stop": ["\n", "END"],
+                                                     "seed": 1, "logprobs": 0, "stream": True,
+                                                     "stream_options": {"include_usage": True}}))
+    write("serve_request", "chat", json.dumps({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                                               "max_completion_tokens": 4, "logprobs": True, "n": 1}))
+    write("serve_request", "ids", '{"prompt": [[1, 2, 3]], "max_tokens": 1e300, "tokens": [5, 6]}')
+    write("serve_request", "bad", '{"prompt": "x", "max_tokens": -1, "presence_penalty": "a", "stop": [1]}')
     print("wrote seed corpora to", OUT)
 
 

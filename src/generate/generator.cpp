@@ -63,6 +63,7 @@ struct Generator::State {
 
   std::vector<Tensor> k_cache, v_cache;
   Tensor tokens, positions, active, settings, penalties, seeds, counts, logprobs;
+  Tensor top_ids, top_logprobs;  // [S, n] i64 and f32, n = opt.top_logprobs
   std::vector<int64_t> h_tokens, h_positions, h_active, h_seeds;
   std::vector<float> h_settings, h_penalties;
   std::optional<Program> program;
@@ -84,6 +85,19 @@ struct Generator::State {
   }
 
   Tensor on_device(const Tensor& host) const { return host.to(*device).realize(); }
+
+  // The n largest entries of each row of log-probabilities [R, V], on the device: n argmax
+  // passes, each taking its maximum out of the next (-1e30). Ids [R, n] i64, values [R, n].
+  std::pair<Tensor, Tensor> top_n(Tensor lsm) const {
+    std::vector<Tensor> ids, values;
+    for (int64_t i = 0; i < opt.top_logprobs; ++i) {
+      Tensor idx = argmax(lsm, 1, true);  // [R, 1], the first maximum
+      ids.push_back(idx);
+      values.push_back(gather(lsm, 1, idx));
+      if (i + 1 < opt.top_logprobs) lsm = sub(lsm, mul(cast(one_hot(idx.reshape({-1}), V), DType::F32), 1e30));
+    }
+    return {cat(ids, 1), cat(values, 1)};
+  }
 
   // The final norm and the head over rows x [n, C]: logits [n, V] in f32.
   Tensor logits_of(const Tensor& x) const {
@@ -114,7 +128,15 @@ struct Generator::State {
     Tensor penalized = sub(sub(logits, mul(penalties.slice(1, 0, 1), cast(gt(counts, 0.0), DType::F32))),
                            mul(penalties.slice(1, 1, 2), counts));
     Tensor ids = sample_tokens(penalized, settings, seeds, lengths);  // counter: the new token's position
-    if (opt.logprobs) logprobs.assign_(gather(log_softmax(logits, 1), 1, ids.unsqueeze(1)).reshape({S}));
+    if (opt.logprobs) {
+      Tensor lsm = log_softmax(logits, 1);
+      logprobs.assign_(gather(lsm, 1, ids.unsqueeze(1)).reshape({S}));
+      if (opt.top_logprobs > 0) {
+        auto [ti, tv] = top_n(lsm);
+        top_ids.assign_(ti);
+        top_logprobs.assign_(tv);
+      }
+    }
     counts.assign_(add(counts, mul(cast(one_hot(ids, V), DType::F32), cast(active, DType::F32).unsqueeze(1))));
     tokens.assign_(ids);
     positions.assign_(add(positions, active));
@@ -123,6 +145,7 @@ struct Generator::State {
   std::vector<Tensor> state() const {
     std::vector<Tensor> all = {tokens, positions, counts};
     if (opt.logprobs) all.push_back(logprobs);
+    if (opt.top_logprobs > 0) all.insert(all.end(), {top_ids, top_logprobs});
     all.insert(all.end(), k_cache.begin(), k_cache.end());
     all.insert(all.end(), v_cache.begin(), v_cache.end());
     return all;
@@ -169,10 +192,16 @@ struct Generator::State {
     Tensor id = sample_tokens(logits, on_device(tensor(row_settings, {1, 3})),
                               on_device(tensor(std::vector<int64_t>{static_cast<int64_t>(h_seeds[s])}, {1})),
                               on_device(tensor(std::vector<int64_t>{n}, {1})));
-    Tensor lp = gather(log_softmax(logits, 1), 1, id.unsqueeze(1));
+    Tensor lsm = log_softmax(logits, 1);
+    Tensor lp = gather(lsm, 1, id.unsqueeze(1));
     std::vector<Tensor> targets = rows;
     targets.push_back(id);
     if (opt.logprobs) targets.push_back(lp);
+    std::pair<Tensor, Tensor> top;
+    if (opt.top_logprobs > 0) {
+      top = top_n(lsm);
+      targets.insert(targets.end(), {top.first, top.second});
+    }
     realize(targets);
     const size_t row_bytes = static_cast<size_t>(H * D) * dtype_size(cache_dtype);
     const size_t at = static_cast<size_t>(s) * static_cast<size_t>(T) * row_bytes;
@@ -186,6 +215,8 @@ struct Generator::State {
     }
     const int32_t first = static_cast<int32_t>(id.to_vector<int64_t>()[0]);
     pending_logprob = opt.logprobs ? lp.item() : 0.0;
+    pending_top.clear();
+    if (opt.top_logprobs > 0) pending_top = top_pairs(top.first.to_vector<int64_t>(), top.second.to_vector<float>(), 0);
     // The slot's device state: it feeds `first` at position n next.
     slots_changed = true;
     h_tokens[s] = first;
@@ -202,6 +233,16 @@ struct Generator::State {
     stats.prefill_seconds += seconds_since(start);
   }
   double pending_logprob = 0;
+  std::vector<std::pair<int32_t, double>> pending_top;
+
+  // Row r of the top-n ids and values read back from the device.
+  std::vector<std::pair<int32_t, double>> top_pairs(const std::vector<int64_t>& ids, const std::vector<float>& values,
+                                                    size_t r) const {
+    std::vector<std::pair<int32_t, double>> out;
+    const size_t n = static_cast<size_t>(opt.top_logprobs);
+    for (size_t j = 0; j < n; ++j) out.emplace_back(static_cast<int32_t>(ids[r * n + j]), values[r * n + j]);
+    return out;
+  }
 
   bool slots_changed = true;  // a request started or ended since the state was last written
   void write_slot_state() {
@@ -248,6 +289,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   if (options.max_context == 0) options.max_context = cfg.ctx;
   check(options.max_context >= 1 && options.max_context <= cfg.ctx, "Generator", loc, "max_context ",
         options.max_context, " must be in [1, ", cfg.ctx, "] (the model's positions)");
+  check(options.top_logprobs >= 0 && options.top_logprobs <= cfg.vocab && (options.top_logprobs == 0 || options.logprobs),
+        "Generator", loc, "top_logprobs must be in [0, vocab] and needs logprobs, got ", options.top_logprobs);
   check(options.autocast == DType::F32 || options.autocast == DType::BF16 || options.autocast == DType::F16,
         "Generator", loc, "autocast must be f32 (none), bf16 or f16, got ", dtype_name(options.autocast));
   s.model = std::move(model);
@@ -284,6 +327,11 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   s.penalties = s.on_device(tensor(s.h_penalties, {s.S, 2}));
   s.counts = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S * s.V), 0.0f), {s.S, s.V}));
   s.logprobs = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S), 0.0f), {s.S}));
+  if (options.top_logprobs > 0) {
+    const size_t n = static_cast<size_t>(s.S * options.top_logprobs);
+    s.top_ids = s.on_device(tensor(std::vector<int64_t>(n, 0), {s.S, options.top_logprobs}));
+    s.top_logprobs = s.on_device(tensor(std::vector<float>(n, 0.0f), {s.S, options.top_logprobs}));
+  }
   s.slots.resize(static_cast<size_t>(s.S));
   for (size_t i = 0; i < s.slots.size(); ++i) s.free_slot(i);
   s.write_slot_state();
@@ -328,7 +376,7 @@ void Generator::cancel(int64_t request) {
 std::vector<TokenEvent> Generator::step() {
   State& s = *s_;
   std::vector<TokenEvent> events;
-  for (int64_t r : s.cancelled) events.push_back({r, -1, 0, FinishReason::Cancelled});
+  for (int64_t r : s.cancelled) events.push_back({r, -1, 0, FinishReason::Cancelled, {}});
   s.cancelled.clear();
   // Admit: each free slot takes the next queued request (prefill + its first token).
   for (size_t i = 0; i < s.slots.size() && !s.queue.empty(); ++i) {
@@ -342,7 +390,7 @@ std::vector<TokenEvent> Generator::step() {
     s.h_seeds[i] = static_cast<int64_t>(seed ? *seed : random_seed() ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(id + 1)));
     s.prefill(i);
     slot.generated.push_back(static_cast<int32_t>(s.h_tokens[i]));
-    TokenEvent e{id, slot.generated.back(), s.pending_logprob, s.finished(slot)};
+    TokenEvent e{id, slot.generated.back(), s.pending_logprob, s.finished(slot), s.pending_top};
     events.push_back(e);
     if (e.finished != FinishReason::None) s.free_slot(i);
   }
@@ -354,6 +402,9 @@ std::vector<TokenEvent> Generator::step() {
   const std::vector<int64_t> ids = s.tokens.to_vector<int64_t>();
   std::vector<float> lps;
   if (s.opt.logprobs) lps = s.logprobs.to_vector<float>();
+  std::vector<int64_t> top_ids;
+  std::vector<float> top_lps;
+  if (s.opt.top_logprobs > 0) top_ids = s.top_ids.to_vector<int64_t>(), top_lps = s.top_logprobs.to_vector<float>();
   ++s.stats.decode_steps;
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::Slot& slot = s.slots[i];
@@ -362,7 +413,8 @@ std::vector<TokenEvent> Generator::step() {
     ++s.h_positions[i];
     slot.generated.push_back(static_cast<int32_t>(ids[i]));
     ++s.stats.decode_tokens;
-    TokenEvent e{slot.request, slot.generated.back(), lps.empty() ? 0.0 : lps[i], s.finished(slot)};
+    TokenEvent e{slot.request, slot.generated.back(), lps.empty() ? 0.0 : lps[i], s.finished(slot),
+                 top_ids.empty() ? std::vector<std::pair<int32_t, double>>{} : s.top_pairs(top_ids, top_lps, i)};
     events.push_back(e);
     if (e.finished != FinishReason::None) s.free_slot(i);
   }

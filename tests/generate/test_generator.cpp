@@ -193,5 +193,49 @@ TEST(Generator, BadRequestsAndOptionsRaise) {
   EXPECT_NO_THROW(Generator(model, {.slots = 3, .memory_budget = 32000}));
 }
 
+// The device's top-n log-probabilities (argmax passes inside the compiled step, and in the
+// prefill) against a float64 reference: the recomputed logits' log-softmax in double, sorted on
+// the host. Greedy, so the sequence is the recomputation's; several slots at once.
+TEST(Generator, TopLogprobsEqualAFloat64Reference) {
+  auto model = small_gpt(64, 1.0);  // GPT-2's init: spread-out distributions, many close values
+  const int64_t n = 5, tokens = 12;
+  const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3}, {90, 44}, {7}};
+  Generator gen(model, {.slots = 2, .logprobs = true, .top_logprobs = n});
+  std::map<int64_t, size_t> which;
+  for (size_t p = 0; p < prompts.size(); ++p) which[gen.submit(request(prompts[p], tokens))] = p;
+  std::map<size_t, std::vector<TokenEvent>> events;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) events[which.at(e.request)].push_back(e);
+  NoGradGuard no_grad;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int32_t> ids = prompts[p];
+    ASSERT_EQ(events[p].size(), static_cast<size_t>(tokens));
+    for (const TokenEvent& e : events[p]) {
+      std::vector<int64_t> window(ids.begin(), ids.end());
+      const int64_t t = static_cast<int64_t>(window.size());
+      const std::vector<double> logits = model->forward(tensor(window, {1, t})).select(1, t - 1).reshape({-1}).to_vector<double>();
+      double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+      for (double l : logits) sum += std::exp(l - mx);
+      std::vector<std::pair<double, int32_t>> ref;
+      for (size_t v = 0; v < logits.size(); ++v) ref.emplace_back(logits[v] - mx - std::log(sum), static_cast<int32_t>(v));
+      std::stable_sort(ref.begin(), ref.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      ASSERT_EQ(e.top.size(), static_cast<size_t>(n));
+      for (size_t j = 0; j < e.top.size(); ++j) {
+        EXPECT_NEAR(e.top[j].second, ref[j].first, 1e-4) << "prompt " << p << " rank " << j;
+        // The id where the reference's values are not within rounding of a neighbour's.
+        const bool tie = (j > 0 && ref[j - 1].first - ref[j].first < 1e-4) ||
+                         (j + 1 < ref.size() && ref[j].first - ref[j + 1].first < 1e-4);
+        if (!tie) {
+          EXPECT_EQ(e.top[j].first, ref[j].second) << "prompt " << p << " rank " << j;
+        }
+      }
+      EXPECT_EQ(e.token, e.top[0].first);  // greedy takes the most likely
+      EXPECT_NEAR(e.logprob, e.top[0].second, 1e-6);
+      ids.push_back(e.token);
+    }
+  }
+  EXPECT_THROW(Generator(model, {.slots = 1, .top_logprobs = 2}), Error);  // needs logprobs
+}
+
 }  // namespace
 }  // namespace alk

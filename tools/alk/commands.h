@@ -10,6 +10,7 @@ void add_inspect_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);  // serve_command.cpp: the OpenAI-compatible HTTP server
 void add_devices_command(CLI::App& app);
 void add_onnx_command(CLI::App& app);  // onnx_command.cpp (a stub without ALK_ONNX)
 void add_export_command(CLI::App& app);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   alk::cli::add_train_command(app);
   alk::cli::add_sample_command(app);
   alk::cli::add_generate_command(app);
+  alk::cli::add_serve_command(app);
   alk::cli::add_tokenizer_command(app);
   alk::cli::add_inspect_command(app);
   alk::cli::add_devices_command(app);
