@@ -73,6 +73,9 @@ TEST(TokenizerJson, Gpt2RealVocabularyGivesGpt2Ids) {
     std::string hex = line.substr(h + 8, line.find('"', h + 8) - (h + 8)), text;
     for (size_t k = 0; k < hex.size(); k += 2) text += static_cast<char>(std::stoi(hex.substr(k, 2), nullptr, 16));
     const std::vector<int32_t> want = parse_ids(std::string_view(line).substr(i + 8, line.find(']', i) - (i + 8)));
+    // GPT-2's own encoder has no special tokens; transformers' (and this) match the added
+    // token "<|endoftext|>" in text, checked below.
+    if (text.find("<|endoftext|>") != std::string::npos) continue;
     EXPECT_EQ(gpt2_json().encode(text, true), want) << "text: " << text;  // GPT-2 adds no BOS
     EXPECT_EQ(gpt2_json().decode(want), text);
     ++cases;
@@ -216,7 +219,7 @@ TEST(TokenizerJson, MalformedFilesAreErrorsNamingTheField) {
   expect_refused("[]", "must be an object");
   expect_refused(replaced(sp, R"("padding":null,)", R"("padding":null,"extra":1,)"), "unknown field \"extra\"");
   expect_refused(replaced(sp, R"("type":"BPE")", R"("type":"Unigram")"), "model type 'Unigram'");
-  expect_refused(replaced(sp, R"("\u2581 a")", R"("\u2581 zz")"), "'zz'");
+  expect_refused(replaced(sp, "\"\u2581 a\"", "\"\u2581 zz\""), "'zz'");
   expect_refused(replaced(sp, R"("lstrip":false,"rstrip":false,"normalized":false,"special":true}],)",
                           R"("lstrip":true,"rstrip":false,"normalized":false,"special":true}],)"),
                  "lstrip");

@@ -111,7 +111,7 @@ inline void fine_tune_and_export(const std::string& model) {
   ASSERT_TRUE(run.hf.has_value());
   save_pretrained(*run.model, *run.hf, dir / "export", run.hf_dir);
   for (const char* name : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
-    EXPECT_TRUE(std::filesystem::exists(dir / "export" / name)) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir / ("export/" + std::string(name)))) << name;
   const Pretrained back = load_pretrained(dir / "export", "cpu");
   const Pretrained original = load_pretrained(hf_fixture(model), "cpu");
   const Tensor x = tensor(std::vector<int64_t>{1, 5, 9, 30, 200, 7}, {1, 6});

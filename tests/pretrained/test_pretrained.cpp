@@ -135,8 +135,11 @@ TEST(HfConfig, UnsupportedFieldsAreErrorsNamingThem) {
                         "\"activation_function\"");
   expect_config_refused(edited(kGpt2Config, R"("vocab_size": 512)", R"("vocab_size": 0)"), "\"vocab_size\"");
   // Mistral's sliding window: refused only when shorter than the context.
-  const std::string mistral = edited(edited(kLlamaConfig, R"("model_type": "llama")", R"("model_type": "mistral")"),
-                                     R"(["LlamaForCausalLM"])", R"(["MistralForCausalLM"])");
+  const std::string mistral =
+      edited(edited(edited(edited(kLlamaConfig, R"("model_type": "llama")", R"("model_type": "mistral")"),
+                           R"(["LlamaForCausalLM"])", R"(["MistralForCausalLM"])"),
+                    R"("attention_bias": false, )", ""),
+             R"("mlp_bias": false,)", "");
   EXPECT_NO_THROW(gpt_config_from_hf(edited(mistral, R"("pretraining_tp": 1,)", R"("sliding_window": 4096,)"), "m"));
   expect_config_refused(edited(mistral, R"("pretraining_tp": 1,)", R"("sliding_window": 64,)"), "\"sliding_window\"");
 }
