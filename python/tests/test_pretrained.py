@@ -44,3 +44,23 @@ def test_save_pretrained_bf16(tmp_path):
     again = nn.from_pretrained(out)
     w = again.state_dict()["wte.weight"].numpy()
     np.testing.assert_allclose(w, loaded.state_dict()["wte.weight"].numpy(), rtol=1e-2, atol=1e-2)
+
+
+_HF = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "tests", "fixtures", "hf")
+
+
+def test_from_pretrained_gpt2_fixture_matches_transformers():
+    model = nn.from_pretrained(f"{_HF}/gpt2")
+    ref = alk.load_safetensors(f"{_HF}/reference/gpt2.safetensors")
+    i = 0
+    while f"input_ids.{i}" in ref:
+        ids = ref[f"input_ids.{i}"].numpy()
+        got = model(alk.tensor(ids.reshape(1, -1))).numpy()[0]
+        np.testing.assert_allclose(got, ref[f"logits.{i}"].numpy(), atol=1e-4, rtol=0)
+        out = model.generate(ids.tolist(), max_new_tokens=16)
+        assert out[len(ids):] == ref[f"greedy.{i}"].numpy().tolist()
+        i += 1
+    assert i >= 2
+    cases = json.load(open(f"{_HF}/reference/tokenizers.json"))["gpt2"]
+    for c in cases:
+        assert model.tokenizer.encode(c["text"], add_special_tokens=True) == c["ids"], c["text"]
