@@ -2,6 +2,7 @@
 // MNIST, with checkpoints, resume, metrics and a loss curve in one run directory:
 //   config.json  model.safetensors  optimizer.safetensors  metrics.jsonl  loss.svg
 //   tokenizer/vocab.json  tokenizer/merges.txt  tokens.bin (the tokenized corpus cache)
+//   hf/ (--init-from runs: the Hugging Face directory's config and tokenizer files)
 //   checkpoint.json  checkpoints/step-N/{model,optimizer}.safetensors (the committed pair;
 //   the top-level pair are hard links to it; src/train/checkpoint.cpp)
 #pragma once
@@ -25,6 +26,10 @@ struct Config {
   std::string corpus;        // gpt: text file; "" = the KJV Bible (Debian's bible-kjv), cached in data/
   std::string data;          // mnist: directory of IDX files; "" = find_mnist_dir()
   std::string out = "runs/gpt";
+  // gpt: a Hugging Face model directory to fine-tune (alk/pretrained.h): its architecture,
+  // weights and tokenizer replace ctx-independent model flags (dim, heads, layers,
+  // vocab_size); its config and tokenizer files are copied to the run's hf/ directory.
+  std::string init_from;
   std::string device = "auto";  // auto (the best GPU found, else the CPU), cpu, cuda:N, vulkan:N (`alk devices`)
   std::string dtype = "f32";     // f32, or bf16 / f16: mixed precision (Autocast; f32 master weights)
   uint64_t seed = 1337;

@@ -23,7 +23,7 @@ struct Field {
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      ALK_STR(task), ALK_STR(corpus), ALK_STR(data), ALK_STR(out), ALK_STR(device), ALK_STR(dtype), ALK_INT(seed),
+      ALK_STR(task), ALK_STR(corpus), ALK_STR(data), ALK_STR(out), ALK_STR(init_from), ALK_STR(device), ALK_STR(dtype), ALK_INT(seed),
       ALK_INT(steps), ALK_INT(batch), ALK_INT(ctx), ALK_INT(dim), ALK_INT(heads), ALK_INT(layers),
       ALK_INT(vocab_size), ALK_NUM(dropout), ALK_NUM(lr), ALK_NUM(min_lr), ALK_NUM(weight_decay),
       ALK_NUM(grad_clip), ALK_INT(warmup), ALK_NUM(val_fraction), ALK_INT(eval_every), ALK_INT(eval_batches),

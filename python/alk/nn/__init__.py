@@ -570,6 +570,32 @@ class GPT(_Native):
                                     presence_penalty, frequency_penalty)
         return out[0] if single else out
 
+    def save_pretrained(self, directory, dtype=None):
+        """Writes a directory transformers' from_pretrained loads: config.json, model.safetensors (f32, or
+        ``dtype`` alk.bfloat16 / alk.float16) and, for a model from ``from_pretrained``, its tokenizer files."""
+        info = getattr(self, "config", None) or {"model_type": "gpt2"}
+        _C._save_pretrained(self._native, info, str(directory), getattr(self, "_source_dir", ""),
+                               (dtype or _C.dtype.float32).name)
+
+
+def from_pretrained(directory, device=None):
+    """A Hugging Face model directory (config.json, model.safetensors or shards, tokenizer.json,
+    generation_config.json; GPT-2 and the LLaMA family) as a GPT module, on ``device`` (default: the
+    default device). The module has ``tokenizer`` (alk.Tokenizer: ``encode(text, add_special_tokens=True)``
+    gives transformers' input_ids), ``generation_config`` (eos ids, sampling defaults), ``chat_template``
+    and ``config`` (architecture, model_type, dtype); ``save_pretrained(dir)`` writes it back."""
+    native, tokenizer, chat_template, generation, info = _C._load_pretrained(str(directory), device or "")
+    model = GPT.__new__(GPT)
+    Module.__init__(model)
+    model._adopt(native, f"{info['architecture']} from {directory}")
+    object.__setattr__(model, "tokenizer", tokenizer)
+    object.__setattr__(model, "chat_template", chat_template)
+    object.__setattr__(model, "generation_config", generation)
+    object.__setattr__(model, "config", info)
+    object.__setattr__(model, "_source_dir", str(directory))
+    model.eval()
+    return model
+
 
 # ---- layers that are one table op (Python classes: nothing to wrap) ----
 
