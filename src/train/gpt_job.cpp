@@ -25,17 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nn::GPTConfig model_config(const Config& c, int64_t vocab) {
-  nn::GPTConfig g;
-  g.vocab = vocab;
-  g.ctx = c.ctx;
-  g.dim = c.dim;
-  g.heads = c.heads;
-  g.layers = c.layers;
-  g.dropout = c.dropout;
-  return g;
-}
-
 // This rank's rows of a global batch (all of them in a one-process run).
 struct DistRows {
   int rank = 0, world = 1;
@@ -143,7 +132,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
 
   // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
-  nn::GPT model(model_config(c, tok.vocab_size()));
+  nn::GPT model(gpt_config(c, tok.vocab_size()));
   std::string device_spec = c.device;
   if (rows.world > 1 && get_device(c.device).info().kind == "cuda")
     device_spec = "cuda:" + std::to_string(dist::local_rank());  // one GPU per local rank, as torchrun

@@ -18,13 +18,7 @@ RunModel load_run_model(const std::string& dir, const std::string& device, Loc l
   RunModel r;
   r.config = config_from_json(read_file(dir + "/config.json", "sample", loc), Config{}, loc);
   r.tokenizer = Tokenizer::load(dir + "/tokenizer", loc);
-  nn::GPTConfig g;
-  g.vocab = r.tokenizer.vocab_size();
-  g.ctx = r.config.ctx;
-  g.dim = r.config.dim;
-  g.heads = r.config.heads;
-  g.layers = r.config.layers;
-  r.model = std::make_shared<nn::GPT>(g);
+  r.model = std::make_shared<nn::GPT>(gpt_config(r.config, r.tokenizer.vocab_size()));
   // The committed checkpoint (checkpoint.json), which the top-level model.safetensors can lag.
   const std::optional<CheckpointFiles> files = find_checkpoint(dir, loc);
   check(files.has_value(), "sample", loc, "no checkpoint in ", dir);
