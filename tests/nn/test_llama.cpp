@@ -8,6 +8,8 @@
 #include <random>
 
 #include "alk/alk.h"
+#include "alk/generate.h"
+#include "alk/io.h"
 #include "testing.h"
 
 namespace alk {
@@ -357,6 +359,137 @@ TEST(LlamaModel, UnsupportedConfigsRaiseClearly) {
   c = tiny_llama(false, true);
   c.positions = nn::PositionKind::Learned;  // llama3 scaling on learned positions
   EXPECT_THROW(nn::GPT{c}, Error);
+}
+
+
+// ---- the Hugging Face fixtures (tests/fixtures/hf, made by scripts/make_hf_fixtures*.py) ----
+// The model against logits and greedy tokens computed from transformers' modeling formulas in
+// float64. The names are mapped here by hand, the layout nn.h documents (the loader proper,
+// config.json and all, is src/io's); only the model is under test.
+
+namespace hf {
+
+const std::string kDir = std::string(ALK_SOURCE_DIR) + "/tests/fixtures/hf/";
+
+nn::NamedTensors read(const std::vector<std::string>& files) {
+  nn::NamedTensors all;
+  for (const std::string& f : files)
+    for (auto& kv : load_safetensors(kDir + f).tensors) all.push_back(kv);
+  return all;
+}
+
+Tensor get(const nn::NamedTensors& t, const std::string& name) {
+  for (const auto& [k, v] : t)
+    if (k == name) return v.to(DType::F32);
+  ADD_FAILURE() << "no " << name;
+  return Tensor();
+}
+
+// LlamaForCausalLM / Qwen2ForCausalLM names -> nn::GPT's.
+nn::NamedTensors llama_state(const nn::NamedTensors& hf, int64_t layers, bool qkv_bias, bool tied) {
+  nn::NamedTensors s = {{"wte.weight", get(hf, "model.embed_tokens.weight")}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
+    s.push_back({b + "ln1.weight", get(hf, h + "input_layernorm.weight")});
+    s.push_back({b + "attn.qkv.weight", cat({get(hf, h + "self_attn.q_proj.weight"), get(hf, h + "self_attn.k_proj.weight"),
+                                            get(hf, h + "self_attn.v_proj.weight")})});
+    if (qkv_bias)
+      s.push_back({b + "attn.qkv.bias", cat({get(hf, h + "self_attn.q_proj.bias"), get(hf, h + "self_attn.k_proj.bias"),
+                                            get(hf, h + "self_attn.v_proj.bias")})});
+    s.push_back({b + "attn.proj.weight", get(hf, h + "self_attn.o_proj.weight")});
+    s.push_back({b + "ln2.weight", get(hf, h + "post_attention_layernorm.weight")});
+    s.push_back({b + "mlp.fc.weight", cat({get(hf, h + "mlp.gate_proj.weight"), get(hf, h + "mlp.up_proj.weight")})});
+    s.push_back({b + "mlp.proj.weight", get(hf, h + "mlp.down_proj.weight")});
+  }
+  s.push_back({"ln_f.weight", get(hf, "model.norm.weight")});
+  if (!tied) s.push_back({"head.weight", get(hf, "lm_head.weight")});
+  return s;
+}
+
+// GPT2LMHeadModel: Conv1D weights are [in, out] (transposed here); attn.bias (the mask) ignored.
+nn::NamedTensors gpt2_state(const nn::NamedTensors& hf, int64_t layers) {
+  nn::NamedTensors s = {{"wte.weight", get(hf, "transformer.wte.weight")}, {"wpe.weight", get(hf, "transformer.wpe.weight")}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".", b = "blocks." + std::to_string(i) + ".";
+    for (const auto& [ours, theirs] : std::vector<std::pair<std::string, std::string>>{
+             {"ln1", "ln_1"}, {"attn.qkv", "attn.c_attn"}, {"attn.proj", "attn.c_proj"}, {"ln2", "ln_2"},
+             {"mlp.fc", "mlp.c_fc"}, {"mlp.proj", "mlp.c_proj"}}) {
+      const bool conv1d = ours.find('.') != std::string::npos;
+      const Tensor w = get(hf, h + theirs + ".weight");
+      s.push_back({b + ours + ".weight", conv1d ? w.t().contiguous() : w});
+      s.push_back({b + ours + ".bias", get(hf, h + theirs + ".bias")});
+    }
+  }
+  s.push_back({"ln_f.weight", get(hf, "transformer.ln_f.weight")});
+  s.push_back({"ln_f.bias", get(hf, "transformer.ln_f.bias")});
+  return s;
+}
+
+void expect_reference(nn::GPT& model, const std::string& reference) {
+  model.eval();
+  const nn::NamedTensors ref = load_safetensors(kDir + "reference/" + reference).tensors;
+  auto by_name = [&](const std::string& n) {
+    for (const auto& [k, v] : ref)
+      if (k == n) return v;
+    ADD_FAILURE() << reference << " has no " << n;
+    return Tensor();
+  };
+  auto shared = std::shared_ptr<nn::GPT>(&model, [](nn::GPT*) {});
+  Generator gen(shared, {.slots = 1});
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int64_t> ids = by_name("input_ids." + std::to_string(i)).to_vector<int64_t>();
+    const std::vector<double> want = by_name("logits." + std::to_string(i)).to_vector<double>();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<double> got;
+    {
+      NoGradGuard no_grad;
+      got = model(tensor(ids, {1, n})).to_vector<double>();
+    }
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t j = 0; j < got.size(); ++j) worst = std::max(worst, std::fabs(got[j] - want[j]));
+    EXPECT_LT(worst, 2e-4) << reference << " prompt " << i;
+    // Greedy with the KV cache: the reference's tokens (argmax of full recomputations in f64).
+    const std::vector<int64_t> greedy = by_name("greedy." + std::to_string(i)).to_vector<int64_t>();
+    GenerateRequest r;
+    r.prompt.assign(ids.begin(), ids.end());
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = static_cast<int64_t>(greedy.size());
+    const std::vector<int32_t> tokens = gen.generate(r);
+    EXPECT_EQ(std::vector<int64_t>(tokens.begin(), tokens.end()), greedy) << reference << " prompt " << i;
+  }
+}
+
+}  // namespace hf
+
+TEST(HfFixtures, LlamaWithGqaAndLlama3RopeMatchesTheReference) {
+  nn::GPTConfig c;
+  c.vocab = 512, c.ctx = 128, c.dim = 64, c.heads = 4, c.kv_heads = 2, c.layers = 2, c.mlp_hidden = 160;
+  c.norm = nn::NormKind::RMSNorm, c.norm_eps = 1e-5, c.positions = nn::PositionKind::Rotary, c.rope_theta = 10000;
+  c.rope_scaling = {"llama3", 8, 1, 4, 32};
+  c.mlp = nn::MLPKind::SwiGLU, c.bias = false, c.tie_embeddings = false;
+  nn::GPT model(c);
+  model.load_state_dict(hf::llama_state(hf::read({"llama/model-00001-of-00003.safetensors",
+                                                  "llama/model-00002-of-00003.safetensors",
+                                                  "llama/model-00003-of-00003.safetensors"}),
+                                        2, false, false));
+  hf::expect_reference(model, "llama.safetensors");
+}
+
+TEST(HfFixtures, Qwen2WithQkvBiasAndTiedHeadMatchesTheReference) {
+  nn::GPTConfig c;
+  c.vocab = 512, c.ctx = 128, c.dim = 64, c.heads = 4, c.kv_heads = 2, c.layers = 2, c.mlp_hidden = 128;
+  c.norm = nn::NormKind::RMSNorm, c.norm_eps = 1e-6, c.positions = nn::PositionKind::Rotary, c.rope_theta = 1e6;
+  c.mlp = nn::MLPKind::SwiGLU, c.bias = false, c.qkv_bias = true, c.tie_embeddings = true;
+  nn::GPT model(c);
+  model.load_state_dict(hf::llama_state(hf::read({"qwen2/model.safetensors"}), 2, true, true));
+  hf::expect_reference(model, "qwen2.safetensors");
+}
+
+TEST(HfFixtures, Gpt2MatchesTheReference) {
+  nn::GPT model(nn::GPTConfig{.vocab = 512, .ctx = 128, .dim = 64, .heads = 4, .layers = 2});
+  model.load_state_dict(hf::gpt2_state(hf::read({"gpt2/model.safetensors"}), 2));
+  hf::expect_reference(model, "gpt2.safetensors");
 }
 
 }  // namespace
