@@ -200,12 +200,17 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& 
   // of each frequency: one elementwise product summed over a dim of two, which the scheduler
   // runs as one reduction with the product (and the angles' cos and sin) fused in front.
   // Its gradient, by autodiff, is the transposed rotation: the same form.
-  Tensor angle = mul(cast(positions, inv_freq.dtype(), loc).unsqueeze(1, loc), inv_freq.unsqueeze(0, loc), loc);
-  const Shape per_position = {P, 1, 1, 1, half};
-  Tensor c = cast(cos(angle, loc), x.dtype(), loc).reshape(per_position, loc);
-  Tensor s = cast(sin(angle, loc), x.dtype(), loc).reshape(per_position, loc);
-  Tensor identity = cast(tensor(std::vector<double>{1, 0, 0, 1}, {2, 2, 1}, loc), x.dtype(), loc);
-  Tensor turn = cast(tensor(std::vector<double>{0, -1, 1, 0}, {2, 2, 1}, loc), x.dtype(), loc);
+  // The angles are made in the rotation's 5-d shape from the start (a reshape of a computed
+  // value would end its kernel), and the 0/1 matrices in x's dtype (no cast kernels).
+  Tensor angle = mul(cast(positions, inv_freq.dtype(), loc).reshape({P, 1, 1, 1, 1}, loc),
+                     inv_freq.reshape({1, 1, 1, 1, half}, loc), loc);  // [P, 1, 1, 1, half]
+  Tensor c = cast(cos(angle, loc), x.dtype(), loc), s = cast(sin(angle, loc), x.dtype(), loc);
+  auto constant = [&](std::vector<double> v) {
+    Tensor t = x.dtype() == DType::F32 ? tensor(std::vector<float>(v.begin(), v.end()), {2, 2, 1}, loc)
+                                        : tensor(v, {2, 2, 1}, loc);
+    return x.dtype() == DType::F32 || x.dtype() == DType::F64 ? t : cast(t, x.dtype(), loc);
+  };
+  Tensor identity = constant({1, 0, 0, 1}), turn = constant({0, -1, 1, 0});
   Tensor rotation = add(mul(c, identity, loc), mul(s, turn, loc), loc);  // [P, 1, 2, 2, half]
   Shape halves(x.shape().begin(), x.shape().end() - 1);
   halves.insert(halves.end(), {1, 2, half});
