@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "alk/cpu.h"
 #include "alk/nn.h"
 
 namespace {
@@ -37,8 +38,10 @@ void time_into(F&& fn, std::vector<double>& t, int reps = 3) {
 }
 
 // The anchor's "name ms" lines, appended per name.
+// PyTorch runs on as many threads as alk's pool.
 void run_anchor(const std::string& script, std::map<std::string, std::vector<double>>& out) {
-  const std::string cmd = "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 " + script + " --reps 3 2>&1";
+  const std::string cmd = "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 " + script + " --reps 3 --threads " +
+                          std::to_string(alk::cpu::num_threads()) + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   if (!pipe) return;
   char line[512], name[128];

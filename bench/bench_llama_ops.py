@@ -17,7 +17,10 @@ p.add_argument("--batch", type=int, default=4)
 p.add_argument("--seq", type=int, default=512)
 p.add_argument("--heads", type=int, default=16)
 p.add_argument("--head-dim", type=int, default=64)
+p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
 a = p.parse_args()
+if a.threads > 0:
+    torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 
 

@@ -195,26 +195,18 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& 
   check(&positions.device() == &x.device() && &inv_freq.device() == &x.device(), op, loc,
         "x, positions and inv_freq must be on one device");
   DeviceGuard on(x.device());
-  // With x viewed as [..., P, H, 1, 2, half] (its halves x1, x2 along the second-to-last dim),
-  // the result is sum_j R[i, j] x_j over j for the rotation R = [[cos, -sin], [sin, cos]]
-  // of each frequency: one elementwise product summed over a dim of two, which the scheduler
-  // runs as one reduction with the product (and the angles' cos and sin) fused in front.
-  // Its gradient, by autodiff, is the transposed rotation: the same form.
-  // The angles are made in the rotation's 5-d shape from the start (a reshape of a computed
-  // value would end its kernel), and the 0/1 matrices in x's dtype (no cast kernels).
-  Tensor angle = mul(cast(positions, inv_freq.dtype(), loc).reshape({P, 1, 1, 1, 1}, loc),
-                     inv_freq.reshape({1, 1, 1, 1, half}, loc), loc);  // [P, 1, 1, 1, half]
+  // The halves x1, x2 of the last dim, each rotated with cos and sin [P, 1, half] broadcast over
+  // the heads, then put side by side: two elementwise kernels reading x through its strides and
+  // one concatenation (a reduction over x viewed [..., 2, 2, half] against the 2 x 2 rotations
+  // did it in one kernel, but the CPU's generic reduction ran it 6x slower than PyTorch's
+  // formula; bench/bench_llama_ops.cpp). The sums are transformers' in the same order, so f32
+  // results are theirs bit for bit. Its gradient, by autodiff, is the inverse rotation.
+  const int64_t last = r - 1;
+  Tensor angle = mul(cast(positions, inv_freq.dtype(), loc).reshape({P, 1, 1}, loc),
+                     inv_freq.reshape({1, 1, half}, loc), loc);  // [P, 1, half]
   Tensor c = cast(cos(angle, loc), x.dtype(), loc), s = cast(sin(angle, loc), x.dtype(), loc);
-  auto constant = [&](std::vector<double> v) {
-    Tensor t = x.dtype() == DType::F32 ? tensor(std::vector<float>(v.begin(), v.end()), {2, 2, 1}, loc)
-                                        : tensor(v, {2, 2, 1}, loc);
-    return x.dtype() == DType::F32 || x.dtype() == DType::F64 ? t : cast(t, x.dtype(), loc);
-  };
-  Tensor identity = constant({1, 0, 0, 1}), turn = constant({0, -1, 1, 0});
-  Tensor rotation = add(mul(c, identity, loc), mul(s, turn, loc), loc);  // [P, 1, 2, 2, half]
-  Shape halves(x.shape().begin(), x.shape().end() - 1);
-  halves.insert(halves.end(), {1, 2, half});
-  return sum(mul(x.reshape(halves, loc), rotation, loc), {-2}, false, loc).reshape(x.shape(), loc);
+  Tensor x1 = x.slice(last, 0, half, 1, loc), x2 = x.slice(last, half, D, 1, loc);
+  return cat({sub(mul(x1, c, loc), mul(x2, s, loc), loc), add(mul(x2, c, loc), mul(x1, s, loc), loc)}, last, loc);
 }
 
 Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, Loc loc) {
