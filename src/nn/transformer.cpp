@@ -81,9 +81,10 @@ CausalSelfAttention::Projected CausalSelfAttention::project(const Tensor& x, con
   Projected out{all.slice(h, 0, heads, 1, loc), all.slice(h, heads, heads + kv_heads, 1, loc),
                 all.slice(h, heads + kv_heads, heads + 2 * kv_heads, 1, loc)};
   if (rotary) {
-    Tensor f = inv_freq_on(x.device());
-    out.q = rotary_embedding(out.q, positions, f, loc);
-    out.k = rotary_embedding(out.k, positions, f, loc);
+    // q's and k's heads are adjacent in the projection: one rotation of both (one cos/sin).
+    Tensor qk = rotary_embedding(all.slice(h, 0, heads + kv_heads, 1, loc), positions, inv_freq_on(x.device()), loc);
+    out.q = qk.slice(h, 0, heads, 1, loc);
+    out.k = qk.slice(h, heads, heads + kv_heads, 1, loc);
   }
   return out;
 }
