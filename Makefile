@@ -294,10 +294,11 @@ SGEMM_RUNS ?=
 bench-cpu: deps bench-deps build
 	$(call phase,"bench-cpu: SGEMM vs OpenBLAS; fused elementwise vs memcpy; tiny-GPT step vs PyTorch")
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
-	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt -j$(JOBS)
+	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt bench_llama_ops -j$(JOBS)
 	@echo "bench-cpu: alk's best path for this CPU against the anchors' own choices"
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)
 	./$(BUILD_DIR)/bench_elementwise
+	./$(BUILD_DIR)/bench_llama_ops --anchor bench/bench_llama_ops.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_tiny_gpt --steps $(BENCH_STEPS) --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 	@echo "bench-cpu: alk's AVX2 path against OpenBLAS's Haswell kernels and PyTorch's AVX2 ones (as on an AVX2-only CPU)"
 	env -u OPENBLAS_L2_SIZE ALK_ISA=avx2 OPENBLAS_CORETYPE=Haswell ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)

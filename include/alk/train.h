@@ -38,6 +38,18 @@ struct Config {
   // GPT
   int64_t ctx = 128, dim = 128, heads = 4, layers = 4, vocab_size = 1024;
   double dropout = 0;
+  // The model's family: GPT-2 (these defaults) or the LLaMA family, as nn::GPTConfig's fields of
+  // the same names (0 for kv_heads and mlp_hidden: heads and 4 * dim).
+  int64_t kv_heads = 0, mlp_hidden = 0;
+  std::string norm = "layernorm";      // layernorm | rmsnorm
+  double norm_eps = 1e-5;
+  std::string positions = "learned";  // learned | rotary
+  double rope_theta = 10000;
+  std::string rope_scaling;           // "" | llama3, with the factors below
+  double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_context = 0;
+  std::string mlp = "gelu_tanh";      // gelu_tanh | swiglu
+  bool bias = true, qkv_bias = false, tie_embeddings = true;
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup = 100;
   double val_fraction = 0.05;

@@ -102,12 +102,31 @@ void bind_nn(py::module_& top) {
       .def_readonly("ln2", &nn::TransformerBlock::ln2)
       .def_readonly("attn", &nn::TransformerBlock::attn)
       .def_readonly("mlp", &nn::TransformerBlock::mlp);
-  layer<nn::GPT>(m, "GPT", "A GPT-2 style language model: ids [B, T] int64 -> logits [B, T, vocab].")
+  layer<nn::GPT>(m, "GPT", "A decoder-only language model (GPT-2 or the LLaMA family): ids [B, T] int64 -> logits [B, T, vocab].")
       .def(py::init([](int64_t vocab, int64_t ctx, int64_t dim, int64_t heads, int64_t layers, double dropout,
-                       bool tie, bool bias) {
-        return std::make_shared<nn::GPT>(nn::GPTConfig{vocab, ctx, dim, heads, layers, dropout, tie, bias});
+                       bool tie, bool bias, int64_t kv_heads, int64_t mlp_hidden, const std::string& norm,
+                       double norm_eps, const std::string& positions, double rope_theta, const std::string& mlp,
+                       bool qkv_bias, const std::string& rope_type, double rope_factor, double low_freq_factor,
+                       double high_freq_factor, int64_t original_context) {
+        nn::GPTConfig c{vocab, ctx, dim, heads, layers, dropout, tie, bias};
+        c.kv_heads = kv_heads, c.mlp_hidden = mlp_hidden, c.norm_eps = norm_eps, c.rope_theta = rope_theta;
+        c.qkv_bias = qkv_bias;
+        // The names transformers' configs use.
+        alk::check(norm == "layernorm" || norm == "rmsnorm", "GPT", alk::Loc::current(), "norm must be 'layernorm' or 'rmsnorm', got '", norm, "'");
+        alk::check(positions == "learned" || positions == "rotary", "GPT", alk::Loc::current(),
+              "positions must be 'learned' or 'rotary', got '", positions, "'");
+        alk::check(mlp == "gelu_tanh" || mlp == "swiglu", "GPT", alk::Loc::current(), "mlp must be 'gelu_tanh' or 'swiglu', got '", mlp, "'");
+        c.norm = norm == "rmsnorm" ? nn::NormKind::RMSNorm : nn::NormKind::LayerNorm;
+        c.positions = positions == "rotary" ? nn::PositionKind::Rotary : nn::PositionKind::Learned;
+        c.mlp = mlp == "swiglu" ? nn::MLPKind::SwiGLU : nn::MLPKind::GELUTanh;
+        c.rope_scaling = {rope_type, rope_factor, low_freq_factor, high_freq_factor, original_context};
+        return std::make_shared<nn::GPT>(c);
       }), py::arg("vocab") = 256, py::arg("ctx") = 128, py::arg("dim") = 128, py::arg("heads") = 4,
-           py::arg("layers") = 4, py::arg("dropout") = 0.0, py::arg("tie_embeddings") = true, py::arg("bias") = true)
+           py::arg("layers") = 4, py::arg("dropout") = 0.0, py::arg("tie_embeddings") = true, py::arg("bias") = true,
+           py::arg("kv_heads") = 0, py::arg("mlp_hidden") = 0, py::arg("norm") = "layernorm", py::arg("norm_eps") = 1e-5,
+           py::arg("positions") = "learned", py::arg("rope_theta") = 10000.0, py::arg("mlp") = "gelu_tanh",
+           py::arg("qkv_bias") = false, py::arg("rope_type") = "", py::arg("rope_factor") = 1.0,
+           py::arg("low_freq_factor") = 1.0, py::arg("high_freq_factor") = 4.0, py::arg("original_context") = 0)
       .def_readonly("wte", &nn::GPT::wte)
       .def_readonly("wpe", &nn::GPT::wpe)
       .def_readonly("blocks", &nn::GPT::blocks)

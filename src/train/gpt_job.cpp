@@ -27,17 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nn::GPTConfig model_config(const Config& c, int64_t vocab) {
-  nn::GPTConfig g;
-  g.vocab = vocab;
-  g.ctx = c.ctx;
-  g.dim = c.dim;
-  g.heads = c.heads;
-  g.layers = c.layers;
-  g.dropout = c.dropout;
-  return g;
-}
-
 // This rank's rows of a global batch (all of them in a one-process run).
 struct DistRows {
   int rank = 0, world = 1;
@@ -161,7 +150,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
   // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
   std::optional<HfModelInfo> hf;
-  nn::GPTConfig model_cfg = model_config(c, tok.vocab_size());
+  nn::GPTConfig model_cfg = gpt_config(c, tok.vocab_size());
   if (!c.init_from.empty()) {
     const std::string path = hf_files_dir(c.out) + "/config.json";
     hf.emplace();

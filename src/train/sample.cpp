@@ -28,11 +28,7 @@ RunModel load_run_model(const std::string& dir, const std::string& device, Loc l
     r.tokenizer = load_hf_tokenizer(r.hf_dir, nullptr, loc);
   } else {
     r.tokenizer = Tokenizer::load(dir + "/tokenizer", loc);
-    g.vocab = r.tokenizer.vocab_size();
-    g.ctx = r.config.ctx;
-    g.dim = r.config.dim;
-    g.heads = r.config.heads;
-    g.layers = r.config.layers;
+    g = gpt_config(r.config, r.tokenizer.vocab_size());
   }
   r.model = std::make_shared<nn::GPT>(g);
   // The committed checkpoint (checkpoint.json), which the top-level model.safetensors can lag.

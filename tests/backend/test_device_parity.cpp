@@ -32,7 +32,8 @@
 //                     by seed and offset: tensor.h promises every backend draws the same stream)
 //                     and sane statistics on the device
 //   Attention         scaled_dot_product_attention, causal and not, head dims 8/32/64, cross
-//                     attention (S != T), q/k/v as strided views of one packed projection
+//                     attention (S != T), q/k/v as strided views of one packed projection,
+//                     grouped-query (k/v with fewer heads), rotary_embedding of a projection's slice
 //   Conv              unfold2d/fold2d, conv2d (padding, stride, dilation, groups), max/avg_pool2d
 //   LargeShapes       sizes past one workgroup/block and one tile: elementwise over 300001,
 //                     long/many/outer-dim reductions, argmax, softmax/layer_norm/cumsum of long
@@ -40,7 +41,8 @@
 //                     over a million values
 //   Decode            kv_cache_write, decode_attention (grouped-query, per-slot lengths),
 //                     sample_tokens where it is a pure function of the logits
-//   CompiledGptSteps  a 2-layer GPT, 20 compiled AdamW steps: the device's losses are the CPU's
+//   CompiledGptSteps  a 2-layer GPT-2 and LLaMA-layout model, 20 compiled AdamW steps each: the
+//                     device's losses are the CPU's
 //   EveryTemplateOpHasAFamily  the ALK_TEMPLATE_OPS list (op_table.h) against the families above,
 //                     so a new template op cannot be added without a parity case
 // Template-op families run f32 (forward and gradients) and f64/f16/bf16 forward; copy-like ops
@@ -1089,6 +1091,26 @@ TEST(DeviceParity, Attention) {
                    },
                    kFloatDTypes,
                    true});
+  // Grouped-query (the LLaMA family): 6 query heads over 2 key/value heads, read through the
+  // stride-0 group dim; the gradients of k and v summed over each group.
+  for (bool causal : {true, false})
+    cases.push_back({std::string("sdpa grouped-query 6 heads over 2") + (causal ? " causal" : ""),
+                     {randt({2, 6, 9, 16}, rng), randt({2, 2, 9, 16}, rng), randt({2, 2, 9, 16}, rng)},
+                     {true, true, true},
+                     [causal](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], causal); },
+                     kFloatDTypes,
+                     true});
+  // Rotary positions on a slice of a projection [B, T, heads, D] (the q part), positions given
+  // as a tensor (a decode step's per-slot positions are not 0..T-1).
+  Tensor positions = tensor(std::vector<int64_t>{0, 1, 2, 9, 30}, {5});
+  Tensor inv_freq = tensor(nn::rotary_inv_freq(16, 10000, {"llama3", 8, 1, 4, 8}), {8});
+  positions.realize(), inv_freq.realize();
+  cases.push_back({"rotary_embedding of a projection's slice",
+                   {randt({2, 5, 7, 16}, rng), positions, inv_freq},
+                   {true, false, false},
+                   [](const V& v) { return rotary_embedding(v[0].slice(2, 1, 4), v[1], v[2]); },
+                   kFloatDTypes,
+                   true});
   run_cases("attention", devs, cases);
 }
 
@@ -1349,13 +1371,18 @@ TEST(DeviceParity, Random) {
 // 3. A compiled GPT training step (the pattern of tests/backend/vulkan/test_vulkan_gpt.cpp)
 // ============================================================================================
 
-std::vector<double> gpt_losses(Device& dev, int steps) {
+std::vector<double> gpt_losses(Device& dev, int steps, bool llama = false) {
   manual_seed(5);
   nn::GPTConfig cfg;
+  if (llama) {  // RMSNorm, rotary, SwiGLU, 4 heads over 2 key/value heads, q/k/v biases, untied head
+    cfg.norm = nn::NormKind::RMSNorm, cfg.positions = nn::PositionKind::Rotary, cfg.mlp = nn::MLPKind::SwiGLU;
+    cfg.heads = 4, cfg.kv_heads = 2, cfg.mlp_hidden = 48, cfg.bias = false, cfg.qkv_bias = true;
+    cfg.tie_embeddings = false;
+  }
   cfg.vocab = 97;
   cfg.ctx = 16;
   cfg.dim = 32;
-  cfg.heads = 2;
+  if (!llama) cfg.heads = 2;
   cfg.layers = 2;
   nn::GPT model(cfg);  // initialized on the CPU, then moved: every run starts from the same weights
   model.to(dev);
@@ -1377,20 +1404,23 @@ std::vector<double> gpt_losses(Device& dev, int steps) {
 
 TEST(DeviceParity, CompiledGptSteps) {
   ALK_PARITY_DEVICES_OR_SKIP(devs);
-  const std::vector<double> cpu = gpt_losses(cpu_device(), 20);
-  ASSERT_EQ(cpu.size(), 20u);
-  EXPECT_LT(cpu.back(), cpu.front() - 0.5) << "the model learns the repeating sequence";
-  for (Device* dev : devs) {
-    SCOPED_TRACE("device " + dev->name());
-    if (const char* why = known_failure(*dev, "gpt")) {
-      std::cout << "[parity " << dev->name() << "] gpt: KNOWN FAILURE (" << why << ")\n";
-      continue;
+  for (bool llama : {false, true}) {
+    const char* family = llama ? "llama" : "gpt";
+    const std::vector<double> cpu = gpt_losses(cpu_device(), 20, llama);
+    ASSERT_EQ(cpu.size(), 20u);
+    EXPECT_LT(cpu.back(), cpu.front() - 0.5) << family << ": the model learns the repeating sequence";
+    for (Device* dev : devs) {
+      SCOPED_TRACE("device " + dev->name() + " " + family);
+      if (const char* why = known_failure(*dev, "gpt")) {
+        std::cout << "[parity " << dev->name() << "] " << family << ": KNOWN FAILURE (" << why << ")\n";
+        continue;
+      }
+      const std::vector<double> got = gpt_losses(*dev, 20, llama);
+      ASSERT_EQ(got.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(got[i], cpu[i], 2e-4 * std::max(1.0, cpu[i])) << "step " << i;
+      std::cout << "[parity " << dev->name() << "] " << family << ": 20 compiled AdamW steps, loss " << got.front()
+                << " -> " << got.back() << " (cpu " << cpu.front() << " -> " << cpu.back() << ")\n";
     }
-    const std::vector<double> got = gpt_losses(*dev, 20);
-    ASSERT_EQ(got.size(), cpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(got[i], cpu[i], 2e-4 * std::max(1.0, cpu[i])) << "step " << i;
-    std::cout << "[parity " << dev->name() << "] gpt: 20 compiled AdamW steps, loss " << got.front() << " -> "
-              << got.back() << " (cpu " << cpu.front() << " -> " << cpu.back() << ")\n";
   }
 }
 

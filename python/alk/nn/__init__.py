@@ -547,11 +547,19 @@ class TransformerBlock(_Native):
 
 
 class GPT(_Native):
-    """A GPT-2 style language model: ids [B, T] int64 -> logits [B, T, vocab]."""
+    """A decoder-only language model: ids [B, T] int64 -> logits [B, T, vocab]. GPT-2 by default; the LLaMA
+    family with norm="rmsnorm", positions="rotary" (rope_theta; rope_type "llama3" with rope_factor,
+    low_freq_factor, high_freq_factor, original_context), mlp="swiglu" (mlp_hidden wide), kv_heads < heads
+    (grouped-query attention), bias=False and qkv_bias=True (Qwen2)."""
 
-    def __init__(self, vocab=256, ctx=128, dim=128, heads=4, layers=4, dropout=0.0, tie_embeddings=True, bias=True):
+    def __init__(self, vocab=256, ctx=128, dim=128, heads=4, layers=4, dropout=0.0, tie_embeddings=True, bias=True,
+                 kv_heads=0, mlp_hidden=0, norm="layernorm", norm_eps=1e-5, positions="learned", rope_theta=10000.0,
+                 mlp="gelu_tanh", qkv_bias=False, rope_type="", rope_factor=1.0, low_freq_factor=1.0,
+                 high_freq_factor=4.0, original_context=0):
         super().__init__()
-        self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias),
+        self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias, kv_heads, mlp_hidden, norm,
+                              norm_eps, positions, rope_theta, mlp, qkv_bias, rope_type, rope_factor, low_freq_factor,
+                              high_freq_factor, original_context),
                     f"vocab={vocab}, ctx={ctx}, dim={dim}, heads={heads}, layers={layers}")
 
     def generate(self, ids, max_new_tokens=20, temperature=0.0, top_k=0, top_p=1.0, seed=None, eos_token_id=None,
