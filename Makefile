@@ -55,7 +55,7 @@ PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 # What this run must have (tests/required.h): a test that would skip for lack of one of these
 # fails instead, and the build fails without a required backend. .ci/run sets the same list;
 # `make test ALK_REQUIRE=` relaxes it on a machine without them (the skips are listed at the end).
-ALK_REQUIRE ?= cpu vulkan webgpu webgpu-f16 torch onnx-testdata mpi
+ALK_REQUIRE ?= cpu vulkan webgpu webgpu-f16 torch onnx-testdata onnx-npm mpi
 export ALK_REQUIRE
 ALK_REQUIRE_BACKENDS := $(filter vulkan,$(ALK_REQUIRE))
 # Every skip of the run (test, reason), appended by the test binaries (tests/test_environment.cpp)
@@ -265,7 +265,7 @@ bench-webgpu: deps build webgpu-deps webgpu-mesa25
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
 test: deps build onnx-npm serve-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
 	$(call phase,"test: all passed; the tests that skipped, and why")
-	$(PYTHON) scripts/list_skips.py $(ALK_SKIP_LOG)
+	$(PYTHON) scripts/list_skips.py $(ALK_SKIP_LOG) $(BUILD_DIR)/Testing/Temporary/LastTest.log
 
 # DEMO_OUT: the run directory; DEMO_ARGS: more `alk train` flags (make readme-commands: a tiny model, 2 steps).
 DEMO_OUT ?= runs/demo
@@ -358,4 +358,4 @@ serve-npm:
 bench-onnx: build onnx-npm
 	$(call phase,"bench-onnx: alk onnx run vs onnxruntime-node")
 	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 10
-	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]
+	ALK_REQUIRE= bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]

@@ -7,6 +7,7 @@
 //   webgpu-f16   Mesa 25 lavapipe (make mesa25): WebGPU's shader-f16 adapter
 //   torch        /usr/bin/python3 with PyTorch (python3-torch), the reference of the parity fixture
 //   onnx-testdata  the ONNX backend node tests (libonnx-testdata)
+//   onnx-npm     onnxruntime-node and the PaddleOCR models (make onnx-npm; bench/onnx/run.sh, a ctest)
 //   mpi          mpirun (openmpi-bin), the data-parallel tests' launcher
 #pragma once
 #include <gtest/gtest.h>
