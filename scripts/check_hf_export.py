@@ -13,7 +13,7 @@ directories with alk (build/alk):
   # 2. Fine-tune the fixtures 20 steps, export the run, and let alk write the tuned model's
   #    logits for the reference inputs (the weights changed, so these are the expected values):
   for m in gpt2 llama; do
-    build/alk train --init-from tests/fixtures/hf/$m --corpus README.md --steps 20 --ctx 64 --batch 4 \\
+    build/alk train --init-from tests/fixtures/hf/$m --corpus README.md --steps 20 --ctx 64 --batch 4 --warmup 2 --lr 1e-3 \\
         --eval-every 10 --sample-tokens 0 --device cpu --out /tmp/alk_hf_runs/$m
     build/alk export --target hf --from /tmp/alk_hf_runs/$m --out /tmp/alk_hf_export/$m-tuned
     build/alk eval --from /tmp/alk_hf_runs/$m --logits-for tests/fixtures/hf/reference/$m.safetensors \\

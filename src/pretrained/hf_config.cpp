@@ -110,7 +110,9 @@ void read_rope_scaling(Fields& f, const json::Value& v, std::string_view key, nn
     f.bad(key, "rope type '", type, "' is not supported (alk runs the default rotary and llama3's scaling)");
   g.rope_scaling.type = "llama3";
   bool has_original = false;
-  for (auto& [k, x] : v.as_object()) {
+  for (const auto& member : v.as_object()) {
+    const std::string& k = member.first;
+    const json::Value& x = member.second;  // a named reference: lambdas cannot capture bindings (clang 14)
     auto num = [&] {
       if (!x.is_number()) f.bad(key, k, " must be a number");
       return x.as_double();

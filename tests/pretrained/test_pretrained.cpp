@@ -289,6 +289,32 @@ TEST(HfWeights, ShardedLlamaAssemblesIntoAlkParameters) {
   EXPECT_THROW(read_hf_weight(wrong, qkv, cpu_device()), Error);
 }
 
+// The transformers-made LLaMA (sharded bf16, GQA, untied) and Qwen2 (f16, q/k/v biases, tied)
+// fixtures: every alk parameter assembled from their files has the shape the config gives,
+// in the file's dtype, and every tensor of the files is used.
+TEST(HfWeights, LlamaAndQwen2FixturesAssembleIntoAlkShapes) {
+  for (const char* model : {"llama", "qwen2"}) {
+    const std::string dir = std::string(ALK_SOURCE_DIR) + "/tests/fixtures/hf/" + model;
+    HfModelInfo info;
+    const nn::GPTConfig g = gpt_config_from_hf(testing::read_file(dir + "/config.json"), dir, &info);
+    const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
+    EXPECT_EQ(ckpt.files().size(), std::string(model) == "llama" ? 3u : 1u);
+    const std::map<std::string, Shape> want = alk_parameter_shapes(g);
+    std::set<std::string> used;
+    size_t params = 0;
+    for (const HfWeight& w : hf_weight_map(g, info, hf_key_prefix(info, ckpt))) {
+      const Tensor t = read_hf_weight(ckpt, w, cpu_device());
+      EXPECT_EQ(t.shape(), want.at(w.name)) << model << ": " << w.name;
+      EXPECT_EQ(t.dtype(), std::string(model) == "llama" ? DType::BF16 : DType::F16) << w.name;
+      for (auto& [key, rows] : w.hf) used.insert(key);
+      ++params;
+    }
+    EXPECT_EQ(params, want.size()) << model;
+    const std::vector<std::string> names = ckpt.names();
+    EXPECT_EQ(used, std::set<std::string>(names.begin(), names.end())) << model;
+  }
+}
+
 // A tiny GPT-2 with a BPE trained on a few sentences, in alk's layout.
 struct TinyGpt2 {
   nn::GPTConfig cfg;
