@@ -17,7 +17,8 @@ device=${4:-cpu}
 only=${5:-cls,det,rec}  # which models, comma separated
 # A skip (77 for ctest), or a failure where ALK_REQUIRE (tests/required.h) names what is missing.
 skip() {
-  case " ${ALK_REQUIRE//,/ } " in *" $1 "*) echo "FAIL: $2 (ALK_REQUIRE names $1)"; exit 1;; esac
+  local required=${ALK_REQUIRE:-}
+  case " ${required//,/ } " in *" $1 "*) echo "FAIL: $2 (ALK_REQUIRE names $1)"; exit 1;; esac
   echo "SKIP: $2"
   exit 77
 }

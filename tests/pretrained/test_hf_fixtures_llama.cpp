@@ -1,11 +1,6 @@
 // The LLaMA-family fixtures through alk's forward: logits within 1e-4 of the reference,
-// greedy continuations equal, fine-tuning and export. These need GPT to build the LLaMA
-// layout (RMSNorm, rotary with llama3 scaling, SwiGLU, grouped-query attention), which the
-// model branch (hf) adds; until it is merged GPT refuses those configs, so the tests are
-// compiled out here. The lead sets ALK_TEST_LLAMA_FAMILY to 1 when merging that branch.
-#define ALK_TEST_LLAMA_FAMILY 0
-
-#if ALK_TEST_LLAMA_FAMILY
+// greedy continuations equal, fine-tuning and export (GPT builds the LLaMA layout: RMSNorm,
+// rotary with llama3 scaling, SwiGLU, grouped-query attention).
 #include <gtest/gtest.h>
 
 #include "alk/alk.h"
@@ -49,4 +44,3 @@ TEST(HfFixturesLlama, LlamaExportInBf16KeepsEveryTensor) {
 
 }  // namespace
 }  // namespace alk
-#endif
