@@ -44,7 +44,7 @@ TEST(HfFixtures, TokenizersGiveTheLibrarysIds) {
   EXPECT_GE(checked, 40);
 }
 
-TEST(HfFixtures, Gpt2LogitsAndGreedyMatchTransformers) {
+TEST(HfFixtures, Gpt2LogitsAndGreedyMatchTheFixtureReference) {
   const Pretrained p = load_pretrained(hf_fixture("gpt2"), "cpu");
   EXPECT_EQ(p.info.architecture, "GPT2LMHeadModel");
   EXPECT_EQ(p.generation.eos_ids, std::vector<int32_t>{0});

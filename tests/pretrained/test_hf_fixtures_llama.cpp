@@ -12,7 +12,7 @@
 namespace alk {
 namespace {
 
-TEST(HfFixturesLlama, LlamaLogitsAndGreedyMatchTransformers) {
+TEST(HfFixturesLlama, LlamaLogitsAndGreedyMatchTheFixtureReference) {
   const Pretrained p = load_pretrained(hf_fixture("llama"), "cpu");  // bf16 shards read into f32 parameters
   EXPECT_EQ(p.model->cfg.kv_heads, 2);
   const HfReference ref = load_hf_reference("llama");
@@ -20,7 +20,7 @@ TEST(HfFixturesLlama, LlamaLogitsAndGreedyMatchTransformers) {
   expect_greedy_match(p.model, ref);
 }
 
-TEST(HfFixturesLlama, Qwen2LogitsAndGreedyMatchTransformers) {
+TEST(HfFixturesLlama, Qwen2LogitsAndGreedyMatchTheFixtureReference) {
   const Pretrained p = load_pretrained(hf_fixture("qwen2"), "cpu");  // f16, q/k/v biases, tied head
   EXPECT_TRUE(p.model->cfg.qkv_bias);
   const HfReference ref = load_hf_reference("qwen2");
