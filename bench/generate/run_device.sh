@@ -2,8 +2,9 @@
 # Generation on the GPU machine (the `device` tool): the decode tests on its Vulkan device and
 # bench_generate at GPT-2 124M shapes on vulkan:0 against the compiled PyTorch decoder
 # (torch_decode.py --compile, CUDA graphs) and Hugging Face's generate (../shared/anchors/
-# hf_gpt2_decode.py), all in one call. CUDA has no decode kernels yet (the ops are refused
-# there), so alk runs on NVIDIA's Vulkan driver.
+# hf_gpt2_decode.py), all in one call: alk on cuda:0 (bf16; the CUDA decode kernels, written in the
+# nineteenth session without a GPU, are checked by the decode parity tests first) and on vulkan:0
+# (f16 on NVIDIA's Vulkan driver).
 #
 # Here, from the repo root:   bash bench/generate/run_device.sh prepare
 #   (builds bench_generate and alk_tests, packs them stripped and gzipped with the
@@ -44,11 +45,15 @@ fi
 export ALK_CACHE_DIR=/tmp/alk-gen-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, torch.cuda.get_device_name())"
-echo "== decode tests on vulkan:0"
+echo "== decode tests on vulkan:0 and cuda:0"
 # alk_tests, or where only the decode suites were linked for the trip (decode_tests), those.
 TESTS=$BIN/alk_tests
 [[ -x $TESTS ]] || TESTS=$BIN/decode_tests
-timeout 240 "$TESTS" --gtest_brief=1 --gtest_filter='VulkanDecode.*:DecodeOps.*' 2>&1 | tee "$OUT/tests.log" | tail -15
+ALK_PARITY_DEVICES=cuda:0,vulkan:0 timeout 240 "$TESTS" --gtest_brief=1 \
+  --gtest_filter='VulkanDecode.*:DecodeOps.*:DeviceParity.Decode*:Generator*' 2>&1 | tee "$OUT/tests.log" | tail -15
+echo "== bench_generate: GPT-2 124M shapes on cuda:0 (bf16) vs torch_decode.py --compile"
+timeout 300 "$BIN/bench_generate" --device cuda:0 --gpt2 --dtype bf16 --threads 16 --repeats 2 \
+  --anchor $D/torch_decode.py 2>&1 | tee "$OUT/bench_cuda.log" | grep -vE "^(W|I)[0-9]{4}|Warning" | tail -12
 echo "== bench_generate: GPT-2 124M shapes on vulkan:0 (f16: NVIDIA's cooperative matrices) vs torch_decode.py --compile"
 timeout 420 "$BIN/bench_generate" --device vulkan:0 --gpt2 --dtype f16 --threads 16 --repeats 2 \
   --anchor $D/torch_decode.py 2>&1 | tee "$OUT/bench.log" | grep -vE "^(W|I)[0-9]{4}|Warning" | tail -12

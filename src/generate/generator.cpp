@@ -1,7 +1,7 @@
 // alk::Generator: KV-cache generation over a fixed set of slots (include/alk/generate.h).
 //
 // Device state, all allocated up front (ggml-alloc's reserve-then-allocate):
-//   k_cache/v_cache[layer]  [slots, context, heads, head_dim]  the compute dtype
+//   k_cache/v_cache[layer]  [slots, context, kv_heads, head_dim]  the compute dtype
 //   tokens, positions       [slots] i64   the token each slot feeds next and its position
 //   active                  [slots] i64   1 while the slot runs a request (positions advance)
 //   settings                [slots, 3] f32 temperature, top_k, top_p
@@ -51,7 +51,8 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 int64_t kv_cache_bytes(const nn::GPT& model, int64_t slots, int64_t context, DType t) {
-  return 2 * model.cfg.layers * slots * context * model.cfg.dim * static_cast<int64_t>(dtype_size(t));
+  const nn::GPTConfig& c = model.cfg;
+  return 2 * c.layers * slots * context * c.key_value_heads() * c.head_dim() * static_cast<int64_t>(dtype_size(t));
 }
 
 struct Generator::State {
@@ -59,7 +60,7 @@ struct Generator::State {
   GeneratorOptions opt;
   Device* device = nullptr;
   DType cache_dtype = DType::F32;
-  int64_t S = 0, T = 0, H = 0, D = 0, C = 0, V = 0;
+  int64_t S = 0, T = 0, Hkv = 0, D = 0, C = 0, V = 0;
 
   std::vector<Tensor> k_cache, v_cache;
   Tensor tokens, positions, active, settings, penalties, seeds, counts, logprobs;
@@ -100,29 +101,23 @@ struct Generator::State {
   }
 
   // The final norm and the head over rows x [n, C]: logits [n, V] in f32.
-  Tensor logits_of(const Tensor& x) const {
-    const nn::GPT& m = *model;
-    Tensor y = m.ln_f->forward(x);
-    y = m.head ? m.head->forward(y) : matmul(y, m.wte->weight.t());
-    return cast(y, DType::F32);
-  }
+  Tensor logits_of(const Tensor& x) const { return cast(model->logits(x), DType::F32); }
 
   // One decode step for every slot, as a graph (traced once by alk::compile when opt.compile).
   void decode_graph() {
     NoGradGuard no_grad;
     std::optional<Autocast> ac;
     enter_autocast(ac);
-    const nn::GPT& m = *model;
-    Tensor x = add(m.wte->forward(tokens), m.wpe->forward(positions));  // [S, C]
+    nn::GPT& m = *model;
+    Tensor x = m.embed(tokens, positions);  // [S, C]
     Tensor lengths = add(positions, 1);
     for (size_t l = 0; l < m.blocks.size(); ++l) {
-      const nn::TransformerBlock& b = *m.blocks[l];
-      Tensor qkv = b.attn->qkv->forward(b.ln1->forward(x)).reshape({S, 3, H, D});
-      k_cache[l].assign_(kv_cache_write(k_cache[l], qkv.select(1, 1), positions));
-      v_cache[l].assign_(kv_cache_write(v_cache[l], qkv.select(1, 2), positions));
-      Tensor y = decode_attention(qkv.select(1, 0), k_cache[l], v_cache[l], lengths).reshape({S, C});
-      x = add(x, b.attn->proj->forward(y));
-      x = add(x, b.mlp->forward(b.ln2->forward(x)));
+      // Each slot's row at its own position: q [S, H, D], k and v [S, Hkv, D] (rotary applied).
+      x = m.blocks[l]->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        k_cache[l].assign_(kv_cache_write(k_cache[l], k, positions));
+        v_cache[l].assign_(kv_cache_write(v_cache[l], v, positions));
+        return decode_attention(q, k_cache[l], v_cache[l], lengths).reshape({S, C});
+      });
     }
     Tensor logits = logits_of(x);  // [S, V] f32
     Tensor penalized = sub(sub(logits, mul(penalties.slice(1, 0, 1), cast(gt(counts, 0.0), DType::F32))),
@@ -170,20 +165,21 @@ struct Generator::State {
     NoGradGuard no_grad;
     std::optional<Autocast> ac;
     enter_autocast(ac);
-    const nn::GPT& m = *model;
+    nn::GPT& m = *model;
     std::vector<int64_t> ids64(prompt.begin(), prompt.end());
     Tensor ids = on_device(tensor(ids64, {1, n}));
     DeviceGuard on(*device);
-    Tensor x = add(m.wte->forward(ids), m.wpe->forward(arange(n)));  // [1, n, C]
-    std::vector<Tensor> rows;  // each layer's k then v rows, [n, H, D] in the cache dtype
+    Tensor positions = arange(n);
+    Tensor x = m.embed(ids, positions);  // [1, n, C]
+    std::vector<Tensor> rows;  // each layer's k then v rows, [1, n, Hkv, D] in the cache dtype
     for (const auto& block : m.blocks) {
-      const nn::TransformerBlock& b = *block;
-      Tensor qkv = b.attn->qkv->forward(b.ln1->forward(x)).reshape({1, n, 3, H, D});
-      rows.push_back(cast(qkv.select(2, 1), cache_dtype).contiguous());
-      rows.push_back(cast(qkv.select(2, 2), cache_dtype).contiguous());
-      Tensor y = scaled_dot_product_attention_qkv(qkv, true, Loc::current()).transpose(1, 2).reshape({1, n, C});
-      x = add(x, b.attn->proj->forward(y));
-      x = add(x, b.mlp->forward(b.ln2->forward(x)));
+      x = block->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        rows.push_back(cast(k, cache_dtype).contiguous());
+        rows.push_back(cast(v, cache_dtype).contiguous());
+        return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true)
+            .transpose(1, 2)
+            .reshape({1, n, C});
+      });
     }
     Tensor logits = logits_of(x.select(1, n - 1));  // [1, V]
     const SamplingParams& sp = slot.req.sampling;
@@ -203,7 +199,7 @@ struct Generator::State {
       targets.insert(targets.end(), {top.first, top.second});
     }
     realize(targets);
-    const size_t row_bytes = static_cast<size_t>(H * D) * dtype_size(cache_dtype);
+    const size_t row_bytes = static_cast<size_t>(Hkv * D) * dtype_size(cache_dtype);
     const size_t at = static_cast<size_t>(s) * static_cast<size_t>(T) * row_bytes;
     for (size_t l = 0; l < k_cache.size(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
@@ -299,9 +295,9 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   s.cache_dtype = options.autocast != DType::F32 ? options.autocast : s.model->wte->weight.dtype();
   s.S = options.slots;
   s.T = options.max_context;
-  s.H = cfg.heads;
+  s.Hkv = cfg.key_value_heads();
   s.C = cfg.dim;
-  s.D = cfg.dim / cfg.heads;
+  s.D = cfg.head_dim();
   s.V = cfg.vocab;
   const int64_t bytes = kv_cache_bytes(*s.model, s.S, s.T, s.cache_dtype);
   check(options.memory_budget < 0 || bytes <= options.memory_budget, "Generator", loc, "the KV cache of ", s.S,
@@ -310,8 +306,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
         " slots fit");
   s.model->eval();
   for (int64_t l = 0; l < cfg.layers; ++l) {
-    s.k_cache.push_back(make_buffer_tensor({s.S, s.T, s.H, s.D}, s.cache_dtype, *s.device));
-    s.v_cache.push_back(make_buffer_tensor({s.S, s.T, s.H, s.D}, s.cache_dtype, *s.device));
+    s.k_cache.push_back(make_buffer_tensor({s.S, s.T, s.Hkv, s.D}, s.cache_dtype, *s.device));
+    s.v_cache.push_back(make_buffer_tensor({s.S, s.T, s.Hkv, s.D}, s.cache_dtype, *s.device));
   }
   s.h_tokens.assign(static_cast<size_t>(s.S), 0);
   s.h_positions.assign(static_cast<size_t>(s.S), 0);

@@ -27,6 +27,8 @@ const HandlerTable& handlers() {
     add_shape_ops(h);
     add_nn_ops(h);
     add_more_ops(h);
+    add_control_ops(h);
+    add_signal_ops(h);
     return h;
   }();
   return table;
@@ -43,30 +45,12 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
-std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
-                                        bool* reads_data) {
-  std::unordered_map<std::string, Tensor> env;
-  // Names whose values depend on the inputs' data (see Ctx::from_data): the inputs, and what
-  // is computed from them, except Shape and Size, whose results depend on shapes only.
-  std::unordered_set<std::string> from_data;
-  Device* device = nullptr;
-  for (const auto& name : m.input_names) {
-    auto it = inputs.find(name);
-    check(it != inputs.end() && it->second.defined(), kOp, loc, "input '", name, "' is not given");
-    if (!device) device = &it->second.device();
-    env[name] = it->second;
-  }
-  for (const auto& [name, t] : inputs) {
-    check(env.count(name) || m.initializers.count(name), kOp, loc, "'", name, "' is not an input of the model");
-    from_data.insert(name);
-  }
-  if (!device) device = &default_device();
-  DeviceGuard on(*device);
-  for (const auto& [name, t] : m.initializers) {
-    auto it = inputs.find(name);  // an input may override an initializer's default
-    env[name] = it != inputs.end() ? it->second : scalar_as_constant(t).to(*device);
-  }
-  if (reads_data) *reads_data = false;
+namespace {
+
+// Runs `nodes` in scope `env` (their outputs are added to it). `outputs`: the graph's outputs,
+// counted as readers.
+void run_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& outputs, Scope& env, int64_t opset,
+               Loc loc, bool* reads_data) {
   // A Conv (group 1) reading x * s, s one value per input channel ([1, C, 1, 1], batch 1): the
   // squeeze-excitation blocks of MobileNetV3/PP-LCNet. conv(x * s, W) == conv(x, W * s), and W
   // * s ([O, C, kh, kw]) is a fraction of x's size, so when the product has no other reader the
@@ -74,11 +58,12 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
   // each a broadcast multiply over a whole feature map through the evaluator's strided path).
   std::unordered_map<std::string, const Node*> producer;
   std::unordered_map<std::string, int> readers;
-  for (const auto& node : m.nodes) {
+  for (const auto& node : nodes) {
     for (const auto& name : node.outputs) producer[name] = &node;
     for (const auto& name : node.inputs) ++readers[name];
+    for (const auto& name : node.outer_names) ++readers[name];
   }
-  for (const auto& name : m.output_names) ++readers[name];
+  for (const auto& name : outputs) ++readers[name];
   auto channel_scaled = [&](const Node& conv, Tensor* x, Tensor* w) {
     if (conv.op_type != "Conv" || conv.inputs.size() < 2 || readers[conv.inputs[0]] != 1) return false;
     auto g = conv.attrs.find("group");
@@ -103,17 +88,19 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
     }
     return false;
   };
-  for (const auto& node : m.nodes) {
+  for (const auto& node : nodes) {
     if (!node.domain.empty()) fail(kUnsupported, loc, "node '", node.name, "': domain ", node.domain, " is not supported");
     auto h = handlers().find(node.op_type);
     if (h == handlers().end()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
-    Ctx c{node, m.info.opset, {}, loc};
+    Ctx c{node, opset, {}, loc};
+    c.scope = &env;
     bool any_from_data = false;
     for (const auto& name : node.inputs) {
       c.in.push_back(name.empty() ? Tensor() : env.at(name));
-      c.from_data.push_back(!name.empty() && from_data.count(name) != 0);
+      c.from_data.push_back(!name.empty() && env.is_from_data(name));
       any_from_data = any_from_data || c.from_data.back();
     }
+    for (const auto& name : node.outer_names) any_from_data = any_from_data || env.is_from_data(name);
     Tensor unscaled, scaled_w;
     if (channel_scaled(node, &unscaled, &scaled_w)) {
       c.in[0] = unscaled;
@@ -130,12 +117,59 @@ std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::
       // An empty result needs no kernel (and some backends have none for empty inputs).
       if (outs[k].numel() == 0 && !outs[k].is_realized())
         outs[k] = zeros(outs[k].shape(), outs[k].dtype()).contiguous();
-      env[node.outputs[k]] = outs[k];
-      if (any_from_data && !shape_only) from_data.insert(node.outputs[k]);
+      env.values[node.outputs[k]] = outs[k];
+      if (any_from_data && !shape_only) env.from_data.insert(node.outputs[k]);
     }
   }
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
+                                        bool* reads_data) {
+  Scope env;
+  // Names whose values depend on the inputs' data (see Ctx::from_data): the inputs, and what
+  // is computed from them, except Shape and Size, whose results depend on shapes only.
+  Device* device = nullptr;
+  for (const auto& name : m.input_names) {
+    auto it = inputs.find(name);
+    check(it != inputs.end() && it->second.defined(), kOp, loc, "input '", name, "' is not given");
+    if (!device) device = &it->second.device();
+    env.values[name] = it->second;
+  }
+  for (const auto& [name, t] : inputs) {
+    check(env.values.count(name) || m.initializers.count(name), kOp, loc, "'", name, "' is not an input of the model");
+    env.from_data.insert(name);
+  }
+  if (!device) device = &default_device();
+  DeviceGuard on(*device);
+  for (const auto& [name, t] : m.initializers) {
+    auto it = inputs.find(name);  // an input may override an initializer's default
+    env.values[name] = it != inputs.end() ? it->second : scalar_as_constant(t).to(*device);
+  }
+  if (reads_data) *reads_data = false;
+  run_nodes(m.nodes, m.output_names, env, m.info.opset, loc, reads_data);
   std::map<std::string, Tensor> out;
   for (const auto& name : m.output_names) out[name] = env.at(name);
+  return out;
+}
+
+std::vector<Tensor> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Tensor>& inputs,
+                                 const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data) {
+  check(inputs.size() == g.input_names.size(), kOp, loc, "a subgraph with ", g.input_names.size(), " inputs was given ",
+        inputs.size());
+  Scope env;
+  env.parent = &outer;
+  for (const auto& [name, t] : g.initializers) env.values[name] = scalar_as_constant(t).to(default_device());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    env.values[g.input_names[k]] = inputs[k];
+    if (k < inputs_from_data.size() && inputs_from_data[k]) env.from_data.insert(g.input_names[k]);
+  }
+  bool reads = false;
+  run_nodes(g.nodes, g.output_names, env, opset, loc, &reads);
+  if (reads_data && reads) *reads_data = true;
+  std::vector<Tensor> out;
+  for (const auto& name : g.output_names) out.push_back(env.at(name));
   return out;
 }
 

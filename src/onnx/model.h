@@ -5,6 +5,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "alk/compile.h"
@@ -16,12 +18,16 @@ namespace alk::onnx {
 inline constexpr int kMaxRank = 32;
 inline constexpr int64_t kMaxElements = int64_t{1} << 31;  // per tensor, read or computed
 inline constexpr int64_t kMaxShapeValues = 1 << 20;        // ints read back from a tensor (shapes, axes)
+inline constexpr int kMaxGraphDepth = 16;                   // subgraphs inside subgraphs (If in Loop in ...)
+inline constexpr int64_t kMaxLoopIterations = 1 << 20;     // a Loop whose trip count and condition never stop it
 
 // The op of errors that mean "alk does not implement this" (conformance counts them apart).
 inline constexpr const char* kUnsupported = "onnx.unsupported";
 
+struct Graph;
+
 struct Attr {
-  enum Kind { Float, Int, String, TensorValue, Floats, Ints, Strings, Other } kind = Other;
+  enum Kind { Float, Int, String, TensorValue, Floats, Ints, Strings, GraphValue, Other } kind = Other;
   double f = 0;
   int64_t i = 0;
   std::string s;
@@ -29,12 +35,43 @@ struct Attr {
   std::vector<double> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  std::shared_ptr<const Graph> graph;  // GraphValue: If's branches, Loop's and Scan's bodies
 };
 
 struct Node {
   std::string op_type, domain, name;
   std::vector<std::string> inputs, outputs;  // "" = an omitted optional input/output
   std::map<std::string, Attr> attrs;
+  // Names the node's subgraphs read from the scopes around them (ONNX's outer-scope values):
+  // inputs of the node in all but name, for ordering checks and for counting readers.
+  std::vector<std::string> outer_names;
+};
+
+// A subgraph (a graph-valued attribute): its inputs are bound by the op running it (Loop's
+// iteration number, condition and carried values; Scan's states and slices; none for If), its
+// nodes may also read every name defined before the node that holds it.
+struct Graph {
+  std::vector<std::string> input_names, output_names;
+  std::map<std::string, Tensor> initializers;  // on the CPU
+  std::vector<Node> nodes;                     // topologically sorted (checked)
+};
+
+// The values of names while a graph runs; a subgraph's scope also sees its enclosing scopes'.
+// from_data: the names whose values were computed from the model inputs' data (Ctx::from_data).
+struct Scope {
+  const Scope* parent = nullptr;
+  std::unordered_map<std::string, Tensor> values;
+  std::unordered_set<std::string> from_data;
+  const Tensor& at(const std::string& name) const {
+    for (const Scope* s = this; s; s = s->parent)
+      if (auto it = s->values.find(name); it != s->values.end()) return it->second;
+    fail("onnx", Loc::current(), "'", name, "' has no value in this scope");
+  }
+  bool is_from_data(const std::string& name) const {
+    for (const Scope* s = this; s; s = s->parent)
+      if (s->values.count(name)) return s->from_data.count(name) != 0;
+    return false;
+  }
 };
 
 // Model::run's programs, one per input signature (names, dtypes, shapes, devices): a first call
@@ -75,6 +112,11 @@ void fold_batch_norms(ModelImpl& m);
 // (optional) is set when a handler read values computed from the inputs' data to the host.
 std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
                                         bool* reads_data);
+// Runs subgraph g in a scope inside `outer`, its inputs bound to `inputs` (inputs_from_data:
+// which of them carry values from the model inputs' data): its outputs in order. reads_data is
+// set when a node inside read data-dependent values to the host.
+std::vector<Tensor> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Tensor>& inputs,
+                                 const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data);
 // run_graph through m.programs (realized outputs; a replay when the signature was seen twice).
 std::map<std::string, Tensor> run_cached(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc);
 // The product of dims with overflow and kMaxElements checks (a zero dim gives 0 elements).

@@ -28,6 +28,7 @@ struct Ctx {
   // does cannot replay a recorded program (the read values may differ next call).
   std::vector<char> from_data = {};
   bool reads_data = false;
+  const Scope* scope = nullptr;  // the names visible to the node's subgraphs (If, Loop, Scan)
 
   // Every host read of an input's values goes through here (values() and scalar() do).
   void note_read(size_t k) {
@@ -164,5 +165,7 @@ void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic,
 void add_shape_ops(HandlerTable& h);        // ops_shape.cpp: reshaping, slicing, gathering, creating
 void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convolution, pooling, losses
 void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
+void add_control_ops(HandlerTable& h);      // ops_control.cpp: If, Loop, Scan (subgraphs)
+void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
 
 }  // namespace alk::onnx

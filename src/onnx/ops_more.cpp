@@ -517,7 +517,7 @@ Outs op_reverse_sequence(Ctx& c) {
 Outs op_upsample(Ctx& c) {
   // Upsample (opsets 7-9) is Resize-10 with floor rounding for nearest.
   Node n = c.node;
-  n.attrs["nearest_mode"] = Attr{Attr::String, 0, 0, "floor", {}, {}, {}, {}};
+  n.attrs["nearest_mode"] = Attr{Attr::String, 0, 0, "floor", {}, {}, {}, {}, {}};
   Ctx rc{n, 10, {c.x(0)}, c.loc};
   if (c.opset < 9) {
     const Attr* a = c.attr("scales");

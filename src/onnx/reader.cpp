@@ -183,21 +183,107 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
   return out;
 }
 
-Attr attr_from_proto(const ::onnx::AttributeProto& a, const std::string& base_dir, Loc loc) {
-  Attr out;
-  using A = ::onnx::AttributeProto;
-  switch (a.type()) {
-    case A::FLOAT: out.kind = Attr::Float; out.f = a.f(); break;
-    case A::INT: out.kind = Attr::Int; out.i = a.i(); break;
-    case A::STRING: out.kind = Attr::String; out.s = a.s(); break;
-    case A::TENSOR: out.kind = Attr::TensorValue; out.t = tensor_from_proto(a.t(), base_dir, loc); break;
-    case A::FLOATS: out.kind = Attr::Floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
-    case A::INTS: out.kind = Attr::Ints; out.ints.assign(a.ints().begin(), a.ints().end()); break;
-    case A::STRINGS: out.kind = Attr::Strings; out.strings.assign(a.strings().begin(), a.strings().end()); break;
-    default: out.kind = Attr::Other; break;  // graphs, sparse tensors, type protos: no op alk imports reads them
+// The nodes of a graph (the model's or a subgraph's), every input defined before it is read:
+// `defined` holds the graph's inputs, initializers and earlier outputs; `outer` the names of the
+// scopes around it (a subgraph's nodes may read them). Names read from `outer` go to *free.
+struct GraphReader {
+  const std::string& base_dir;
+  Loc loc;
+  ModelInfo& info;
+
+  Attr attr(const ::onnx::AttributeProto& a, const std::set<std::string>& visible, int depth,
+            std::set<std::string>* free) {
+    Attr out;
+    using A = ::onnx::AttributeProto;
+    switch (a.type()) {
+      case A::FLOAT: out.kind = Attr::Float; out.f = a.f(); break;
+      case A::INT: out.kind = Attr::Int; out.i = a.i(); break;
+      case A::STRING: out.kind = Attr::String; out.s = a.s(); break;
+      case A::TENSOR: out.kind = Attr::TensorValue; out.t = tensor_from_proto(a.t(), base_dir, loc); break;
+      case A::FLOATS: out.kind = Attr::Floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
+      case A::INTS: out.kind = Attr::Ints; out.ints.assign(a.ints().begin(), a.ints().end()); break;
+      case A::STRINGS: out.kind = Attr::Strings; out.strings.assign(a.strings().begin(), a.strings().end()); break;
+      case A::GRAPH: out.kind = Attr::GraphValue; out.graph = subgraph(a.g(), visible, depth + 1, free); break;
+      default: out.kind = Attr::Other; break;  // lists of graphs, sparse tensors, type protos: no op alk imports reads them
+    }
+    return out;
   }
-  return out;
-}
+
+  std::shared_ptr<Graph> subgraph(const ::onnx::GraphProto& g, const std::set<std::string>& outer, int depth,
+                                  std::set<std::string>* free) {
+    check(depth <= kMaxGraphDepth, kOp, loc, "subgraphs nested deeper than ", kMaxGraphDepth);
+    auto out = std::make_shared<Graph>();
+    std::set<std::string> defined;
+    for (const auto& init : g.initializer()) {
+      check(!init.name().empty() && !defined.count(init.name()), kOp, loc, "subgraph initializer '", init.name(),
+            "' has no name or is defined twice");
+      out->initializers.emplace(init.name(), tensor_from_proto(init, base_dir, loc));
+      defined.insert(init.name());
+    }
+    for (const auto& in : g.input()) {
+      check(!in.name().empty() && !defined.count(in.name()), kOp, loc, "subgraph input '", in.name(),
+            "' has no name or is declared twice");
+      out->input_names.push_back(in.name());
+      defined.insert(in.name());
+    }
+    out->nodes = nodes(g.node(), defined, outer, depth, free);
+    for (const auto& o : g.output()) {
+      const bool inside = defined.count(o.name()) != 0;
+      check(inside || outer.count(o.name()), kOp, loc, "subgraph output '", o.name(), "' is never computed");
+      if (!inside) free->insert(o.name());
+      out->output_names.push_back(o.name());
+    }
+    return out;
+  }
+
+  std::vector<Node> nodes(const google::protobuf::RepeatedPtrField<::onnx::NodeProto>& protos,
+                          std::set<std::string>& defined, const std::set<std::string>& outer, int depth,
+                          std::set<std::string>* free) {
+    std::vector<Node> out;
+    for (const auto& np : protos) {
+      Node n;
+      n.op_type = np.op_type();
+      n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      n.name = np.name();
+      const std::string label = "node '" + n.name + "' (" + n.op_type + ")";
+      auto read = [&](const std::string& name) {
+        if (name.empty() || defined.count(name)) return;
+        check(outer.count(name), kOp, loc, label, ": input '", name,
+              "' is not a graph input, an initializer or an output of an earlier node (missing, or a cycle)");
+        free->insert(name);
+      };
+      for (const auto& in : np.input()) {
+        read(in);
+        n.inputs.push_back(in);
+      }
+      // What this node's subgraphs see: everything defined so far, here and around.
+      std::set<std::string> visible;
+      if (std::any_of(np.attribute().begin(), np.attribute().end(),
+                      [](const auto& a) { return a.type() == ::onnx::AttributeProto::GRAPH; })) {
+        visible = outer;
+        visible.insert(defined.begin(), defined.end());
+      }
+      std::set<std::string> node_free;
+      for (const auto& a : np.attribute()) {
+        check(!n.attrs.count(a.name()), kOp, loc, label, ": attribute '", a.name(), "' given twice");
+        n.attrs.emplace(a.name(), attr(a, visible, depth, &node_free));
+      }
+      for (const auto& name : node_free) {
+        read(name);
+        n.outer_names.push_back(name);
+      }
+      for (const auto& o : np.output()) {
+        check(o.empty() || !defined.count(o), kOp, loc, label, ": output '", o, "' is already defined");
+        if (!o.empty()) defined.insert(o);
+        n.outputs.push_back(o);
+      }
+      const std::string key = n.domain.empty() ? n.op_type : n.domain + ":" + n.op_type;
+      info.op_histogram[key]++;
+      out.push_back(std::move(n));
+    }
+    return out;
+  }
+};
 
 std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::string& base_dir, Loc loc) {
   auto m = std::make_shared<ModelImpl>();
@@ -231,30 +317,9 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
     m->input_names.push_back(in.name());
     defined.insert(in.name());
   }
-  for (const auto& np : g.node()) {
-    Node n;
-    n.op_type = np.op_type();
-    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
-    n.name = np.name();
-    const std::string label = "node '" + n.name + "' (" + n.op_type + ")";
-    for (const auto& in : np.input()) {
-      check(in.empty() || defined.count(in), kOp, loc, label, ": input '", in,
-            "' is not a graph input, an initializer or an output of an earlier node (missing, or a cycle)");
-      n.inputs.push_back(in);
-    }
-    for (const auto& out : np.output()) {
-      check(out.empty() || !defined.count(out), kOp, loc, label, ": output '", out, "' is already defined");
-      if (!out.empty()) defined.insert(out);
-      n.outputs.push_back(out);
-    }
-    for (const auto& a : np.attribute()) {
-      check(!n.attrs.count(a.name()), kOp, loc, label, ": attribute '", a.name(), "' given twice");
-      n.attrs.emplace(a.name(), attr_from_proto(a, base_dir, loc));
-    }
-    const std::string key = n.domain.empty() ? n.op_type : n.domain + ":" + n.op_type;
-    m->info.op_histogram[key]++;
-    m->nodes.push_back(std::move(n));
-  }
+  GraphReader reader{base_dir, loc, m->info};
+  std::set<std::string> no_outer_scope, free;
+  m->nodes = reader.nodes(g.node(), defined, no_outer_scope, 0, &free);
   for (const auto& [op, count] : m->info.op_histogram) {
     (void)count;
     if (op.find(':') != std::string::npos) m->info.unsupported.push_back(op + " (domain not supported)");

@@ -78,6 +78,55 @@ TEST(Generator, GreedyWithTheCacheEqualsGreedyByRecomputation) {
   EXPECT_EQ(gen.stats().prefill_tokens, 5);
 }
 
+// The LLaMA layout: rotary at each slot's own position in the decode step, a cache of 2
+// key/value heads for 4 query heads (grouped-query), RMSNorm, SwiGLU, q/k/v biases, untied head.
+std::shared_ptr<nn::GPT> small_llama(int64_t ctx) {
+  manual_seed(12);
+  nn::GPTConfig c{.vocab = 96, .ctx = ctx, .dim = 32, .heads = 4, .layers = 2};
+  c.kv_heads = 2, c.mlp_hidden = 40, c.norm = nn::NormKind::RMSNorm, c.norm_eps = 1e-6;
+  c.positions = nn::PositionKind::Rotary, c.rope_theta = 500, c.mlp = nn::MLPKind::SwiGLU;
+  c.rope_scaling = {"llama3", 4, 1, 4, 16};
+  c.bias = false, c.qkv_bias = true, c.tie_embeddings = false;
+  auto model = std::make_shared<nn::GPT>(c);
+  for (auto& [name, p] : model->named_parameters()) {
+    Tensor t = p;
+    if (name.find("ln") == std::string::npos) t.assign_(mul(t, 8.0).realize());
+  }
+  model->eval();
+  return model;
+}
+
+TEST(Generator, LlamaLayoutGreedyWithTheCacheEqualsGreedyByRecomputation) {
+  auto model = small_llama(120);
+  const std::vector<int32_t> prompt = {5, 17, 3, 90, 44, 2};
+  std::vector<double> want_lp;
+  const std::vector<int32_t> want = greedy_by_recompute(*model, prompt, 100, &want_lp);
+  Generator gen(model, {.slots = 2, .logprobs = true});
+  EXPECT_EQ(gen.cache_bytes(), 2 * 2 * 2 * 120 * 2 * 8 * 4);  // K and V, layers, slots, rows, kv heads, head dim, f32
+  // Two slots at different positions in each step: a shorter request beside the long one.
+  const int64_t other = gen.submit(request({7, 8}, 30));
+  const int64_t id = gen.submit(request(prompt, 100));
+  std::vector<int32_t> got, got_other;
+  std::vector<double> got_lp;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) {
+      if (e.request == other) {
+        got_other.push_back(e.token);
+        continue;
+      }
+      ASSERT_EQ(e.request, id);
+      got.push_back(e.token);
+      got_lp.push_back(e.logprob);
+    }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_other, greedy_by_recompute(*model, {7, 8}, 30));
+  ASSERT_EQ(got_lp.size(), want_lp.size());
+  for (size_t i = 0; i < got_lp.size(); ++i) EXPECT_NEAR(got_lp[i], want_lp[i], 2e-4) << "token " << i;
+  // The eager decode step agrees with the compiled one.
+  Generator eager(model, {.slots = 1, .compile = false});
+  EXPECT_EQ(eager.generate(request(prompt, 40)), std::vector<int32_t>(want.begin(), want.begin() + 40));
+}
+
 TEST(Generator, CompiledAndEagerDecodeStepsAgree) {
   auto model = small_gpt();
   const std::vector<int32_t> prompt = {1, 2, 3};

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   alk::cli::add_onnx_command(app);
   alk::cli::add_export_command(app);
   alk::cli::add_ops_command(app);
+  alk::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -40,6 +40,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dtype", flags.dtype, "f32, or bf16/f16 mixed precision (f32 master weights)")->capture_default_str();
   cmd->add_option("--out", flags.out, "run directory (default runs/gpt or runs/mnist)");
   cmd->add_option("--resume", resume_dir, "continue the run in DIR from its last checkpoint");
+  cmd->add_option("--init-from", flags.init_from,
+                  "gpt: fine-tune a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral): its architecture, "
+                  "weights and tokenizer");
   cmd->add_option("--config", config_file, "JSON config file (flags override it)");
   cmd->add_option("--seed", flags.seed, "random seed")->capture_default_str();
   cmd->add_option("--batch", flags.batch, "batch size")->capture_default_str();

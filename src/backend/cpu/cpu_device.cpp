@@ -19,7 +19,6 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/template_ops.h"
 #include "runtime/device.h"
-#include "expr/emit.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernel_cache.h"
 #include "backend/cpu/thread_pool.h"
@@ -211,11 +210,7 @@ class CpuDevice final : public Device {
   std::shared_ptr<PreparedKernel> prepare(const Kernel& k) override {
     if (k.op != OpId::Map) return template_kernel_;
     auto p = std::make_shared<CpuMapKernel>();
-    p->program = &cpu_kernel_cache().get(map_kernel_key(k), *k.expr, [&k] {
-      expr::MapSignature sig{"map", {}, k.output.dtype};
-      for (auto& in : k.inputs) sig.inputs.push_back(in.dtype);
-      return expr::emit_map_kernel(*k.expr, sig, expr::Target::Cpp);
-    });
+    p->program = &cpu_kernel_cache().get(map_kernel_key(k), *k.expr);
     return p;
   }
 

@@ -2,17 +2,15 @@
 
 namespace alk {
 
-const expr::Expr& KernelCache::get(const std::string& key, const expr::Expr& e, const std::function<std::string()>& emit) {
+const expr::Expr& KernelCache::get(const std::string& key, const expr::Expr& e) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_key_.find(key);
   if (it != by_key_.end()) {
     ++hits_;
-    return it->second.second;
+    return it->second;
   }
   ++misses_;
-  auto& slot = by_key_[key];
-  slot = {emit(), e};
-  return slot.second;
+  return by_key_.emplace(key, e).first->second;
 }
 
 KernelCache& cpu_kernel_cache() {

@@ -15,7 +15,7 @@ namespace alk::cuda {
 
 namespace sources {  // kernels/*.cu(h), embedded by CMake (cuda_kernel_sources.cpp)
 extern const std::string_view common, rows, index, loss, matmul, matmul_mma, matmul_shared, matmul_tc, matmul_wgmma,
-    attention_shared, attention, attention_tiled, attention_mma;
+    attention_shared, attention, attention_tiled, attention_mma, decode;
 }  // namespace sources
 
 // ---- kernel arguments ----

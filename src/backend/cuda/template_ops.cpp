@@ -24,12 +24,6 @@ void host_call_op(Context& ctx, const Kernel& k, const Arg&) {
 const bool registered = [] {
   auto& ops = template_ops();
   ops.add(OpId::HostCall, kAllDTypes, {nullptr, host_call_op}, "runs on the host, queueing its own work on the stream");
-  // The generation engine's ops (alk/generate.h) have CPU and Vulkan kernels; a CUDA decode step
-  // is not written yet, so a model generating on cuda:N is refused with this reason.
-  constexpr const char* kNoDecode = "no CUDA kernel yet (the generation engine runs on the CPU and Vulkan)";
-  ops.refuse(OpId::KvCacheWrite, kNoDecode);
-  ops.refuse(OpId::DecodeAttention, kNoDecode);
-  ops.refuse(OpId::SampleTokens, kNoDecode);
   return true;
 }();
 }  // namespace
