@@ -37,6 +37,7 @@ struct ServedModel {
   std::string chat_template;  // tokenizer_config.json's; "" when there is none
   std::string bos_token, eos_token;
   std::vector<int32_t> eos_ids;  // generation ends after any of these (their text is not sent)
+  bool add_special_tokens = false;  // completions' prompts get the tokenizer's BOS (Hugging Face models)
 };
 
 using Clock = std::chrono::steady_clock;

@@ -1,9 +1,10 @@
-// Where a served model comes from: a run directory of `alk train` now; a Hugging Face
-// directory (--model) once its loader lands (branch hf), through the same ServedModel.
+// Where a served model comes from: a run directory of `alk train` (--from) or a Hugging Face
+// directory (--model, alk::load_pretrained), into the same ServedModel.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "alk/pretrained.h"
 #include "serve/server.h"
 #include "train/run_model.h"
 
@@ -35,8 +36,21 @@ void read_tokenizer_config(const std::filesystem::path& file, ServedModel& m) {
 
 ServedModel load_served_model(const ModelSource& source, Loc loc) {
   check(source.run_dir.empty() != source.hf_dir.empty(), "serve", loc, "give one of --from RUN_DIR or --model HF_DIR");
-  check(source.hf_dir.empty(), "serve", loc,
-        "--model HF_DIR is not yet supported: the Hugging Face loader has not landed; serve a run directory with --from");
+  if (!source.hf_dir.empty()) {
+    Pretrained p = load_pretrained(source.hf_dir, source.device, loc);
+    ServedModel m;
+    const std::filesystem::path dir = std::filesystem::path(source.hf_dir).lexically_normal();
+    m.name = !source.name.empty() ? source.name : !dir.filename().empty() ? dir.filename().string() : dir.parent_path().filename().string();
+    m.model = p.model;
+    m.tokenizer = std::move(p.tokenizer);
+    m.chat_template = p.chat_template;
+    m.eos_ids = p.generation.eos_ids;
+    m.add_special_tokens = true;  // transformers' tokenizer(prompt): the BOS where the model has one
+    if (p.generation.bos_id) m.bos_token = m.tokenizer.token_bytes(*p.generation.bos_id);
+    if (!m.eos_ids.empty()) m.eos_token = m.tokenizer.token_bytes(m.eos_ids.front());
+    read_tokenizer_config(dir / "tokenizer_config.json", m);
+    return m;
+  }
   train::RunModel r = train::load_run_model(source.run_dir, source.device, loc);
   ServedModel m;
   m.name = source.name.empty() ? std::filesystem::path(source.run_dir).lexically_normal().filename().string() : source.name;

@@ -137,9 +137,9 @@ struct Completion {
         if (request.top_logprobs > 0) {
           // A map from text to log-probability; two ids of one text keep the likelier.
           json::Object alternatives;
-          for (const auto& [alt, alp] : tops[i])
-            if (std::none_of(alternatives.begin(), alternatives.end(), [&](const auto& kv) { return kv.first == alt; }))
-              alternatives.emplace_back(alt, alp);
+          for (const std::pair<std::string, double>& alt : tops[i])
+            if (std::none_of(alternatives.begin(), alternatives.end(), [&](const auto& kv) { return kv.first == alt.first; }))
+              alternatives.emplace_back(alt.first, alt.second);
           top_maps.push_back(std::move(alternatives));
         } else {
           top_maps.push_back(nullptr);
@@ -256,7 +256,7 @@ void handle_generation(Context& ctx, const httplib::Request& req, httplib::Respo
     prompt = *r.prompt_ids;
     c->request.prompt = m.tokenizer.decode(prompt);
   } else {
-    prompt = m.tokenizer.encode(r.prompt);
+    prompt = m.tokenizer.encode(r.prompt, m.add_special_tokens);
   }
   // An empty prompt starts from the end-of-text token, as GPT-2 does.
   if (prompt.empty()) prompt.push_back(m.eos_ids.empty() ? m.tokenizer.byte_id('\n') : m.eos_ids[0]);

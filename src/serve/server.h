@@ -15,7 +15,7 @@ namespace alk::serve {
 
 struct ModelSource {
   std::string run_dir;  // --from
-  std::string hf_dir;   // --model
+  std::string hf_dir;   // --model (a Hugging Face directory: config.json, safetensors, tokenizer.json)
   std::string device;   // "" = the default device
   std::string name;     // the model's name in the API; "" = the directory's name
 };

@@ -46,8 +46,8 @@ function generateAlone(prompt, tokens) {
   return r.stdout.slice(prompt.length, -1);
 }
 
-async function startServer(args, env = {}) {
-  const proc = spawn(alk, ['serve', '--from', run, '--port', '0', '--device', 'cpu', ...args],
+async function startServer(args, env = {}, source = ['--from', run]) {
+  const proc = spawn(alk, ['serve', ...source, '--port', '0', '--device', 'cpu', ...args],
     { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
   const server = { proc, log: '', exit: new Promise((r) => proc.on('exit', (code, sig) => r({ code, sig }))) };
   servers.push(server);
@@ -271,6 +271,19 @@ async function main() {
 
   a.proc.kill('SIGTERM');
   assert.equal((await a.exit).code, 0, a.log);
+
+  step('--model: a Hugging Face directory (Qwen2 fixture) and its own chat template');
+  const hfDir = path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'fixtures', 'hf', 'qwen2');
+  const h = await startServer(['--slots', '2'], {}, ['--model', hfDir]);
+  const hc = new OpenAI({ apiKey: 'none', baseURL: h.url + '/v1', maxRetries: 0 });
+  assert.equal((await hc.models.list()).data[0].id, 'qwen2');
+  const hChat = await hc.chat.completions.create({ model: 'qwen2', messages: [{ role: 'user', content: 'hi' }], max_tokens: 6, temperature: 0 });
+  const hText = await hc.completions.create({ model: 'qwen2', prompt: '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n', max_tokens: 6, temperature: 0 });
+  assert.ok(hChat.usage.completion_tokens >= 1);
+  assert.equal(hChat.usage.prompt_tokens, hText.usage.prompt_tokens);
+  assert.equal(hChat.choices[0].message.content, hText.choices[0].text);
+  h.proc.kill('SIGTERM');
+  assert.equal((await h.exit).code, 0, h.log);
   clearTimeout(watchdog);
   fs.rmSync(work, { recursive: true, force: true });
   console.log('serve e2e: all passed');
