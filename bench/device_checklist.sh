@@ -12,7 +12,11 @@
 # Here, from the repo root:
 #   bash bench/cuda/pack_carry.sh alk alk_tests bench_cuda_gpt2   (keep bench_cuda_gpt2_main.gz)
 #   the exported directories of scripts/check_hf_export.py's steps 1-2 in .devcarry/hfexport/
-# Then: device run, carry [.devcarry]:   . bench/cuda/unpack_carry.sh; bash bench/device_checklist.sh
+#   bash bench/generate/run_device.sh prepare   (bench_generate in .devcarry-vk/, for GEN=1)
+# Then: device run, carry [.devcarry, .devcarry-vk]:
+#   . bench/cuda/unpack_carry.sh; bash bench/device_checklist.sh
+# GEN=1 (default) ends with bench_generate at GPT-2 124M shapes on cuda:0 (bf16, batch 1 and 32)
+# against the compiled PyTorch decoder (issue 44's RATIO lines).
 set -uo pipefail
 OUT=${OUT:-/tmp/alk-out}
 mkdir -p "$OUT"
@@ -38,3 +42,9 @@ src=${ALK_SOURCE_DIR:-/work/main}/tests/backend/parity_expected
 wait $hf
 echo "==== Hugging Face checks (transformers on the CPU)"
 grep -vE '^\+ |Warning|warn' "$OUT/hf.log" | tail -30
+if [[ ${GEN:-1} == 1 && -f .devcarry-vk/bin/bench_generate.gz ]]; then
+  gunzip -c .devcarry-vk/bin/bench_generate.gz > /tmp/bench_generate && chmod +x /tmp/bench_generate
+  echo "==== bench_generate: GPT-2 124M shapes on cuda:0 (bf16) vs torch_decode.py --compile"
+  timeout "${GEN_TIMEOUT:-240}" /tmp/bench_generate --device cuda:0 --gpt2 --dtype bf16 --threads 16 --repeats 2 \
+    --anchor bench/generate/torch_decode.py 2>&1 | tee "$OUT/generate.log" | grep -vE "^(W|I)[0-9]{4}|Warning" | tail -12
+fi
