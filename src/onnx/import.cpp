@@ -29,6 +29,7 @@ const HandlerTable& handlers() {
     add_more_ops(h);
     add_control_ops(h);
     add_signal_ops(h);
+    add_quant_ops(h);
     return h;
   }();
   return table;

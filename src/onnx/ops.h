@@ -167,5 +167,9 @@ void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convol
 void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
 void add_control_ops(HandlerTable& h);      // ops_control.cpp: If, Loop, Scan (subgraphs)
 void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
+void add_quant_ops(HandlerTable& h);        // ops_quant.cpp: QuantizeLinear, QLinearConv, MatMulInteger, ...
+
+// Conv (ops_nn.cpp), which ConvInteger and QLinearConv run on zero-point-shifted values.
+Outs op_conv(Ctx& c);
 
 }  // namespace alk::onnx

@@ -172,6 +172,8 @@ int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d) { return (in - ((k
 
 Tensor restore_rank(const Tensor& y, const Window& w) { return w.spatial == 1 ? y.squeeze(2) : y; }
 
+}  // namespace
+
 Outs op_conv(Ctx& c) {
   const Tensor& x = c.x(0);
   const Tensor& wt = c.x(1);
@@ -219,6 +221,8 @@ Outs op_conv(Ctx& c) {
   if (bias.defined()) y = y + bias.reshape({1, M, 1, 1});
   return {restore_rank(y, w)};
 }
+
+namespace {
 
 Outs op_conv_transpose(Ctx& c) {
   const Tensor& x = c.x(0);
