@@ -415,7 +415,8 @@ Outs op_dropout(Ctx& c) {
   return out;
 }
 
-Outs op_identity(Ctx& c) { return {c.x(0)}; }
+// Any kind of value passes through (a tensor, a sequence, an optional).
+Outs op_identity(Ctx& c) { return outputs_of(c, {c.value(0)}); }
 
 Outs op_prelu(Ctx& c) {
   const Tensor& x = c.x(0);
