@@ -1,0 +1,216 @@
+// What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
+// protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
+// ConcatFromSequence), sequence values through Model::run_values and their errors, and the
+// quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
+// integer product long enough (K = 300) to leave f32's exact range, on every device.
+#ifdef ALK_HAVE_ONNX
+#ifndef ONNX_ML
+#define ONNX_ML 1
+#endif
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <random>
+
+#include "alk/alk.h"
+#include "alk/onnx.h"
+
+namespace alk {
+namespace {
+
+struct Builder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+  Builder() : g(m.mutable_graph()) {
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+  }
+  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return n;
+  }
+  static void int_attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  void tensor_input(const std::string& name, int type) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+  }
+  void ints(const std::string& name, std::vector<int64_t> values, bool scalar = false) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::INT64);
+    if (!scalar) t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+  void output(const std::string& name, bool sequence = false) {
+    auto* v = g->add_output();
+    v->set_name(name);
+    if (sequence) v->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(1);
+    else v->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  }
+  onnx::Model load() const {
+    std::string bytes;
+    m.SerializeToString(&bytes);
+    return onnx::load_bytes(bytes, "");
+  }
+};
+
+std::vector<float> iota_f(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+
+TEST(OnnxValues, SplitEraseAtConcatFromSequence) {
+  // x [6, 2] split into rows [0], [1, 2], [3, 4, 5]; the middle piece erased (position -2).
+  Builder b;
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.ints("sizes", {1, 2, 3});
+  b.ints("minus_two", {-2}, true);
+  b.ints("last", {-1}, true);
+  b.node("SplitToSequence", {"x", "sizes"}, {"pieces"});
+  b.node("SequenceErase", {"pieces", "minus_two"}, {"kept"});
+  b.node("SequenceLength", {"kept"}, {"n"});
+  b.node("SequenceAt", {"kept", "last"}, {"tail"});
+  b.node("ConcatFromSequence", {"kept"}, {"joined"});
+  // Rows one by one (keepdims 0: [2] each), stacked along a new axis 1: x transposed.
+  auto* rows = b.node("SplitToSequence", {"x"}, {"rows"});
+  Builder::int_attr(rows, "keepdims", 0);
+  auto* stacked = b.node("ConcatFromSequence", {"rows"}, {"transposed"});
+  Builder::int_attr(stacked, "new_axis", 1);
+  Builder::int_attr(stacked, "axis", 1);
+  for (const char* o : {"n", "tail", "joined", "transposed"}) b.output(o);
+  b.output("kept", true);
+  onnx::Model model = b.load();
+  EXPECT_TRUE(model.info().unsupported.empty());
+  const std::vector<float> x = iota_f(12);
+  auto out = model.run_values({{"x", onnx::Value::of(tensor(x, {6, 2}))}});
+  EXPECT_EQ(out.at("n").tensor.to_vector<int64_t>(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(out.at("tail").tensor.shape(), (Shape{3, 2}));
+  EXPECT_EQ(out.at("tail").tensor.to_vector<float>(), (std::vector<float>{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(out.at("joined").tensor.to_vector<float>(), (std::vector<float>{0, 1, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(out.at("transposed").tensor.shape(), (Shape{2, 6}));
+  EXPECT_EQ(out.at("transposed").tensor.to_vector<float>(), (std::vector<float>{0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}));
+  ASSERT_EQ(out.at("kept").kind, onnx::Value::Kind::Sequence);
+  ASSERT_EQ(out.at("kept").items.size(), 2u);
+  EXPECT_EQ(out.at("kept").items[0].shape(), (Shape{1, 2}));
+  // A sequence output through the tensor-only entry point is an error that names the other one.
+  try {
+    model.run({{"x", tensor(x, {6, 2})}});
+    ADD_FAILURE() << "run() gave a sequence output";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run_values"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OnnxValues, BadPositionsAndEmptyOptionalsAreErrors) {
+  {  // SequenceAt past the end
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    b.ints("three", {3}, true);
+    b.node("SequenceConstruct", {"x", "x"}, {"s"});
+    b.node("SequenceAt", {"s", "three"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.load().run({{"x", zeros({2})}}), Error);
+  }
+  {  // a tensor where a sequence is expected
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    b.node("SequenceLength", {"x"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.load().run({{"x", zeros({2})}}), Error);
+  }
+  {  // the element of an empty optional
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    auto* opt = b.node("Optional", {}, {"none"});
+    auto* type = opt->add_attribute();
+    type->set_name("type");
+    type->set_type(::onnx::AttributeProto::TYPE_PROTO);
+    type->mutable_tp()->mutable_tensor_type()->set_elem_type(1);
+    b.node("OptionalHasElement", {"none"}, {"has"});
+    b.node("OptionalGetElement", {"none"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.load().run({{"x", zeros({2})}}), Error);
+  }
+}
+
+std::vector<Device*> devices() {
+  std::vector<Device*> out;
+  for (Device* d : available_devices())
+    if (d->info().kind == "cpu" || d->info().kind == "vulkan") out.push_back(d);
+  return out;
+}
+
+TEST(OnnxValues, QuantizeLinearRoundsTiesToEvenAndSaturates) {
+  Builder b;
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("scale", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("zp", ::onnx::TensorProto::UINT8);
+  b.node("QuantizeLinear", {"x", "scale", "zp"}, {"y"});
+  b.output("y");
+  onnx::Model model = b.load();
+  const std::vector<float> x = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 300.f, -300.f, 3.49f};
+  for (Device* d : devices()) {
+    for (uint8_t zp : {uint8_t{0}, uint8_t{128}}) {
+      auto out = model.run({{"x", tensor(x, {8}).to(*d)},
+                            {"scale", full({}, 1.0, DType::F32).to(*d)},
+                            {"zp", tensor(std::vector<uint8_t>{zp}, {}).to(*d)}});
+      const std::vector<int64_t> want = zp == 0 ? std::vector<int64_t>{0, 2, 2, 0, 0, 255, 0, 3}
+                                                : std::vector<int64_t>{128, 130, 130, 128, 126, 255, 0, 131};
+      EXPECT_EQ(out.at("y").dtype(), DType::U8);
+      EXPECT_EQ(out.at("y").to_vector<int64_t>(), want) << d->name() << " zero point " << int{zp};
+    }
+  }
+}
+
+TEST(OnnxValues, MatMulIntegerIsExactPastFloat32sRange) {
+  // K = 300: sums reach 300 * 255^2 (~19.5M), past 2^24, so f32 accumulation would round.
+  const int64_t M = 3, K = 300, N = 4;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> a(static_cast<size_t>(M * K)), bm(static_cast<size_t>(K * N));
+  // a near 255 and b near 0 with b's zero point 255: products near -65025, sums near -19.5M,
+  // where f32 holds only even integers.
+  for (auto& v : a) v = static_cast<uint8_t>(250 + rng() % 6);
+  for (auto& v : bm) v = static_cast<uint8_t>(rng() % 4);
+  const int64_t azp = 0, bzp = 255;
+  std::vector<int64_t> want(static_cast<size_t>(M * N), 0);
+  int odd = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k)
+        want[static_cast<size_t>(i * N + j)] +=
+            (a[static_cast<size_t>(i * K + k)] - azp) * (bm[static_cast<size_t>(k * N + j)] - bzp);
+  for (int64_t v : want) odd += v % 2 != 0;
+  ASSERT_GT(odd, 0) << "no sum that f32 cannot hold";
+  ASSERT_LT(want[0], -(int64_t{1} << 24));
+  Builder b;
+  b.tensor_input("a", ::onnx::TensorProto::UINT8);
+  b.tensor_input("b", ::onnx::TensorProto::UINT8);
+  b.tensor_input("bzp", ::onnx::TensorProto::UINT8);
+  b.node("MatMulInteger", {"a", "b", "", "bzp"}, {"y"});
+  b.output("y");
+  onnx::Model model = b.load();
+  for (Device* d : devices()) {
+    auto out = model.run({{"a", tensor(a, {M, K}).to(*d)},
+                          {"b", tensor(bm, {K, N}).to(*d)},
+                          {"bzp", tensor(std::vector<uint8_t>{static_cast<uint8_t>(bzp)}, {}).to(*d)}});
+    EXPECT_EQ(out.at("y").dtype(), DType::I32);
+    EXPECT_EQ(out.at("y").to_vector<int64_t>(), want) << d->name();
+  }
+}
+
+}  // namespace
+}  // namespace alk
+#endif
