@@ -93,7 +93,8 @@ class Model {
 Model load(const std::string& path, Loc loc = Loc::current());
 // From bytes in memory; external data is looked up under base_dir ("" = none allowed).
 Model load_bytes(std::string_view bytes, const std::string& base_dir, Loc loc = Loc::current());
-// Whether the importer implements this op type of the default domain.
+// Whether the importer implements this op type: of the default domain, or "domain:op_type"
+// ("ai.onnx.preview.training:Adam").
 bool is_supported_op(std::string_view op_type);
 std::vector<std::string> supported_ops();
 // An ONNX TensorProto (the test data's input_0.pb) as a tensor.

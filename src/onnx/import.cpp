@@ -31,6 +31,7 @@ const HandlerTable& handlers() {
     add_signal_ops(h);
     add_quant_ops(h);
     add_sequence_ops(h);
+    add_training_ops(h);
     return h;
   }();
   return table;
@@ -91,9 +92,11 @@ void run_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& o
     return false;
   };
   for (const auto& node : nodes) {
-    if (!node.domain.empty()) fail(kUnsupported, loc, "node '", node.name, "': domain ", node.domain, " is not supported");
-    auto h = handlers().find(node.op_type);
-    if (h == handlers().end()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
+    auto h = handlers().find(node.domain.empty() ? node.op_type : node.domain + ":" + node.op_type);
+    if (h == handlers().end()) {
+      if (node.domain.empty()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
+      fail(kUnsupported, loc, "node '", node.name, "': op ", node.op_type, " of domain ", node.domain, " is not supported");
+    }
     Ctx c{node, opset, {}, loc};
     c.scope = &env;
     bool any_from_data = false;

@@ -164,6 +164,7 @@ inline Tensor fix_negative_indices(const Tensor& idx, int64_t n) {
   return where(i < 0, i + n, i);
 }
 
+// By op type; ops of another domain than the default one as "domain:op_type".
 using HandlerTable = std::unordered_map<std::string, Handler>;
 
 // Elementwise handlers from a table op.
@@ -199,6 +200,7 @@ void add_control_ops(HandlerTable& h);      // ops_control.cpp: If, Loop, Scan (
 void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
 void add_quant_ops(HandlerTable& h);        // ops_quant.cpp: QuantizeLinear, QLinearConv, MatMulInteger, ...
 void add_sequence_ops(HandlerTable& h);     // ops_sequence.cpp: Sequence*, SplitToSequence, Optional*
+void add_training_ops(HandlerTable& h);     // ops_training.cpp: ai.onnx.preview.training's Adagrad, Momentum, Adam
 
 // Conv (ops_nn.cpp), which ConvInteger and QLinearConv run on zero-point-shifted values.
 Outs op_conv(Ctx& c);

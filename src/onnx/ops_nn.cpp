@@ -22,14 +22,27 @@ Shape channel_shape(const Tensor& x) {
   return s;
 }
 
+// Inference: the running mean and variance normalize. Training (training_mode, opset 14; more
+// than one output before): the batch's mean and population variance over every axis but the
+// channels normalize, and the running statistics move toward them by 1 - momentum.
 Outs op_batchnorm(Ctx& c) {
   const Tensor& x = c.x(0);
-  if (c.i("training_mode", 0) || c.node.outputs.size() > 1) c.unsupported("training mode");
+  const bool training = c.opset >= 14 ? c.i("training_mode", 0) != 0 : c.node.outputs.size() > 1;
   c.require(x.dim() >= 2, "input must be at least 2-D");
   const double eps = c.f("epsilon", 1e-5);
   Shape cs = channel_shape(x);
   Tensor scale = c.x(1).reshape(cs), bias = c.x(2).reshape(cs), m = c.x(3).reshape(cs), v = c.x(4).reshape(cs);
-  return {(x - m) * (scale * rsqrt(v + eps)) + bias};
+  if (!training) return {(x - m) * (scale * rsqrt(v + eps)) + bias};
+  if (c.node.outputs.size() > 3) c.unsupported("the saved mean and variance outputs (training mode before opset 14)");
+  const double momentum = c.f("momentum", 0.9);
+  std::vector<int64_t> axes{0};
+  for (int64_t d = 2; d < x.dim(); ++d) axes.push_back(d);
+  const Tensor batch_mean = mean(x, axes, true), centered = x - batch_mean;
+  const Tensor batch_var = mean(centered * centered, axes, true);
+  const Shape stat = c.x(3).shape();
+  return {centered * (scale * rsqrt(batch_var + eps)) + bias,
+          c.x(3) * momentum + batch_mean.reshape(stat) * (1.0 - momentum),
+          c.x(4) * momentum + batch_var.reshape(stat) * (1.0 - momentum)};
 }
 
 Outs op_instancenorm(Ctx& c) {
@@ -409,7 +422,11 @@ Handler global_pool(bool is_max) {
 
 Outs op_dropout(Ctx& c) {
   const bool training = c.opset >= 12 ? (c.has(2) && c.scalar(2) != 0) : c.i("is_test", 1) == 0 && c.opset < 7;
-  if (training) c.unsupported("training mode (random masks)");
+  if (training) {
+    // Only the ratio that keeps every element is deterministic.
+    const double ratio = c.opset >= 12 ? (c.has(1) ? c.scalar(1) : 0.5) : c.f("ratio", 0.5);
+    if (ratio != 0) c.unsupported("training mode with ratio ", ratio, " (random masks)");
+  }
   Outs out{c.x(0)};
   if (c.node.outputs.size() > 1) out.push_back(ones(c.x(0).shape(), DType::Bool).contiguous());
   return out;

@@ -354,8 +354,7 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
   m->nodes = reader.nodes(g.node(), defined, no_outer_scope, 0, &free);
   for (const auto& [op, count] : m->info.op_histogram) {
     (void)count;
-    if (op.find(':') != std::string::npos) m->info.unsupported.push_back(op + " (domain not supported)");
-    else if (!is_supported_op(op)) m->info.unsupported.push_back(op);
+    if (!is_supported_op(op)) m->info.unsupported.push_back(op);
   }
   for (const auto& out : g.output()) {
     check(defined.count(out.name()), kOp, loc, "graph output '", out.name(), "' is never computed");
