@@ -1,8 +1,9 @@
 // What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
-// ConcatFromSequence), sequence values through Model::run_values and their errors, and the
-// quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
-// integer product long enough (K = 300) to leave f32's exact range, on every device.
+// ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
+// ellipsis and diagonals, and the quantized ops' exactness where it is hardest: ties rounding to
+// even, saturation, and an integer product long enough (K = 300) to leave f32's exact range, on
+// every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <random>
 
 #include "alk/alk.h"
@@ -144,6 +146,38 @@ TEST(OnnxValues, BadPositionsAndEmptyOptionalsAreErrors) {
     b.output("y");
     EXPECT_THROW(b.load().run({{"x", zeros({2})}}), Error);
   }
+}
+
+TEST(OnnxValues, EinsumEllipsisAndDiagonals) {
+  auto einsum = [](const std::string& equation, const std::vector<Tensor>& xs) {
+    Builder b;
+    std::vector<std::string> names;
+    for (size_t k = 0; k < xs.size(); ++k) {
+      names.push_back("x" + std::to_string(k));
+      b.tensor_input(names.back(), ::onnx::TensorProto::FLOAT);
+    }
+    auto* n = b.node("Einsum", names, {"y"});
+    auto* a = n->add_attribute();
+    a->set_name("equation");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(equation);
+    b.output("y");
+    std::map<std::string, Tensor> in;
+    for (size_t k = 0; k < xs.size(); ++k) in[names[k]] = xs[k];
+    return b.load().run(in).at("y");
+  };
+  const Tensor a = tensor(iota_f(24), {2, 3, 4}), m = tensor(iota_f(20), {4, 5}), sq = tensor(iota_f(9), {3, 3});
+  // Implicit output with an ellipsis: the broadcast dims, then i and k: a batched product.
+  Tensor y = einsum("...ij,...jk", {a, m});
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(y.to_vector<float>(), matmul(a, m).to_vector<float>());
+  EXPECT_EQ(einsum("ii->i", {sq}).to_vector<float>(), (std::vector<float>{0, 4, 8}));
+  EXPECT_EQ(einsum("ii", {sq}).to_vector<float>(), (std::vector<float>{12}));  // the trace
+  // A diagonal under an ellipsis, and the ellipsis standing for no dims.
+  EXPECT_EQ(einsum("...ii->...i", {tensor(iota_f(18), {2, 3, 3})}).to_vector<float>(),
+            (std::vector<float>{0, 4, 8, 9, 13, 17}));
+  EXPECT_EQ(einsum("...ij->...ji", {sq}).to_vector<float>(), sq.t().contiguous().to_vector<float>());
+  EXPECT_THROW(einsum("...iii->...i", {tensor(iota_f(6), {2, 3})}), Error);  // more letters than dims
 }
 
 std::vector<Device*> devices() {
