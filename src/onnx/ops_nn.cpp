@@ -312,9 +312,12 @@ Outs op_conv_transpose(Ctx& c) {
   return {restore_rank(y, w)};
 }
 
+Outs pool_3d(Ctx& c, bool is_max);
+
 Handler pool(bool is_max) {
   return [is_max](Ctx& c) {
     const Tensor& x = c.x(0);
+    if (x.dim() == 5) return pool_3d(c, is_max);
     const bool want_indices = c.node.outputs.size() > 1 && !c.node.outputs[1].empty();
     const bool column_major = c.i("storage_order", 0) != 0;
     c.require(is_float(x) || is_max, "average pooling needs a floating-point input");
@@ -408,6 +411,40 @@ Handler pool(bool is_max) {
     Tensor idx = at + plane;
     return Outs{restore_rank(y, w), restore_rank(idx, w)};
   };
+}
+
+// 3-D pooling as two 2-D poolings: over (H, W) with D folded into the channels, then over
+// (D, 1) with H' x W' flattened. Both are separable over a box window: the max of maxima, and
+// the average of averages, since the count a window averages over (pads included or not) is
+// the product of its per-axis counts. auto_pad and ceil_mode apply per axis, so they pass on.
+Outs pool_3d(Ctx& c, bool is_max) {
+  const Tensor& x = c.x(0);
+  if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) c.unsupported("the Indices output of a 3-D MaxPool");
+  const std::vector<int64_t> kernel = c.ints("kernel_shape"), strides = c.ints("strides", {1, 1, 1}),
+                             dilations = c.ints("dilations", {1, 1, 1}), pads = c.ints("pads", {0, 0, 0, 0, 0, 0});
+  c.require(kernel.size() == 3 && strides.size() == 3 && dilations.size() == 3 && pads.size() == 6,
+            "kernel_shape/strides/dilations/pads of the wrong length for 3-D");
+  auto part = [&](std::vector<int64_t> k, std::vector<int64_t> st, std::vector<int64_t> d, std::vector<int64_t> p) {
+    Node n = c.node;
+    n.outputs.resize(1);
+    for (auto& [name, values] : {std::pair{"kernel_shape", k}, {"strides", st}, {"dilations", d}, {"pads", p}}) {
+      Attr a;
+      a.kind = Attr::Ints;
+      a.ints = values;
+      n.attrs[name] = a;
+    }
+    return n;
+  };
+  const Node over_hw = part({kernel[1], kernel[2]}, {strides[1], strides[2]}, {dilations[1], dilations[2]},
+                            {pads[1], pads[2], pads[4], pads[5]});
+  const Node over_d = part({kernel[0], 1}, {strides[0], 1}, {dilations[0], 1}, {pads[0], 0, pads[3], 0});
+  const int64_t N = x.shape()[0], C = x.shape()[1], D = x.shape()[2];
+  Ctx hw{over_hw, c.opset, {x.reshape({N, C * D, x.shape()[3], x.shape()[4]})}, c.loc};
+  const Tensor y = pool(is_max)(hw)[0];  // [N, C * D, H', W']
+  const int64_t oh = y.shape()[2], ow = y.shape()[3];
+  Ctx d{over_d, c.opset, {y.reshape({N, C, D, oh * ow})}, c.loc};
+  const Tensor z = pool(is_max)(d)[0];  // [N, C, D', H' * W']
+  return {z.reshape({N, C, z.shape()[2], oh, ow})};
 }
 
 Handler global_pool(bool is_max) {

@@ -1,9 +1,9 @@
 // What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
-// ellipsis and diagonals, and the quantized ops' exactness where it is hardest: ties rounding to
-// even, saturation, and an integer product long enough (K = 300) to leave f32's exact range, on
-// every device.
+// ellipsis and diagonals, 3-D pooling, and the quantized ops' exactness where it is hardest:
+// ties rounding to even, saturation, and an integer product long enough (K = 300) to leave
+// f32's exact range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -178,6 +178,65 @@ TEST(OnnxValues, EinsumEllipsisAndDiagonals) {
             (std::vector<float>{0, 4, 8, 9, 13, 17}));
   EXPECT_EQ(einsum("...ij->...ji", {sq}).to_vector<float>(), sq.t().contiguous().to_vector<float>());
   EXPECT_THROW(einsum("...iii->...i", {tensor(iota_f(6), {2, 3})}), Error);  // more letters than dims
+}
+
+// 3-D pooling (two 2-D poolings in the importer) against the windows written out: pads,
+// strides, a dilation, ceil_mode, and averages that exclude the pads.
+TEST(OnnxValues, Pool3dMatchesTheWindowsWrittenOut) {
+  const Shape in{1, 2, 4, 5, 6};
+  const std::vector<int64_t> k = {2, 3, 2}, st = {2, 1, 2}, dil = {1, 2, 1}, pb = {1, 0, 1}, pe = {0, 1, 1};
+  std::vector<float> x(static_cast<size_t>(2 * 4 * 5 * 6));
+  std::mt19937 rng(3);
+  for (auto& v : x) v = static_cast<float>(rng() % 1000) / 100.f - 5.f;
+  std::vector<int64_t> out(3);
+  for (size_t a = 0; a < 3; ++a) {  // ceil_mode: the last window may start in the end pads, not past them
+    const int64_t span = in[2 + a] + pb[a] + pe[a], eff = (k[a] - 1) * dil[a] + 1;
+    out[a] = (span - eff + st[a] - 1) / st[a] + 1;
+    if ((out[a] - 1) * st[a] >= in[2 + a] + pb[a]) --out[a];
+  }
+  for (bool is_max : {true, false}) {
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    auto* n = b.node(is_max ? "MaxPool" : "AveragePool", {"x"}, {"y"});
+    for (auto [name, v] : {std::pair{"kernel_shape", k}, {"strides", st}, {"dilations", dil}}) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    }
+    auto* pads = n->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t e : pb) pads->add_ints(e);
+    for (int64_t e : pe) pads->add_ints(e);
+    Builder::int_attr(n, "ceil_mode", 1);
+    b.output("y");
+    b.m.mutable_opset_import(0)->set_version(19);  // dilations for AveragePool
+    const Tensor y = b.load().run({{"x", tensor(x, in)}}).at("y");
+    ASSERT_EQ(y.shape(), (Shape{1, 2, out[0], out[1], out[2]})) << (is_max ? "max" : "average");
+    const std::vector<float> got = y.to_vector<float>();
+    size_t at = 0;
+    for (int64_t ch = 0; ch < 2; ++ch)
+      for (int64_t o0 = 0; o0 < out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < out[2]; ++o2, ++at) {
+            double best = -1e30, total = 0;
+            int count = 0;
+            for (int64_t k0 = 0; k0 < k[0]; ++k0)
+              for (int64_t k1 = 0; k1 < k[1]; ++k1)
+                for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                  const int64_t i0 = o0 * st[0] + k0 * dil[0] - pb[0], i1 = o1 * st[1] + k1 * dil[1] - pb[1],
+                                i2 = o2 * st[2] + k2 * dil[2] - pb[2];
+                  if (i0 < 0 || i0 >= in[2] || i1 < 0 || i1 >= in[3] || i2 < 0 || i2 >= in[4]) continue;
+                  const double v = x[static_cast<size_t>(((ch * in[2] + i0) * in[3] + i1) * in[4] + i2)];
+                  best = std::max(best, v);
+                  total += v;
+                  ++count;
+                }
+            const double want = is_max ? best : total / count;
+            EXPECT_NEAR(got[at], want, 1e-5) << (is_max ? "max" : "average") << " at " << o0 << "," << o1 << "," << o2;
+          }
+  }
 }
 
 std::vector<Device*> devices() {
