@@ -32,6 +32,7 @@ const HandlerTable& handlers() {
     add_quant_ops(h);
     add_sequence_ops(h);
     add_training_ops(h);
+    add_text_ops(h);
     return h;
   }();
   return table;

@@ -201,6 +201,7 @@ void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
 void add_quant_ops(HandlerTable& h);        // ops_quant.cpp: QuantizeLinear, QLinearConv, MatMulInteger, ...
 void add_sequence_ops(HandlerTable& h);     // ops_sequence.cpp: Sequence*, SplitToSequence, Optional*
 void add_training_ops(HandlerTable& h);     // ops_training.cpp: ai.onnx.preview.training's Adagrad, Momentum, Adam
+void add_text_ops(HandlerTable& h);         // ops_text.cpp: TfIdfVectorizer
 
 // Conv (ops_nn.cpp), which ConvInteger and QLinearConv run on zero-point-shifted values.
 Outs op_conv(Ctx& c);

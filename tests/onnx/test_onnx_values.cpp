@@ -1,9 +1,9 @@
 // What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
-// ellipsis and diagonals, 3-D pooling, and the quantized ops' exactness where it is hardest:
-// ties rounding to even, saturation, and an integer product long enough (K = 300) to leave
-// f32's exact range, on every device.
+// ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, and the quantized ops'
+// exactness where it is hardest: ties rounding to even, saturation, and an integer product long
+// enough (K = 300) to leave f32's exact range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -236,6 +236,44 @@ TEST(OnnxValues, Pool3dMatchesTheWindowsWrittenOut) {
             const double want = is_max ? best : total / count;
             EXPECT_NEAR(got[at], want, 1e-5) << (is_max ? "max" : "average") << " at " << o0 << "," << o1 << "," << o2;
           }
+  }
+}
+
+// TfIdfVectorizer's weighted modes (the node tests have TF only).
+TEST(OnnxValues, TfIdfWeightsCountsOrPresence) {
+  for (const std::string mode : {"IDF", "TFIDF"}) {
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::INT64);
+    auto* n = b.node("TfIdfVectorizer", {"x"}, {"y"});
+    auto ints = [&](const char* name, std::vector<int64_t> v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    ints("ngram_counts", {0, 2});
+    ints("ngram_indexes", {1, 0, 2});  // unigrams 7 -> column 1, 9 -> column 0; bigram (7, 9) -> 2
+    ints("pool_int64s", {7, 9, 7, 9});
+    Builder::int_attr(n, "min_gram_length", 1);
+    Builder::int_attr(n, "max_gram_length", 2);
+    auto* m = n->add_attribute();
+    m->set_name("mode");
+    m->set_type(::onnx::AttributeProto::STRING);
+    m->set_s(mode);
+    auto* w = n->add_attribute();
+    w->set_name("weights");
+    w->set_type(::onnx::AttributeProto::FLOATS);
+    for (float v : {0.5f, 2.f, 3.f}) w->add_floats(v);
+    b.output("y");
+    // Row 0: 7 twice, 9 once, (7, 9) once; row 1: 9 twice, no 7.
+    const Tensor x = tensor(std::vector<int64_t>{7, 9, 7, 1, 9, 9, 1, 1}, {2, 4});
+    const Tensor y = b.load().run({{"x", x}}).at("y");
+    ASSERT_EQ(y.shape(), (Shape{2, 3}));
+    // Weights go by output column (as onnxruntime reads them): column 0 (token 9) 0.5,
+    // column 1 (token 7) 2, column 2 (the bigram) 3.
+    const std::vector<float> want = mode == "IDF" ? std::vector<float>{0.5f, 2, 3, 0.5f, 0, 0}
+                                                  : std::vector<float>{0.5f, 4, 3, 1, 0, 0};
+    EXPECT_EQ(y.to_vector<float>(), want) << mode;
   }
 }
 
