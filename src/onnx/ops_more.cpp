@@ -1,6 +1,7 @@
 // ONNX Resize/Upsample, RNN/GRU/LSTM, inverse trigonometry, windows, GatherND/Scatter*, LRN, and the
 // ops whose output size depends on the data (NonZero, Compress, NonMaxSuppression: computed on the host).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -585,8 +586,10 @@ Outs op_nms(Ctx& c) {
   return {tensor(out, {n, 3})};
 }
 
-// GridSample (bilinear and nearest; zeros, border and reflection padding): each output pixel
-// gathers its taps from the flattened image, weighted, with out-of-image taps weighted 0.
+// GridSample (nearest, bilinear, bicubic; zeros, border and reflection padding): each output
+// pixel gathers its taps from the flattened image, weighted, with out-of-image taps weighted 0.
+// Nearest and bilinear pad the sampling point; bicubic pads each of its 16 taps (PyTorch's
+// rule, which the node test's expected values follow).
 Tensor reflect(const Tensor& v, double lo, double hi) {
   const double span = hi - lo;
   if (span <= 0) return zeros_like(v);
@@ -603,7 +606,8 @@ Outs op_grid_sample(Ctx& c) {
   c.require(x.dim() == 4 && grid.dim() == 4 && grid.shape()[3] == 2 && grid.shape()[0] == x.shape()[0],
             "X ", to_string(x.shape()), " and grid ", to_string(grid.shape()), " do not fit (only 2-D sampling)");
   const std::string mode = c.s("mode", "bilinear"), padding = c.s("padding_mode", "zeros");
-  if (mode != "bilinear" && mode != "nearest" && mode != "linear") c.unsupported("mode ", mode);
+  const bool cubic = mode == "bicubic" || mode == "cubic";
+  if (mode != "bilinear" && mode != "nearest" && mode != "linear" && !cubic) c.unsupported("mode ", mode);
   c.require(padding == "zeros" || padding == "border" || padding == "reflection", "bad padding_mode ", padding);
   const bool align = c.i("align_corners", 0) != 0;
   const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
@@ -621,7 +625,8 @@ Outs op_grid_sample(Ctx& c) {
     }
     return v;
   };
-  Tensor ix = pad_coord(unnormalize(g.select(3, 0), W), W), iy = pad_coord(unnormalize(g.select(3, 1), H), H);
+  Tensor ix = unnormalize(g.select(3, 0), W), iy = unnormalize(g.select(3, 1), H);
+  if (!cubic) ix = pad_coord(ix, W), iy = pad_coord(iy, H);
   Tensor flat = x.reshape({N, C, H * W});
   auto tap = [&](const Tensor& yy, const Tensor& xx, const Tensor& weight) {
     Tensor valid = logical_and(logical_and(xx >= 0, xx <= static_cast<double>(W - 1)),
@@ -634,6 +639,24 @@ Outs op_grid_sample(Ctx& c) {
   Tensor y;
   if (mode == "nearest") {
     y = tap(round(iy), round(ix), ones_like(ix));
+  } else if (cubic) {
+    // Keys' cubic convolution (a = -0.75) over taps -1..2 of each axis.
+    const double a = -0.75;
+    auto weights = [a](const Tensor& t) {
+      const Tensor t1 = t + 1.0, u = 1.0 - t, u1 = u + 1.0;
+      return std::array<Tensor, 4>{((t1 * a - 5.0 * a) * t1 + 8.0 * a) * t1 - 4.0 * a,
+                                   (t * (a + 2.0) - (a + 3.0)) * t * t + 1.0,
+                                   (u * (a + 2.0) - (a + 3.0)) * u * u + 1.0,
+                                   ((u1 * a - 5.0 * a) * u1 + 8.0 * a) * u1 - 4.0 * a};
+    };
+    const Tensor x0 = floor(ix), y0 = floor(iy);
+    const std::array<Tensor, 4> wx = weights(ix - x0), wy = weights(iy - y0);
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 4; ++i) {
+        Tensor t = tap(pad_coord(y0 + static_cast<double>(j - 1), H), pad_coord(x0 + static_cast<double>(i - 1), W),
+                       wy[static_cast<size_t>(j)] * wx[static_cast<size_t>(i)]);
+        y = y.defined() ? y + t : t;
+      }
   } else {
     Tensor x0 = floor(ix), y0 = floor(iy);
     Tensor wx = ix - x0, wy = iy - y0;

@@ -1,9 +1,9 @@
 // What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
-// ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, and the quantized ops'
-// exactness where it is hardest: ties rounding to even, saturation, and an integer product long
-// enough (K = 300) to leave f32's exact range, on every device.
+// ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, bicubic GridSample's padding,
+// and the quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
+// integer product long enough (K = 300) to leave f32's exact range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -274,6 +274,40 @@ TEST(OnnxValues, TfIdfWeightsCountsOrPresence) {
     const std::vector<float> want = mode == "IDF" ? std::vector<float>{0.5f, 2, 3, 0.5f, 0, 0}
                                                   : std::vector<float>{0.5f, 4, 3, 1, 0, 0};
     EXPECT_EQ(y.to_vector<float>(), want) << mode;
+  }
+}
+
+// Bicubic GridSample pads each tap: on a constant image, border and reflection padding give the
+// constant everywhere (the 16 weights sum to 1), zeros padding less near the edges; away from
+// the edges the three agree.
+TEST(OnnxValues, BicubicGridSamplePadsEachTap) {
+  auto sample = [](const std::string& padding, const Tensor& x, const Tensor& grid) {
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    b.tensor_input("grid", ::onnx::TensorProto::FLOAT);
+    auto* n = b.node("GridSample", {"x", "grid"}, {"y"});
+    for (auto [name, value] : {std::pair<std::string, std::string>{"mode", "bicubic"}, {"padding_mode", padding}}) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::STRING);
+      a->set_s(value);
+    }
+    b.output("y");
+    b.m.mutable_opset_import(0)->set_version(16);
+    return b.load().run({{"x", x}, {"grid", grid}}).at("y").to_vector<float>();
+  };
+  // Points near the corners and edges, then two in the middle of a 6 x 7 image.
+  const Tensor edges = tensor(std::vector<float>{-1.1f, -0.95f, 0.97f, 1.02f, -0.2f, 0.99f, 1.0f, -1.0f}, {1, 1, 4, 2});
+  const Tensor middle = tensor(std::vector<float>{-0.1f, 0.15f, 0.2f, -0.3f}, {1, 1, 2, 2});
+  const Tensor flat = full({1, 1, 6, 7}, 3.0, DType::F32);
+  for (const std::string padding : {"border", "reflection"})
+    for (float v : sample(padding, flat, edges)) EXPECT_NEAR(v, 3.0f, 1e-5) << padding;
+  for (float v : sample("zeros", flat, edges)) EXPECT_LT(v, 2.9f);
+  const Tensor ramp = tensor(iota_f(42), {1, 1, 6, 7});
+  const std::vector<float> zeros_pad = sample("zeros", ramp, middle);
+  for (const std::string padding : {"border", "reflection"}) {
+    const std::vector<float> got = sample(padding, ramp, middle);
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], zeros_pad[k], 1e-4) << padding;
   }
 }
 
