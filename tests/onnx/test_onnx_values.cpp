@@ -2,8 +2,9 @@
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
 // ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, bicubic GridSample's padding,
-// and the quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
-// integer product long enough (K = 300) to leave f32's exact range, on every device.
+// RoiAlign's adaptive grids, and the quantized ops' exactness where it is hardest: ties rounding
+// to even, saturation, and an integer product long enough (K = 300) to leave f32's exact range,
+// on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -309,6 +310,29 @@ TEST(OnnxValues, BicubicGridSamplePadsEachTap) {
     const std::vector<float> got = sample(padding, ramp, middle);
     for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], zeros_pad[k], 1e-4) << padding;
   }
+}
+
+// RoiAlign with adaptive sampling (sampling_ratio 0: rois of different sizes get different
+// grids) over a batch of two constant images: each bin averages its roi's own image, so it is
+// that image's constant wherever the samples lie inside it.
+TEST(OnnxValues, RoiAlignAdaptiveGridsPickTheirImage) {
+  Builder b;
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("rois", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("batch", ::onnx::TensorProto::INT64);
+  auto* n = b.node("RoiAlign", {"x", "rois", "batch"}, {"y"});
+  Builder::int_attr(n, "output_height", 2);
+  Builder::int_attr(n, "output_width", 3);
+  b.output("y");
+  b.m.mutable_opset_import(0)->set_version(16);
+  std::vector<float> x(2 * 1 * 10 * 10, 1.f);
+  std::fill(x.begin() + 100, x.end(), 2.f);
+  const std::vector<float> rois = {1, 1, 3, 2, 0.5f, 2, 9, 8.5f, 2, 2, 8, 8};  // 2x1, 8.5x6.5, 6x6 pixels
+  const Tensor y = b.load().run({{"x", tensor(x, {2, 1, 10, 10})}, {"rois", tensor(rois, {3, 4})},
+                                 {"batch", tensor(std::vector<int64_t>{1, 0, 1}, {3})}}).at("y");
+  ASSERT_EQ(y.shape(), (Shape{3, 1, 2, 3}));
+  const std::vector<float> got = y.to_vector<float>();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], k / 6 == 1 ? 1.f : 2.f, 1e-6) << k;
 }
 
 std::vector<Device*> devices() {
