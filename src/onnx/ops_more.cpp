@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -402,12 +403,52 @@ Outs op_gather_nd(Ctx& c) {
   return {picked.reshape(out)};
 }
 
-// out = data with positions `index` along `axis` replaced (or added to) by updates.
+// data with each position index[m] along `axis` (m over updates' elements) combined with
+// updates[m] by `combine`, duplicates one after another: the updates go in rounds in which each
+// position appears once (the k-th update of every position in round k), made on the host from
+// the indices (input 1, read back).
+Tensor scatter_in_rounds(Ctx& c, const Tensor& data, int64_t axis, const Tensor& index, const Tensor& updates,
+                         const std::function<Tensor(const Tensor&, const Tensor&)>& combine) {
+  c.require(index.numel() <= kMaxShapeValues, "too many indices to combine duplicates (", index.numel(), ")");
+  c.note_read(1);
+  const std::vector<int64_t> idx = index.to_vector<int64_t>(c.loc);
+  const Shape& us = updates.shape();
+  std::map<std::vector<int64_t>, int64_t> seen;  // target position -> updates placed so far
+  std::vector<int64_t> round(idx.size());
+  int64_t rounds = 0;
+  std::vector<int64_t> at(us.size(), 0);
+  for (size_t e = 0; e < idx.size(); ++e) {
+    std::vector<int64_t> target = at;
+    target[static_cast<size_t>(axis)] = idx[e];
+    round[e] = seen[target]++;
+    rounds = std::max(rounds, round[e] + 1);
+    for (size_t d = us.size(); d-- > 0;)  // the next multi-index in row-major order
+      if (++at[d] < us[d]) break;
+      else at[d] = 0;
+  }
+  Tensor out = data;
+  for (int64_t r = 0; r < rounds; ++r) {
+    std::vector<uint8_t> in_round(idx.size());
+    for (size_t e = 0; e < idx.size(); ++e) in_round[e] = round[e] == r;
+    const Tensor mask = tensor(in_round, us, DType::Bool);
+    const Tensor placed = scatter_add(zeros(data.shape(), updates.dtype()).contiguous(), axis, index,
+                                      where(mask, updates, 0.0), c.loc);
+    const Tensor hit = scatter_add(zeros(data.shape(), DType::F32).contiguous(), axis, index, mask.to(DType::F32), c.loc);
+    out = where(hit > 0, combine(out, placed), out);
+  }
+  return out;
+}
+
+// out = data with positions `index` along `axis` replaced by updates, or combined with them
+// (reduction add, mul, max, min).
 Tensor scatter_into(Ctx& c, const Tensor& data, int64_t axis, const Tensor& index, const Tensor& updates) {
   const std::string reduction = c.s("reduction", "none");
+  if (reduction == "mul") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return a * b; });
+  if (reduction == "max") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
+  if (reduction == "min") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
   Tensor added = scatter_add(zeros(data.shape(), updates.dtype()).contiguous(), axis, index, updates, c.loc);
   if (reduction == "add") return data + added;
-  if (reduction != "none") c.unsupported("reduction ", reduction);
+  c.require(reduction == "none", "reduction '", reduction, "' is none of none, add, mul, max, min");
   Tensor hit = scatter_add(zeros(data.shape(), DType::F32).contiguous(), axis, index, ones(updates.shape(), DType::F32), c.loc);
   return where(hit > 0, added, data);
 }

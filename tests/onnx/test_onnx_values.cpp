@@ -2,9 +2,9 @@
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
 // ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, bicubic GridSample's padding,
-// RoiAlign's adaptive grids, and the quantized ops' exactness where it is hardest: ties rounding
-// to even, saturation, and an integer product long enough (K = 300) to leave f32's exact range,
-// on every device.
+// RoiAlign's adaptive grids, scatter reductions over duplicates, and the quantized ops'
+// exactness where it is hardest: ties rounding to even, saturation, and an integer product long
+// enough (K = 300) to leave f32's exact range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -333,6 +333,30 @@ TEST(OnnxValues, RoiAlignAdaptiveGridsPickTheirImage) {
   ASSERT_EQ(y.shape(), (Shape{3, 1, 2, 3}));
   const std::vector<float> got = y.to_vector<float>();
   for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], k / 6 == 1 ? 1.f : 2.f, 1e-6) << k;
+}
+
+// ScatterElements' reductions other than add over duplicate indices (opset 18), each update
+// combined in turn.
+TEST(OnnxValues, ScatterReductionsCombineDuplicates) {
+  for (const std::string reduction : {"mul", "max", "min"}) {
+    Builder b;
+    b.tensor_input("data", ::onnx::TensorProto::FLOAT);
+    b.tensor_input("updates", ::onnx::TensorProto::FLOAT);
+    b.ints("indices", {1, 1, 3, 1});
+    auto* n = b.node("ScatterElements", {"data", "indices", "updates"}, {"y"});
+    auto* a = n->add_attribute();
+    a->set_name("reduction");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(reduction);
+    b.output("y");
+    b.m.mutable_opset_import(0)->set_version(18);
+    const Tensor y = b.load().run({{"data", tensor(std::vector<float>{1, 2, 3, 4}, {4})},
+                                   {"updates", tensor(std::vector<float>{2, 3, 5, 0.5f}, {4})}}).at("y");
+    const std::vector<float> want = reduction == "mul"   ? std::vector<float>{1, 6, 3, 20}
+                                    : reduction == "max" ? std::vector<float>{1, 3, 3, 5}
+                                                         : std::vector<float>{1, 0.5f, 3, 4};
+    EXPECT_EQ(y.to_vector<float>(), want) << reduction;
+  }
 }
 
 std::vector<Device*> devices() {
