@@ -185,11 +185,67 @@ int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d) { return (in - ((k
 
 Tensor restore_rank(const Tensor& y, const Window& w) { return w.spatial == 1 ? y.squeeze(2) : y; }
 
+// 3-D convolution as a sum over the kernel's depth taps of 2-D convolutions: tap kd reads the
+// (padded) input depths d' * stride + kd * dilation for every output depth d', folded into the
+// batch, with the kernel's slice W[:, :, kd]. auto_pad over H and W passes on to the 2-D part.
+Outs conv_3d(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const Tensor& wt = c.x(1);
+  c.require(wt.dim() == 5, "W must be 5-D for a 3-D convolution, got ", to_string(wt.shape()));
+  const std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
+  c.require(c.ints("kernel_shape", kernel) == kernel, "kernel_shape does not match W");
+  const std::vector<int64_t> strides = c.ints("strides", {1, 1, 1}), dilations = c.ints("dilations", {1, 1, 1});
+  std::vector<int64_t> pads = c.ints("pads", {0, 0, 0, 0, 0, 0});
+  c.require(strides.size() == 3 && dilations.size() == 3 && pads.size() == 6, "strides/dilations/pads of the wrong length for 3-D");
+  c.require(strides[0] >= 1 && strides[0] <= 4096 && dilations[0] >= 1 && dilations[0] <= 4096 && pads[0] >= 0 &&
+                pads[3] >= 0 && pads[0] <= 4096 && pads[3] <= 4096,
+            "depth stride/dilation/pads out of range");
+  const int64_t N = x.shape()[0], D = x.shape()[2], KD = kernel[0], span = (KD - 1) * dilations[0] + 1;
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const int64_t out = (D + strides[0] - 1) / strides[0], total = std::max<int64_t>(0, (out - 1) * strides[0] + span - D);
+    pads[0] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    pads[3] = total - pads[0];
+  } else if (auto_pad == "VALID") {
+    pads[0] = pads[3] = 0;
+  }
+  const int64_t padded = D + pads[0] + pads[3];
+  c.require(padded >= span, "the kernel does not fit the padded input depth");
+  const int64_t out_d = (padded - span) / strides[0] + 1;
+  const Tensor xt = (pads[0] || pads[3] ? pad(x, {0, 0, 0, 0, pads[0], pads[3]}) : x).permute({0, 2, 1, 3, 4});
+  Node plane = c.node;
+  for (auto& [name, values] : {std::pair{"kernel_shape", std::vector<int64_t>{kernel[1], kernel[2]}},
+                               {"strides", {strides[1], strides[2]}},
+                               {"dilations", {dilations[1], dilations[2]}},
+                               {"pads", {pads[1], pads[2], pads[4], pads[5]}}}) {
+    Attr a;
+    a.kind = Attr::Ints;
+    a.ints = values;
+    plane.attrs[name] = a;
+  }
+  Tensor acc;
+  for (int64_t kd = 0; kd < KD; ++kd) {
+    const int64_t first = kd * dilations[0];
+    const Tensor taps = xt.slice(1, first, first + (out_d - 1) * strides[0] + 1, strides[0], c.loc);  // [N, D', C, H, W]
+    Shape folded{N * out_d};
+    folded.insert(folded.end(), x.shape().begin() + 1, x.shape().begin() + 2);
+    folded.insert(folded.end(), x.shape().begin() + 3, x.shape().end());
+    Ctx part{plane, c.opset, {taps.reshape(folded), wt.select(2, kd)}, c.loc};
+    const Tensor y = op_conv(part)[0];  // [N * D', M, H', W']
+    acc = acc.defined() ? acc + y : y;
+  }
+  const int64_t M = wt.shape()[0];
+  Tensor y = acc.reshape({N, out_d, M, acc.shape()[2], acc.shape()[3]}).permute({0, 2, 1, 3, 4});
+  if (c.has(2)) y = y + c.x(2).reshape({1, M, 1, 1, 1});
+  return {y.contiguous()};
+}
+
 }  // namespace
 
 Outs op_conv(Ctx& c) {
   const Tensor& x = c.x(0);
   const Tensor& wt = c.x(1);
+  if (x.dim() == 5) return conv_3d(c);
   c.require(x.dim() == wt.dim() && x.dim() >= 3, "X and W ranks differ or are below 3");
   std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
   Window w = window_of(c, x, c.ints("kernel_shape", kernel));
