@@ -388,6 +388,35 @@ TEST(OnnxValues, QuantizeLinearRoundsTiesToEvenAndSaturates) {
   }
 }
 
+TEST(OnnxValues, MalformedQuantizedNodesAreErrors) {
+  {  // a per-axis scale whose length is not the axis's
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    b.tensor_input("scale", ::onnx::TensorProto::FLOAT);
+    b.node("QuantizeLinear", {"x", "scale"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.load().run({{"x", zeros({2, 4})}, {"scale", full({3}, 1.0)}}), Error);
+  }
+  {  // MatMulInteger on floats
+    Builder b;
+    b.tensor_input("a", ::onnx::TensorProto::FLOAT);
+    b.tensor_input("b", ::onnx::TensorProto::FLOAT);
+    b.node("MatMulInteger", {"a", "b"}, {"y"});
+    b.output("y");
+    EXPECT_THROW(b.load().run({{"a", zeros({2, 2})}, {"b", zeros({2, 2})}}), Error);
+  }
+  {  // a zero point per row of a 1-D A
+    Builder b;
+    b.tensor_input("a", ::onnx::TensorProto::UINT8);
+    b.tensor_input("b", ::onnx::TensorProto::UINT8);
+    b.tensor_input("azp", ::onnx::TensorProto::UINT8);
+    b.node("MatMulInteger", {"a", "b", "azp"}, {"y"});
+    b.output("y");
+    const Tensor u8 = tensor(std::vector<uint8_t>{1, 2, 3}, {3});
+    EXPECT_THROW(b.load().run({{"a", u8}, {"b", tensor(std::vector<uint8_t>(6, 1), {3, 2})}, {"azp", u8}}), Error);
+  }
+}
+
 TEST(OnnxValues, MatMulIntegerIsExactPastFloat32sRange) {
   // K = 300: sums reach 300 * 255^2 (~19.5M), past 2^24, so f32 accumulation would round.
   const int64_t M = 3, K = 300, N = 4;
