@@ -293,10 +293,79 @@ Outs op_conv(Ctx& c) {
 
 namespace {
 
+Outs op_conv_transpose(Ctx& c);
+
+// 3-D transposed convolution as a sum over the kernel's depth taps of 2-D ones: input depth d
+// with tap kd lands on output depth d * stride + kd * dilation, the input depths folded into the
+// batch. The depth's pads (from pads, output_shape or auto_pad, as for H and W) crop the sum;
+// H and W are the 2-D part's.
+Outs conv_transpose_3d(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const Tensor& wt = c.x(1);
+  c.require(wt.dim() == 5, "W must be 5-D for a 3-D transposed convolution, got ", to_string(wt.shape()));
+  const std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
+  c.require(c.ints("kernel_shape", kernel) == kernel, "kernel_shape does not match W");
+  const std::vector<int64_t> strides = c.ints("strides", {1, 1, 1}), dilations = c.ints("dilations", {1, 1, 1}),
+                             out_pad = c.ints("output_padding", {0, 0, 0});
+  std::vector<int64_t> pads = c.ints("pads", {0, 0, 0, 0, 0, 0}), out_shape = c.ints("output_shape");
+  c.require(strides.size() == 3 && dilations.size() == 3 && pads.size() == 6 && out_pad.size() == 3,
+            "strides/dilations/pads/output_padding of the wrong length for 3-D");
+  c.require(strides[0] >= 1 && strides[0] <= 4096 && dilations[0] >= 1 && dilations[0] <= 4096 && out_pad[0] >= 0 &&
+                out_pad[0] < std::max(strides[0], dilations[0]) && std::abs(pads[0]) <= 4096 && std::abs(pads[3]) <= 4096,
+            "depth stride/dilation/pads/output_padding out of range");
+  if (out_shape.size() == 5) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  c.require(out_shape.empty() || out_shape.size() == 3, "output_shape of the wrong length");
+  const int64_t N = x.shape()[0], D = x.shape()[2], KD = kernel[0];
+  const int64_t full = (D - 1) * strides[0] + (KD - 1) * dilations[0] + 1 + out_pad[0];
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const int64_t total = full - (out_shape.empty() ? D * strides[0] : out_shape[0]);
+    c.require(total > -kMaxShapeValues, "output_shape too large");
+    const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor, as the spec's Python
+    pads[0] = auto_pad == "SAME_UPPER" ? half : total - half;
+    pads[3] = total - pads[0];
+  }
+  Node plane = c.node;
+  std::vector<std::pair<const char*, std::vector<int64_t>>> attrs = {
+      {"kernel_shape", {kernel[1], kernel[2]}}, {"strides", {strides[1], strides[2]}},
+      {"dilations", {dilations[1], dilations[2]}}, {"pads", {pads[1], pads[2], pads[4], pads[5]}},
+      {"output_padding", {out_pad[1], out_pad[2]}}};
+  if (!out_shape.empty()) attrs.push_back({"output_shape", {out_shape[1], out_shape[2]}});
+  for (auto& [name, values] : attrs) {
+    Attr a;
+    a.kind = Attr::Ints;
+    a.ints = values;
+    plane.attrs[name] = a;
+  }
+  const Tensor planes = x.permute({0, 2, 1, 3, 4}).reshape({N * D, x.shape()[1], x.shape()[3], x.shape()[4]});
+  const int64_t placed = (D - 1) * strides[0] + 1;
+  Tensor acc;
+  for (int64_t kd = 0; kd < KD; ++kd) {
+    Ctx part{plane, c.opset, {planes, wt.select(2, kd)}, c.loc};
+    Tensor z = op_conv_transpose(part)[0];  // [N * D, M, H', W']
+    const Shape zs = z.shape();
+    z = z.reshape({N, D, zs[1], zs[2], zs[3]});
+    if (strides[0] > 1)  // input depth d at d * stride: stride - 1 zero planes after each
+      z = pad(z.unsqueeze(2), {0, 0, 0, 0, 0, 0, 0, strides[0] - 1}).reshape({N, D * strides[0], zs[1], zs[2], zs[3]}).slice(1, 0, placed);
+    const int64_t front = kd * dilations[0];
+    z = pad(z, {0, 0, 0, 0, 0, 0, front, full - placed - front});
+    acc = acc.defined() ? acc + z : z;
+  }
+  // Positive pads crop the depth, negative ones extend it with zeros.
+  acc = acc.slice(1, std::max<int64_t>(pads[0], 0), full - std::max<int64_t>(pads[3], 0));
+  if (pads[0] < 0 || pads[3] < 0)
+    acc = pad(acc, {0, 0, 0, 0, 0, 0, std::max<int64_t>(-pads[0], 0), std::max<int64_t>(-pads[3], 0)});
+  const int64_t M = acc.shape()[2];
+  Tensor y = acc.permute({0, 2, 1, 3, 4});
+  if (c.has(2)) y = y + c.x(2).reshape({1, M, 1, 1, 1});
+  return {y.contiguous()};
+}
+
 Outs op_conv_transpose(Ctx& c) {
   const Tensor& x = c.x(0);
   const Tensor& wt = c.x(1);
   c.require(x.dim() == wt.dim() && x.dim() >= 3, "X and W ranks differ or are below 3");
+  if (x.dim() == 5) return conv_transpose_3d(c);
   std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
   const int64_t groups = c.i("group", 1);
   const int64_t N = x.shape()[0], C = x.shape()[1];

@@ -1,10 +1,10 @@
 // What the ONNX node tests (libonnx-testdata 1.12) cover thinly, in small models built with the
 // protobuf classes: the sequence ops they lack (SplitToSequence, SequenceErase, SequenceAt,
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
-// ellipsis and diagonals, 3-D pooling, TfIdfVectorizer's weights, bicubic GridSample's padding,
-// RoiAlign's adaptive grids, scatter reductions over duplicates, and the quantized ops'
-// exactness where it is hardest: ties rounding to even, saturation, and an integer product long
-// enough (K = 300) to leave f32's exact range, on every device.
+// ellipsis and diagonals, 3-D pooling and transposed convolution, TfIdfVectorizer's weights,
+// bicubic GridSample's padding, RoiAlign's adaptive grids, scatter reductions over duplicates,
+// and the quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
+// integer product long enough (K = 300) to leave f32's exact range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -238,6 +238,57 @@ TEST(OnnxValues, Pool3dMatchesTheWindowsWrittenOut) {
             EXPECT_NEAR(got[at], want, 1e-5) << (is_max ? "max" : "average") << " at " << o0 << "," << o1 << "," << o2;
           }
   }
+}
+
+// 3-D ConvTranspose (a sum of 2-D ones over depth taps in the importer) against the sum
+// written out: strides, a dilation, pads and output_padding on every axis.
+TEST(OnnxValues, ConvTranspose3dMatchesTheSumWrittenOut) {
+  const int64_t N = 1, C = 2, M = 3;
+  const std::vector<int64_t> in = {3, 2, 3}, k = {2, 3, 2}, st = {2, 1, 2}, dil = {1, 2, 1}, pb = {1, 0, 0},
+                             pe = {0, 1, 1}, op = {1, 0, 1};
+  std::mt19937 rng(5);
+  auto draw = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = static_cast<float>(rng() % 200) / 50.f - 2.f;
+    return v;
+  };
+  const std::vector<float> x = draw(static_cast<size_t>(N * C * in[0] * in[1] * in[2]));
+  const std::vector<float> w = draw(static_cast<size_t>(C * M * k[0] * k[1] * k[2]));
+  std::vector<int64_t> out(3);
+  for (size_t a = 0; a < 3; ++a) out[a] = (in[a] - 1) * st[a] + (k[a] - 1) * dil[a] + 1 + op[a] - pb[a] - pe[a];
+  std::vector<double> want(static_cast<size_t>(M * out[0] * out[1] * out[2]), 0.0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t d = 0; d < in[0]; ++d)
+        for (int64_t h = 0; h < in[1]; ++h)
+          for (int64_t ww = 0; ww < in[2]; ++ww)
+            for (int64_t a = 0; a < k[0]; ++a)
+              for (int64_t b = 0; b < k[1]; ++b)
+                for (int64_t e = 0; e < k[2]; ++e) {
+                  const int64_t od = d * st[0] + a * dil[0] - pb[0], oh = h * st[1] + b * dil[1] - pb[1],
+                                ow = ww * st[2] + e * dil[2] - pb[2];
+                  if (od < 0 || od >= out[0] || oh < 0 || oh >= out[1] || ow < 0 || ow >= out[2]) continue;
+                  want[static_cast<size_t>(((m * out[0] + od) * out[1] + oh) * out[2] + ow)] +=
+                      x[static_cast<size_t>(((c * in[0] + d) * in[1] + h) * in[2] + ww)] *
+                      w[static_cast<size_t>((((c * M + m) * k[0] + a) * k[1] + b) * k[2] + e)];
+                }
+  Builder b;
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("w", ::onnx::TensorProto::FLOAT);
+  auto* n = b.node("ConvTranspose", {"x", "w"}, {"y"});
+  std::vector<int64_t> pads = pb;
+  pads.insert(pads.end(), pe.begin(), pe.end());
+  for (auto [name, v] : {std::pair{"strides", st}, {"dilations", dil}, {"pads", pads}, {"output_padding", op}}) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t e : v) a->add_ints(e);
+  }
+  b.output("y");
+  const Tensor y = b.load().run({{"x", tensor(x, {N, C, in[0], in[1], in[2]})}, {"w", tensor(w, {C, M, k[0], k[1], k[2]})}}).at("y");
+  ASSERT_EQ(y.shape(), (Shape{N, M, out[0], out[1], out[2]}));
+  const std::vector<float> got = y.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
 // TfIdfVectorizer's weighted modes (the node tests have TF only).
