@@ -33,6 +33,7 @@ const HandlerTable& handlers() {
     add_sequence_ops(h);
     add_training_ops(h);
     add_text_ops(h);
+    add_sampling_ops(h);
     return h;
   }();
   return table;

@@ -192,7 +192,7 @@ inline Handler variadic(Tensor (*f)(const Operand&, const Operand&, Loc), bool m
 }
 
 // Each ops_*.cpp adds its op types.
-void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic, matmul, reductions
+void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic, matmul, einsum, reductions
 void add_shape_ops(HandlerTable& h);        // ops_shape.cpp: reshaping, slicing, gathering, creating
 void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convolution, pooling, losses
 void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
@@ -202,6 +202,7 @@ void add_quant_ops(HandlerTable& h);        // ops_quant.cpp: QuantizeLinear, QL
 void add_sequence_ops(HandlerTable& h);     // ops_sequence.cpp: Sequence*, SplitToSequence, Optional*
 void add_training_ops(HandlerTable& h);     // ops_training.cpp: ai.onnx.preview.training's Adagrad, Momentum, Adam
 void add_text_ops(HandlerTable& h);         // ops_text.cpp: TfIdfVectorizer
+void add_sampling_ops(HandlerTable& h);     // ops_sampling.cpp: GridSample, RoiAlign
 
 // Conv (ops_nn.cpp), which ConvInteger and QLinearConv run on zero-point-shifted values.
 Outs op_conv(Ctx& c);
