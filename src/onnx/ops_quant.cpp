@@ -98,8 +98,10 @@ Outs op_dynamic_quantize_linear(Ctx& c) {
   c.require(x.numel() > 0, "x is empty (its range is undefined)");
   const Tensor lo = minimum(min(x), 0.0), hi = maximum(max(x), 0.0);
   const Tensor scale = (hi - lo) / 255.0;
-  const Tensor zp = clamp(round(0.0 - lo / scale), 0.0, 255.0);
-  return {saturate_u8(x / scale, zp), scale, zp.to(DType::U8)};
+  // An all-zero x has scale 0: it quantizes to zeros with zero point 0 (dividing by 1, not 0/0).
+  const Tensor divisor = where(eq(scale, 0.0), full({}, 1.0, DType::F32), scale);
+  const Tensor zp = clamp(round(0.0 - lo / divisor), 0.0, 255.0);
+  return {saturate_u8(x / divisor, zp), scale, zp.to(DType::U8)};
 }
 
 // (a - a_zero_point) @ (b - b_zero_point) exactly, as float of exact_sum_dtype: a [..., M, K]

@@ -439,6 +439,17 @@ TEST(OnnxValues, QuantizeLinearRoundsTiesToEvenAndSaturates) {
   }
 }
 
+TEST(OnnxValues, DynamicQuantizeLinearOfZerosIsZeros) {
+  Builder b;
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.node("DynamicQuantizeLinear", {"x"}, {"y", "scale", "zp"});
+  for (const char* o : {"y", "scale", "zp"}) b.output(o);
+  auto out = b.load().run({{"x", zeros({5})}});
+  EXPECT_EQ(out.at("y").to_vector<int64_t>(), std::vector<int64_t>(5, 0));
+  EXPECT_EQ(out.at("scale").to_vector<float>(), (std::vector<float>{0}));
+  EXPECT_EQ(out.at("zp").to_vector<int64_t>(), (std::vector<int64_t>{0}));
+}
+
 TEST(OnnxValues, MalformedQuantizedNodesAreErrors) {
   {  // a per-axis scale whose length is not the axis's
     Builder b;
