@@ -1,6 +1,7 @@
 // Quantized ops (uint8, the 8-bit type alk has; int8 tensors are refused when the model is read):
 // QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger,
-// QLinearMatMul, QLinearConv, as compositions of table ops.
+// QLinearMatMul, QLinearConv, and com.microsoft's QLinearAdd and QLinearMul, as compositions of
+// table ops.
 //
 // Exactness: the integer products (MatMulInteger, ConvInteger and the accumulators of the QLinear
 // ops) run through the float GEMM and convolution kernels on zero-point-shifted values, which
@@ -207,9 +208,26 @@ Outs op_qlinear_conv(Ctx& c) {
   return {saturate_u8(acc.to(DType::F32) * multiplier, c.x(7).reshape({}).to(DType::F32))};
 }
 
+// com.microsoft's QLinearAdd and QLinearMul (A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale,
+// C_zp?): the dequantized sum or product requantized onto C's grid, computed in f32 as
+// onnxruntime's kernels do (a sum of the two scaled terms; a product times one multiplier).
+Handler qlinear_binary(bool mul) {
+  return [mul](Ctx& c) {
+    require_u8(c, 0, "A");
+    require_u8(c, 3, "B");
+    const Tensor a = c.x(0).to(DType::F32) - zero_point(c, 2, DType::F32).reshape({});
+    const Tensor b = c.x(3).to(DType::F32) - zero_point(c, 5, DType::F32).reshape({});
+    const Tensor as = qlinear_scale(c, 1, 0, {}), bs = qlinear_scale(c, 4, 0, {}), cs = qlinear_scale(c, 6, 0, {});
+    const Tensor value = mul ? a * b * (as * bs / cs) : a * (as / cs) + b * (bs / cs);
+    return Outs{saturate_u8(value, zero_point(c, 7, DType::F32).reshape({}))};
+  };
+}
+
 }  // namespace
 
 void add_quant_ops(HandlerTable& h) {
+  h["com.microsoft:QLinearAdd"] = qlinear_binary(false);
+  h["com.microsoft:QLinearMul"] = qlinear_binary(true);
   h["QuantizeLinear"] = op_quantize_linear;
   h["DequantizeLinear"] = op_dequantize_linear;
   h["DynamicQuantizeLinear"] = op_dynamic_quantize_linear;
