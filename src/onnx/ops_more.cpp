@@ -420,6 +420,7 @@ Tensor scatter_in_rounds(Ctx& c, const Tensor& data, int64_t axis, const Tensor&
     target[static_cast<size_t>(axis)] = idx[e];
     round[e] = seen[target]++;
     rounds = std::max(rounds, round[e] + 1);
+    if (rounds > 4096) c.fail_with("more than 4096 updates of one position");
     for (size_t d = us.size(); d-- > 0;)  // the next multi-index in row-major order
       if (++at[d] < us[d]) break;
       else at[d] = 0;

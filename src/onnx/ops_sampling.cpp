@@ -140,6 +140,8 @@ Outs op_roi_align(Ctx& c) {
   }
   const int64_t L = oh * ow;
   checked_numel({R, C, L * taps}, c.label(), c.loc);
+  if (static_cast<double>(R) * static_cast<double>(L) * static_cast<double>(taps) > static_cast<double>(int64_t{1} << 24))
+    c.fail_with(R, " rois of ", L, " bins of ", taps, " taps are too many samples");
   std::vector<int64_t> where_at(static_cast<size_t>(R * L * taps), 0);
   std::vector<double> weight(where_at.size(), 0.0);
   for (int64_t r = 0; r < R; ++r) {

@@ -77,11 +77,13 @@ Outs split_to_sequence(Ctx& c) {
   std::vector<int64_t> sizes;
   bool squeeze = false;
   if (!c.has(1)) {
+    if (n > kMaxShapeValues) c.fail_with("splits into ", n, " pieces, more than ", kMaxShapeValues);
     sizes.assign(static_cast<size_t>(n), 1);
     squeeze = c.i("keepdims", 1) == 0;
   } else if (c.x(1).dim() == 0) {
     const int64_t each = c.values(1)[0];
-    c.require(each > 0, "split ", each, " must be positive");
+    c.require(each > 0 && (n + each - 1) / each <= kMaxShapeValues, "split ", each, " must be positive and give at most ",
+              kMaxShapeValues, " pieces of ", n);
     for (int64_t at = 0; at < n; at += each) sizes.push_back(std::min(each, n - at));
   } else {
     sizes = c.values(1);
@@ -89,6 +91,8 @@ Outs split_to_sequence(Ctx& c) {
     for (int64_t s : sizes) c.require(s >= 0, "negative split size"), total += s;
     if (total != n) c.fail_with("split sizes ", to_string(sizes), " do not add up to ", n);
   }
+  if (static_cast<int64_t>(sizes.size()) > kMaxShapeValues)
+    c.fail_with("splits into ", sizes.size(), " pieces, more than ", kMaxShapeValues);
   std::vector<Tensor> items;
   int64_t at = 0;
   for (int64_t s : sizes) {

@@ -129,6 +129,7 @@ Outs mel_weight_matrix(Ctx& c) {
   if (!dtype_from_onnx(static_cast<int>(c.i("output_datatype", 1)), &dt) || !is_floating(dt))
     c.unsupported("output_datatype ", c.i("output_datatype", 1));
   const int64_t bins = dft_length / 2 + 1;
+  if (bins * mels > kMaxShapeValues * 16) c.fail_with(bins, " x ", mels, " weights are too many to make on the host");
   const auto mel = [](double hz) { return 2595.0 * std::log10(1.0 + hz / 700.0); };
   const double low = mel(low_hz), step = (mel(high_hz) - low) / static_cast<double>(mels + 2);
   // Clamped to the last bin: the Nyquist edge of an odd dft_length would land one past it.

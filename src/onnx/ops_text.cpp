@@ -47,6 +47,9 @@ Outs tfidf_vectorizer(Ctx& c) {
   c.require(entry == indexes.size(), "ngram_indexes holds ", indexes.size(), " columns for ", entry, " n-grams");
   const std::vector<int64_t> tokens = c.values(0);
   const int64_t rows = x.dim() == 1 ? 1 : x.shape()[0], C = x.shape().back();
+  // n-grams looked up: at most every start, per skip, per length (the host's work, bounded).
+  if (static_cast<double>(x.numel()) * static_cast<double>(skips + 1) * static_cast<double>(max_n - min_n + 1) > 1e8)
+    c.fail_with(x.numel(), " tokens with ", skips + 1, " skips and ", max_n - min_n + 1, " gram lengths are too many lookups");
   std::vector<double> hits(static_cast<size_t>(rows * columns), 0.0);
   std::vector<int64_t> gram;
   for (int64_t r = 0; r < rows; ++r) {
