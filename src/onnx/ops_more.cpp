@@ -694,7 +694,12 @@ Outs op_bitshift(Ctx& c) {
   return {cast(floor(x.to(DType::F64) / scale), x.dtype())};
 }
 
-// MaxUnpool: the values written at MaxPool's flat indices into zeros of the unpooled shape.
+// MaxUnpool: the values written at MaxPool's flat indices into zeros of the unpooled shape
+// ((in - 1) * stride - pads + kernel). With output_shape (the ONNX reference's rule) the pads are
+// ignored, the values land in that unpadded shape, which is then extended with zeros at the end
+// of each axis to output_shape. An index that repeats (overlapping windows of the MaxPool that
+// made them) carries the same value each time: the values are averaged per position, which
+// keeps it, where a sum would multiply it.
 Outs op_max_unpool(Ctx& c) {
   const Tensor &x = c.x(0), &idx = c.x(1);
   c.require(x.dim() == 4 && idx.shape() == x.shape(), "X and I must be 4-D of one shape");
@@ -702,16 +707,28 @@ Outs op_max_unpool(Ctx& c) {
   c.require(kernel.size() == 2, "kernel_shape must have 2 values");
   std::vector<int64_t> strides = c.ints("strides", {1, 1}), pads = c.ints("pads", {0, 0, 0, 0});
   c.require(strides.size() == 2 && pads.size() == 4, "strides/pads of the wrong length");
-  // An explicit output_shape places the values by the reference's own rule (not the flat
-  // indices as given), which alk does not reproduce.
-  if (c.has(2)) c.unsupported("output_shape");
+  std::vector<int64_t> wanted;
+  if (c.has(2)) {
+    wanted = c.values(2);
+    c.require(wanted.size() == 4, "output_shape must have 4 values, got ", wanted.size());
+    pads = {0, 0, 0, 0};
+  }
   Shape out = x.shape();
   for (size_t k = 0; k < 2; ++k) out[2 + k] = (x.shape()[2 + k] - 1) * strides[k] - pads[k] - pads[k + 2] + kernel[k];
   const int64_t total = checked_numel(out, c.label(), c.loc);
   Tensor flat_idx = idx.to(DType::I64).reshape({idx.numel()});
   c.require(total > 0 || x.numel() == 0, "empty output");
-  Tensor y = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, clamp(flat_idx, 0, total - 1), x.reshape({x.numel()}));
-  return {y.reshape(out)};
+  const Tensor at = clamp(flat_idx, 0, total - 1);
+  const Tensor sums = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, at, x.reshape({x.numel()}));
+  const Tensor hits = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, at, ones({x.numel()}, x.dtype()));
+  Tensor y = where(hits > 1, sums / hits, sums).reshape(out);
+  if (!wanted.empty()) {
+    for (size_t k = 0; k < 4; ++k)
+      if (wanted[k] < out[k] || (k < 2 && wanted[k] != out[k]) || wanted[k] > kMaxShapeValues)
+        c.fail_with("output_shape ", to_string(wanted), " must keep N and C and not be smaller than ", to_string(out));
+    y = pad(y, {0, wanted[3] - out[3], 0, wanted[2] - out[2]});
+  }
+  return {y};
 }
 
 // Det by Gaussian elimination with partial pivoting, on the host (small matrices).

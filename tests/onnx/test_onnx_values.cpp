@@ -3,8 +3,9 @@
 // ConcatFromSequence), sequence values through Model::run_values and their errors, Einsum's
 // ellipsis and diagonals, 3-D pooling and transposed convolution, TfIdfVectorizer's weights,
 // bicubic GridSample's padding, RoiAlign's adaptive grids, scatter reductions over duplicates,
-// and the quantized ops' exactness where it is hardest: ties rounding to even, saturation, and an
-// integer product long enough (K = 300) to leave f32's exact range, on every device.
+// MaxUnpool of overlapping windows, and the quantized ops' exactness where it is hardest: ties
+// rounding to even, saturation, and an integer product long enough (K = 300) to leave f32's exact
+// range, on every device.
 #ifdef ALK_HAVE_ONNX
 #ifndef ONNX_ML
 #define ONNX_ML 1
@@ -291,6 +292,35 @@ TEST(OnnxValues, ConvTranspose3dMatchesTheSumWrittenOut) {
   ASSERT_EQ(y.shape(), (Shape{N, M, out[0], out[1], out[2]}));
   const std::vector<float> got = y.to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+// MaxPool's indices into MaxUnpool where the windows overlap: every window of this image picks
+// its center, which must come back once (not summed four times), here and with an output_shape
+// that extends the unpooled 3 x 3 with zeros at the end.
+TEST(OnnxValues, MaxUnpoolOfOverlappingWindows) {
+  for (bool with_shape : {false, true}) {
+    Builder b;
+    b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+    auto ints = [](::onnx::NodeProto* n, const char* name, std::vector<int64_t> v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t e : v) a->add_ints(e);
+    };
+    ints(b.node("MaxPool", {"x"}, {"pooled", "where"}), "kernel_shape", {2, 2});
+    std::vector<std::string> in = {"pooled", "where"};
+    if (with_shape) {
+      b.ints("shape", {1, 1, 4, 5});
+      in.push_back("shape");
+    }
+    ints(b.node("MaxUnpool", in, {"y"}), "kernel_shape", {2, 2});
+    b.output("y");
+    const Tensor y = b.load().run({{"x", tensor(std::vector<float>{1, 2, 3, 4, 9, 5, 6, 7, 8}, {1, 1, 3, 3})}}).at("y");
+    std::vector<float> want(with_shape ? 20 : 9, 0.f);
+    want[with_shape ? 6 : 4] = 9;  // row 1, column 1
+    EXPECT_EQ(y.shape(), with_shape ? (Shape{1, 1, 4, 5}) : (Shape{1, 1, 3, 3}));
+    EXPECT_EQ(y.to_vector<float>(), want) << (with_shape ? "with" : "without") << " output_shape";
+  }
 }
 
 // TfIdfVectorizer's weighted modes (the node tests have TF only).
