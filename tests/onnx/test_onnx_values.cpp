@@ -20,6 +20,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "alk/alk.h"
 #include "alk/onnx.h"
@@ -513,6 +514,26 @@ TEST(OnnxValues, QLinearMulMatchesOnnxruntimeAndQLinearAddTheFormula) {
     const double v = (0.031 * (a[k] - 120.0) + 0.017 * (b[k % 6] - 9.0)) / 0.05;
     EXPECT_EQ(sum[k], std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(v)) + 127, 0, 255)) << k;
   }
+}
+
+// Blocked quantization (opset 21): each scale covers block_size elements along the axis.
+TEST(OnnxValues, BlockedQuantizeAndDequantize) {
+  Builder b;
+  b.m.mutable_opset_import(0)->set_version(21);
+  b.tensor_input("x", ::onnx::TensorProto::FLOAT);
+  b.tensor_input("scale", ::onnx::TensorProto::FLOAT);
+  for (auto [op, in, out] : {std::tuple{"QuantizeLinear", "x", "q"}, {"DequantizeLinear", "q", "back"}}) {
+    auto* n = b.node(op, {in, "scale"}, {out});
+    Builder::int_attr(n, "axis", 1);
+    Builder::int_attr(n, "block_size", 2);
+  }
+  b.output("q");
+  b.output("back");
+  auto out = b.load().run({{"x", tensor(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4})},
+                           {"scale", tensor(std::vector<float>{1, 2, 0.5f, 4}, {2, 2})}});
+  // x / scale: 1 2 1.5 2 | 10 12 1.75 2, rounded half to even.
+  EXPECT_EQ(out.at("q").to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 2, 2, 10, 12, 2, 2}));
+  EXPECT_EQ(out.at("back").to_vector<float>(), (std::vector<float>{1, 2, 4, 4, 5, 6, 8, 8}));
 }
 
 TEST(OnnxValues, MalformedQuantizedNodesAreErrors) {
