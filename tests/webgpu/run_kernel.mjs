@@ -11,9 +11,10 @@ import { create, globals } from 'webgpu';
 
 Object.assign(globalThis, globals);
 const [jobPath, outPath] = process.argv.slice(2);
+const gpu = create([]);  // module scope: Dawn's instance must outlive every await on it (collected, it crashes)
 try {
   const job = JSON.parse(fs.readFileSync(jobPath, 'utf8'));
-  const adapter = await create([]).requestAdapter();
+  const adapter = await gpu.requestAdapter();
   if (!adapter) throw new Error('no WebGPU adapter');
   const device = await adapter.requestDevice();
   device.pushErrorScope('validation');
