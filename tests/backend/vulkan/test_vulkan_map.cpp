@@ -16,6 +16,7 @@
 //                            relative), on top of the f32 tolerance: rounding the same
 //                            value computed slightly differently may land one step away
 // Measured on lavapipe (Mesa 22.3, LLVM 15): f32 transcendental max relative error ~3e-7.
+// The golden GLSL files (tests/golden) run here too, as checked in, with the same tolerances.
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
