@@ -1,6 +1,6 @@
 // Every user-facing error path raises alk::Error naming the op, the offending shapes or
 // values, and the caller's file:line. Each EXPECT_ALK_ERROR sits on the same line as the
-// failing call, so __LINE__ there is the line the error must report.
+// failing call, so __LINE__ there is the line the error must report (tests/error_expect.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,41 +12,13 @@
 #include "alk/alk.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "error_expect.h"
 
 namespace {
 
 using alk::DType;
 using alk::Shape;
 using alk::Tensor;
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// Runs fn, which must throw alk::Error for op `op` at `line` of this file, with every
-// needle in what().
-void expect_error(const std::function<void()>& fn, unsigned line, const std::string& op,
-                  const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const alk::Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.op(), op) << what;
-    EXPECT_NE(what.find(op), std::string::npos) << "what() does not name the op: " << what;
-    EXPECT_TRUE(ends_with(e.file(), "test_errors.cpp")) << "file " << e.file() << " in: " << what;
-    EXPECT_EQ(e.line(), line) << what;
-    EXPECT_NE(what.find("test_errors.cpp:" + std::to_string(line)), std::string::npos) << what;
-    for (const std::string& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-alk exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected alk::Error from " << op << " (line " << line << ")";
-}
-
-#define EXPECT_ALK_ERROR(expr, op, ...) \
-  expect_error([&] { (void)(expr); }, __LINE__, op, {__VA_ARGS__})
 
 std::vector<double> iota(int64_t n) {
   std::vector<double> v(static_cast<size_t>(n));
@@ -170,7 +142,7 @@ TEST(ErrorsIndex, GatherErrorNamesTheGatherLineNotTheRealizeLine) {
     FAIL() << "expected alk::Error";
   } catch (const alk::Error& e) {
     EXPECT_EQ(e.op(), "gather") << e.what();
-    EXPECT_TRUE(ends_with(e.file(), "test_errors.cpp")) << e.what();
+    EXPECT_EQ(alk::testing::file_basename(e.file()), "test_errors.cpp") << e.what();
     EXPECT_EQ(e.line(), gather_line) << e.what();
     EXPECT_NE(std::string(e.what()).find("5"), std::string::npos) << e.what();
   }
@@ -444,7 +416,7 @@ TEST(ErrorsPublicApi, EveryEntryNamesTheOpTheValuesAndTheCallersLine) {
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE("the entry at test_errors.cpp:" + std::to_string(c.line));
-    expect_error(c.call, c.line, c.op, c.values);
+    alk::testing::expect_alk_error(c.call, __FILE__, c.line, c.op, c.values);
   }
 }
 
