@@ -27,7 +27,8 @@ inline void expect_alk_error(const std::function<void()>& fn, const char* file, 
     EXPECT_EQ(file_basename(e.file()), here) << "file " << e.file() << " in: " << what;
     EXPECT_EQ(e.line(), line) << what;
     EXPECT_NE(what.find(here + ":" + std::to_string(line)), std::string::npos) << what;
-    for (const std::string& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
+    for (const std::string& n : needles)
+      EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
     return;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw a non-alk exception: " << e.what();

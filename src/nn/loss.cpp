@@ -24,8 +24,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   }
   Tensor lp = log_softmax(logits.reshape({-1, c}, loc), 1, loc);  // [N, C]
   Tensor t = targets.reshape({-1, 1}, loc);
-  Tensor keep = ne(t, ignore_index);                      // [N, 1]
-  Tensor safe = where(keep, t, int64_t{0});               // ignored rows gather class 0, then are masked
+  Tensor keep = ne(t, ignore_index);                        // [N, 1]
+  Tensor safe = where(keep, t, int64_t{0});                 // ignored rows gather class 0, then are masked
   Tensor picked = gather(lp, 1, safe.to(DType::I64), loc);  // [N, 1]
   picked.impl()->node->name = "cross_entropy";  // a target out of range is reported as cross_entropy's, at this call
   Tensor nll = -picked;
