@@ -10,8 +10,8 @@ zeros, ties, negative numbers outside the domain) and its gradient is taken agai
 random seed gradient. Reductions, template ops, losses and layers follow, by hand, all in float64.
 Then the same ops in float32 and bfloat16 (PyTorch computing in that dtype, as alk does), and
 torch.nn's modules (Linear, LayerNorm, Embedding, Conv2d, MultiheadAttention, GELU,
-CrossEntropyLoss) called with the case's parameters, forward and gradients, which the test
-runs through alk's nn modules. tests/ops/test_torch_parity.cpp runs every case through alk and
+CrossEntropyLoss; Linear and BatchNorm2d in float64 too) called with the case's parameters,
+forward and gradients, which the test runs through alk's nn modules. tests/ops/test_torch_parity.cpp runs every case through alk and
 compares (NaN matches NaN; the tolerance is the case's dtype's, see there).
 Cases where alk deliberately differs from PyTorch are listed in docs/pytorch.md and marked
 "differs" here, with alk's documented answer ("alk_grads" at the elements "grad_differs" marks),
@@ -327,12 +327,15 @@ def loss_and_layer_cases():
     add_case("mse_loss", "mse_loss", [x, y], F.mse_loss)
     add_case("bce_with_logits", "bce_logits", [t64([-50.0, -1.0, 0.0, 2.0, 60.0, 3.0]), t64([0.0, 1.0, 0.5, 1.0, 0.0, 1.0])],
              F.binary_cross_entropy_with_logits)
-    # Layers as alk's nn modules compute them: Linear, BatchNorm2d in training mode.
-    add_case("linear", "linear", [torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
-                                  torch.randn(4, dtype=torch.float64)], F.linear)
-    add_case("batch_norm/train", "batch_norm", [torch.randn(4, 3, 2, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64),
-                                               torch.randn(3, dtype=torch.float64)],
-             lambda x, w, b: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5), {"eps": 1e-5})
+    # torch.nn's Linear and BatchNorm2d (training mode: batch statistics) with these parameters;
+    # the test runs alk's nn modules.
+    add_case("linear", "nn:Linear", [torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
+                                     torch.randn(4, dtype=torch.float64)],
+             module_call(torch.nn.Linear(5, 4, dtype=torch.float64)))
+    add_case("batch_norm/train", "nn:BatchNorm2d",
+             [torch.randn(4, 3, 2, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64),
+              torch.randn(3, dtype=torch.float64)],
+             module_call(torch.nn.BatchNorm2d(3, eps=1e-5, dtype=torch.float64)), {"eps": 1e-5})
 
 
 # Values an op of the table is sampled at in the low-precision cases, per domain

@@ -134,7 +134,6 @@ Tensor run_op(const std::string& op, const Value& p, const std::vector<Tensor>& 
     return nn::cross_entropy(in[0], in[1], pint(p, "ignore_index", -100), pnum(p, "label_smoothing", 0));
   if (op == "mse_loss") return nn::mse_loss(in[0], in[1]);
   if (op == "bce_logits") return nn::binary_cross_entropy_with_logits(in[0], in[1]);
-  if (op == "linear") return matmul(in[0], in[1].t()) + in[2];
   // torch.nn's modules: alk's nn modules, their parameters the case's tensors.
   if (op == "nn:Linear") {
     nn::Linear m(in[1].shape()[1], in[1].shape()[0]);
@@ -162,14 +161,14 @@ Tensor run_op(const std::string& op, const Value& p, const std::vector<Tensor>& 
     m.qkv->weight = in[1], m.qkv->bias = in[2], m.proj->weight = in[3], m.proj->bias = in[4];
     return m(in[0]);
   }
-  if (op == "nn:GELU") return nn::Act(nn::Activation::GELU)(in[0]);
-  if (op == "batch_norm") {
+  if (op == "nn:BatchNorm2d") {  // training mode: normalized by the batch's statistics
     const int64_t c = in[1].shape()[0];
-    Tensor mu = mean(in[0], {0, 2, 3}, true), var_b = mean(square(in[0] - mu), {0, 2, 3}, true);
-    // nn::BatchNorm2d's training-mode formula, over the given weight and bias.
-    return (in[0] - mu) * rsqrt(var_b + pnum(p, "eps", 1e-5)) * in[1].reshape({1, c, 1, 1}) +
-           in[2].reshape({1, c, 1, 1});
+    nn::BatchNorm2d m(c, pnum(p, "eps", 1e-5));
+    m.weight = in[1], m.bias = in[2];
+    m.running_mean = zeros({c}, in[0].dtype()).contiguous(), m.running_var = ones({c}, in[0].dtype()).contiguous();
+    return m(in[0]);
   }
+  if (op == "nn:GELU") return nn::Act(nn::Activation::GELU)(in[0]);
   throw std::runtime_error("no alk op for case op '" + op + "'");
 }
 
