@@ -94,10 +94,13 @@ def tensor_json(t, grad=False):
 cases = []
 
 
-def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no_grad=(), alk_grads=None):
+def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no_grad=(), alk_grads=None,
+             module=None):
     """inputs: list of tensors (floating ones get gradients unless listed in no_grad); fn(*inputs) -> tensor.
     Where alk deliberately differs: grad_mask marks the elements (of every gradient) where alk's
-    documented answer, alk_grads(inputs, seed) -> a gradient per input, replaces PyTorch's."""
+    documented answer, alk_grads(inputs, seed) -> a gradient per input, replaces PyTorch's.
+    module: a torch.nn module fn calls; its buffers after the forward (running statistics) are
+    recorded too."""
     ins = [t.detach().clone().requires_grad_(t.is_floating_point() and i not in no_grad) for i, t in enumerate(inputs)]
     out = fn(*ins)
     case = {"name": name, "op": op, "params": params or {}, "inputs": [tensor_json(t, t.requires_grad) for t in ins],
@@ -119,6 +122,8 @@ def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no
                                  for t, a in zip(ins, alk_grads([t.detach() for t in ins], g))]
     if differs:
         case["differs"] = differs
+    if module is not None:
+        case["buffers"] = {n: flat(b) for n, b in module.named_buffers() if b.is_floating_point()}
     cases.append(case)
 
 
@@ -332,10 +337,11 @@ def loss_and_layer_cases():
     add_case("linear", "nn:Linear", [torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
                                      torch.randn(4, dtype=torch.float64)],
              module_call(torch.nn.Linear(5, 4, dtype=torch.float64)))
+    bn = torch.nn.BatchNorm2d(3, eps=1e-5, momentum=0.1, dtype=torch.float64)
     add_case("batch_norm/train", "nn:BatchNorm2d",
              [torch.randn(4, 3, 2, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64),
               torch.randn(3, dtype=torch.float64)],
-             module_call(torch.nn.BatchNorm2d(3, eps=1e-5, dtype=torch.float64)), {"eps": 1e-5})
+             module_call(bn), {"eps": 1e-5, "momentum": 0.1}, module=bn)
 
 
 # Values an op of the table is sampled at in the low-precision cases, per domain

@@ -86,6 +86,11 @@ MUTATIONS = [
      "return layer_norm(x, {dim}, weight, bias, eps, loc); }",
      "return layer_norm(x, {dim}, weight, bias, eps * 100, loc); }",
      "TorchParity.*:Module.*", {}),
+    ("bn-running-var-biased", "nn::BatchNorm2d's running variance takes the batch's biased variance (PyTorch's is unbiased)",
+     "src/nn/layers.cpp",
+     "var_biased.detach().reshape({c}) * (momentum * n / std::max(n - 1, 1.0));",
+     "var_biased.detach().reshape({c}) * momentum;",
+     "TorchParity.*:BatchNorm.*:Module.*", {}),
 ]
 # Mutations after whose build the golden files are rewritten (and put back after the run).
 REGENERATE_GOLDENS = {"wgsl-select-swap", "glsl-bf16-shift"}

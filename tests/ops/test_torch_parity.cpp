@@ -88,8 +88,9 @@ std::vector<int64_t> pints(const Value& params, const char* key) {
   return out;
 }
 
-// Runs one case's op in alk.
-Tensor run_op(const std::string& op, const Value& p, const std::vector<Tensor>& in) {
+// Runs one case's op in alk; a module's buffers after the call (running statistics) go to
+// `buffers`.
+Tensor run_op(const std::string& op, const Value& p, const std::vector<Tensor>& in, nn::NamedTensors& buffers) {
   if (op.rfind("ew:", 0) == 0) {
     const ElementwiseEntry* e = find_elementwise(op.substr(3));
     if (e == nullptr) throw std::runtime_error("no elementwise op " + op);
@@ -163,10 +164,12 @@ Tensor run_op(const std::string& op, const Value& p, const std::vector<Tensor>& 
   }
   if (op == "nn:BatchNorm2d") {  // training mode: normalized by the batch's statistics
     const int64_t c = in[1].shape()[0];
-    nn::BatchNorm2d m(c, pnum(p, "eps", 1e-5));
+    nn::BatchNorm2d m(c, pnum(p, "eps", 1e-5), pnum(p, "momentum", 0.1));
     m.weight = in[1], m.bias = in[2];
     m.running_mean = zeros({c}, in[0].dtype()).contiguous(), m.running_var = ones({c}, in[0].dtype()).contiguous();
-    return m(in[0]);
+    Tensor y = m(in[0]);
+    buffers = {{"running_mean", m.running_mean}, {"running_var", m.running_var}};
+    return y;
   }
   if (op == "nn:GELU") return nn::Act(nn::Activation::GELU)(in[0]);
   throw std::runtime_error("no alk op for case op '" + op + "'");
@@ -244,13 +247,22 @@ TEST(TorchParity, EveryCaseMatches) {
     for (const Value& t : c.at("inputs").as_array()) in.push_back(make(t));
     Mismatch m;
     try {
-      Tensor out = run_op(c.at("op").as_string(), c.at("params"), in);
+      nn::NamedTensors buffers;
+      Tensor out = run_op(c.at("op").as_string(), c.at("params"), in, buffers);
       const Value& want = c.at("out");
       EXPECT_EQ(out.shape(), shape_of(want));
       const std::vector<double> hint = in.empty() ? std::vector<double>{} : in[0].to_vector<double>();
       std::vector<double> got = out.to_vector<double>(), expect = numbers(want.at("data"));
       compare("forward", got, expect, tolerance_of(want.at("dtype").as_string(), false), hint, m);
       compared_values += static_cast<int>(expect.size());
+      if (const Value* want_buffers = c.find("buffers")) {
+        EXPECT_EQ(buffers.size(), want_buffers->as_object().size());
+        for (const auto& [bname, bvalue] : buffers) {
+          const std::vector<double> bwant = numbers(want_buffers->at(bname));
+          compare(bname, bvalue.to_vector<double>(), bwant, tolerance_of(want.at("dtype").as_string(), false), hint, m);
+          compared_values += static_cast<int>(bwant.size());
+        }
+      }
       if (const Value* grads = c.find("grads")) {
         Tensor seed = tensor(numbers(c.at("seed")), out.shape()).to(out.dtype());
         std::vector<Tensor> wrt;
