@@ -89,7 +89,7 @@ MUTATIONS = [
     ("bn-running-var-biased", "nn::BatchNorm2d's running variance takes the batch's biased variance (PyTorch's is unbiased)",
      "src/nn/layers.cpp",
      "var_biased.detach().reshape({c}) * (momentum * n / std::max(n - 1, 1.0));",
-     "var_biased.detach().reshape({c}) * momentum;",
+     "var_biased.detach().reshape({c}) * (momentum * n / std::max(n, 1.0));",
      "TorchParity.*:BatchNorm.*:Module.*", {}),
 ]
 # Mutations after whose build the golden files are rewritten (and put back after the run).
