@@ -7,10 +7,15 @@ The elementwise cases come from the op table itself: every line of include/alk/e
 read here, and an op with no PyTorch counterpart in TORCH_EW below stops the script, so a new op
 cannot be added without its parity cases. Each op runs over a grid of edge values (NaN, +-inf,
 zeros, ties, negative numbers outside the domain) and its gradient is taken against a fixed
-random seed gradient. Reductions, template ops, losses and layers follow, by hand.
-tests/ops/test_torch_parity.cpp runs every case through alk and compares (NaN matches NaN).
+random seed gradient. Reductions, template ops, losses and layers follow, by hand, all in float64.
+Then the same ops in float32 and bfloat16 (PyTorch computing in that dtype, as alk does), and
+torch.nn's modules (Linear, LayerNorm, Embedding, Conv2d, MultiheadAttention, GELU,
+CrossEntropyLoss; Linear and BatchNorm2d in float64 too) called with the case's parameters,
+forward and gradients, which the test runs through alk's nn modules. tests/ops/test_torch_parity.cpp runs every case through alk and
+compares (NaN matches NaN; the tolerance is the case's dtype's, see there).
 Cases where alk deliberately differs from PyTorch are listed in docs/pytorch.md and marked
-"differs" here (the test then checks alk's own documented answer instead of skipping).
+"differs" here, with alk's documented answer ("alk_grads" at the elements "grad_differs" marks),
+which the test checks there instead of PyTorch's.
 """
 import json
 import math
@@ -39,13 +44,21 @@ TORCH_EW = {
     "clamp": torch.clamp,
 }
 
-# Where alk's gradient deliberately differs (docs/pytorch.md), per op: a predicate over the
-# operand values of one element; those elements' gradients are not compared with PyTorch's.
+# Where alk's gradient deliberately differs (docs/pytorch.md, "Deliberate differences"), per op:
+# which elements (a predicate over one element's operand values) and alk's documented answer
+# there (a function of the operands and the seed gradient, as tensors: every operand's
+# gradient). The test compares those elements with alk's answer, the others with PyTorch's.
+def clamp_when_bounds_meet(x, lo, hi, g):
+    """lo == hi: x below gives lo the gradient, x above gives hi, x equal to both gives x."""
+    zero = torch.zeros_like(g)
+    return [torch.where((x >= lo) & (x <= hi), g, zero), torch.where(x < lo, g, zero), torch.where(x > hi, g, zero)]
+
+
 GRAD_DIFFERS = {
-    "clamp": lambda x, lo, hi: lo == hi,  # PyTorch gives nobody the gradient when lo == hi
+    "clamp": (lambda x, lo, hi: lo == hi, clamp_when_bounds_meet),  # PyTorch: nobody gets it
     # At +-inf PyTorch's composite softsign backward computes inf/inf = NaN; alk's table rule
     # g / (1 + |x|)^2 gives the limit, 0.
-    "softsign": lambda x: math.isinf(x),
+    "softsign": (lambda x: math.isinf(x), lambda x, g: [torch.zeros_like(g)]),
 }
 
 EDGE_UNARY = [-3.7, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 1.5, 2.5, 3.0, 20.0, -20.0, math.nan, math.inf, -math.inf]
@@ -70,7 +83,8 @@ def flat(t):
 
 
 def dtype_name(t):
-    return {torch.float64: "f64", torch.float32: "f32", torch.int64: "i64", torch.bool: "bool"}[t.dtype]
+    return {torch.float64: "f64", torch.float32: "f32", torch.bfloat16: "bf16", torch.int64: "i64",
+            torch.bool: "bool"}[t.dtype]
 
 
 def tensor_json(t, grad=False):
@@ -80,8 +94,13 @@ def tensor_json(t, grad=False):
 cases = []
 
 
-def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no_grad=()):
-    """inputs: list of tensors (floating ones get gradients unless listed in no_grad); fn(*inputs) -> tensor."""
+def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no_grad=(), alk_grads=None,
+             module=None):
+    """inputs: list of tensors (floating ones get gradients unless listed in no_grad); fn(*inputs) -> tensor.
+    Where alk deliberately differs: grad_mask marks the elements (of every gradient) where alk's
+    documented answer, alk_grads(inputs, seed) -> a gradient per input, replaces PyTorch's.
+    module: a torch.nn module fn calls; its buffers after the forward (running statistics) are
+    recorded too."""
     ins = [t.detach().clone().requires_grad_(t.is_floating_point() and i not in no_grad) for i, t in enumerate(inputs)]
     out = fn(*ins)
     case = {"name": name, "op": op, "params": params or {}, "inputs": [tensor_json(t, t.requires_grad) for t in ins],
@@ -98,9 +117,13 @@ def add_case(name, op, inputs, fn, params=None, grad_mask=None, differs=None, no
                 gr = torch.zeros_like(t)  # an input the output does not depend on
             case["grads"].append(flat(gr) if gr is not None else None)
         if grad_mask is not None:
-            case["grad_skip"] = grad_mask
+            case["grad_differs"] = grad_mask
+            case["alk_grads"] = [flat(a) if t.requires_grad else None
+                                 for t, a in zip(ins, alk_grads([t.detach() for t in ins], g))]
     if differs:
         case["differs"] = differs
+    if module is not None:
+        case["buffers"] = {n: flat(b) for n, b in module.named_buffers() if b.is_floating_point()}
     cases.append(case)
 
 
@@ -133,11 +156,12 @@ def elementwise_cases():
             x = t64(EDGE_UNARY)
             if logical:
                 x = x.detach()
-            mask, why = None, None
+            mask, why, answer = None, None, None
             if name in GRAD_DIFFERS:
-                mask = [1 if GRAD_DIFFERS[name](v) else 0 for v in EDGE_UNARY]
-                why = "gradient at some edge values (docs/pytorch.md)"
-            add_case(name + "/edges", "ew:" + name, [x], fn, grad_mask=mask, differs=why)
+                mask = [1 if GRAD_DIFFERS[name][0](v) else 0 for v in EDGE_UNARY]
+                why, answer = "gradient at some edge values (docs/pytorch.md)", GRAD_DIFFERS[name][1]
+            add_case(name + "/edges", "ew:" + name, [x], fn, grad_mask=mask, differs=why,
+                     alk_grads=answer and (lambda ins, g, answer=answer: answer(*ins, g)))
             if rule == "Same" and name not in ("logical_not",):
                 xi = torch.tensor([-7, -2, -1, 0, 1, 3, 9], dtype=torch.int64)
                 add_case(name + "/i64", "ew:" + name, [xi], fn)
@@ -169,9 +193,10 @@ def elementwise_cases():
                 xs = [-2.0, -1.0, 0.0, 0.5, 1.0, 2.0, math.nan, 1.0, 0.5, 3.0]
                 lo = [-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 2.0]
                 hi = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0]
-                skip = [1 if GRAD_DIFFERS["clamp"](x, l, h) else 0 for x, l, h in zip(xs, lo, hi)]
-                add_case("clamp/edges", "ew:clamp", [t64(xs), t64(lo), t64(hi)], fn, grad_mask=skip,
-                         differs="lo == hi: PyTorch gives no operand the gradient, alk gives it to lo or hi")
+                mask = [1 if GRAD_DIFFERS["clamp"][0](x, l, h) else 0 for x, l, h in zip(xs, lo, hi)]
+                add_case("clamp/edges", "ew:clamp", [t64(xs), t64(lo), t64(hi)], fn, grad_mask=mask,
+                         differs="lo == hi, x outside: PyTorch gives no operand the gradient, alk gives it to lo or hi",
+                         alk_grads=lambda ins, g: GRAD_DIFFERS["clamp"][1](*ins, g))
     # Zero-size operands broadcast to an empty result.
     add_case("add/empty", "ew:add", [t64([], [0, 3]), t64([1.0, 2.0, 3.0])], torch.add)
     add_case("relu/empty", "ew:relu", [t64([], [2, 0])], torch.relu)
@@ -275,6 +300,22 @@ def template_cases():
     ties = torch.relu(torch.randn(1, 2, 6, 6, dtype=torch.float64))
     ties[0, 0, 0:2, 0:2] = 1.0
     add_case("max_pool2d/ties", "max_pool2d", [ties], lambda x: F.max_pool2d(x, 2), {"kernel": 2, "stride": 2, "padding": 0})
+    # Windows with several NaN (docs/pytorch.md): PyTorch sends the gradient to the last NaN,
+    # alk to the first (its rule for ties): alk's answer is PyTorch's gradient with the NaN
+    # ranked, the first of a window highest.
+    nans = torch.randn(1, 1, 4, 4, dtype=torch.float64)
+    nans[0, 0, 0, 0] = nans[0, 0, 1, 1] = nans[0, 0, 0, 3] = nans[0, 0, 1, 2] = nans[0, 0, 3, 3] = math.nan
+
+    def first_nan_wins(ins, g):
+        ranked = ins[0].clone()
+        flat_view = ranked.view(-1)
+        for k, at in enumerate(torch.nonzero(torch.isnan(flat_view)).flatten().tolist()):
+            flat_view[at] = 1e300 / (k + 1)
+        ranked.requires_grad_()
+        return torch.autograd.grad([F.max_pool2d(ranked, 2)], [ranked], [g])
+    add_case("max_pool2d/nans", "max_pool2d", [nans], lambda x: F.max_pool2d(x, 2),
+             {"kernel": 2, "stride": 2, "padding": 0}, grad_mask=[1] * 16, alk_grads=first_nan_wins,
+             differs="a window with several NaN: PyTorch's gradient goes to the last, alk's to the first")
     add_case("avg_pool2d/k2", "avg_pool2d", [img], lambda x: F.avg_pool2d(x, 2), {"kernel": 2, "stride": 2, "padding": 0})
 
 
@@ -291,12 +332,112 @@ def loss_and_layer_cases():
     add_case("mse_loss", "mse_loss", [x, y], F.mse_loss)
     add_case("bce_with_logits", "bce_logits", [t64([-50.0, -1.0, 0.0, 2.0, 60.0, 3.0]), t64([0.0, 1.0, 0.5, 1.0, 0.0, 1.0])],
              F.binary_cross_entropy_with_logits)
-    # Layers as alk's nn modules compute them: Linear, BatchNorm2d in training mode.
-    add_case("linear", "linear", [torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
-                                  torch.randn(4, dtype=torch.float64)], F.linear)
-    add_case("batch_norm/train", "batch_norm", [torch.randn(4, 3, 2, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64),
-                                               torch.randn(3, dtype=torch.float64)],
-             lambda x, w, b: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5), {"eps": 1e-5})
+    # torch.nn's Linear and BatchNorm2d (training mode: batch statistics) with these parameters;
+    # the test runs alk's nn modules.
+    add_case("linear", "nn:Linear", [torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
+                                     torch.randn(4, dtype=torch.float64)],
+             module_call(torch.nn.Linear(5, 4, dtype=torch.float64)))
+    bn = torch.nn.BatchNorm2d(3, eps=1e-5, momentum=0.1, dtype=torch.float64)
+    add_case("batch_norm/train", "nn:BatchNorm2d",
+             [torch.randn(4, 3, 2, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64),
+              torch.randn(3, dtype=torch.float64)],
+             module_call(bn), {"eps": 1e-5, "momentum": 0.1}, module=bn)
+
+
+# Values an op of the table is sampled at in the low-precision cases, per domain
+# (elementwise.def): finite, away from the edges the float64 grid covers.
+def domain_values(domain, n, dtype):
+    u = torch.rand(n, dtype=torch.float64)
+    if domain == "Positive":
+        v = 0.1 + 2.9 * u
+    elif domain == "NonZero":
+        v = torch.where(u < 0.5, -0.3 - 2.7 * u * 2, 0.3 + 2.7 * (u - 0.5) * 2)
+    elif domain == "Frac":  # rounding: halves and quarters among them
+        v = torch.floor((u - 0.5) * 12) / 4
+    else:
+        v = (u - 0.5) * 6
+    return v.to(dtype)
+
+
+def low_precision_cases():
+    """The table's ops and the template ops in float32 and bfloat16 (PyTorch 1.13 on the CPU
+    computes bfloat16 ops in float32 and rounds each op's result, as alk does)."""
+    for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for op in read_op_table():
+            name, rule = op["name"], op["rule"]
+            if rule in ("Logical", "Select"):
+                continue  # bool operands: no floating dtype to vary
+            fn = TORCH_EW[name]
+            grad = rule not in ("Compare",)
+            ins = [domain_values(op["domain"], 12, dtype).reshape(3, 4) for _ in range(op["arity"])]
+            if name == "clamp":  # lo <= hi
+                ins[1], ins[2] = torch.minimum(ins[1], ins[2]), torch.maximum(ins[1], ins[2])
+            if name == "pow":  # a positive base (the float64 grid has the rest)
+                ins[0] = ins[0].abs() + 0.25
+            add_case("%s/%s" % (name, tag), "ew:" + name, ins, fn, no_grad=() if grad else (0, 1, 2))
+        x = torch.randn(3, 6, dtype=dtype)
+        a, b = torch.randn(2, 3, 17, dtype=dtype), torch.randn(17, 5, dtype=dtype)
+        add_case("matmul/" + tag, "matmul", [a, b], torch.matmul)
+        add_case("sum/" + tag, "sum", [x], lambda t: torch.sum(t, 1), {"axes": [1]})
+        add_case("mean/" + tag, "mean", [x], lambda t: torch.mean(t, 0), {"axes": [0]})
+        add_case("max/" + tag, "max", [x], lambda t: torch.amax(t, 1), {"axes": [1]})
+        add_case("softmax/" + tag, "softmax", [x], lambda t: torch.softmax(t, 1), {"dim": 1})
+        add_case("log_softmax/" + tag, "log_softmax", [x], lambda t: torch.log_softmax(t, 1), {"dim": 1})
+        add_case("logsumexp/" + tag, "logsumexp", [x], lambda t: torch.logsumexp(t, 1), {"axes": [1]})
+
+
+def module_call(module):
+    """fn(x, *params) calling torch.nn `module` with the case's parameters (in module order)."""
+    names = [n for n, _ in module.named_parameters()]
+
+    def fn(x, *params):
+        return torch.nn.utils.stateless.functional_call(module, dict(zip(names, params)), (x,))
+    return fn
+
+
+class SelfAttention(torch.nn.Module):
+    """nn.MultiheadAttention as causal self-attention (alk's nn::CausalSelfAttention)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, x):
+        t = x.shape[1]
+        future = torch.ones(t, t, dtype=torch.bool).triu(1)  # True: not attended
+        return self.mha(x, x, x, attn_mask=future, need_weights=False)[0]
+
+
+def module_cases():
+    """torch.nn modules, called with the case's parameters; the test runs alk's nn modules."""
+    for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        def params(module):
+            return [p.detach().to(dtype) for _, p in module.named_parameters()]
+
+        lin = torch.nn.Linear(5, 4)
+        add_case("nn.Linear/" + tag, "nn:Linear", [torch.randn(2, 3, 5, dtype=dtype)] + params(lin), module_call(lin))
+        ln = torch.nn.LayerNorm(6)
+        with torch.no_grad():  # not the identity affine map
+            ln.weight.copy_(torch.randn(6))
+            ln.bias.copy_(torch.randn(6))
+        add_case("nn.LayerNorm/" + tag, "nn:LayerNorm", [torch.randn(4, 6, dtype=dtype) * 2 + 1] + params(ln),
+                 module_call(ln), {"eps": ln.eps})
+        emb = torch.nn.Embedding(7, 3)
+        ids = torch.tensor([[1, 6, 1], [0, 1, 4]])
+        add_case("nn.Embedding/" + tag, "nn:Embedding", [params(emb)[0], ids],
+                 lambda w, i: torch.nn.utils.stateless.functional_call(emb, {"weight": w}, (i,)))
+        conv = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)
+        add_case("nn.Conv2d/" + tag, "nn:Conv2d", [torch.randn(2, 4, 7, 6, dtype=dtype)] + params(conv),
+                 module_call(conv), {"in": 4, "out": 6, "kernel": 3, "stride": 2, "padding": 1, "dilation": 1,
+                                     "groups": 2})
+        attn = SelfAttention(8, 2)
+        add_case("nn.CausalSelfAttention/" + tag, "nn:CausalSelfAttention",
+                 [torch.randn(2, 5, 8, dtype=dtype)] + params(attn), module_call(attn), {"dim": 8, "heads": 2})
+        add_case("nn.GELU/" + tag, "nn:GELU", [torch.randn(3, 5, dtype=dtype) * 2], torch.nn.GELU())
+        ce = torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=0.1)
+        add_case("nn.CrossEntropyLoss/" + tag, "cross_entropy",
+                 [torch.randn(5, 4, dtype=dtype) * 2, torch.tensor([1, 0, 3, -100, 2])], ce,
+                 {"ignore_index": -100, "label_smoothing": 0.1})
 
 
 def main():
@@ -304,6 +445,8 @@ def main():
     reduction_cases()
     template_cases()
     loss_and_layer_cases()
+    low_precision_cases()
+    module_cases()
     out = os.path.join(ROOT, sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/torch_parity.json")
     with open(out, "w") as f:
         f.write('{"torch": "%s", "cases": [\n' % torch.__version__)

@@ -68,7 +68,32 @@ MUTATIONS = [
      "    test_pause_point(\"model\", step);\n"
      "    save_safetensors(sub + \"/model.safetensors\", model.state_dict(), model_meta);\n",
      "CrashSafety.SigkillAtEach*:Resume.*", {}),
+    # Emitter breaks with the golden files rewritten from the broken emitter (ALK_UPDATE_GOLDEN=1,
+    # as a commit that regenerates them would), so the text comparison passes: the goldens run.
+    ("wgsl-select-swap", "the WGSL emitter swaps select's operands (its argument order is false, true, cond), "
+     "goldens regenerated",
+     "src/expr/emit_wgsl.cpp",
+     'return "select(" + b + ", " + a + ", " + c + ")";',
+     'return "select(" + a + ", " + b + ", " + c + ")";',
+     "ExprEmit.GoldenKernels:WebgpuGolden.*", {"ALK_REQUIRE": "cpu webgpu"}),
+    ("glsl-bf16-shift", "the GLSL emitter widens bf16 with a shift of 15 instead of 16, goldens regenerated",
+     "src/expr/emit_glsl.cpp",
+     'return "float " + in + " = uintBitsToFloat(uint(" + raw + ") << 16);";',
+     'return "float " + in + " = uintBitsToFloat(uint(" + raw + ") << 15);";',
+     "ExprEmit.GoldenKernels:VulkanMap.Golden*", {}),
+    ("layernorm-module-eps", "nn::LayerNorm passes 100 times its eps (the formula's layer_norm is right)",
+     "src/nn/layers.cpp",
+     "return layer_norm(x, {dim}, weight, bias, eps, loc); }",
+     "return layer_norm(x, {dim}, weight, bias, eps * 100, loc); }",
+     "TorchParity.*:Module.*", {}),
+    ("bn-running-var-biased", "nn::BatchNorm2d's running variance takes the batch's biased variance (PyTorch's is unbiased)",
+     "src/nn/layers.cpp",
+     "var_biased.detach().reshape({c}) * (momentum * n / std::max(n - 1, 1.0));",
+     "var_biased.detach().reshape({c}) * (momentum * n / std::max(n, 1.0));",
+     "TorchParity.*:BatchNorm.*:Module.*", {}),
 ]
+# Mutations after whose build the golden files are rewritten (and put back after the run).
+REGENERATE_GOLDENS = {"wgsl-select-swap", "glsl-bf16-shift"}
 
 
 def run(cmd, env=None, timeout=3600):
@@ -86,6 +111,7 @@ def main():
             continue
         full = os.path.join(ROOT, path)
         original = open(full).read()
+        goldens = None
         if original.count(old) != 1:
             rows.append((mid, what, "NOT APPLIED: the text to mutate is not in %s exactly once" % path))
             continue
@@ -97,6 +123,11 @@ def main():
                 continue
             env = dict(os.environ, **extra)
             env.setdefault("ALK_REQUIRE", "cpu vulkan")
+            if mid in REGENERATE_GOLDENS:
+                golden_dir = os.path.join(ROOT, "tests", "golden")
+                goldens = {f: open(os.path.join(golden_dir, f)).read() for f in os.listdir(golden_dir)}
+                run([os.path.join(build, "alk_tests"), "--gtest_filter=ExprEmit.GoldenKernels"],
+                    env=dict(env, ALK_UPDATE_GOLDEN="1"))
             rc, out = run([os.path.join(build, "alk_tests"), "--gtest_brief=1", "--gtest_filter=" + filt], env=env)
             failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+\.\S+?)(?:,| \(|$)", out, re.M)))
             caught = ", ".join(failed) if failed else "NOT CAUGHT"
@@ -104,6 +135,9 @@ def main():
             print("%s: %s" % (mid, caught), flush=True)
         finally:
             open(full, "w").write(original)
+            if mid in REGENERATE_GOLDENS and goldens:
+                for f, text in goldens.items():
+                    open(os.path.join(golden_dir, f), "w").write(text)
     print("\n| mutation | what it breaks | tests that fail |\n|---|---|---|")
     for mid, what, caught in rows:
         print("| %s | %s | %s |" % (mid, what, caught))

@@ -24,18 +24,39 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   }
   Tensor lp = log_softmax(logits.reshape({-1, c}, loc), 1, loc);  // [N, C]
   Tensor t = targets.reshape({-1, 1}, loc);
-  Tensor keep = ne(t, ignore_index);                      // [N, 1]
-  Tensor safe = where(keep, t, int64_t{0});               // ignored rows gather class 0, then are masked
-  Tensor nll = -gather(lp, 1, safe.to(DType::I64), loc);  // [N, 1]
+  Tensor keep = ne(t, ignore_index);                        // [N, 1]
+  Tensor safe = where(keep, t, int64_t{0});                 // ignored rows gather class 0, then are masked
+  Tensor picked = gather(lp, 1, safe.to(DType::I64), loc);  // [N, 1]
+  picked.impl()->node->name = "cross_entropy";  // a target out of range is reported as cross_entropy's, at this call
+  Tensor nll = -picked;
   if (smoothing > 0) nll = nll * (1 - smoothing) - mean(lp, {1}, true) * smoothing;
   Tensor w = keep.to(logits.dtype());
   return sum(nll * w) / maximum(sum(w), 1.0);
 }
 
-Tensor mse_loss(const Tensor& x, const Tensor& target, Loc loc) { return mean(square(x - target), {}, false, loc); }
+namespace {
+
+// The operands of an elementwise loss broadcast as in PyTorch; shapes that do not are the
+// loss's error (not its inner sub's), at the caller's line.
+void check_broadcastable(const std::string& op, const Tensor& a, const Tensor& b, Loc loc) {
+  check(a.defined() && b.defined(), op, loc, "undefined input");
+  try {
+    broadcast_shapes(a.shape(), b.shape(), loc);
+  } catch (const Error& e) {
+    throw Error(op, e.detail(), loc);
+  }
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& x, const Tensor& target, Loc loc) {
+  check_broadcastable("mse_loss", x, target, loc);
+  return mean(square(x - target), {}, false, loc);
+}
 
 // max(x, 0) - x*y + log(1 + exp(-|x|)): stable for large |x|.
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Loc loc) {
+  check_broadcastable("binary_cross_entropy_with_logits", x, y, loc);
   // softplus(x) - x y: softplus is max(x, 0) + log1p(exp(-|x|)) (no overflow), and its table
   // gradient sigmoid(x) keeps d/dx = sigmoid(x) - y exact at x = 0, where relu's kink is.
   return mean(softplus(x, loc) - x * y, {}, false, loc);

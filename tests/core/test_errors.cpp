@@ -1,6 +1,6 @@
 // Every user-facing error path raises alk::Error naming the op, the offending shapes or
 // values, and the caller's file:line. Each EXPECT_ALK_ERROR sits on the same line as the
-// failing call, so __LINE__ there is the line the error must report.
+// failing call, so __LINE__ there is the line the error must report (tests/error_expect.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,41 +10,15 @@
 #include <vector>
 
 #include "alk/alk.h"
+#include "alk/nn.h"
+#include "alk/optim.h"
+#include "error_expect.h"
 
 namespace {
 
 using alk::DType;
 using alk::Shape;
 using alk::Tensor;
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// Runs fn, which must throw alk::Error for op `op` at `line` of this file, with every
-// needle in what().
-void expect_error(const std::function<void()>& fn, unsigned line, const std::string& op,
-                  std::initializer_list<std::string> needles) {
-  try {
-    fn();
-  } catch (const alk::Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.op(), op) << what;
-    EXPECT_NE(what.find(op), std::string::npos) << "what() does not name the op: " << what;
-    EXPECT_TRUE(ends_with(e.file(), "test_errors.cpp")) << "file " << e.file() << " in: " << what;
-    EXPECT_EQ(e.line(), line) << what;
-    EXPECT_NE(what.find("test_errors.cpp:" + std::to_string(line)), std::string::npos) << what;
-    for (const std::string& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-alk exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected alk::Error from " << op << " (line " << line << ")";
-}
-
-#define EXPECT_ALK_ERROR(expr, op, ...) \
-  expect_error([&] { (void)(expr); }, __LINE__, op, {__VA_ARGS__})
 
 std::vector<double> iota(int64_t n) {
   std::vector<double> v(static_cast<size_t>(n));
@@ -168,7 +142,7 @@ TEST(ErrorsIndex, GatherErrorNamesTheGatherLineNotTheRealizeLine) {
     FAIL() << "expected alk::Error";
   } catch (const alk::Error& e) {
     EXPECT_EQ(e.op(), "gather") << e.what();
-    EXPECT_TRUE(ends_with(e.file(), "test_errors.cpp")) << e.what();
+    EXPECT_EQ(alk::testing::file_basename(e.file()), "test_errors.cpp") << e.what();
     EXPECT_EQ(e.line(), gather_line) << e.what();
     EXPECT_NE(std::string(e.what()).find("5"), std::string::npos) << e.what();
   }
@@ -381,6 +355,69 @@ TEST(ErrorsData, UndefinedOperandNamesTheOp) {
   Tensor undefined;
   EXPECT_ALK_ERROR(alk::add(undefined, 1.0), "add", "undefined");
   EXPECT_ALK_ERROR(alk::exp(undefined), "exp", "undefined");
+}
+
+// ---------------------------------------------------------------------------------------
+// The public API beyond the core ops, as a table: each entry is one call with a bad shape,
+// dtype or index, written on its own line (the line its error must name), the op the error
+// must name and the offending values its message must contain.
+// ---------------------------------------------------------------------------------------
+
+struct ErrorCase {
+  std::function<void()> call;
+  unsigned line;
+  std::string op;
+  std::vector<std::string> values;
+};
+#define ALK_ERROR_CASE(expr, op, ...) \
+  ErrorCase { [&] { (void)(expr); }, __LINE__, op, { __VA_ARGS__ } }
+
+TEST(ErrorsPublicApi, EveryEntryNamesTheOpTheValuesAndTheCallersLine) {
+  const Tensor img = alk::zeros({2, 3, 8, 8}), w = alk::zeros({4, 3, 3, 3}), q = alk::zeros({2, 2, 5, 4});
+  const Tensor logits = alk::zeros({5, 4}), ids = alk::tensor(std::vector<int64_t>{0, 1, 2, 3, 1}, {5});
+  const Tensor x23 = t23(), f_index = alk::zeros({2, 3});
+  alk::nn::Linear linear(4, 3);
+  alk::nn::Conv2d conv(3, 4, 3);
+  alk::nn::LayerNorm norm(6);
+  alk::nn::Embedding emb(7, 3);
+  alk::nn::CausalSelfAttention attn(8, 2);
+  const std::vector<ErrorCase> cases = {
+      ALK_ERROR_CASE(alk::conv2d(img, alk::zeros({4, 2, 3, 3})), "conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]"),
+      ALK_ERROR_CASE(alk::conv2d(alk::zeros({3, 8, 8}), w), "conv2d", "[3, 8, 8]"),
+      ALK_ERROR_CASE(alk::conv2d(img, w, alk::zeros({5})), "conv2d", "[5]"),
+      ALK_ERROR_CASE(alk::conv2d(img, w, Tensor(), 0), "conv2d", "stride", "0"),
+      ALK_ERROR_CASE(alk::conv2d(img, alk::zeros({4, 1, 3, 3}), Tensor(), 1, 0, 1, 2), "conv2d", "groups", "2"),
+      ALK_ERROR_CASE(alk::max_pool2d(img, 0), "max_pool2d", "kernel", "0"),
+      ALK_ERROR_CASE(alk::max_pool2d(alk::zeros({8, 8}), 2), "max_pool2d", "[8, 8]"),
+      ALK_ERROR_CASE(alk::avg_pool2d(img, 3, 1, 2), "avg_pool2d", "padding", "2"),
+      ALK_ERROR_CASE(alk::scaled_dot_product_attention(q, alk::zeros({2, 2, 5, 3}), q), "scaled_dot_product_attention", "[2, 2, 5, 3]"),
+      ALK_ERROR_CASE(alk::scaled_dot_product_attention(q, q, alk::zeros({2, 2, 6, 4})), "scaled_dot_product_attention", "[2, 2, 6, 4]"),
+      ALK_ERROR_CASE(alk::nn::cross_entropy(logits, alk::tensor(std::vector<int64_t>{1, 2}, {2})), "cross_entropy", "[2]", "[5]"),
+      ALK_ERROR_CASE(alk::nn::cross_entropy(logits, alk::zeros({5})), "cross_entropy", "f32"),
+      ALK_ERROR_CASE(alk::nn::cross_entropy(logits, ids, -100, 1.5), "cross_entropy", "1.5"),
+      ALK_ERROR_CASE(alk::nn::cross_entropy(logits, alk::tensor(std::vector<int64_t>{0, 1, 7, 3, 1}, {5})).realize(), "cross_entropy", "7"),
+      ALK_ERROR_CASE(alk::nn::mse_loss(x23, alk::zeros({3, 2})), "mse_loss", "[2, 3]", "[3, 2]"),
+      ALK_ERROR_CASE(alk::nn::binary_cross_entropy_with_logits(x23, alk::zeros({4})), "binary_cross_entropy_with_logits", "[2, 3]", "[4]"),
+      ALK_ERROR_CASE(linear(alk::zeros({2, 5})), "matmul", "[2, 5]", "[4, 3]"),
+      ALK_ERROR_CASE(conv(alk::zeros({1, 2, 8, 8})), "conv2d", "[1, 2, 8, 8]", "[4, 3, 3, 3]"),
+      ALK_ERROR_CASE(norm(alk::zeros({2, 5})), "layer_norm", "[6]", "[2, 5]"),
+      ALK_ERROR_CASE(emb(alk::zeros({2})), "embedding", "f32"),
+      ALK_ERROR_CASE(emb(alk::tensor(std::vector<int64_t>{3, 9}, {2})).realize(), "embedding", "9"),
+      ALK_ERROR_CASE(attn(alk::zeros({2, 5, 6})), "CausalSelfAttention", "[2, 5, 6]", "8"),
+      ALK_ERROR_CASE(linear.load_state_dict({{"weight", alk::zeros({3, 5})}, {"bias", alk::zeros({3})}}), "load_state_dict", "weight", "[3, 5]", "[3, 4]"),
+      ALK_ERROR_CASE(alk::gather(x23, 1, f_index), "gather", "f32"),
+      ALK_ERROR_CASE(alk::gather(x23, 3, alk::zeros({2, 3}, DType::I64)), "gather", "dim 3"),
+      ALK_ERROR_CASE(alk::cumsum(x23, 2), "cumsum", "dim 2"),
+      ALK_ERROR_CASE(alk::tril(alk::zeros({4})), "tril", "[4]"),
+      ALK_ERROR_CASE(alk::randint(5, 5, {2}), "randint", "5"),
+      ALK_ERROR_CASE(alk::arange(0, 5, 0), "arange", "step", "0"),
+      ALK_ERROR_CASE(alk::full({2}, 1.5, DType::I64) + alk::zeros({3}, DType::I64), "add", "[2]", "[3]"),
+      ALK_ERROR_CASE(alk::where(alk::zeros({2}, DType::I64), x23, x23), "where", "i64"),
+  };
+  for (const ErrorCase& c : cases) {
+    SCOPED_TRACE("the entry at test_errors.cpp:" + std::to_string(c.line));
+    alk::testing::expect_alk_error(c.call, __FILE__, c.line, c.op, c.values);
+  }
 }
 
 }  // namespace

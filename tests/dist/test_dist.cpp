@@ -9,12 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -303,17 +306,34 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
-int free_loopback_port() {
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(s);
-  return ntohs(sa.sin_port);
-}
+// A loopback port held for the test: bound (SO_REUSEADDR, not listening) until the
+// reservation ends, so no other process can take it between the choice and its use (a port
+// found free, then closed, can be bound by anyone first). Rank 0's listener also sets
+// SO_REUSEADDR (src/dist/tcp_exchange.cpp), which Linux lets bind beside a socket that does
+// not listen; the kernel never hands a held port to another bind of port 0.
+class ReservedLoopbackPort {
+ public:
+  ReservedLoopbackPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    const int one = 1;
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd_ < 0 || setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+      throw std::runtime_error(std::string("cannot reserve a loopback port: ") + std::strerror(errno));
+    port_ = ntohs(sa.sin_port);
+  }
+  ~ReservedLoopbackPort() { close(fd_); }
+  ReservedLoopbackPort(const ReservedLoopbackPort&) = delete;
+  ReservedLoopbackPort& operator=(const ReservedLoopbackPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
 
 // The data-parallel step (backward program, bucket all-reduce, update program) against the
 // one-program step, on one rank: the staging of gradients into buckets and back must not
@@ -404,7 +424,8 @@ TEST(Dist, NcclOverlapOnOneGpuTrainsLikeThePlainStep) {
   if (!gpu) GTEST_SKIP() << "no cuda:0";
   if (const std::string why = dist::nccl_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   setenv("ALK_DIST_NCCL_WORLD_OF_ONE", "1", 1);
-  if (!std::getenv("MASTER_PORT")) setenv("MASTER_PORT", std::to_string(free_loopback_port()).c_str(), 1);
+  const ReservedLoopbackPort master_port;
+  if (!std::getenv("MASTER_PORT")) setenv("MASTER_PORT", std::to_string(master_port.port()).c_str(), 1);
   const std::vector<double> plain = tiny_gpt_losses(*gpu, false), dp = tiny_gpt_losses(*gpu, true);
   unsetenv("ALK_DIST_NCCL_WORLD_OF_ONE");
   ASSERT_EQ(plain.size(), dp.size());
@@ -427,7 +448,8 @@ TEST(Dist, WorldOfOneIsTheIdentity) {
 
 // NCCL's unique id goes from rank 0 to every peer over MASTER_ADDR:MASTER_PORT (loopback).
 TEST(Dist, TcpRendezvousHandsRankZerosBytesToEveryPeer) {
-  const int port = free_loopback_port(), world = 3;
+  const ReservedLoopbackPort reserved;
+  const int port = reserved.port(), world = 3;
   std::vector<std::vector<unsigned char>> got(world, std::vector<unsigned char>(128, 0));
   for (size_t i = 0; i < 128; ++i) got[0][i] = static_cast<unsigned char>(i * 7 + 1);
   std::vector<std::string> errors(world);
@@ -449,7 +471,8 @@ TEST(Dist, TcpRendezvousHandsRankZerosBytesToEveryPeer) {
 }
 
 TEST(Dist, TcpRendezvousWithoutRankZeroIsAnErrorAfterTheTimeout) {
-  dist::TcpExchange ex("127.0.0.1", free_loopback_port(), 1, 2, 0.3);
+  const ReservedLoopbackPort reserved;  // nobody listens on it: rank 0 never comes
+  dist::TcpExchange ex("127.0.0.1", reserved.port(), 1, 2, 0.3);
   unsigned char id[128] = {};
   try {
     ex.broadcast_from_rank0(id, sizeof id);

@@ -1,7 +1,8 @@
 // The kernels tests/golden/ holds, one file per target: their expressions and signatures
 // (tests/expr/emit_test.cpp compares the emitted text with the files and rewrites them
-// under ALK_UPDATE_GOLDEN=1; tests/backend/cpu/test_jit.cpp compiles the C++ files and
-// runs them).
+// under ALK_UPDATE_GOLDEN=1; the files run as checked in: the C++ ones compiled by
+// tests/backend/cpu/test_jit.cpp, the GLSL ones on the Vulkan device by
+// tests/backend/vulkan/test_vulkan_map.cpp, the WGSL ones in Dawn by tests/webgpu/test_webgpu.cpp).
 #pragma once
 #include <filesystem>
 #include <stdexcept>

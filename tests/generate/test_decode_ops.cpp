@@ -9,6 +9,7 @@
 #include "alk/alk.h"
 #include "alk/generate.h"
 #include "core/philox.h"
+#include "error_expect.h"
 #include "graph/graph.h"
 
 namespace alk {
@@ -48,9 +49,9 @@ TEST(DecodeOps, KvCacheWriteWritesEachSlotsRowAtItsPosition) {
 
 TEST(DecodeOps, KvCacheWriteRejectsPositionsOutsideTheCache) {
   Tensor cache = zeros({2, 4, 1, 2}).contiguous();
-  EXPECT_THROW(kv_cache_write(cache, zeros({2, 1, 2}), tensor(std::vector<int64_t>{0, 4}, {2})).realize(), Error);
-  EXPECT_THROW(kv_cache_write(cache, zeros({2, 2, 2}), tensor(std::vector<int64_t>{0, 1}, {2})), Error);
-  EXPECT_THROW(kv_cache_write(cache, zeros({2, 1, 2}), tensor(std::vector<int64_t>{0}, {1})), Error);
+  EXPECT_ALK_ERROR(kv_cache_write(cache, zeros({2, 1, 2}), tensor(std::vector<int64_t>{0, 4}, {2})).realize(), "kv_cache_write", "position 4", "slot 1", "4 rows");
+  EXPECT_ALK_ERROR(kv_cache_write(cache, zeros({2, 2, 2}), tensor(std::vector<int64_t>{0, 1}, {2})), "kv_cache_write", "[2, 1, 2]", "[2, 2, 2]");
+  EXPECT_ALK_ERROR(kv_cache_write(cache, zeros({2, 1, 2}), tensor(std::vector<int64_t>{0}, {1})), "kv_cache_write", "[2]", "[1]");
 }
 
 // Slot s, head h attends to kv head h / (H / Hkv) over rows [0, lengths[s]).
@@ -115,10 +116,10 @@ TEST(DecodeOps, DecodeAttentionEqualsFusedAttentionOverTheCachedRows) {
 
 TEST(DecodeOps, DecodeAttentionRejectsBadShapesAndLengths) {
   Tensor q = zeros({2, 3, 4}), kv = zeros({2, 5, 2, 4}).contiguous();
-  EXPECT_THROW(decode_attention(q, kv, kv, tensor(std::vector<int64_t>{1, 1}, {2})), Error);  // 3 heads, 2 kv heads
+  EXPECT_ALK_ERROR(decode_attention(q, kv, kv, tensor(std::vector<int64_t>{1, 1}, {2})), "decode_attention", "heads 3", "kv heads 2");  // 3 heads, 2 kv heads
   Tensor q4 = zeros({2, 4, 4});
-  EXPECT_THROW(decode_attention(q4, kv, kv, tensor(std::vector<int64_t>{1, 6}, {2})).realize(), Error);
-  EXPECT_THROW(decode_attention(q4, kv, kv, tensor(std::vector<double>{1, 1}, {2})), Error);
+  EXPECT_ALK_ERROR(decode_attention(q4, kv, kv, tensor(std::vector<int64_t>{1, 6}, {2})).realize(), "decode_attention", "length 6", "slot 1");
+  EXPECT_ALK_ERROR(decode_attention(q4, kv, kv, tensor(std::vector<double>{1, 1}, {2})), "decode_attention", "f64");
 }
 
 // The rule of generate.h in float64: temperature, the top-k and top-p filters, then the
@@ -216,14 +217,14 @@ TEST(DecodeOps, SampleTokensOfARowDependsOnItsSeedAndCounterOnly) {
 
 TEST(DecodeOps, SampleTokensRejectsBadSettings) {
   Tensor logits = zeros({1, 4}).contiguous();
-  auto run = [&](std::vector<float> st) {
+  auto run = [&](std::vector<float> st, Loc loc = Loc::current()) {  // errors name the caller's line
     return sample_tokens(logits, tensor(st, {1, 3}), tensor(std::vector<int64_t>{1}, {1}),
-                         tensor(std::vector<int64_t>{0}, {1}))
+                         tensor(std::vector<int64_t>{0}, {1}), loc)
         .realize();
   };
-  EXPECT_THROW(run({1, 0, 0}), Error);    // top_p 0
-  EXPECT_THROW(run({1, 0, 1.5f}), Error);  // top_p > 1
-  EXPECT_THROW(run({1, -1, 1}), Error);   // negative top_k
+  EXPECT_ALK_ERROR(run({1, 0, 0}), "sample_tokens", "top_p 0");  // top_p 0
+  EXPECT_ALK_ERROR(run({1, 0, 1.5f}), "sample_tokens", "top_p 1.5");  // top_p > 1
+  EXPECT_ALK_ERROR(run({1, -1, 1}), "sample_tokens", "top_k -1");  // negative top_k
   EXPECT_THROW(sample_tokens(logits, zeros({1, 2}), tensor(std::vector<int64_t>{1}, {1}),
                              tensor(std::vector<int64_t>{0}, {1})),
                Error);

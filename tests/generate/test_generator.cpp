@@ -9,6 +9,7 @@
 
 #include "alk/alk.h"
 #include "alk/generate.h"
+#include "error_expect.h"
 
 namespace alk {
 namespace {
@@ -225,20 +226,20 @@ TEST(Generator, CancelFreesTheSlotForTheNextRequest) {
 TEST(Generator, BadRequestsAndOptionsRaise) {
   auto model = small_gpt(16);
   Generator gen(model, {.slots = 1});
-  EXPECT_THROW(gen.submit(request({1, 2, 3}, 14)), Error);  // 3 + 14 > 16
-  EXPECT_THROW(gen.submit(request({}, 4)), Error);
-  EXPECT_THROW(gen.submit(request({1000}, 4)), Error);  // outside the vocabulary
+  EXPECT_ALK_ERROR(gen.submit(request({1, 2, 3}, 14)), "generate", "3 tokens", "max_tokens 14", "16 positions");  // 3 + 14 > 16
+  EXPECT_ALK_ERROR(gen.submit(request({}, 4)), "generate", "at least one token");
+  EXPECT_ALK_ERROR(gen.submit(request({1000}, 4)), "generate", "1000", "[0, 96)");  // outside the vocabulary
   GenerateRequest r = request({1}, 4, 1.0);
   r.sampling.top_p = 0;
-  EXPECT_THROW(gen.submit(r), Error);
+  EXPECT_ALK_ERROR(gen.submit(r), "generate", "top_p", "0");
   r.sampling.top_p = 1;
   r.sampling.temperature = -1;
-  EXPECT_THROW(gen.submit(r), Error);
-  EXPECT_THROW(Generator(model, {.slots = 0}), Error);
-  EXPECT_THROW(Generator(model, {.slots = 1, .max_context = 17}), Error);
+  EXPECT_ALK_ERROR(gen.submit(r), "generate", "temperature", "-1");
+  EXPECT_ALK_ERROR(Generator(model, {.slots = 0}), "Generator", "slots", "0");
+  EXPECT_ALK_ERROR(Generator(model, {.slots = 1, .max_context = 17}), "Generator", "max_context 17", "[1, 16]");
   // 2 layers x K and V x 4 slots x 16 rows x 32 floats = 32 KiB.
   EXPECT_EQ(Generator(model, {.slots = 4}).cache_bytes(), 32768);
-  EXPECT_THROW(Generator(model, {.slots = 4, .memory_budget = 32000}), Error);
+  EXPECT_ALK_ERROR(Generator(model, {.slots = 4, .memory_budget = 32000}), "Generator", "32768", "32000", "3 slots");
   EXPECT_NO_THROW(Generator(model, {.slots = 3, .memory_budget = 32000}));
 }
 
@@ -283,7 +284,7 @@ TEST(Generator, TopLogprobsEqualAFloat64Reference) {
       ids.push_back(e.token);
     }
   }
-  EXPECT_THROW(Generator(model, {.slots = 1, .top_logprobs = 2}), Error);  // needs logprobs
+  EXPECT_ALK_ERROR(Generator(model, {.slots = 1, .top_logprobs = 2}), "Generator", "top_logprobs", "2");  // needs logprobs
 }
 
 

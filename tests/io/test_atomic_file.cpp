@@ -7,6 +7,7 @@
 
 #include "alk/alk.h"
 #include "alk/io.h"
+#include "error_expect.h"
 #include "io/temp_dir.h"
 
 namespace alk {
@@ -64,7 +65,7 @@ TEST(AtomicFile, StreamsSeveralWritesAndRelativePaths) {
     f.write(std::string(100000, 'b'));
     f.write("", 0);
     f.commit();
-    EXPECT_THROW(f.write("late"), Error);
+    EXPECT_THROW(f.write("late"), Error);  // names the AtomicFile's line (it keeps its maker's)
   }
   EXPECT_EQ(read_file(path).size(), 100001u);
   // A bare file name writes into the working directory.
@@ -126,12 +127,12 @@ TEST(AtomicFile, UnwritableDirectoryThrowsAndKeepsOldFile) {
 
 TEST(AtomicFile, SafetensorsSaveIntoMissingDirectoryThrows) {
   TempDir dir;
-  EXPECT_THROW(save_safetensors(dir / "missing/x.safetensors", {{"w", ones({2})}}), Error);
+  EXPECT_ALK_ERROR(save_safetensors(dir / "missing/x.safetensors", {{"w", ones({2})}}), "write_file", "missing/x.safetensors", "No such file");
   std::string path = dir / "x.safetensors";
   save_safetensors(path, {{"w", ones({2})}});
   std::string before = read_file(path);
   // A failing save over an existing checkpoint (duplicate names) leaves it intact.
-  EXPECT_THROW(save_safetensors(path, {{"w", zeros({3})}, {"w", zeros({3})}}), Error);
+  EXPECT_ALK_ERROR(save_safetensors(path, {{"w", zeros({3})}, {"w", zeros({3})}}), "safetensors", "duplicate tensor name 'w'");
   EXPECT_EQ(read_file(path), before);
   EXPECT_EQ(dir.list(), std::vector<std::string>{"x.safetensors"});
 }

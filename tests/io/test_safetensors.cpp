@@ -8,6 +8,7 @@
 
 #include "alk/alk.h"
 #include "alk/io.h"
+#include "error_expect.h"
 #include "graph/graph.h"
 #include "io/temp_dir.h"
 
@@ -235,9 +236,9 @@ TEST(Safetensors, HeaderOnlyRead) {
 TEST(Safetensors, SaveRejectsBadNames) {
   TempDir dir;
   std::string path = dir / "bad.safetensors";
-  EXPECT_THROW(save_safetensors(path, {{"a", ones({1})}, {"a", ones({1})}}), Error);
-  EXPECT_THROW(save_safetensors(path, {{"__metadata__", ones({1})}}), Error);
-  EXPECT_THROW(save_safetensors(path, {{"a", Tensor()}}), Error);
+  EXPECT_ALK_ERROR(save_safetensors(path, {{"a", ones({1})}, {"a", ones({1})}}), "safetensors", "duplicate tensor name 'a'");
+  EXPECT_ALK_ERROR(save_safetensors(path, {{"__metadata__", ones({1})}}), "safetensors", "__metadata__", "reserved");
+  EXPECT_ALK_ERROR(save_safetensors(path, {{"a", Tensor()}}), "safetensors", "'a' is undefined");
   EXPECT_TRUE(dir.list().empty());
 }
 

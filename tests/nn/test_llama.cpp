@@ -10,6 +10,7 @@
 #include "alk/alk.h"
 #include "alk/generate.h"
 #include "alk/io.h"
+#include "error_expect.h"
 #include "testing.h"
 
 namespace alk {
@@ -58,9 +59,9 @@ TEST(Rotary, InverseFrequenciesFollowTransformersFormulaWithLlama3Bands) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(divided, 0);
   EXPECT_GT(between, 0);
-  EXPECT_THROW(nn::rotary_inv_freq(16, 10000, {"yarn", 4, 1, 4, 64}), Error);
-  EXPECT_THROW(nn::rotary_inv_freq(7, 10000, {}), Error);
-  EXPECT_THROW(nn::rotary_inv_freq(16, 10000, {"llama3", 8, 4, 1, 64}), Error);  // low >= high
+  EXPECT_ALK_ERROR(nn::rotary_inv_freq(16, 10000, {"yarn", 4, 1, 4, 64}), "rotary_inv_freq", "'yarn'");
+  EXPECT_ALK_ERROR(nn::rotary_inv_freq(7, 10000, {}), "rotary_inv_freq", "head_dim", "7");
+  EXPECT_ALK_ERROR(nn::rotary_inv_freq(16, 10000, {"llama3", 8, 4, 1, 64}), "rotary_inv_freq", "low_freq_factor (4)", "high_freq_factor (1)");  // low >= high
 }
 
 // x [B, P, H, D] rotated at positions, in f64 loops: out1 = x1 cos - x2 sin, out2 = x2 cos + x1 sin.
@@ -120,9 +121,9 @@ TEST(Rotary, BadInputsRaiseWithTheValues) {
     EXPECT_NE(std::string(e.what()).find("positions must be integer [4]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("test_llama.cpp"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(rotary_embedding(zeros({1, 4, 2, 5}), arange(4), zeros({2})), Error);  // odd head dim
-  EXPECT_THROW(rotary_embedding(x, arange(4), zeros({6})), Error);                    // inv_freq not D/2
-  EXPECT_THROW(rotary_embedding(x, zeros({4}), f), Error);                            // float positions
+  EXPECT_ALK_ERROR(rotary_embedding(zeros({1, 4, 2, 5}), arange(4), zeros({2})), "rotary_embedding", "even", "5");  // odd head dim
+  EXPECT_ALK_ERROR(rotary_embedding(x, arange(4), zeros({6})), "rotary_embedding", "[3]", "[6]");                    // inv_freq not D/2
+  EXPECT_ALK_ERROR(rotary_embedding(x, zeros({4}), f), "rotary_embedding", "positions", "f32 [4]");                            // float positions
 }
 
 // ---- grouped-query attention ----
@@ -347,7 +348,7 @@ TEST(LlamaModel, FineTunesTwentyStepsWithFallingLoss) {
 TEST(LlamaModel, UnsupportedConfigsRaiseClearly) {
   nn::GPTConfig c = tiny_llama(false, true);
   c.kv_heads = 3;  // 4 heads are not a multiple of 3
-  EXPECT_THROW(nn::GPT{c}, Error);
+  EXPECT_ALK_ERROR(nn::GPT{c}, "GPT", "heads 4", "kv_heads 3");
   c = tiny_llama(false, true);
   c.rope_scaling.type = "yarn";
   try {
@@ -358,7 +359,7 @@ TEST(LlamaModel, UnsupportedConfigsRaiseClearly) {
   }
   c = tiny_llama(false, true);
   c.positions = nn::PositionKind::Learned;  // llama3 scaling on learned positions
-  EXPECT_THROW(nn::GPT{c}, Error);
+  EXPECT_ALK_ERROR(nn::GPT{c}, "GPT", "llama3", "learned");
 }
 
 

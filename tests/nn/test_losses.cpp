@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "alk/nn.h"
+#include "error_expect.h"
 #include "ops/ops.h"
 #include "testing.h"
 
@@ -149,10 +150,10 @@ TEST(Loss, CrossEntropyErrors) {
   m = message([&] { nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2, 3}, {4})); });
   EXPECT_NE(m.find("[4]"), std::string::npos) << m;
   EXPECT_NE(m.find("[3]"), std::string::npos) << m;
-  EXPECT_THROW(nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3, 1})), Error);
-  EXPECT_THROW(nn::cross_entropy(logits.to(DType::I64), tensor(std::vector<int64_t>{0, 1, 2}, {3})), Error);
-  EXPECT_THROW(nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3}), -100, 1.5), Error);
-  EXPECT_THROW(nn::cross_entropy(logits, Tensor()), Error);
+  EXPECT_ALK_ERROR(nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3, 1})), "cross_entropy", "[3, 1]", "[3]");
+  EXPECT_ALK_ERROR(nn::cross_entropy(logits.to(DType::I64), tensor(std::vector<int64_t>{0, 1, 2}, {3})), "cross_entropy", "i64", "[3, 4]");
+  EXPECT_ALK_ERROR(nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, 1, 2}, {3}), -100, 1.5), "cross_entropy", "label_smoothing", "1.5");
+  EXPECT_ALK_ERROR(nn::cross_entropy(logits, Tensor()), "cross_entropy", "undefined");
   // Targets outside [0, C) (other than ignore_index) are refused, not read out of bounds.
   for (int64_t bad : {int64_t{4}, int64_t{-1}, int64_t{1} << 40}) {
     m = message([&] { nn::cross_entropy(logits, tensor(std::vector<int64_t>{0, bad, 1}, {3})).item(); });
@@ -207,7 +208,7 @@ TEST(Loss, FusedCrossEntropyRowsMatchReference) {
   }
   EXPECT_NE(m.find("cross_entropy"), std::string::npos) << m;
   EXPECT_NE(m.find("7"), std::string::npos) << m;
-  EXPECT_THROW(cross_entropy_rows(logits, tensor(std::vector<int64_t>{0, 1}, {2}), -100, Loc::current()), Error);
+  EXPECT_ALK_ERROR(cross_entropy_rows(logits, tensor(std::vector<int64_t>{0, 1}, {2}), -100, Loc::current()), "cross_entropy", "[5, 7]", "[2]");
 }
 
 TEST(Loss, MseMatchesReferenceAndGradcheck) {

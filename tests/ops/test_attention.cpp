@@ -10,6 +10,7 @@
 
 #include "alk/kernel.h"  // numel
 #include "backend/cpu/thread_pool.h"
+#include "error_expect.h"
 #include "ops/ops.h"
 #include "testing.h"
 
@@ -306,7 +307,7 @@ TEST(Attention, PackedQkvMatchesSelectViews) {
     EXPECT_EQ(y_packed, y_views);
     EXPECT_EQ(g_packed, g_views);
   }
-  EXPECT_THROW(scaled_dot_product_attention_qkv(zeros({2, 7, 2, 2, 8}), true, Loc::current()), Error);
+  EXPECT_ALK_ERROR(scaled_dot_product_attention_qkv(zeros({2, 7, 2, 2, 8}), true, Loc::current()), "scaled_dot_product_attention", "[B, T, 3, H, D]", "[2, 7, 2, 2, 8]");
 }
 
 TEST(Attention, EmptySizes) {

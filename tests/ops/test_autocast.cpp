@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "alk/alk.h"
+#include "error_expect.h"
 
 namespace alk {
 namespace {
@@ -41,7 +42,7 @@ TEST(Autocast, MatmulRunsInBf16AndNormsInF32) {
   }
   EXPECT_FALSE(autocast_dtype().has_value());
   EXPECT_EQ(matmul(a, b).dtype(), DType::F32);
-  EXPECT_THROW(Autocast(DType::F32), Error);
+  EXPECT_ALK_ERROR(Autocast(DType::F32), "autocast", "bf16 or f16", "f32");
 }
 
 TEST(Autocast, GradientsOfF32ParametersAreF32AndCloseToTheF32Ones) {

@@ -12,6 +12,7 @@
 
 #include "alk/io.h"
 #include "alk/optim.h"
+#include "error_expect.h"
 #include "io/temp_dir.h"
 #include "testing.h"
 
@@ -373,14 +374,14 @@ TEST(Optim, StateDictKeysAndValues) {
   auto bad = sd;
   for (auto& kv : bad)
     if (kv.first == "layer.w.exp_avg") kv.first = "nope.exp_avg";
-  EXPECT_THROW(other.load_state_dict(bad), Error);
+  EXPECT_ALK_ERROR(other.load_state_dict(bad), "optimizer.load_state_dict", "nope.exp_avg");
   bad = sd;
   for (auto& kv : bad)
     if (kv.first == "layer.w.exp_avg_sq") kv.second = zeros({6}, DType::F64);
-  EXPECT_THROW(other.load_state_dict(bad), Error);
+  EXPECT_ALK_ERROR(other.load_state_dict(bad), "optimizer.load_state_dict", "layer.w.exp_avg_sq", "[6]", "[2, 3]");
   bad = sd;
   bad.erase(bad.begin());
-  EXPECT_THROW(other.load_state_dict(bad), Error);
+  EXPECT_ALK_ERROR(other.load_state_dict(bad), "optimizer.load_state_dict", "'step'");
 }
 
 TEST(Optim, ClipGradNormScalesToMaxNorm) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "alk/alk.h"
+#include "error_expect.h"
 #include "graph/graph.h"
 #include "runtime/device.h"
 
@@ -143,9 +144,9 @@ TEST(Devices, MixingDevicesIsAnErrorNamingBoth) {
     EXPECT_NE(msg.find("testdev:0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("test_device.cpp"), std::string::npos) << msg;
   }
-  EXPECT_THROW(matmul(on_cpu.reshape({1, 2}), on_test.reshape({2, 1})), Error);
+  EXPECT_ALK_ERROR(matmul(on_cpu.reshape({1, 2}), on_test.reshape({2, 1})), "Matmul", "cpu", "testdev:0");
   Tensor target = on_cpu.detach();
-  EXPECT_THROW(target.assign_(on_test), Error);
+  EXPECT_ALK_ERROR(target.assign_(on_test), "assign_", "testdev:0", "cpu");
   // A value computed from constants alone stays where they were made (an optimizer's moments).
   Tensor moments = zeros_like(on_test).contiguous();
   EXPECT_EQ(&moments.device(), &testdev());

@@ -7,6 +7,8 @@
 //                               (transposed+offset and broadcast operands), in one bundle
 //   WebgpuParity.TemplateOps    every template op family with a WGSL kernel, forward and
 //                               gradients (fused prologues/epilogues included)
+//   WebgpuGolden.*              the golden WGSL files (tests/golden) run as checked in, against
+//                               the CPU's evaluator (tests/webgpu/run_kernel.mjs)
 //   WebgpuExport.*              the micro GPT's step: 10 steps in Node = the CPU's losses;
 //                               i64 narrowing is checked; unexportable ops are named
 //   WebgpuTokenizer.*           the bundle's BPE tokenizer in JavaScript: ids = the C++ encode's
@@ -34,6 +36,8 @@
 #include "alk/tokenizer.h"
 #include "alk/train.h"
 #include "alk/webgpu.h"
+#include "backend/cpu/eval.h"
+#include "expr/golden_kernels.h"
 #include "io/json.h"
 #include "ops/ops.h"
 #include "required.h"
@@ -258,6 +262,92 @@ TEST(WebgpuParity, ElementwiseI64) { elementwise_parity(DType::I64); }
 TEST(WebgpuParity, ElementwiseI32) { elementwise_parity(DType::I32); }
 TEST(WebgpuParity, ElementwiseU8) { elementwise_parity(DType::U8); }
 TEST(WebgpuParity, ElementwiseBool) { elementwise_parity(DType::Bool); }
+
+// ---- the golden WGSL files run in Dawn ----
+
+// Where WGSL keeps a dtype (src/webgpu/export.cpp narrows i64 and f64 the same way; 8- and
+// 16-bit values stay packed in u32 words, as the alk dtype stores them).
+DType wgsl_storage(DType t) { return t == DType::F64 ? DType::F32 : t == DType::I64 ? DType::I32 : t; }
+
+// Each tests/golden/*.wgsl (ExprEmit.GoldenKernels keeps it equal to what the emitter
+// writes) runs as checked in, through tests/webgpu/run_kernel.mjs, against the CPU's evaluator
+// of the same expression over the same values: over 1027 contiguous elements, and over a
+// [6, 7] output whose first input is read transposed from element 3 on (alk_offset's strided
+// path). Two workgroups cover the elements (the grid-stride loop).
+void run_golden_wgsl(const expr::testing::Golden& g, bool contiguous, std::mt19937& rng) {
+  const Shape shape = contiguous ? Shape{1027} : Shape{6, 7};
+  const int64_t n = contiguous ? 1027 : 42;
+  const size_t k_in = g.sig.inputs.size();
+  const std::string dir = fresh_dir("golden_" + g.name);
+  std::vector<std::vector<uint8_t>> host;
+  std::vector<cpu::View> views;
+  std::vector<int32_t> strides(8 * std::max<size_t>(1, k_in), 0);
+  std::vector<uint32_t> offsets;
+  std::vector<std::string> bindings;
+  for (size_t k = 0; k < k_in; ++k) {
+    const DType t = g.sig.inputs[k];
+    const bool uniform = k < g.uniform_inputs.size() && g.uniform_inputs[k];
+    Shape st(shape.size(), uniform ? 0 : 1);
+    int64_t offset = 0, stored = uniform ? 1 : n;
+    if (!contiguous && !uniform) st = k == 0 ? Shape{1, 6} : Shape{7, 1};
+    if (!contiguous && !uniform && k == 0) offset = 3, stored += 3;
+    std::vector<uint8_t> bytes(static_cast<size_t>(stored) * dtype_size(t)),
+        gpu(static_cast<size_t>(stored) * dtype_size(wgsl_storage(t)));
+    for (int64_t e = 0; e < stored; ++e) {
+      const double v = draw(Domain::Any, t, rng);
+      cpu::store_double(bytes.data(), t, e, v);
+      cpu::store_double(gpu.data(), wgsl_storage(t), e, cpu::load_as_double(bytes.data(), t, e));
+    }
+    host.push_back(std::move(bytes));
+    views.push_back(cpu::View{host.back().data(), t, shape, st, offset});
+    for (size_t d = 0; d < st.size(); ++d) strides[8 * k + d] = static_cast<int32_t>(st[d]);
+    offsets.push_back(static_cast<uint32_t>(offset));
+    bindings.push_back(dir + "/in" + std::to_string(k) + ".bin");
+    std::ofstream(bindings.back(), std::ios::binary).write(reinterpret_cast<const char*>(gpu.data()), static_cast<std::streamsize>(gpu.size()));
+  }
+  const DType out = g.sig.output;
+  std::vector<uint8_t> want(static_cast<size_t>(n) * dtype_size(out));
+  cpu::eval_map(g.expr, views, cpu::View{want.data(), out, shape, contiguous_strides(shape), 0});
+  // The output starts filled with 0xAB bytes (so an element left unwritten shows), then the
+  // params block (src/expr/emit.h): n, rank, shape[8], strides[8 * max(1, K)], offset[K + 1].
+  const size_t out_bytes = static_cast<size_t>(n) * dtype_size(wgsl_storage(out));
+  bindings.push_back(dir + "/out.bin");
+  std::ofstream(bindings.back(), std::ios::binary) << std::string(out_bytes, '\xAB');
+  offsets.push_back(0);
+  std::vector<uint32_t> params{static_cast<uint32_t>(n), static_cast<uint32_t>(shape.size())};
+  for (size_t d = 0; d < 8; ++d) params.push_back(d < shape.size() ? static_cast<uint32_t>(shape[d]) : 1u);
+  for (int32_t s : strides) params.push_back(static_cast<uint32_t>(s));
+  params.insert(params.end(), offsets.begin(), offsets.end());
+  ASSERT_EQ(params.size() * 4, expr::map_params_bytes(k_in));
+  bindings.push_back(dir + "/params.bin");
+  std::ofstream(bindings.back(), std::ios::binary).write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * 4));
+  std::string job = "{\"wgsl\": \"" + expr::testing::golden_path(g.name, expr::Target::Wgsl).string() + "\", \"entry\": \"" +
+                    g.sig.name + "\", \"output\": " + std::to_string(k_in) + ", \"groups\": 2, \"bindings\": [";
+  for (size_t b = 0; b < bindings.size(); ++b) job += (b ? ", \"" : "\"") + bindings[b] + "\"";
+  std::ofstream(dir + "/job.json") << job << "]}\n";
+  const std::string cmd = kSwiftShaderEnv + " node " + kSource + "/tests/webgpu/run_kernel.mjs '" + dir + "/job.json' '" +
+                          dir + "/result.bin' > '" + dir + "/node.log' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_text(dir + "/node.log");
+  const std::string got = read_text(dir + "/result.bin");
+  ASSERT_GE(got.size(), out_bytes);
+  const Tol tol = elementwise_tol(out, transcendental(g.expr.str()));
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = cpu::load_as_double(want.data(), out, i), v = cpu::load_as_double(got.data(), wgsl_storage(out), i);
+    const bool ok = std::isnan(w) ? std::isnan(v) : std::isinf(w) ? v == w : std::fabs(v - w) <= tol.atol + tol.rtol * std::fabs(w);
+    ASSERT_TRUE(ok) << "element " << i << ": webgpu " << v << ", cpu " << w << (contiguous ? " (contiguous)" : " (strided)");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(WebgpuGolden, WgslFilesRunAndMatchTheCpu) {
+  WEBGPU_OR_SKIP();
+  std::mt19937 rng(31);
+  for (const expr::testing::Golden& g : expr::testing::goldens()) {
+    SCOPED_TRACE(g.name);
+    run_golden_wgsl(g, true, rng);
+    run_golden_wgsl(g, false, rng);
+  }
+}
 
 // ---- template ops ----
 

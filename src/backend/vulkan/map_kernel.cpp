@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/shader.h"
@@ -95,8 +96,11 @@ std::string map_unsupported_reason(const Context& ctx, const std::string& glsl, 
   return "";
 }
 
-MapKernel::MapKernel(Context& ctx, const expr::Expr& e, const expr::MapSignature& sig) : ctx_(ctx), sig_(sig) {
-  source_ = expr::emit_map_kernel(e, sig, expr::Target::Glsl);
+MapKernel::MapKernel(Context& ctx, const expr::Expr& e, const expr::MapSignature& sig)
+    : MapKernel(ctx, expr::emit_map_kernel(e, sig, expr::Target::Glsl), sig) {}
+
+MapKernel::MapKernel(Context& ctx, std::string glsl, const expr::MapSignature& sig)
+    : ctx_(ctx), sig_(sig), source_(std::move(glsl)) {
   push_ = expr::glsl_params_in_push_constants(sig.inputs.size());
   vector_path_ = source_.find("alk_vec_path") != std::string::npos && !std::getenv("ALK_VK_MAP_SCALAR");
   const uint32_t bindings = static_cast<uint32_t>(sig.inputs.size() + 1 + (push_ ? 0 : 1));

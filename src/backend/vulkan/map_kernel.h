@@ -52,6 +52,8 @@ class MapKernel {
   // Emits the GLSL and builds the pipeline (compiled once per source; see shader.h).
   // Throws alk::Error when the device cannot run it (map_unsupported_reason).
   MapKernel(Context& ctx, const expr::Expr& e, const expr::MapSignature& sig);
+  // The same from GLSL the emitter wrote for `sig` earlier (the golden files' test runs them).
+  MapKernel(Context& ctx, std::string glsl, const expr::MapSignature& sig);
   // Records out = e(inputs) into `enc` (the context's stream, or a Recording).
   void launch(Encoder& enc, std::span<const ViewArg> inputs, const ViewArg& out) const;
   const std::string& source() const { return source_; }

@@ -16,6 +16,7 @@
 //                            relative), on top of the f32 tolerance: rounding the same
 //                            value computed slightly differently may land one step away
 // Measured on lavapipe (Mesa 22.3, LLVM 15): f32 transcendental max relative error ~3e-7.
+// The golden GLSL files (tests/golden) run here too, as checked in, with the same tolerances.
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -30,6 +31,8 @@
 #include "backend/vulkan/map_kernel.h"
 #include "backend/vulkan/stream.h"
 #include "core/half.h"
+#include "expr/golden_kernels.h"
+#include "alk/io.h"
 #include "graph/schedule.h"
 #include "alk/op_table.h"
 #include "ops/ops.h"
@@ -364,6 +367,83 @@ TEST(VulkanMap, VectorPathOddSizesOffsetsAndBroadcasts) {
     EXPECT_EQ(mk.last_launch_vectorized(), c.vectorized && !std::getenv("ALK_VK_MAP_SCALAR"));
     for (size_t e = 0; e < total; ++e) ASSERT_EQ(got[e], want[e]) << "element " << static_cast<int64_t>(e) - c.out_offset;
   }
+}
+
+
+// The golden GLSL files (tests/golden/*.glsl) run as checked in: ExprEmit.GoldenKernels keeps
+// each equal to what the emitter writes, and here it is compiled, launched on the device and
+// compared with the CPU's evaluator of the same expression over the same bytes, for two
+// layouts: a contiguous run of 1027 elements (the vector loop where the kernel has one, and a
+// scalar tail) and the strided, broadcast [3, 5] operands of make_operand. An input the
+// golden marks uniform (one value per launch) is one element, read through stride 0.
+void run_golden(Context& ctx, const expr::testing::Golden& g, const std::string& glsl, bool contiguous,
+                std::mt19937& rng) {
+  const std::vector<int64_t> shape = contiguous ? std::vector<int64_t>{1027} : kShape;
+  const int64_t n = contiguous ? 1027 : 15;
+  std::vector<Operand> ops;
+  for (size_t k = 0; k < g.sig.inputs.size(); ++k) {
+    const DType t = g.sig.inputs[k];
+    const bool uniform = k < g.uniform_inputs.size() && g.uniform_inputs[k];
+    if (uniform || contiguous) {
+      const int64_t stored = uniform ? 1 : n;
+      Operand o{t, std::vector<uint8_t>(static_cast<size_t>(stored) * dtype_size(t)),
+                std::vector<int64_t>(shape.size(), uniform ? 0 : 1), 0};
+      for (int64_t i = 0; i < stored; ++i) store(o.host, t, i, sample(Domain::Any, t, rng));
+      ops.push_back(std::move(o));
+    } else {
+      ops.push_back(make_operand(static_cast<int>(k), t, Domain::Any, rng));
+    }
+  }
+  std::vector<cpu::View> views;
+  std::vector<ViewArg> args;
+  for (Operand& o : ops) {
+    views.push_back(cpu::View{o.host.data(), o.dtype, shape, o.strides, o.offset});
+    auto a = ctx.pool().allocate(o.host.size());
+    ctx.stream().upload(a, 0, o.host.data(), o.host.size());
+    args.push_back(ViewArg{a, 0, o.dtype, shape, o.strides, o.offset});
+  }
+  const std::vector<int64_t> out_strides = contiguous ? std::vector<int64_t>{1} : std::vector<int64_t>{5, 1};
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(g.sig.output);
+  std::vector<uint8_t> want(bytes, 0), got(bytes, 0xAB);
+  cpu::eval_map(g.expr, views, cpu::View{want.data(), g.sig.output, shape, out_strides, 0});
+  const MapKernel mk(ctx, glsl, g.sig);
+  auto out = ctx.pool().allocate(bytes);
+  ctx.stream().upload(out, 0, got.data(), bytes);
+  mk.launch(ctx.stream(), args, ViewArg{out, 0, g.sig.output, shape, out_strides, 0});
+  ctx.stream().download(out, 0, got.data(), bytes);
+  const Tolerance tol = tolerance(g.sig.output, has_transcendental(g.expr));
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = cpu::load_as_double(want.data(), g.sig.output, i), v = cpu::load_as_double(got.data(), g.sig.output, i);
+    if ((std::isnan(w) && std::isnan(v)) || (std::isinf(w) && v == w)) continue;
+    ASSERT_LE(std::fabs(v - w), tol.atol + tol.rtol * std::fabs(w))
+        << "element " << i << ": gpu " << v << ", cpu " << w << (contiguous ? " (contiguous)" : " (strided)");
+  }
+}
+
+TEST(VulkanMap, GoldenGlslFilesRunAndMatchTheCpu) {
+  ALK_VULKAN_CONTEXT_OR_SKIP(ctx);
+  const DeviceInfo& info = ctx->info();
+  const bool every_feature = info.float64 && info.int64 && info.storage16 && info.storage8;
+  std::mt19937 rng(29);
+  int ran = 0;
+  for (const expr::testing::Golden& g : expr::testing::goldens()) {
+    SCOPED_TRACE(g.name);
+    const std::string path = expr::testing::golden_path(g.name, expr::Target::Glsl).string();
+    const std::string glsl = try_read_file(path).value_or("");
+    ASSERT_FALSE(glsl.empty()) << path;
+    const bool push = expr::glsl_params_in_push_constants(g.sig.inputs.size());
+    const std::string why = map_unsupported_reason(*ctx, glsl, g.sig.inputs.size() + 1 + (push ? 0 : 1));
+    if (!why.empty()) {
+      // Lavapipe (CI's device) has every feature the goldens use: there each must run.
+      EXPECT_FALSE(every_feature) << why;
+      std::cout << "golden " << g.name << " cannot run on " << info.name << ": " << why << "\n";
+      continue;
+    }
+    run_golden(*ctx, g, glsl, true, rng);
+    run_golden(*ctx, g, glsl, false, rng);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
 }
 
 }  // namespace
