@@ -37,6 +37,8 @@ DEB_PACKAGES += nodejs chromium chromium-driver
 # `alk serve` (src/serve): cpp-httplib, the HTTP library llama.cpp's server uses; curl for its
 # end-to-end test (the official `openai` npm client is installed by `make serve-npm`).
 DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
+# The remote device and `alk serve --ops` (src/remote, issue 38): gRPC C++ and its protoc plugin.
+DEB_PACKAGES += libgrpc++-dev protobuf-compiler-grpc
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 

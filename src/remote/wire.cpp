@@ -4,6 +4,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "alk/device.h"
 #include "alk/expr.h"
 
 namespace alk::remote {
@@ -225,9 +226,7 @@ void encode_kernel(const Kernel& k, const HandleOf& handle_of, KernelMsg& out) {
   for (const KernelArg& a : k.inputs) encode_arg(a, handle_of, *out.add_inputs());
   encode_arg(k.output, handle_of, *out.mutable_output());
   if (k.expr) encode_expr(*k.expr, *out.mutable_expr());
-  out.set_has_expr(k.expr.has_value());
   if (k.epilogue) encode_expr(*k.epilogue, *out.mutable_epilogue());
-  out.set_has_epilogue(k.epilogue.has_value());
   for (const KernelArg& a : k.epilogue_inputs) encode_arg(a, handle_of, *out.add_epilogue_inputs());
   for (const ExtraOutput& e : k.extra_outputs) {
     encode_arg(e.arg, handle_of, *out.add_extra_output_args());

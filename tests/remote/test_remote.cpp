@@ -254,7 +254,6 @@ TEST(Remote, MalformedCommandsAreRefusedAndTheServerGoesOn) {
       for (int a : n.args) m->add_args(a);
     }
     *k.mutable_expr() = k.params().expr();
-    k.set_has_expr(true);
     k.add_shape(16);
     ArgMsg arg;
     arg.set_dtype(static_cast<uint32_t>(DType::F32));
