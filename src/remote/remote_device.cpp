@@ -298,16 +298,16 @@ void RemoteDevice::free(void* handle, size_t) noexcept {
 
 void RemoteDevice::upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) {
   const size_t chunk = max_message_bytes_ / 4;
+  const uint64_t handle = handle_of(dst);
   std::lock_guard lock(mutex_);
-  for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += chunk) {
+  for (size_t done = 0; done < bytes; done += chunk) {
     const size_t n = std::min(chunk, bytes - done);
     Command c;
     Upload* u = c.mutable_upload();
-    u->set_buffer(handle_of(dst));
+    u->set_buffer(handle);
     u->set_offset(offset + done);
     u->set_data(static_cast<const char*>(src) + done, n);
     queue_locked(std::move(c), Loc::current());
-    if (bytes == 0) break;
   }
 }
 
@@ -373,22 +373,24 @@ std::shared_ptr<PreparedKernel> RemoteDevice::prepare(const Kernel&) {
 }
 
 void RemoteDevice::launch(PreparedKernel&, const Kernel& k) {
-  std::lock_guard lock(mutex_);
   Command c;
   encode_kernel(k, [this](const Buffer& b) { return handle_of(b); }, *c.mutable_launch()->mutable_kernel());
+  std::lock_guard lock(mutex_);
   queue_locked(std::move(c), k.node.loc);
 }
 
 std::unique_ptr<Recording> RemoteDevice::record(const std::vector<Kernel>& kernels) {
+  // Encoded before taking the lock: a recording (and the buffers it holds) destroyed by an
+  // exception must be able to queue its release.
+  Command c;
+  for (const Kernel& k : kernels)
+    encode_kernel(k, [this](const Buffer& b) { return handle_of(b); }, *c.mutable_record()->add_kernels());
   auto r = std::make_unique<RemoteRecording>();
   r->device = this;
   r->kernels = kernels;
   std::lock_guard lock(mutex_);
   r->id = ++next_handle_;
-  Command c;
   c.mutable_record()->set_recording(r->id);
-  for (const Kernel& k : kernels)
-    encode_kernel(k, [this](const Buffer& b) { return handle_of(b); }, *c.mutable_record()->add_kernels());
   queue_locked(std::move(c), kernels.empty() ? Loc::current() : kernels.front().node.loc);
   return r;
 }
