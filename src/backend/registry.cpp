@@ -16,6 +16,9 @@ struct Registry {
   std::vector<Device*> devices;                // cpu first, then by probe order
   std::vector<int> priority;
   std::mutex made_mutex;  // devices made by a factory join `devices` after the probe, under it
+  // One factory call at a time, without made_mutex held: making a device may itself look up
+  // devices (a remote device's server in the same process opening "cpu").
+  std::mutex making_mutex;
 };
 
 Registry& registry() {
@@ -78,12 +81,18 @@ Device* made_device(std::string_view name, Loc loc) {
   for (DeviceFactoryEntry& f : device_factories()) {
     if (name.substr(0, colon) != f.kind) continue;
     Registry& r = registry();
-    std::lock_guard lock(r.made_mutex);
-    for (Device* d : r.devices)
-      if (d->info().name == name) return d;
+    auto known = [&r](std::string_view n) -> Device* {
+      std::lock_guard lock(r.made_mutex);
+      for (Device* d : r.devices)
+        if (d->info().name == n) return d;
+      return nullptr;
+    };
+    std::lock_guard making(r.making_mutex);
+    if (Device* d = known(name)) return d;
     std::unique_ptr<Device> made = f.make(name, loc);
-    for (Device* d : r.devices)  // the factory's canonical name ("remote:h:50051/cpu" for "remote:h")
-      if (d->info().name == made->info().name) return d;
+    // The factory's canonical name ("remote:h:50051/cpu" for "remote:h") may be known already.
+    if (Device* d = known(made->info().name)) return d;
+    std::lock_guard lock(r.made_mutex);
     r.devices.push_back(made.get());
     r.priority.push_back(-1);  // never "auto": a peer is chosen by name
     r.owned.push_back(std::move(made));

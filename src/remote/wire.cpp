@@ -165,10 +165,12 @@ void encode_params(const Params& p, ParamsMsg& m) {
       p);
 }
 
-Params decode_params(const ParamsMsg& m, int max_slot) {
+Params decode_params(const ParamsMsg& m) {
   switch (m.kind()) {
     case 0: return std::monostate{};
-    case 1: return MapParams{decode_expr(m.expr(), max_slot)};
+    // The node's own expression: its slots are the node's inputs, not the kernel's (a
+    // constant input is inlined), so only the general bound applies.
+    case 1: return MapParams{decode_expr(m.expr(), kMaxArgs)};
     case 2: {
       if (m.reduce_op() > static_cast<uint32_t>(ReduceOp::Prod)) malformed("reduce op " + std::to_string(m.reduce_op()));
       if (m.axes_size() > kMaxRank) malformed("more axes than dims");
@@ -245,7 +247,7 @@ Kernel decode_kernel(const KernelMsg& m, const BufferOf& buffer_of) {
   if (k.op == OpId::HostCall) malformed("a host function (they do not run remotely)");
   k.node.op = static_cast<OpId>(m.node_op());
   const int inputs = m.inputs_size(), epilogue_slots = m.epilogue_inputs_size() + 1;
-  k.node.params = decode_params(m.params(), inputs);
+  k.node.params = decode_params(m.params());
   k.node.shape = to_shape(m.shape());
   k.node.in_shape = to_shape(m.in_shape());
   check_shape(k.node.shape);
