@@ -121,6 +121,9 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const Cli
   // is re-established at once rather than after gRPC's growing back-off.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Bulk uploads and downloads: a flow-control window that lets a chunk stream without waiting
+  // for window updates (gRPC's default starts at 64 KiB and grows by probing).
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls_ca_pem.empty()) {
     credentials = grpc::InsecureChannelCredentials();

@@ -470,6 +470,7 @@ Server::Server(ServerOptions options) : state_(std::make_unique<State>()) {
   builder.AddListeningPort(o.host + ":" + std::to_string(o.port), credentials, &state_->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_message_bytes + (1 << 20)));
   builder.SetMaxSendMessageSize(static_cast<int>(o.max_message_bytes + (1 << 20)));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);  // as the client's (remote_device.cpp)
   builder.RegisterService(state_.get());
   state_->server = builder.BuildAndStart();
   check(state_->server != nullptr && state_->port > 0, "serve", Loc::current(), "cannot listen on ", o.host, ":",
