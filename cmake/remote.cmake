@@ -43,6 +43,11 @@ if(ALK_REMOTE)
     add_test(NAME Remote.ParityOnRemoteCpu
              COMMAND bash ${CMAKE_SOURCE_DIR}/tests/remote/parity_on_remote.sh $<TARGET_FILE:alk_cli> $<TARGET_FILE:alk_tests>)
     set_tests_properties(Remote.ParityOnRemoteCpu PROPERTIES TIMEOUT 900)
+    # `alk train --device remote:...` against `alk serve --ops` processes: the local losses and
+    # weights bit for bit, a server killed mid-run, a clean SIGTERM.
+    add_test(NAME Remote.TrainOnRemoteCpu
+             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/remote/train_on_remote.sh $<TARGET_FILE:alk_cli> ${CMAKE_SOURCE_DIR})
+    set_tests_properties(Remote.TrainOnRemoteCpu PROPERTIES TIMEOUT 300)
   endif()
   add_executable(bench_remote EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/remote/bench_remote.cpp)
   target_link_libraries(bench_remote PRIVATE alk_internals ${_whole})
