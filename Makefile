@@ -38,7 +38,7 @@ DEB_PACKAGES += nodejs chromium chromium-driver
 # end-to-end test (the official `openai` npm client is installed by `make serve-npm`).
 DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
 # The remote device and `alk serve --ops` (src/remote, issue 38): gRPC C++ and its protoc plugin.
-DEB_PACKAGES += libgrpc++-dev protobuf-compiler-grpc
+DEB_PACKAGES += libgrpc++-dev protobuf-compiler-grpc openssl  # openssl: the TLS test's certificate
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 

@@ -448,6 +448,31 @@ TEST(Remote, TokenFilesAreParsedAndBadOnesNamed) {
   EXPECT_THROW(Server{none}, Error) << "a server never runs without a token";
 }
 
+// TLS with a certificate made here for 127.0.0.1 (openssl, a Debian package `make deps` installs):
+// a client trusting it runs a program; a plain-TCP client is refused at the handshake.
+TEST(Remote, TlsConnectsWithTheCertificateAndRefusesPlainClients) {
+  const std::string dir = ::testing::TempDir() + "alk_tls_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir + "/key.pem -out " + dir +
+                          "/cert.pem -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 > " + dir +
+                          "/openssl.log 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a certificate: " << cmd;
+  ServerOptions o = two_token_options();
+  o.tls_cert_file = dir + "/cert.pem";
+  o.tls_key_file = dir + "/key.pem";
+  Server server(o);
+  ClientOptions c = client_with(kToken, 10);
+  std::ifstream in(dir + "/cert.pem");
+  c.tls_ca_pem.assign(std::istreambuf_iterator<char>(in), {});
+  {
+    RemoteDevice dev(RemoteAddress{"127.0.0.1", server.port(), "cpu"}, c);
+    const Tensor x = arange(0, 6, 1, DType::F32);
+    EXPECT_EQ(on_cpu(x.to(dev) * 2.0), (x * 2.0).to_vector<float>());
+  }
+  EXPECT_THROW(RemoteDevice(RemoteAddress{"127.0.0.1", server.port(), "cpu"}, client_with(kToken, 5)), Error);
+  std::filesystem::remove_all(dir);
+}
+
 // ---- the operations registry ----
 
 TEST(OpsRegistry, CoversEveryOpOfTheTable) {
