@@ -184,6 +184,27 @@ TEST(Remote, CompiledGptStepsGiveTheCpusLossesAndReplaysAreBatched) {
   EXPECT_EQ(trips[1], 2) << "reading the loss";
 }
 
+// Two clients (two sessions) driving the same server from two threads at once: each gets the
+// CPU's bits (the server runs one batch at a time on a device).
+TEST(Remote, TwoClientsAtOnceEachGetTheirOwnResults) {
+  Server server(two_token_options());
+  auto first = connect(server), second = connect(server);
+  manual_seed(21);
+  const Tensor a = randn({64, 48}), b = randn({48, 32});
+  const std::vector<float> want = (relu(matmul(a, b)) * 0.5).to_vector<float>();
+  std::vector<std::vector<float>> got(2);
+  auto work = [&](RemoteDevice& dev, std::vector<float>& out) {
+    for (int i = 0; i < 10; ++i) out = on_cpu(relu(matmul(a.to(dev), b.to(dev))) * 0.5);
+  };
+  std::thread t1(work, std::ref(*first), std::ref(got[0]));
+  std::thread t2(work, std::ref(*second), std::ref(got[1]));
+  t1.join();
+  t2.join();
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], want);
+  EXPECT_EQ(server.open_sessions(), 2u);
+}
+
 TEST(Remote, TokensAreCheckedMissingWrongAndPerDevice) {
   Server server(two_token_options());
   try {
