@@ -335,6 +335,22 @@ TEST(Remote, MalformedCommandsAreRefusedAndTheServerGoesOn) {
   k = good_kernel();
   k.mutable_params()->set_kind(15);
   expect_refused(launch(k), "params kind 15");
+  {  // a matmul whose operands disagree with its output: refused before the CPU's kernel sees it
+    KernelMsg mm = good_kernel();
+    mm.set_op(static_cast<uint32_t>(OpId::Matmul));
+    mm.set_node_op(static_cast<uint32_t>(OpId::Matmul));
+    mm.mutable_params()->Clear();
+    mm.clear_expr();
+    for (ArgMsg* arg : {mm.mutable_inputs(0), mm.mutable_output()}) {
+      arg->clear_shape(), arg->clear_strides();
+      for (int64_t d : {4, 4}) arg->add_shape(d);
+      for (int64_t st : {4, 1}) arg->add_strides(st);
+    }
+    ArgMsg b = mm.inputs(0);
+    b.set_shape(0, 2), b.set_shape(1, 8), b.set_strides(0, 8);  // [2, 8]: k = 4 against 2
+    *mm.add_inputs() = b;
+    expect_refused(launch(mm), "a matmul [4, 4] x [2, 8] -> [4, 4]");
+  }
   expect_refused(allocate(3, 1ull << 62), "quota");
   expect_refused(allocate(1, 8), "in use");
   Command up;
