@@ -265,15 +265,17 @@ Kernel decode_kernel(const KernelMsg& m, const BufferOf& buffer_of) {
     if (e.arg.shape != k.output.shape) malformed("an extra output of shape " + to_string(e.arg.shape));
     k.extra_outputs.push_back(std::move(e));
   }
-  // A matmul kernel takes m, k, n from its operands' last dims and the batch from the output
-  // (the CPU's checks only the ranks): every dim must agree, or the product would step outside
-  // the windows checked above.
+  // A matmul kernel takes m, k, n from its operands' last dims and the number of products from
+  // the output's size (the output may be a view of another shape: a convolution's [N, O, H, W]
+  // of [N, O, H*W]); the CPU's kernel checks only ranks. The dims must agree, or the product
+  // would step outside the windows checked above.
   if (k.op == OpId::Matmul) {
     if (k.inputs.size() != 2) malformed("a matmul of " + std::to_string(k.inputs.size()) + " operands");
     const Shape &a = k.inputs[0].shape, &b = k.inputs[1].shape, &o = k.output.shape;
-    const size_t r = o.size();
-    bool ok = r >= 2 && a.size() == r && b.size() == r && a[r - 1] == b[r - 2] && o[r - 2] == a[r - 2] && o[r - 1] == b[r - 1];
-    for (size_t d = 0; ok && d + 2 < r; ++d) ok = a[d] == o[d] && b[d] == o[d];
+    const size_t r = a.size();
+    bool ok = r >= 2 && b.size() == r && a[r - 1] == b[r - 2];
+    for (size_t d = 0; ok && d + 2 < r; ++d) ok = a[d] == b[d];
+    if (ok) ok = static_cast<__int128>(numel(o)) == static_cast<__int128>(numel(Shape(a.begin(), a.end() - 1))) * b[r - 1];
     if (!ok) malformed("a matmul " + to_string(a) + " x " + to_string(b) + " -> " + to_string(o));
   }
   // A Map kernel walks its output's index space and reads each input at the same index
