@@ -123,21 +123,25 @@ struct Server::State final : Remote::Service {
     s->bytes = 0;
   }
 
+  // A device of this process by the client's name. Never one made from its name (a remote:
+  // name would have this server connect wherever a client says): only what the probes found.
+  static Device* local_device(const std::string& name) {
+    const std::string spec = name.empty() ? "cpu" : name;
+    if (spec == "auto") return &get_device("auto");
+    for (Device* d : available_devices())
+      if (d->info().kind != "remote" && (d->name() == spec || d->name() == spec + ":0")) return d;
+    return nullptr;
+  }
+
   grpc::Status Open(grpc::ServerContext* ctx, const OpenRequest* req, OpenReply* reply) override {
     auto grant = authenticate(ctx);
     if (!grant) return refuse(grpc::StatusCode::UNAUTHENTICATED, "no valid token (authorization: Bearer TOKEN)");
-    Device* device = nullptr;
-    try {
-      device = &get_device(req->device().empty() ? "cpu" : req->device());
-    } catch (const Error& e) {
-      return refuse(grpc::StatusCode::NOT_FOUND, e.detail());
-    }
+    Device* device = local_device(req->device());
+    if (!device) return refuse(grpc::StatusCode::NOT_FOUND, "no device '" + req->device().substr(0, 64) + "' on this server");
     const auto& allowed = options.tokens[*grant].devices;
     bool ok = false;
     for (const std::string& d : allowed) ok = ok || d == "*" || d == device->name() || d == req->device();
     if (!ok) return refuse(grpc::StatusCode::PERMISSION_DENIED, "this token may not use device " + device->name());
-    if (device->info().kind == "remote")
-      return refuse(grpc::StatusCode::PERMISSION_DENIED, "a server does not forward to another server");
     auto s = std::make_shared<Session>();
     s->grant = *grant;
     s->device = device;
@@ -361,7 +365,9 @@ struct Server::State final : Remote::Service {
     auto grant = authenticate(ctx);
     if (!grant) return refuse(grpc::StatusCode::UNAUTHENTICATED, "no valid token (authorization: Bearer TOKEN)");
     try {
-      Device& device = get_device(req->device().empty() ? "cpu" : req->device());
+      Device* found = local_device(req->device());
+      if (!found) return refuse(grpc::StatusCode::NOT_FOUND, "no device '" + req->device().substr(0, 64) + "' on this server");
+      Device& device = *found;
       bool ok = false;
       for (const std::string& d : options.tokens[*grant].devices) ok = ok || d == "*" || d == device.name();
       if (!ok) return refuse(grpc::StatusCode::PERMISSION_DENIED, "this token may not use device " + device.name());

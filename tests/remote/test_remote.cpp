@@ -226,6 +226,10 @@ TEST(Remote, TokensAreCheckedMissingWrongAndPerDevice) {
   auto ctx = other.context();
   req.set_device("nonexistent:3");
   EXPECT_FALSE(other.stub->Open(ctx.get(), req, &reply).ok());
+  // A remote: name would have the server connect where the client says: never made.
+  auto ctx2 = raw.context();
+  req.set_device("remote:127.0.0.1:" + std::to_string(server.port()) + "/cpu");
+  EXPECT_EQ(raw.stub->Open(ctx2.get(), req, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(server.open_sessions(), 0u);
 }
 
