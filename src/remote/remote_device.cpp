@@ -314,9 +314,29 @@ void RemoteDevice::upload(const Buffer& dst, size_t offset, const void* src, siz
   }
 }
 
+bool RemoteDevice::read_pending_upload_locked(uint64_t handle, size_t offset, void* dst, size_t bytes) const {
+  for (int i = pending_.commands_size(); i-- > 0;) {
+    const Command& c = pending_.commands(i);
+    if (c.has_upload() && c.upload().buffer() == handle) {
+      const Upload& u = c.upload();
+      if (offset < u.offset() || offset + bytes > u.offset() + u.data().size()) return false;
+      std::memcpy(dst, u.data().data() + (offset - u.offset()), bytes);
+      return true;
+    }
+    const bool elsewhere = (c.has_upload() && c.upload().buffer() != handle) ||
+                           (c.has_allocate() && c.allocate().buffer() != handle) ||
+                           (c.has_free() && c.free().buffer() != handle);
+    if (!elsewhere) return false;  // a kernel, copy or replay may have written it since
+  }
+  return false;
+}
+
 void RemoteDevice::download(const Buffer& src, size_t offset, void* dst, size_t bytes) {
   const size_t chunk = max_message_bytes_ / 2;
   std::lock_guard lock(mutex_);
+  // Bytes this client uploaded and nothing queued since can have changed are already here
+  // (Program::captured's copy of a loss, read back by item()): no round trip.
+  if (bytes > 0 && read_pending_upload_locked(handle_of(src), offset, dst, bytes)) return;
   for (size_t done = 0; done < bytes; done += chunk) {
     const size_t n = std::min(chunk, bytes - done);
     Command c;

@@ -79,6 +79,9 @@ class RemoteDevice final : public Device {
   // error the peer reports, or one naming the peer when it does not answer in time.
   std::vector<std::string> flush_locked(Command* last = nullptr, Loc loc = Loc::current());
   void queue_locked(Command&& c, Loc loc);
+  // Copies [offset, offset + bytes) of the buffer from a queued upload that no queued command
+  // after it may overwrite; false when there is none (the bytes must come from the peer).
+  bool read_pending_upload_locked(uint64_t handle, size_t offset, void* dst, size_t bytes) const;
   void keep_lease();
 
   DeviceInfo info_;
