@@ -43,6 +43,13 @@ if(ALK_REMOTE)
     add_test(NAME Remote.ParityOnRemoteCpu
              COMMAND bash ${CMAKE_SOURCE_DIR}/tests/remote/parity_on_remote.sh $<TARGET_FILE:alk_cli> $<TARGET_FILE:alk_tests>)
     set_tests_properties(Remote.ParityOnRemoteCpu PROPERTIES TIMEOUT 900)
+    if(ALK_VULKAN)
+      # A GPU backend as the peer (lavapipe here): its kernels, compiled on the server.
+      add_test(NAME Remote.ParityOnRemoteVulkan
+               COMMAND bash ${CMAKE_SOURCE_DIR}/tests/remote/parity_on_remote.sh $<TARGET_FILE:alk_cli>
+                       $<TARGET_FILE:alk_tests> vulkan:0)
+      set_tests_properties(Remote.ParityOnRemoteVulkan PROPERTIES TIMEOUT 900)
+    endif()
     # `alk train --device remote:...` against `alk serve --ops` processes: the local losses and
     # weights bit for bit, a server killed mid-run, a clean SIGTERM.
     add_test(NAME Remote.TrainOnRemoteCpu

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# ctest Remote.ParityOnRemoteCpu: the op-table parity suite (tests/backend/test_device_parity.cpp)
-# on remote:127.0.0.1:PORT/cpu against the local CPU. The server is `alk serve --ops` as its own
+# ctest Remote.ParityOnRemoteCpu (and .ParityOnRemoteVulkan): the op-table parity suite
+# (tests/backend/test_device_parity.cpp) on remote:127.0.0.1:PORT/PEER_DEVICE against the local CPU. The server is `alk serve --ops` as its own
 # process on a free loopback port (it writes the port to a file), with a token made here; it is
 # stopped by SIGTERM at the end, and must exit cleanly.
-# Usage: parity_on_remote.sh ALK_CLI ALK_TESTS [gtest filter]
+# Usage: parity_on_remote.sh ALK_CLI ALK_TESTS [PEER_DEVICE (default cpu)] [gtest filter]
 set -euo pipefail
 alk=$1
 tests=$2
-filter=${3:-DeviceParity.*}
+peer=${3:-cpu}
+filter=${4:-DeviceParity.*}
 dir=$(mktemp -d)
 server=""
 cleanup() {
@@ -26,7 +27,7 @@ done
 [ -s "$dir/port" ] || { echo "the server wrote no port in 10 s"; exit 1; }
 port=$(cat "$dir/port")
 status=0
-ALK_REMOTE_TOKEN_FILE="$dir/token" ALK_PARITY_DEVICES="remote:127.0.0.1:$port/cpu" \
+ALK_REMOTE_TOKEN_FILE="$dir/token" ALK_PARITY_DEVICES="remote:127.0.0.1:$port/$peer" \
   "$tests" --gtest_brief=1 "--gtest_filter=$filter" || status=$?
 kill -TERM "$server"
 wait "$server" || { echo "the server did not exit cleanly on SIGTERM"; exit 1; }
