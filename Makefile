@@ -39,6 +39,8 @@ DEB_PACKAGES += nodejs chromium chromium-driver
 DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
 # The tokenizers' Unicode normal forms are checked against the Consortium's NormalizationTest.txt.
 DEB_PACKAGES += unicode-data bzip2
+# The remote device and `alk serve --ops` (src/remote, issue 38): gRPC C++ and its protoc plugin.
+DEB_PACKAGES += libgrpc++-dev protobuf-compiler-grpc openssl  # openssl: the TLS test's certificate
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 

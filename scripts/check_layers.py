@@ -38,6 +38,8 @@ LAYERS = [
     (8, "webgpu", ["src/webgpu/"]),                   # alk_webgpu (on alk_io)
     (8, "onnx", ["src/onnx/"]),                       # alk_onnx (on alk_io, alk_nn)
     (8, "pretrained", ["src/pretrained/"]),           # alk_pretrained: Hugging Face directories (on alk_io, alk_nn)
+    (8, "opspecs", ["src/opspecs/"]),                 # alk_opspecs: the operations registry's specs (on alk_io, alk_nn)
+    (9, "remote", ["src/remote/"]),                   # alk_remote (optional, gRPC): the ops server, the remote device
     (9, "train", ["src/train/"]),                     # alk_train (on alk_nn, alk_io, alk_dist)
     (9, "generate", ["src/generate/"]),               # alk_train: the generation engine (alk/generate.h)
     (10, "serve", ["src/serve/"]),                    # alk_serve: the OpenAI HTTP server over alk::Generator

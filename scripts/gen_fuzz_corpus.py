@@ -55,6 +55,37 @@ def idx(magic_dims, dims, payload):
     return struct.pack(">I", 0x800 + magic_dims) + b"".join(struct.pack(">I", d) for d in dims) + payload
 
 
+def remote_messages():
+    """fuzz_remote_messages: a byte choosing the message (even: KernelMsg, odd: TensorMsg), then
+    the message as protoc encodes its text form (src/remote/remote.proto)."""
+    import subprocess
+    ew = len(re.findall(r"^ALK_EW\(", open(os.path.join(ROOT, "include/alk/elementwise.def")).read(), re.M))
+    template = re.findall(r"X\((\w+), (?:true|false), (?:true|false)\)", open(os.path.join(ROOT, "include/alk/op_table.h")).read())
+    fns = re.findall(r"X\((\w+), \d\)", open(os.path.join(ROOT, "include/alk/expr.h")).read())
+    op = lambda name: ew + template.index(name)  # noqa: E731
+    f32_type, f32_dtype = 2, 6  # expr::Type::F32, DType::F32
+    node = lambda fn, slot=-1, value=0, args=(-1, -1, -1): (  # noqa: E731
+        "nodes { fn: %d type: %d slot: %d value: %r args: %d args: %d args: %d }" % ((fns.index(fn), f32_type, slot, value) + tuple(args)))
+    twice = "{ %s %s %s }" % (node("Input", 0), node("Const", value=2.0), node("Mul", args=(0, 1, -1)))
+    arg = lambda buf, shape, strides: "{ buffer: %d dtype: %d %s %s }" % (  # noqa: E731
+        buf, f32_dtype, " ".join("shape: %d" % d for d in shape), " ".join("strides: %d" % d for d in strides))
+    kernels = {
+        "map": "op: %d node_op: %d params { kind: 1 expr %s } shape: 16 dtype: %d inputs %s output %s expr %s" % (
+            op("Map"), op("Map"), twice, f32_dtype, arg(1, [16], [1]), arg(2, [16], [1]), twice),
+        "matmul": "op: %d node_op: %d shape: 4 shape: 4 dtype: %d inputs %s inputs %s output %s" % (
+            op("Matmul"), op("Matmul"), f32_dtype, arg(1, [4, 4], [4, 1]), arg(2, [4, 4], [1, 4]), arg(2, [4, 4], [4, 1])),
+        "softmax": "op: %d node_op: %d params { kind: 3 axis: 1 } shape: 2 shape: 8 dtype: %d inputs %s output %s" % (
+            op("Softmax"), op("Softmax"), f32_dtype, arg(1, [2, 8], [8, 1]), arg(2, [2, 8], [8, 1])),
+    }
+    proto = os.path.join(ROOT, "src", "remote", "remote.proto")
+    encode = lambda message, text: subprocess.run(  # noqa: E731
+        ["protoc", "--proto_path=" + os.path.dirname(proto), "--encode=alk.remote." + message, proto],
+        input=text.encode(), check=True, capture_output=True).stdout
+    for name, text in kernels.items():
+        write("remote_messages", "kernel_" + name, b"\x00" + encode("KernelMsg", text))
+    write("remote_messages", "tensor", b"\x01" + encode("TensorMsg", "dtype: 6 shape: 2 shape: 2 data: '%s'" % ("\\000" * 16)))
+
+
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
     # JSON
@@ -145,6 +176,7 @@ def main():
                                                "max_completion_tokens": 4, "logprobs": True, "n": 1}))
     write("serve_request", "ids", '{"prompt": [[1, 2, 3]], "max_tokens": 1e300, "tokens": [5, 6]}')
     write("serve_request", "bad", '{"prompt": "x", "max_tokens": -1, "presence_penalty": "a", "stop": [1]}')
+    remote_messages()
     print("wrote seed corpora to", OUT)
 
 

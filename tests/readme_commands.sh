@@ -61,6 +61,9 @@ step "alk devices" "$alk" devices
 step "alk demo" "$alk" demo
 step "alk kernels gelu --target cpp" "$alk" kernels gelu --target cpp
 step "alk ops" "$alk" ops
+step "alk ops --json" "$alk" ops --json
+step "alk ops describe" "$alk" ops describe layer_norm
+# `alk serve --ops` runs as ctest Remote.TrainOnRemoteCpu (a server, a remote training run, SIGTERM).
 step "alk sample" "$alk" sample --from "$run" --prompt "In the beginning" --tokens 4
 step "alk generate" "$alk" generate --from "$run" --prompt "In the beginning" --tokens 4
 checkpoint=$(find "$run" -name '*.safetensors' | sort | head -n 1)

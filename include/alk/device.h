@@ -153,6 +153,13 @@ using DeviceProbe = std::function<std::vector<std::unique_ptr<Device>>()>;
 struct DeviceRegistration {
   DeviceRegistration(std::string kind, int priority, DeviceProbe probe);
 };
+// Devices made from their name on first use instead of found by a probe: a name "KIND:..."
+// whose KIND has a factory ("remote:HOST:PORT/cpu", src/remote) is made once by it, kept by
+// the registry for the process, and listed by available_devices() from then on.
+using DeviceFactory = std::function<std::unique_ptr<Device>(std::string_view name, Loc loc)>;
+struct DeviceFactoryRegistration {
+  DeviceFactoryRegistration(std::string kind, DeviceFactory factory);
+};
 // Returns every device's cached memory (Device::release_cached_memory).
 void release_cached_memory();
 

@@ -655,6 +655,29 @@ class _NoGrad:
     def __exit__(self, *args) -> None: ...
     def __init__(self) -> None: ...
 
+class _RemoteOps:
+    """A server's operations registry (alk serve --ops); use alk.remote(target)."""
+    def __init__(self, target: str) -> None:
+        """Connects to HOST:PORT with the token in ALK_REMOTE_TOKEN_FILE."""
+        ...
+    def call(self, op: str, inputs: List[Tensor], attributes_json: str, device: str) -> Tensor:
+        """Runs op on the peer's device; the result comes back as a CPU tensor."""
+        ...
+    def describe(self, op: str) -> str:
+        """One op's call as JSON Schema text."""
+        ...
+    def ops_json(self) -> str:
+        """Every op's spec, as JSON text."""
+        ...
+
+class _RemoteServer:
+    """This process's devices served over gRPC; use alk.serve_ops(...)."""
+    def __init__(self, tokens: List[str], host: str, port: int) -> None: ...
+    port: Any
+    def shutdown(self) -> None:
+        """Stops serving and frees every session."""
+        ...
+
 def _caller() -> str:
     """The file:line errors would name from here (for tests)."""
     ...

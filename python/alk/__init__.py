@@ -231,6 +231,56 @@ def load_safetensors(path, with_metadata=False):
 
 save_file, load_file = save_safetensors, load_safetensors  # the safetensors package's names
 
+
+class RemoteOps:
+    """A server's operations registry (``alk serve --ops``, docs/remote.md), from ``alk.remote``.
+
+    ``call(op, *tensors, device="cpu", **attributes)`` runs one op by name on the peer's device
+    (the tensors travel, the result comes back on the CPU); ``ops()`` is every op's spec,
+    ``describe(op)`` one op's call as JSON Schema (both parsed JSON).
+    """
+
+    def __init__(self, target):
+        if not hasattr(_C, "_RemoteOps"):
+            raise RuntimeError("this alk was built without gRPC: alk.remote is not available")
+        self._client = _C._RemoteOps(target)
+        self.target = target
+
+    def call(self, op, *tensors, device="cpu", **attributes):
+        """Runs op(*tensors, **attributes) on the peer's device; raises RuntimeError with its message."""
+        import json
+        return self._client.call(op, list(tensors), json.dumps(attributes), device)
+
+    def ops(self):
+        """Every op's spec: {"ops": [...], "kernels": [...]}."""
+        import json
+        return json.loads(self._client.ops_json())
+
+    def describe(self, op):
+        """One op's call as JSON Schema."""
+        import json
+        return json.loads(self._client.describe(op))
+
+
+def remote(target):
+    """The operations registry of the server at "host:port" (token: the file ALK_REMOTE_TOKEN_FILE names).
+
+    ``alk.remote("127.0.0.1:50051").call("matmul", a, b)``. For whole programs kept on the peer,
+    use the device ``"remote:host:port/cpu"`` instead (``x.to("remote:...")``).
+    """
+    return RemoteOps(target)
+
+
+def serve_ops(tokens, host="127.0.0.1", port=0):
+    """Serves this process's devices and op registry over gRPC to clients holding one of tokens.
+
+    Returns the server: ``.port`` is where it listens (``port=0``: a free one), ``.shutdown()``
+    stops it. The command line's equivalent is ``alk serve --ops --token-file F``.
+    """
+    if not hasattr(_C, "_RemoteServer"):
+        raise RuntimeError("this alk was built without gRPC: alk.serve_ops is not available")
+    return _C._RemoteServer(list(tokens), host, port)
+
 # PyTorch's semantics where alk uses its names (views that write through, max/min pairs,
 # integer floor division, ...) and the everyday conveniences: alk/_torch_compat.py.
 from . import _torch_compat  # noqa: E402

@@ -183,4 +183,13 @@ DeviceRegistration::DeviceRegistration(std::string kind, int priority, DevicePro
   device_probes().push_back({std::move(kind), priority, std::move(probe)});
 }
 
+std::vector<DeviceFactoryEntry>& device_factories() {
+  static std::vector<DeviceFactoryEntry> list;
+  return list;
+}
+
+DeviceFactoryRegistration::DeviceFactoryRegistration(std::string kind, DeviceFactory factory) {
+  device_factories().push_back({std::move(kind), std::move(factory)});
+}
+
 }  // namespace alk

@@ -20,4 +20,10 @@ struct DeviceProbeEntry {
   DeviceProbe probe;
 };
 std::vector<DeviceProbeEntry>& device_probes();
+// What DeviceFactoryRegistration collects: the kinds of device made from their names.
+struct DeviceFactoryEntry {
+  std::string kind;
+  DeviceFactory make;
+};
+std::vector<DeviceFactoryEntry>& device_factories();
 }  // namespace alk

@@ -126,9 +126,18 @@ const std::vector<KnownFailure> kKnownFailures = {
     // {"vulkan", "cumsum dim 0 f16", "what is wrong in the backend, and where"},
 };
 
+// The backend whose kernels a device runs, for tolerances and known failures: its kind, or for
+// a remote device ("remote:HOST:PORT/vulkan:0", docs/remote.md) the peer's device's kind.
+std::string backend_kind(const Device& dev) {
+  if (dev.info().kind != "remote") return dev.info().kind;
+  const std::string& name = dev.info().name;
+  const std::string peer = name.substr(name.find('/') + 1);
+  return peer.substr(0, peer.find(':'));
+}
+
 const char* known_failure(const Device& dev, const std::string& what) {
   for (const KnownFailure& k : kKnownFailures)
-    if (dev.info().kind == k.kind && what.rfind(k.prefix, 0) == 0) return k.why;
+    if (backend_kind(dev) == k.kind && what.rfind(k.prefix, 0) == 0) return k.why;
   return nullptr;
 }
 
@@ -376,7 +385,7 @@ Tol elementwise_tol(const Device& dev, DType out, bool transcendental) {
       return transcendental ? Tol{2e-5, 2e-5} : Tol{1e-6, 1e-6};
     case DType::F64:
       if (!transcendental) return {1e-12, 1e-12};
-      return dev.info().kind == "vulkan" ? Tol{2e-5, 2e-5} : Tol{1e-10, 1e-10};
+      return backend_kind(dev) == "vulkan" ? Tol{2e-5, 2e-5} : Tol{1e-10, 1e-10};
     case DType::F16:
       return {1e-4, std::ldexp(1.0, -10) + 2e-5};
     case DType::BF16:
@@ -391,7 +400,7 @@ Tol template_tol(const Device& dev, DType out, bool transcendental) {
     case DType::F32:
       return {5e-5, 5e-5};
     case DType::F64:
-      return transcendental && dev.info().kind == "vulkan" ? Tol{2e-5, 2e-5} : Tol{1e-10, 1e-10};
+      return transcendental && backend_kind(dev) == "vulkan" ? Tol{2e-5, 2e-5} : Tol{1e-10, 1e-10};
     case DType::F16:
       return {2e-3, 2e-3};
     case DType::BF16:
