@@ -10,7 +10,7 @@
 
 namespace alk {
 
-enum class DTypeRule : uint8_t { Same, Float, Compare, Logical, Select };
+enum class DTypeRule : uint8_t { Same, Float, Compare, Logical, Select, Integer };
 enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
 
 // Ops whose kernels are hand-written per backend (or that are not kernels at all:

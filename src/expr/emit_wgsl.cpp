@@ -101,9 +101,19 @@ struct Wgsl final : Lang {
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
-      case Fn::And: case Fn::Or: case Fn::Select: return "";
+      case Fn::And: case Fn::Or: case Fn::Select: case Fn::BitNot: case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor:
+      case Fn::Shl: case Fn::Shr: return "";
     }
     return "";
+  }
+
+  // i64 is narrowed to i32 here, so shifts are 32 bits wide, and WGSL shifts by a u32.
+  std::string own_spelling(const Node& x, const std::string* a) const override {
+    if ((x.fn != Fn::Shl && x.fn != Fn::Shr) || x.type != Type::I64) return "";
+    const std::string in_range = "(" + a[1] + " >= 0i && " + a[1] + " < 32i)";
+    const std::string shifted = "(" + a[0] + (x.fn == Fn::Shl ? " << " : " >> ") + "u32(" + a[1] + "))";
+    const std::string beyond = x.fn == Fn::Shl ? "0i" : "select(0i, -1i, " + a[0] + " < 0i)";
+    return "select(" + beyond + ", " + shifted + ", " + in_range + ")";
   }
 
   std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }
