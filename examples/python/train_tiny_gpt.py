@@ -35,7 +35,7 @@ opt = alk.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 
 @alk.compile
 def step(x, y):
-    loss = F.cross_entropy(model(x), y)
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())  # class dim 1, as PyTorch
     loss.backward()
     opt.step()
     opt.zero_grad()

@@ -9,5 +9,6 @@
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "alk/pretrained.h"
 #include "alk/tensor.h"
 #include "alk/tokenizer.h"

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "alk/tensor.h"
@@ -83,6 +84,9 @@ struct TokenEvent {
   int32_t token = -1;   // -1 for a cancellation (no token)
   double logprob = 0;   // log-probability of token under the model (GeneratorOptions::logprobs)
   FinishReason finished = FinishReason::None;
+  // GeneratorOptions::top_logprobs > 0: the most likely tokens at this position and their
+  // log-probabilities, most likely first (ties: the lower id first).
+  std::vector<std::pair<int32_t, double>> top = {};
 };
 
 struct GeneratorOptions {
@@ -94,6 +98,7 @@ struct GeneratorOptions {
   DType autocast = DType::F32;
   int64_t memory_budget = -1;  // bytes the caches may take; a slot count that does not fit is refused
   bool logprobs = false;       // compute each chosen token's log-probability on the device
+  int64_t top_logprobs = 0;    // with logprobs: also the n most likely tokens at each position (device top-n)
   bool compile = true;         // replay the decode step (false: build the graph every step, for tests)
   // A request that does not fit a slot's cache (prompt + max_tokens > max_context): an error
   // from submit (false) or accepted and ended with FinishReason::Length at the cache's end.

@@ -116,6 +116,48 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 SafetensorsFile load_safetensors(const std::string& path, Loc loc = Loc::current());
 SafetensorsHeader read_safetensors_header(const std::string& path, Loc loc = Loc::current());
 
+// Reads a safetensors file one tensor at a time (a checkpoint larger than host memory loads
+// onto a GPU): the header is read and validated once, the file stays open, and each read
+// goes from the file into a new buffer on `device` in the file's dtype, through a host
+// staging buffer of at most kSafetensorsStagingBytes (on the CPU, straight into the tensor).
+inline constexpr size_t kSafetensorsStagingBytes = 16u << 20;
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path, Loc loc = Loc::current());
+  ~SafetensorsReader();
+  SafetensorsReader(SafetensorsReader&&) noexcept;
+  SafetensorsReader& operator=(SafetensorsReader&&) noexcept;
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const SafetensorsEntry* find(std::string_view name) const;  // nullptr when absent
+  Tensor read(const SafetensorsEntry& entry, Device& device, Loc loc = Loc::current()) const;
+  Tensor read(std::string_view name, Device& device, Loc loc = Loc::current()) const;  // absent: an error
+
+ private:
+  std::string path_;
+  SafetensorsHeader header_;
+  std::FILE* file_ = nullptr;
+};
+
+// A checkpoint directory's weights as Hugging Face writes them: model.safetensors, or shards
+// listed by model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor: shard
+// file}}; every shard is a plain file name in the directory, every tensor of a shard is
+// listed and every listed tensor is in its shard). Errors name the file and the tensor.
+class SafetensorsCheckpoint {
+ public:
+  static SafetensorsCheckpoint open(const std::string& dir, Loc loc = Loc::current());
+  std::vector<std::string> names() const;  // sorted
+  const SafetensorsEntry* find(std::string_view name) const;
+  const SafetensorsEntry& entry(std::string_view name, Loc loc = Loc::current()) const;
+  Tensor read(std::string_view name, Device& device, Loc loc = Loc::current()) const;
+  const std::vector<std::string>& files() const { return files_; }  // the file(s) read
+
+ private:
+  std::vector<std::string> files_;
+  std::vector<SafetensorsReader> readers_;
+  std::map<std::string, size_t, std::less<>> where_;  // tensor -> reader
+};
+
 // The safetensors dtype tag of an alk dtype ("F32", "BOOL", ...), and back (false if unknown).
 std::string_view safetensors_dtype_tag(DType t);
 bool safetensors_dtype_from_tag(std::string_view tag, DType* out);

@@ -140,35 +140,6 @@ class Sequential : public Module {
   std::vector<std::shared_ptr<Module>> layers_;
 };
 
-class MLP : public Module {
- public:
-  MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELUTanh, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
-  std::shared_ptr<Linear> fc, proj;
-  Activation act;
-  std::shared_ptr<Dropout> drop;
-};
-
-// Multi-head causal self-attention over x [B, T, dim] with the fused attention op.
-class CausalSelfAttention : public Module {
- public:
-  CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
-  std::shared_ptr<Linear> qkv, proj;
-  std::shared_ptr<Dropout> drop;
-  int64_t dim, heads;
-};
-
-// Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)).
-class TransformerBlock : public Module {
- public:
-  TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio = 4, double dropout = 0, bool bias = true);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
-  std::shared_ptr<LayerNorm> ln1, ln2;
-  std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<MLP> mlp;
-};
-
 // The decoder families one GPT covers: GPT-2 (the defaults) and the LLaMA layout (RMSNorm,
 // rotary positions, SwiGLU, grouped-query attention; Qwen2 adds q/k/v biases).
 enum class NormKind : uint8_t { LayerNorm, RMSNorm };
@@ -201,18 +172,100 @@ struct GPTConfig {
   RopeScaling rope_scaling = {};
   MLPKind mlp = MLPKind::GELUTanh;
   bool qkv_bias = false;     // q/k/v projections get a bias even when `bias` is false (Qwen2)
+
+  int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_dim() const { return heads > 0 ? dim / heads : 0; }
+  int64_t hidden() const { return mlp_hidden > 0 ? mlp_hidden : 4 * dim; }
 };
 
-// A GPT-2 style language model: token + position embeddings, pre-norm blocks, final
-// norm, and a head (tied to the token embedding when configured).
+// The rotary embedding's inverse frequencies for heads of head_dim (even): theta^(-2i / head_dim)
+// for i < head_dim / 2, rescaled by rope scaling "llama3" (Llama 3.1: wavelengths longer than
+// original_context / low_freq_factor divided by factor, shorter than original_context /
+// high_freq_factor kept, those between interpolated), in f32 as transformers computes them.
+// An unknown scaling type or out-of-range factors are an error.
+std::vector<float> rotary_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling,
+                                   Loc loc = Loc::current());
+
+// GELU-tanh MLP proj(act(fc x)), or gated (SwiGLU): fc gives [gate | up] ([2 * hidden, dim]) and
+// the MLP is proj(act(gate) * up).
+class MLP : public Module {
+ public:
+  MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELUTanh, double dropout = 0, bool bias = true,
+      bool gated = false);
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
+  std::shared_ptr<Linear> fc, proj;
+  Activation act;
+  std::shared_ptr<Dropout> drop;
+  int64_t hidden;
+  bool gated;
+};
+
+// Causal self-attention over x [B, T, dim] with the fused attention op: multi-head (GPT-2), or
+// grouped-query (kv_heads < heads: query head h reads key/value head h / (heads / kv_heads))
+// with rotary positions on q and k (the LLaMA family).
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0, bool bias = true);  // GPT-2's
+  explicit CausalSelfAttention(const GPTConfig& cfg);
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;  // positions 0..T-1
+  Tensor forward(const Tensor& x, const Tensor& positions, Loc loc = Loc::current());
+
+  // The projections of x [..., T, dim] at positions [T] (i64): q [..., T, heads, head_dim], k and
+  // v [..., T, kv_heads, head_dim], rotary applied to q and k. What forward and the generator's
+  // prefill and decode step (which keeps k and v in its cache) attend with.
+  struct Projected {
+    Tensor q, k, v;
+  };
+  Projected project(const Tensor& x, const Tensor& positions, Loc loc = Loc::current()) const;
+  // The output projection of the attention's rows y [..., T, heads * head_dim] (dropout included).
+  Tensor output(const Tensor& y, Loc loc = Loc::current());
+  // The inverse frequencies as a tensor on `device` (made once per device).
+  Tensor inv_freq_on(Device& device) const;
+
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> drop;
+  int64_t dim, heads, kv_heads, head_dim;
+  bool rotary = false;
+  std::vector<float> inv_freq;  // rotary: [head_dim / 2]
+
+ private:
+  mutable std::vector<Tensor> inv_freq_tensors_;  // inv_freq on each device it was asked for
+};
+
+// Pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)). ln1 and ln2 are LayerNorm or RMSNorm
+// modules (GPTConfig::norm).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio = 4, double dropout = 0, bool bias = true);
+  explicit TransformerBlock(const GPTConfig& cfg);
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;  // positions 0..T-1
+  Tensor forward(const Tensor& x, const Tensor& positions, Loc loc = Loc::current());
+  // The block with the attention itself supplied: attend(q, k, v) (CausalSelfAttention::project's
+  // tensors) returns the attended rows [..., T, heads * head_dim]. The generator attends over
+  // its KV cache this way, so the block's layout lives here only.
+  using Attend = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+  Tensor forward(const Tensor& x, const Tensor& positions, const Attend& attend, Loc loc = Loc::current());
+  std::shared_ptr<Module> ln1, ln2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+// A decoder-only language model: GPT-2 (token + learned position embeddings, LayerNorm,
+// GELU-tanh MLP, multi-head attention) or the LLaMA family (no position embedding: rotary on q
+// and k; RMSNorm; SwiGLU; grouped-query attention; Qwen2's q/k/v biases), pre-norm blocks, a
+// final norm and a head (tied to the token embedding when configured).
 class GPT : public Module {
  public:
-  explicit GPT(const GPTConfig& cfg);
+  explicit GPT(const GPTConfig& cfg, Loc loc = Loc::current());
   Tensor forward(const Tensor& ids, Loc loc = Loc::current()) override;  // [B, T] i64 -> logits [B, T, vocab]
+  // The pieces forward runs, for callers that run the blocks themselves (the generator):
+  // ids [..., T] at positions [T] -> x [..., T, dim], and x [..., dim] -> logits [..., vocab].
+  Tensor embed(const Tensor& ids, const Tensor& positions, Loc loc = Loc::current());
+  Tensor logits(const Tensor& x, Loc loc = Loc::current());
   GPTConfig cfg;
-  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Embedding> wte, wpe;  // wpe: null with rotary positions
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
-  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Module> ln_f;
   std::shared_ptr<Linear> head;  // null when tied
 };
 

@@ -221,8 +221,17 @@ Tensor broadcast_to(const Tensor& x, Shape shape, Loc loc = Loc::current());
 // Fused attention over q, k, v [..., T, D] (k, v: [..., S, D]): softmax(q k^T * scale [+ causal
 // mask]) v, computed tile by tile with an online softmax; no T x S matrix is kept for backward.
 // scale < 0 means 1/sqrt(D).
+// Grouped-query attention: q [..., H, T, D] with k, v [..., Hkv, S, D], H a multiple of Hkv
+// (query head h reads key/value head h / (H / Hkv)); the gradients of k and v sum over each
+// group.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                                     double scale = -1, Loc loc = Loc::current());
+// Rotary position embedding in the rotate-half layout (transformers' apply_rotary_pos_emb):
+// x [..., P, H, D] (D even) at positions [P] (integer) -> x * cos + rotate_half(x) * sin, where
+// rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim, and cos, sin of
+// positions[p] * inv_freq [D / 2] repeated over both halves (angles in inv_freq's dtype, as
+// transformers computes them in f32, then cast to x's). Its gradient is the inverse rotation.
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Loc loc = Loc::current());
 
 // Sliding windows, as torch.nn.functional.unfold: [N, C, H, W] -> [N, C*kh*kw, L] where L is
 // the number of window positions; out-of-image taps read pad_value. fold is the adjoint:

@@ -2,6 +2,7 @@
 // MNIST, with checkpoints, resume, metrics and a loss curve in one run directory:
 //   config.json  model.safetensors  optimizer.safetensors  metrics.jsonl  loss.svg
 //   tokenizer/vocab.json  tokenizer/merges.txt  tokens.bin (the tokenized corpus cache)
+//   hf/ (--init-from runs: the Hugging Face directory's config and tokenizer files)
 //   checkpoint.json  checkpoints/step-N/{model,optimizer}.safetensors (the committed pair;
 //   the top-level pair are hard links to it; src/train/checkpoint.cpp)
 #pragma once
@@ -25,6 +26,10 @@ struct Config {
   std::string corpus;        // gpt: text file; "" = the KJV Bible (Debian's bible-kjv), cached in data/
   std::string data;          // mnist: directory of IDX files; "" = find_mnist_dir()
   std::string out = "runs/gpt";
+  // gpt: a Hugging Face model directory to fine-tune (alk/pretrained.h): its architecture,
+  // weights and tokenizer replace ctx-independent model flags (dim, heads, layers,
+  // vocab_size); its config and tokenizer files are copied to the run's hf/ directory.
+  std::string init_from;
   std::string device = "auto";  // auto (the best GPU found, else the CPU), cpu, cuda:N, vulkan:N (`alk devices`)
   std::string dtype = "f32";     // f32, or bf16 / f16: mixed precision (Autocast; f32 master weights)
   uint64_t seed = 1337;
@@ -33,6 +38,18 @@ struct Config {
   // GPT
   int64_t ctx = 128, dim = 128, heads = 4, layers = 4, vocab_size = 1024;
   double dropout = 0;
+  // The model's family: GPT-2 (these defaults) or the LLaMA family, as nn::GPTConfig's fields of
+  // the same names (0 for kv_heads and mlp_hidden: heads and 4 * dim).
+  int64_t kv_heads = 0, mlp_hidden = 0;
+  std::string norm = "layernorm";      // layernorm | rmsnorm
+  double norm_eps = 1e-5;
+  std::string positions = "learned";  // learned | rotary
+  double rope_theta = 10000;
+  std::string rope_scaling;           // "" | llama3, with the factors below
+  double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_context = 0;
+  std::string mlp = "gelu_tanh";      // gelu_tanh | swiglu
+  bool bias = true, qkv_bias = false, tie_embeddings = true;
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup = 100;
   double val_fraction = 0.05;

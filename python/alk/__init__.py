@@ -79,9 +79,13 @@ class no_grad:
     def __enter__(self):
         self._guard = _C._NoGrad()
         self._guard.__enter__()
+        _torch_compat._active_no_grad().append(self._guard)
         return self
 
     def __exit__(self, *exc):
+        active = _torch_compat._active_no_grad()
+        if active and active[-1] is self._guard:
+            active.pop()
         self._guard.__exit__(*exc)
         return False
 
@@ -227,7 +231,20 @@ def load_safetensors(path, with_metadata=False):
 
 save_file, load_file = save_safetensors, load_safetensors  # the safetensors package's names
 
+# PyTorch's semantics where alk uses its names (views that write through, max/min pairs,
+# integer floor division, ...) and the everyday conveniences: alk/_torch_compat.py.
+from . import _torch_compat  # noqa: E402
+from ._torch_compat import (addmm, all, allclose, any, argsort, bmm, device, diag, div, divide,  # noqa: E402,F401,A004
+                            enable_grad, equal, flatten, flip, floor_divide, is_tensor, isclose, isfinite, isinf,
+                            isnan, masked_fill, matmul, max, min, mm, multinomial, narrow, norm, numel, outer,
+                            permute, randperm, remainder, repeat, reshape, return_types, scatter, set_grad_enabled,
+                            sort, squeeze, swapaxes, topk, transpose, unbind, unsqueeze, normal, einsum, diagonal,
+                            save, load, cuda, randint, std, var)
+
+# Wrong arguments name the argument and the caller's line (not pybind11's signature list).
+_torch_compat._check_arguments(globals(), Tensor)
+
 # The star import brought _C's own nn and optim submodules: the Python packages replace them.
 globals().pop("nn", None)
 globals().pop("optim", None)
-from . import nn, optim  # noqa: E402,F401  (after Tensor is set up)
+from . import nn, optim, utils  # noqa: E402,F401  (after Tensor is set up)

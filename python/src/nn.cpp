@@ -8,6 +8,7 @@
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "alk/pretrained.h"
 #include "alk/tokenizer.h"
 #include "common.h"
 
@@ -101,12 +102,31 @@ void bind_nn(py::module_& top) {
       .def_readonly("ln2", &nn::TransformerBlock::ln2)
       .def_readonly("attn", &nn::TransformerBlock::attn)
       .def_readonly("mlp", &nn::TransformerBlock::mlp);
-  layer<nn::GPT>(m, "GPT", "A GPT-2 style language model: ids [B, T] int64 -> logits [B, T, vocab].")
+  layer<nn::GPT>(m, "GPT", "A decoder-only language model (GPT-2 or the LLaMA family): ids [B, T] int64 -> logits [B, T, vocab].")
       .def(py::init([](int64_t vocab, int64_t ctx, int64_t dim, int64_t heads, int64_t layers, double dropout,
-                       bool tie, bool bias) {
-        return std::make_shared<nn::GPT>(nn::GPTConfig{vocab, ctx, dim, heads, layers, dropout, tie, bias});
+                       bool tie, bool bias, int64_t kv_heads, int64_t mlp_hidden, const std::string& norm,
+                       double norm_eps, const std::string& positions, double rope_theta, const std::string& mlp,
+                       bool qkv_bias, const std::string& rope_type, double rope_factor, double low_freq_factor,
+                       double high_freq_factor, int64_t original_context) {
+        nn::GPTConfig c{vocab, ctx, dim, heads, layers, dropout, tie, bias};
+        c.kv_heads = kv_heads, c.mlp_hidden = mlp_hidden, c.norm_eps = norm_eps, c.rope_theta = rope_theta;
+        c.qkv_bias = qkv_bias;
+        // The names transformers' configs use.
+        alk::check(norm == "layernorm" || norm == "rmsnorm", "GPT", alk::Loc::current(), "norm must be 'layernorm' or 'rmsnorm', got '", norm, "'");
+        alk::check(positions == "learned" || positions == "rotary", "GPT", alk::Loc::current(),
+              "positions must be 'learned' or 'rotary', got '", positions, "'");
+        alk::check(mlp == "gelu_tanh" || mlp == "swiglu", "GPT", alk::Loc::current(), "mlp must be 'gelu_tanh' or 'swiglu', got '", mlp, "'");
+        c.norm = norm == "rmsnorm" ? nn::NormKind::RMSNorm : nn::NormKind::LayerNorm;
+        c.positions = positions == "rotary" ? nn::PositionKind::Rotary : nn::PositionKind::Learned;
+        c.mlp = mlp == "swiglu" ? nn::MLPKind::SwiGLU : nn::MLPKind::GELUTanh;
+        c.rope_scaling = {rope_type, rope_factor, low_freq_factor, high_freq_factor, original_context};
+        return std::make_shared<nn::GPT>(c);
       }), py::arg("vocab") = 256, py::arg("ctx") = 128, py::arg("dim") = 128, py::arg("heads") = 4,
-           py::arg("layers") = 4, py::arg("dropout") = 0.0, py::arg("tie_embeddings") = true, py::arg("bias") = true)
+           py::arg("layers") = 4, py::arg("dropout") = 0.0, py::arg("tie_embeddings") = true, py::arg("bias") = true,
+           py::arg("kv_heads") = 0, py::arg("mlp_hidden") = 0, py::arg("norm") = "layernorm", py::arg("norm_eps") = 1e-5,
+           py::arg("positions") = "learned", py::arg("rope_theta") = 10000.0, py::arg("mlp") = "gelu_tanh",
+           py::arg("qkv_bias") = false, py::arg("rope_type") = "", py::arg("rope_factor") = 1.0,
+           py::arg("low_freq_factor") = 1.0, py::arg("high_freq_factor") = 4.0, py::arg("original_context") = 0)
       .def_readonly("wte", &nn::GPT::wte)
       .def_readonly("wpe", &nn::GPT::wpe)
       .def_readonly("blocks", &nn::GPT::blocks)
@@ -276,6 +296,50 @@ void bind_runtime(py::module_& m) {
     return py::make_tuple(py::cast(f.tensors), py::cast(f.metadata));
   }, py::arg("path"));
 
+  // ---- Hugging Face directories (alk.nn.from_pretrained wraps these) ----
+  m.def("_load_pretrained", [](const std::string& dir, const std::string& device) {
+    alk::Pretrained p;
+    {
+      Released r;
+      p = alk::load_pretrained(dir, device);
+    }
+    py::dict generation;
+    generation["eos_token_id"] = p.generation.eos_ids;
+    generation["bos_token_id"] = p.generation.bos_id;
+    generation["pad_token_id"] = p.generation.pad_id;
+    generation["do_sample"] = p.generation.do_sample;
+    generation["temperature"] = p.generation.temperature;
+    generation["top_k"] = p.generation.top_k;
+    generation["top_p"] = p.generation.top_p;
+    generation["max_new_tokens"] = p.generation.max_new_tokens;
+    py::dict info;
+    info["architecture"] = p.info.architecture;
+    info["model_type"] = p.info.model_type;
+    info["torch_dtype"] = p.info.torch_dtype;
+    info["bos_token_id"] = p.info.bos_id;
+    info["eos_token_id"] = p.info.eos_ids;
+    info["pad_token_id"] = p.info.pad_id;
+    return py::make_tuple(p.model, std::move(p.tokenizer), p.chat_template, generation, info);
+  }, py::arg("directory"), py::arg("device") = "");
+  m.def("_save_pretrained", [](const std::shared_ptr<nn::GPT>& model, const py::dict& info_dict, const std::string& dir,
+                               const std::string& tokenizer_dir, const std::string& dtype_name) {
+    const alk::DType dtype = dtype_name == "bfloat16" ? alk::DType::BF16
+                             : dtype_name == "float16" ? alk::DType::F16
+                                                       : alk::DType::F32;
+    alk::check(dtype_name == "float32" || dtype != alk::DType::F32, "save_pretrained", alk::Loc::current(),
+               "dtype must be float32, bfloat16 or float16, got ", dtype_name);
+    alk::HfModelInfo info;
+    info.model_type = info_dict["model_type"].cast<std::string>();
+    if (info_dict.contains("bos_token_id") && !info_dict["bos_token_id"].is_none())
+      info.bos_id = info_dict["bos_token_id"].cast<int32_t>();
+    if (info_dict.contains("pad_token_id") && !info_dict["pad_token_id"].is_none())
+      info.pad_id = info_dict["pad_token_id"].cast<int32_t>();
+    if (info_dict.contains("eos_token_id")) info.eos_ids = info_dict["eos_token_id"].cast<std::vector<int32_t>>();
+    Released r;
+    alk::save_pretrained(*model, info, dir, tokenizer_dir, dtype);
+  }, py::arg("model"), py::arg("info"), py::arg("directory"), py::arg("tokenizer_dir") = "",
+        py::arg("dtype") = "float32");
+
   // ---- tokenizer ----
   py::class_<alk::Tokenizer>(m, "Tokenizer", "Byte-level BPE (GPT-2 compatible files: vocab.json + merges.txt).")
       .def_static("train", [](const std::string& corpus, int vocab_size, const std::vector<std::string>& specials) {
@@ -286,8 +350,13 @@ void bind_runtime(py::module_& m) {
                   "Loads vocab.json, merges.txt (and special_tokens.json) from a directory.", g)
       .def("save", [](const alk::Tokenizer& t, const std::string& dir) { t.save(dir); }, py::arg("directory"),
            "Writes vocab.json, merges.txt and special_tokens.json.", g)
-      .def("encode", [](const alk::Tokenizer& t, const std::string& text) { return t.encode(text); }, py::arg("text"),
-           "Token ids of text.", g)
+      .def_static("from_pretrained", [](const std::string& dir) { return alk::Tokenizer::load_tokenizer_json(dir); },
+                  py::arg("directory"),
+                  "Loads a Hugging Face tokenizer.json (and tokenizer_config.json) from a directory.", g)
+      .def("encode", [](const alk::Tokenizer& t, const std::string& text, bool add_special_tokens) {
+        return t.encode(text, add_special_tokens);
+      }, py::arg("text"), py::arg("add_special_tokens") = false,
+           "Token ids of text; add_special_tokens: with the tokenizer.json post-processor's BOS/EOS.", g)
       .def("decode", [](const alk::Tokenizer& t, const std::vector<int32_t>& ids) {
         std::string bytes;
         {
@@ -299,6 +368,8 @@ void bind_runtime(py::module_& m) {
       .def("decode_bytes", [](const alk::Tokenizer& t, const std::vector<int32_t>& ids) {
         return py::bytes(t.decode(ids));
       }, py::arg("ids"), "The raw bytes of ids.")
+      .def("to_tokenizer_json", [](const alk::Tokenizer& t) { return t.to_tokenizer_json(); },
+           "The tokenizer.json transformers reads for this GPT-2 style BPE.")
       .def_property_readonly("vocab_size", &alk::Tokenizer::vocab_size, "Number of ids.")
       .def("token_id", [](const alk::Tokenizer& t, const std::string& tok) { return t.token_id(tok); },
            py::arg("token"), "The id of a vocab.json key (None if unknown).")

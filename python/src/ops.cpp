@@ -421,7 +421,7 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   m.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                            std::optional<double> scale) {
     return alk::scaled_dot_product_attention(q, k, v, causal, scale.value_or(-1));
-  }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("is_causal") = true, py::arg("scale") = py::none(),
+  }, py::arg("query"), py::arg("key"), py::arg("value"), py::kw_only(), py::arg("is_causal") = false, py::arg("scale") = py::none(),
         "softmax(q k^T * scale [+ causal mask]) v, fused (no T x S matrix kept). scale None: 1/sqrt(D).", g);
   m.def("unfold", [](const Tensor& x, std::array<int64_t, 2> k, std::array<int64_t, 2> d, std::array<int64_t, 2> p,
                      std::array<int64_t, 2> s) {
@@ -504,14 +504,23 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
         "U[0, 1) samples of x's shape and dtype.", g);
   m.def("randn_like", [](const Tensor& x) { return alk::randn(x.shape(), x.dtype()); }, py::arg("input"),
         "N(0, 1) samples of x's shape and dtype.", g);
-  m.def("arange", [](double a, std::optional<double> b, double step, std::optional<DType> t) {
-    double start = b ? a : 0, end = b ? *b : a;
-    bool integral = start == static_cast<double>(static_cast<int64_t>(start)) &&
-                    end == static_cast<double>(static_cast<int64_t>(end)) &&
-                    step == static_cast<double>(static_cast<int64_t>(step));
-    return alk::arange(start, end, step, t.value_or(integral ? DType::I64 : DType::F32));
-  }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1.0, py::kw_only(), py::arg("dtype") = py::none(),
-        "Values from start to end (exclusive) by step; arange(n) is 0..n-1. Integers give int64.", g);
+  m.def("arange", [](py::object a, py::object b, py::object step, std::optional<DType> t) {
+    // PyTorch's rule: any Python float among the arguments gives the default float dtype
+    // (arange(5.) is float32), integers alone give int64.
+    bool integral = true;
+    auto number = [&](const py::object& o) {
+      if (py::isinstance<py::float_>(o) || (py::isinstance<alk::TensorImpl>(o) && alk::is_floating(o.cast<Tensor>().dtype())))
+        integral = false;
+      return o.cast<double>();
+    };
+    const double first = number(a), stride = number(step);
+    const double start = b.is_none() ? 0 : first, end = b.is_none() ? first : number(b);
+    if (stride == 0) raise_runtime("arange: step must be nonzero");
+    Released r;
+    return alk::arange(start, end, stride, t.value_or(integral ? DType::I64 : DType::F32));
+  }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(), py::arg("dtype") = py::none(),
+        "Values from start to end (exclusive) by step; arange(n) is 0..n-1. Integers give int64, any float "
+        "argument float32.");
   m.def("linspace", [](double a, double b, int64_t n, std::optional<DType> t) {
     return alk::linspace(a, b, n, dtype_or(t, DType::F32));
   }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),

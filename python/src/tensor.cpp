@@ -1,9 +1,13 @@
 // alk.Tensor: properties, numpy in and out, Python indexing, in-place operators and repr.
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "alk/dtype.h"
+#include "alk/kernel.h"
+#include "graph/autograd.h"
 #include "common.h"
 #include "tensor_util.h"
 
@@ -128,20 +132,270 @@ Tensor tensor_from_python(const py::handle& data, std::optional<DType> dtype, bo
   return out;
 }
 
+// ---- aliasing: writes through views reach their base (PyTorch's storage sharing) ----
+//
+// alk's graph is functional: a view shares its base's Node, and assign_ points one handle at
+// a new node. PyTorch's model is shared storage: a write through a view changes the base and
+// every other view of it. The bindings keep that model on top of the graph. The Node plays
+// the storage: the tensors made from Python that share one (a base and its views from
+// indexing, view/reshape/transpose..., detach and .data) are recorded as one group. A write
+// to any of them computes the node's new contents (the old ones with the written positions
+// replaced) as a new node, and every live member of the group is pointed at it with its own
+// geometry (strides and offset count elements of the node), so later reads of every alias
+// see the write. Members are held weakly: the group never keeps a tensor alive. All of it
+// runs with the GIL held.
+
+namespace {
+
+struct Member {
+  std::weak_ptr<alk::TensorImpl> self;
+  bool detached = false;  // made through detach()/.data: writes through it record no autograd
+  const alk::Node* node = nullptr;  // the node it shared when it joined (compared, never read)
+};
+
+// Groups by the node their members share; member records by tensor.
+std::unordered_map<const alk::Node*, std::vector<Member>>& groups() {
+  static auto* g = new std::unordered_map<const alk::Node*, std::vector<Member>>();
+  return *g;
+}
+
+std::unordered_map<const alk::TensorImpl*, Member>& members() {
+  static auto* m = new std::unordered_map<const alk::TensorImpl*, Member>();
+  return *m;
+}
+
+// The member record of t, if t is a live member of its node's group.
+const Member* member_of(const alk::TensorImpl* t) {
+  auto& all = members();
+  auto it = all.find(t);
+  if (it == all.end()) return nullptr;
+  if (it->second.self.lock().get() != t) {
+    all.erase(it);
+    return nullptr;
+  }
+  auto g = groups().find(t->node.get());
+  if (g == groups().end()) return nullptr;
+  for (const Member& m : g->second)
+    if (m.self.lock().get() == t) return &it->second;
+  return nullptr;
+}
+
+// The live members of t's node's group (t's node as they read it).
+std::vector<std::pair<std::shared_ptr<alk::TensorImpl>, bool>> live_members(const alk::Node* node) {
+  std::vector<std::pair<std::shared_ptr<alk::TensorImpl>, bool>> out;
+  auto g = groups().find(node);
+  if (g == groups().end()) return out;
+  for (const Member& m : g->second)
+    if (auto p = m.self.lock(); p && p->node.get() == node) out.emplace_back(p, m.detached);
+  return out;
+}
+
+void prune_dead_records() {
+  auto& all = members();
+  for (auto it = all.begin(); it != all.end();) it = it->second.self.expired() ? all.erase(it) : std::next(it);
+  auto& gs = groups();
+  for (auto it = gs.begin(); it != gs.end();) {
+    auto& v = it->second;
+    const alk::Node* node = it->first;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [node](const Member& m) {
+                             auto p = m.self.lock();
+                             return !p || p->node.get() != node;
+                           }),
+            v.end());
+    it = v.size() < 2 ? gs.erase(it) : std::next(it);
+  }
+}
+
+void add_member(const Tensor& t, bool detached) {
+  static size_t added = 0;
+  if (++added % 4096 == 0) prune_dead_records();
+  const alk::Node* node = t.impl()->node.get();
+  members()[t.impl()] = Member{t.impl_ptr(), detached, node};
+  std::vector<Member>& group = groups()[node];
+  // A base sliced every step (a dataset's batches) gathers dead views: dropped as the group
+  // doubles, so finding a member stays proportional to the live ones.
+  if (group.size() >= 64 && (group.size() & (group.size() - 1)) == 0)
+    group.erase(std::remove_if(group.begin(), group.end(),
+                               [node](const Member& m) {
+                                 auto p = m.self.lock();
+                                 return !p || p->node.get() != node;
+                               }),
+                group.end());
+  group.push_back(Member{t.impl_ptr(), detached, node});
+}
+
+bool broadcasts(const alk::TensorImpl* t) {
+  for (size_t d = 0; d < t->shape.size(); ++d)
+    if (t->strides[d] == 0 && t->shape[d] > 1) return true;
+  return false;
+}
+
+// Whether t reads its node's elements in the node's own order (offset 0, row-major, all of them).
+bool views_whole_node(const alk::TensorImpl* t) {
+  if (t->offset != 0 || t->strides != alk::contiguous_strides(t->shape)) return false;
+  int64_t n = 1;
+  for (int64_t d : t->shape) n *= d;
+  return n == t->node->numel();
+}
+
+}  // namespace
+
+void prepare_base(const Tensor& base) {
+  if (!base.defined() || member_of(base.impl())) return;
+  alk::TensorImpl* t = base.impl();
+  int64_t n = 1;
+  for (int64_t d : t->shape) n *= d;
+  if (!broadcasts(t) && n <= t->node->numel()) return;
+  // A broadcast (zeros() is one value viewed that way) has no element of its own to write:
+  // its values move into a node of its own first, as PyTorch allocates them.
+  Released r;
+  Tensor(base.impl_ptr()).assign_(base.contiguous());
+}
+
+void follow_assignment(const Tensor& t) {
+  if (!t.defined()) return;
+  auto rec = members().find(t.impl());
+  if (rec == members().end() || rec->second.self.lock().get() != t.impl()) return;
+  const alk::Node* old = rec->second.node;
+  const alk::Node* now = t.impl()->node.get();
+  if (old == now || !views_whole_node(t.impl())) return;
+  auto g = groups().find(old);
+  if (g == groups().end()) return;
+  // The members still on the old node read the new one, with their geometry (the assignment
+  // kept the node's size and order: t views all of it in order).
+  std::vector<std::pair<std::shared_ptr<alk::TensorImpl>, bool>> movers;
+  for (const Member& m : g->second)
+    if (auto p = m.self.lock(); p && (p->node.get() == old || p.get() == t.impl()))
+      if (p->node->numel() == t.impl()->node->numel()) movers.emplace_back(p, m.detached);
+  groups().erase(g);
+  {
+    Released r;  // the handles change under alk's lock; the records below under the GIL
+    for (auto& [p, detached] : movers) p->node = t.impl()->node;
+  }
+  std::vector<Member> moved;
+  for (auto& [p, detached] : movers) {
+    moved.push_back(Member{p, detached, now});
+    members()[p.get()].node = now;
+  }
+  if (moved.size() > 1) groups()[now] = std::move(moved);
+}
+
+void track_view(const Tensor& base, const Tensor& view, bool detached) {
+  if (!base.defined() || !view.defined() || view.impl() == base.impl()) return;
+  if (view.impl()->node != base.impl()->node) return;  // a copy (reshape of a strided tensor)
+  if (const Member* m = member_of(base.impl()))
+    detached = detached || m->detached;
+  else
+    add_member(base, false);
+  add_member(view, detached);
+}
+
 // ---- in place ----
 
-void assign_inplace(const Tensor& self_in, const Tensor& value_in, const char* op) {
-  Tensor self = self_in, value = value_in;
-  // Checks first, with the GIL (their errors name the Python caller) ...
-  if (alk::is_grad_enabled() && self.requires_grad() && self.is_leaf())
-    raise_runtime(std::string(op) +
-                  ": a leaf tensor that requires grad is used in an in-place operation (wrap it in alk.no_grad())");
+namespace {
+
+void check_assignable(const Tensor& self, const Tensor& value, const char* op) {
   if (value.shape() != self.shape() && alk::broadcast_shapes(value.shape(), self.shape()) != self.shape())
     raise_runtime(std::string(op) + ": the result of shape " + alk::to_string(value.shape()) +
                   " does not fit the tensor of shape " + alk::to_string(self.shape()));
   if (value.dtype() != self.dtype() && alk::is_floating(value.dtype()) && !alk::is_floating(self.dtype()))
     raise_runtime(std::string(op) + ": result type " + std::string(alk::dtype_name(value.dtype())) +
                   " can't be cast to the tensor's dtype " + std::string(alk::dtype_name(self.dtype())));
+}
+
+// The flat node positions a tensor with this geometry reads.
+Tensor node_positions(int64_t n, const alk::Shape& shape, const alk::Shape& strides, int64_t offset) {
+  Tensor all = alk::arange(0, static_cast<double>(n), 1, DType::I64).contiguous();
+  return alk::make_view(all, shape, strides, offset).reshape({-1});
+}
+
+// A write to a member of a group: the node's new contents, then every member re-pointed.
+void assign_shared(const Tensor& self, const Tensor& value_in, bool self_detached,
+                   const std::vector<std::pair<std::shared_ptr<alk::TensorImpl>, bool>>& group, const char* op) {
+  Tensor value = value_in;
+  const bool record_grad = !self_detached && alk::is_grad_enabled();
+  if (record_grad)
+    for (const auto& [m, detached] : group)
+      if (!detached && m->requires_grad && !m->grad_fn)
+        raise_runtime(std::string(op) + (m.get() == self.impl() ? ": a leaf tensor" : ": a view of a leaf tensor") +
+                      " that requires grad is used in an in-place operation (wrap it in alk.no_grad())");
+  if (broadcasts(self.impl()))
+    raise_runtime(std::string(op) +
+                  ": unsupported operation: more than one element of the written-to tensor refers to a single "
+                  "memory location (an expanded view); clone() it first");
+  check_assignable(self, value, op);
+  const std::shared_ptr<alk::Node> old_node = self.impl()->node;
+  Tensor merged;
+  {
+    Released r;
+    const alk::Shape node_shape = old_node->shape;
+    const int64_t n = old_node->numel();
+    if (value.shape() != self.shape()) value = alk::broadcast_to(value, self.shape());
+    if (value.dtype() != self.dtype()) value = alk::cast(value, self.dtype());
+    if (!record_grad) value = value.detach();
+    // The old contents, with autograd from the member that reads the whole node in order (the
+    // base), when grad is recorded and there is one.
+    Tensor old = alk::make_view(self, node_shape, alk::contiguous_strides(node_shape), 0);
+    if (record_grad)
+      for (const auto& [m, detached] : group)
+        if (!detached && views_whole_node(m.get())) {
+          old = Tensor(m).reshape(node_shape);
+          break;
+        }
+    const DType dtype = self.dtype(), work = dtype == DType::Bool ? DType::U8 : dtype;
+    Tensor pos = node_positions(n, self.shape(), self.strides(), self.offset());
+    Tensor hit = alk::scatter_add(alk::zeros({n}, DType::I32), 0, pos, alk::ones({pos.numel()}, DType::I32)) > 0;
+    Tensor put = alk::scatter_add(alk::zeros({n}, work), 0, pos, value.to(work).reshape({-1}));
+    merged = alk::where(hit.reshape(node_shape), put.reshape(node_shape), old.to(work)).to(dtype).contiguous();
+    const bool merged_grad = record_grad && merged.requires_grad();
+    for (const auto& [m, detached] : group) {
+      m->node = merged.impl()->node;  // strides and offset stay: they count elements of the node
+      if (!merged_grad || detached) continue;
+      if (views_whole_node(m.get()) && m->shape == node_shape) {
+        m->grad_fn = merged.impl()->grad_fn;
+      } else if (views_whole_node(m.get())) {
+        m->grad_fn = merged.reshape(m->shape).impl()->grad_fn;  // the base seen in another shape
+      } else {
+        Tensor p = node_positions(n, m->shape, m->strides, m->offset);
+        Tensor fresh = alk::with_grad(alk::make_view(merged, m->shape, m->strides, m->offset), "view", {merged},
+                                      [p, node_shape, n](const Tensor& g) {
+                                        Tensor zero = alk::zeros({n}, g.dtype());
+                                        Tensor flat = alk::scatter_add(zero, 0, p, g.reshape({-1}));
+                                        return std::vector<Tensor>{flat.reshape(node_shape)};
+                                      });
+        m->grad_fn = fresh.impl()->grad_fn;
+      }
+      m->requires_grad = true;
+    }
+  }
+  // The group follows its members to the new node (the records change under the GIL).
+  auto& gs = groups();
+  std::vector<Member> moved;
+  for (const auto& [m, detached] : group) {
+    moved.push_back(Member{m, detached, merged.impl()->node.get()});
+    members()[m.get()].node = merged.impl()->node.get();
+  }
+  gs.erase(old_node.get());
+  gs[merged.impl()->node.get()] = std::move(moved);
+}
+
+}  // namespace
+
+void assign_inplace(const Tensor& self_in, const Tensor& value_in, const char* op) {
+  Tensor self = self_in, value = value_in;
+  if (const Member* m = member_of(self.impl())) {
+    auto group = live_members(self.impl()->node.get());
+    if (group.size() > 1 || !views_whole_node(self.impl())) {
+      assign_shared(self, value, m->detached, group, op);
+      return;
+    }
+  }
+  // Checks first, with the GIL (their errors name the Python caller) ...
+  if (alk::is_grad_enabled() && self.requires_grad() && self.is_leaf())
+    raise_runtime(std::string(op) +
+                  ": a leaf tensor that requires grad is used in an in-place operation (wrap it in alk.no_grad())");
+  check_assignable(self, value, op);
   // ... then the graph work without it, under alk's lock.
   Released r;
   if (value.shape() != self.shape()) value = alk::broadcast_to(value, self.shape());
@@ -366,9 +620,78 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
   cls.def("backward", [](const Tensor& t, const Tensor& gradient) { t.backward(gradient); },
           py::arg("gradient") = py::none(), py::call_guard<Released>(),
           "Computes gradients of this tensor (a scalar, or seeded with gradient) into the leaves' .grad.");
-  cls.def("detach", [](const Tensor& t) { return t.detach(); }, "The same values, cut from the autograd graph.");
+  m.def("_register_hook", [](const Tensor& t, py::function hook) {
+    // The hook is a grad_fn in front of t's own: ops recorded from now on send t's gradient
+    // through it. Ops recorded before already point at the old grad_fn, so a tensor already
+    // used (its grad_fn shared) refuses rather than skip them silently.
+    if (!alk::is_grad_enabled() || !t.requires_grad())
+      raise_runtime("register_hook: cannot register a hook on a tensor that doesn't require gradient");
+    if (t.is_leaf())
+      raise_runtime("register_hook: hooks on leaf tensors are not supported by alk (their gradient is "
+                    "accumulated into .grad directly); hook the tensor computed from it instead");
+    if (t.impl()->grad_fn.use_count() > 1)
+      raise_runtime("register_hook: the tensor is already used by other ops; alk runs hooks for the ops "
+                    "recorded after registration, so register it right after the tensor is made");
+    // The hook object is released with the GIL held (the grad_fn may die on any thread).
+    std::shared_ptr<py::object> fn(new py::object(hook), [](py::object* o) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    Tensor front;
+    {
+      Released r;
+      front = alk::with_grad(alk::alias(t), "hook", {t}, [fn](const Tensor& g) {
+        py::gil_scoped_acquire gil;
+        py::object out = (*fn)(g);
+        if (out.is_none()) return std::vector<Tensor>{g};
+        Tensor replaced = out.cast<Tensor>();
+        if (replaced.shape() != g.shape())
+          throw alk::Error("register_hook",
+                           "the hook returned a gradient of shape " + alk::to_string(replaced.shape()) +
+                               ", expected " + alk::to_string(g.shape()),
+                           alk::Loc::current());
+        return std::vector<Tensor>{replaced};
+      });
+    }
+    t.impl()->grad_fn = front.impl()->grad_fn;
+  }, py::arg("tensor"), py::arg("hook"), "Runs hook(grad) on t's gradient in backward (Tensor.register_hook).");
+  m.def("_retain_grad", [](const Tensor& t) {
+    if (t.is_leaf() || !alk::is_grad_enabled()) return;
+    if (t.impl()->grad_fn.use_count() > 1)
+      raise_runtime("retain_grad: the tensor is already used by other ops; alk keeps the gradient of the ops "
+                    "recorded after this call, so call it right after the tensor is made");
+    // Weak: the grad_fn must not keep its own tensor alive.
+    std::weak_ptr<alk::TensorImpl> target = t.impl_ptr();
+    Released r;
+    Tensor front = alk::with_grad(alk::alias(t), "retain_grad", {t}, [target](const Tensor& g) {
+      if (auto p = target.lock()) {
+        Tensor add = g.detach();
+        p->grad = p->grad ? (Tensor(p->grad) + add).impl_ptr() : add.impl_ptr();
+      }
+      return std::vector<Tensor>{g};
+    });
+    t.impl()->grad_fn = front.impl()->grad_fn;
+  }, py::arg("tensor"), "Keeps t's gradient in t.grad after backward (Tensor.retain_grad).");
+
+  cls.def("detach", [](const Tensor& t) {
+    prepare_base(t);
+    Tensor d = t.detach();
+    track_view(t, d, true);
+    return d;
+  }, "The same values, cut from the autograd graph (sharing them: writes through it reach t).");
+  m.def("_follow_assignment", &follow_assignment, py::arg("tensor"),
+        "After tensor was assigned outside the bindings (an optimizer step), its views read its new values.");
+  m.def("_prepare_base", &prepare_base, py::arg("base"),
+        "Gives base a node of its own (when it views part of one) so views of it can write through.");
+  m.def("_track_view", &track_view, py::arg("base"), py::arg("view"), py::arg("detached") = false,
+        "Records view as a view of base, so writes through it reach base (what the view methods call).");
   cls.def_property(
-      "data", [](const Tensor& t) { return t.detach(); },
+      "data", [](const Tensor& t) {
+        prepare_base(t);
+        Tensor d = t.detach();
+        track_view(t, d, true);
+        return d;
+      },
       [](const Tensor& t, const Tensor& v) {
         // PyTorch's `p.data = new`: this handle (and every holder of it: modules, optimizers)
         // now refers to v's values, whatever its shape or dtype; autograd identity is kept
@@ -469,7 +792,12 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
   });
 
   // ---- indexing ----
-  cls.def("__getitem__", &index_tensor, py::arg("key"),
+  cls.def("__getitem__", [](const Tensor& x, py::handle key) {
+    prepare_base(x);
+    Tensor r = index_tensor(x, key);
+    track_view(x, r, false);  // basic indexing views x: writes through it reach x
+    return r;
+  }, py::arg("key"),
           "x[key] with ints (negative count from the end), slices (positive steps), None, ..., integer "
           "tensors/lists (index_select) and bool masks. Views where possible.");
   cls.def("__setitem__", &set_index, py::arg("key"), py::arg("value"),

@@ -237,6 +237,29 @@ def test_gpt_generate_matches_greedy_recomputation_and_batches():
         gpt.generate(prompt, max_new_tokens=40)
 
 
+def test_gpt_llama_layout_from_keywords():
+    alk.manual_seed(2)
+    gpt = nn.GPT(vocab=40, ctx=32, dim=32, heads=4, layers=1, bias=False, tie_embeddings=False, kv_heads=2,
+                 mlp_hidden=24, norm="rmsnorm", norm_eps=1e-6, positions="rotary", rope_theta=500.0, mlp="swiglu",
+                 qkv_bias=True, rope_type="llama3", rope_factor=8.0, original_context=16)
+    shapes = {n: tuple(p.shape) for n, p in gpt.named_parameters()}
+    assert "wpe.weight" not in shapes and "blocks.0.ln1.bias" not in shapes
+    assert shapes["blocks.0.attn.qkv.weight"] == ((4 + 2 * 2) * 8, 32)
+    assert shapes["blocks.0.attn.qkv.bias"] == ((4 + 2 * 2) * 8,)
+    assert shapes["blocks.0.mlp.fc.weight"] == (2 * 24, 32) and shapes["head.weight"] == (40, 32)
+    prompt = [3, 1, 4]
+    want = list(prompt)
+    with alk.no_grad():
+        for _ in range(6):
+            logits = gpt(alk.from_numpy(np.array([want], dtype=np.int64))).numpy()[0, -1]
+            want.append(int(np.argmax(logits)))
+    assert gpt.generate(prompt, max_new_tokens=6) == want
+    with pytest.raises(RuntimeError, match="kv_heads"):
+        nn.GPT(dim=32, heads=4, kv_heads=3, positions="rotary", norm="rmsnorm")
+    with pytest.raises(RuntimeError, match="positions must be"):
+        nn.GPT(positions="alibi")
+
+
 def test_optimizer_state_dict_round_trip():
     w = alk.ones(3).requires_grad_()
     opt = alk.optim.Adam([("w", w)], lr=0.1)

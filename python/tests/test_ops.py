@@ -116,8 +116,8 @@ def test_in_place_table_ops():
     assert x.tolist() == [1.0, 3.0]
 
 
-REDUCTIONS = [("sum", np.sum), ("mean", np.mean), ("amax", np.max), ("amin", np.min), ("prod", np.prod),
-              ("max", np.max), ("min", np.min)]
+# max/min along a dim give (values, indices) as in PyTorch: test_pytorch_conformance.py.
+REDUCTIONS = [("sum", np.sum), ("mean", np.mean), ("amax", np.max), ("amin", np.min), ("prod", np.prod)]
 
 
 @pytest.mark.parametrize("name,ref", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
@@ -139,7 +139,13 @@ def test_var_std_logsumexp_argmax(rng):
     assert t.argmax(1).dtype == alk.int64
 
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:
+    torch = None
+# Only the PyTorch comparisons skip without torch (conftest.py fails the run instead when
+# ALK_REQUIRE names torch, as make test does); the numpy tests of this file always run.
+needs_torch = pytest.mark.skipif(torch is None, reason="python3-torch is not installed")
 
 
 def both(a):
@@ -151,6 +157,7 @@ def check_grad(pairs, rtol=1e-9):
         np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol, atol=1e-12)
 
 
+@needs_torch
 def test_matmul_softmax_layer_norm_vs_torch(rng):
     a, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
     (x, tx), (y, ty) = both(a), both(b)
@@ -171,6 +178,7 @@ def test_matmul_softmax_layer_norm_vs_torch(rng):
     check_grad([(x, tx), (g, tg), (bb, tb)], rtol=1e-7)
 
 
+@needs_torch
 def test_conv_pool_and_losses_vs_torch(rng):
     (x, tx), (w, tw), (b, tb) = both(rng.standard_normal((2, 3, 8, 8))), both(rng.standard_normal((4, 3, 3, 3))), \
         both(rng.standard_normal(4))
@@ -178,7 +186,7 @@ def test_conv_pool_and_losses_vs_torch(rng):
     tout = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, tb, padding=1), 2)
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-10)
     tgt = rng.integers(0, 4, (2, 4, 4))
-    loss = alk.nn.functional.cross_entropy(out.permute(0, 2, 3, 1), alk.from_numpy(tgt))
+    loss = alk.nn.functional.cross_entropy(out, alk.from_numpy(tgt))  # class dim 1, as torch
     tloss = torch.nn.functional.cross_entropy(tout, torch.tensor(tgt))
     assert abs(loss.item() - tloss.item()) < 1e-10
     loss.backward()
@@ -188,6 +196,7 @@ def test_conv_pool_and_losses_vs_torch(rng):
     assert p.shape == (1, 2, 2, 2)
 
 
+@needs_torch
 def test_attention_vs_torch(rng):
     q, k, v = (rng.standard_normal((2, 2, 5, 4)) for _ in range(3))
     (aq, tq), (ak, tk), (av, tv) = both(q), both(k), both(v)
@@ -226,6 +235,7 @@ def test_structural_ops_match_numpy(rng):
     np.testing.assert_array_equal(t.clamp(max=0.5).numpy(), np.minimum(a, 0.5))
 
 
+@needs_torch
 def test_unfold_fold_vs_torch(rng):
     a = rng.standard_normal((1, 2, 5, 5))
     u = alk.unfold(alk.from_numpy(a), (3, 3), padding=(1, 1))

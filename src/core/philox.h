@@ -13,18 +13,23 @@
 
 namespace alk {
 
-inline std::array<uint32_t, 4> philox4x32_10(uint64_t counter, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+// The generator on a full 128-bit counter and 64-bit key (the form of the paper's known-answer
+// vectors, which tests/backend/cpu/test_random.cpp checks).
+inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
   for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t{0xD2511F53u} * c0, p1 = uint64_t{0xCD9E8D57u} * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0, n1 = static_cast<uint32_t>(p1);
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1, n3 = static_cast<uint32_t>(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    uint64_t p0 = uint64_t{0xD2511F53u} * c[0], p1 = uint64_t{0xCD9E8D57u} * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
+    k[0] += 0x9E3779B9u;
+    k[1] += 0xBB67AE85u;
   }
-  return {c0, c1, c2, c3};
+  return c;
+}
+
+// alk's draws: a 64-bit counter (words 2 and 3 zero) and a 64-bit key.
+inline std::array<uint32_t, 4> philox4x32_10(uint64_t counter, uint64_t key) {
+  return philox4x32_10({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u},
+                       {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
 }
 
 inline float philox_uniform(uint64_t seed, uint64_t counter) {

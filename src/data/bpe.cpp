@@ -2,6 +2,7 @@
 // Training lives in bpe_train.cpp, the files in bpe_json.cpp, pre-tokenization in
 // bpe_pretokenize.cpp.
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <limits>
 
@@ -10,7 +11,25 @@
 namespace alk {
 
 Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc loc) {
+  return build(std::move(parts), source, Model::ByteLevel, false, loc);
+}
+
+namespace {
+// A SentencePiece-style token's bytes: <0xNN> is byte NN, "\u2581" (the metaspace) a space.
+std::string characters_token_bytes(std::string_view key) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  if (key.size() == 6 && key.starts_with("<0x") && key[5] == '>' && hex(key[3]) && hex(key[4]))
+    return std::string(1, static_cast<char>(std::stoi(std::string(key.substr(3, 2)), nullptr, 16)));
+  std::string out(key);
+  for (size_t at = out.find("\u2581"); at != std::string::npos; at = out.find("\u2581", at + 1)) out.replace(at, 3, " ");
+  return out;
+}
+}  // namespace
+
+Tokenizer Tokenizer::build(BpeParts parts, const std::string& source, Model model, bool byte_fallback, Loc loc) {
   Tokenizer t;
+  t.model_ = model;
+  t.byte_fallback_ = byte_fallback;
   const size_t n = parts.keys.size();
   check(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "tokenizer", loc, source, ": too many tokens (",
         n, ")");
@@ -33,10 +52,22 @@ Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc l
     if (!fresh) fail("tokenizer", loc, source, ": token '", key, "' appears twice (ids ", it->second, " and ", id, ")");
     // A key outside GPT-2's byte alphabet can only be literal text (HF stores added
     // tokens that way), so it decodes to its own UTF-8 bytes.
+    if (model == Model::Characters) {
+      t.bytes_[id] = t.special_flag_[id] ? key : characters_token_bytes(key);
+      continue;
+    }
     std::optional<std::string> b = t.special_flag_[id] ? std::nullopt : bpe::key_to_bytes(key);
     t.bytes_[id] = b ? std::move(*b) : key;
   }
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0; model == Model::Characters && b < 256; ++b) {
+    char key[8];
+    std::snprintf(key, sizeof key, "<0x%02X>", b);
+    auto it = t.key_to_id_.find(key);
+    check(!byte_fallback || it != t.key_to_id_.end(), "tokenizer", loc, source, ": byte fallback needs the token '",
+          key, "', which the vocabulary lacks");
+    t.byte_ids_[b] = it == t.key_to_id_.end() ? -1 : it->second;
+  }
+  for (int b = 0; model == Model::ByteLevel && b < 256; ++b) {
     std::string key = bpe::bytes_to_key(std::string(1, static_cast<char>(b)));
     auto it = t.key_to_id_.find(key);
     check(it != t.key_to_id_.end() && !t.special_flag_[static_cast<size_t>(it->second)], "tokenizer", loc, source,
@@ -59,25 +90,64 @@ Tokenizer Tokenizer::from_parts(BpeParts parts, const std::string& source, Loc l
   return t;
 }
 
+// The piece's starting symbols: its bytes (byte-level), or its characters, each a
+// vocabulary token, its <0xNN> byte tokens (byte fallback) or the unknown token.
+void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    auto it = key_to_id_.find(model_ == Model::ByteLevel ? bpe::bytes_to_key(piece) : std::string(piece));
+    if (it != key_to_id_.end() && !special_flag_[static_cast<size_t>(it->second)]) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int32_t> id;
+  id.reserve(piece.size());
+  if (model_ == Model::ByteLevel) {
+    for (char ch : piece) id.push_back(byte_ids_[static_cast<uint8_t>(ch)]);
+  } else {
+    bool last_unknown = false;
+    for (size_t i = 0; i < piece.size();) {
+      const size_t n = bpe::utf8_length(piece, i);
+      auto it = key_to_id_.find(std::string(piece.substr(i, n)));
+      if (it != key_to_id_.end()) {
+        id.push_back(it->second);
+        last_unknown = false;
+      } else if (byte_fallback_) {
+        for (size_t k = i; k < i + n; ++k) id.push_back(byte_ids_[static_cast<uint8_t>(piece[k])]);
+        last_unknown = false;
+      } else {
+        check(unk_id_.has_value(), "tokenizer", Loc::current(), "the character '", piece.substr(i, n),
+              "' is not in the vocabulary, which has no unknown token and no byte fallback");
+        if (!(fuse_unk_ && last_unknown)) id.push_back(*unk_id_);
+        last_unknown = true;
+      }
+      i += n;
+    }
+  }
+  merge_symbols(id, out);
+}
+
 // GPT-2's bpe(): while some adjacent pair has a merge, take the lowest-ranked one and merge
 // each of its occurrences left to right. Done with a linked list and a heap of
 // (rank, position) so that long pieces cost O(n log n), not GPT-2's O(n^2): all heap
 // entries of the lowest rank are taken as one batch (they pop in position order), and
-// the pairs the batch creates join the heap only afterwards, as in GPT-2's loop.
-void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  const auto n = static_cast<int32_t>(piece.size());
-  if (n == 1) {
-    out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
+// the pairs the batch creates join the heap only afterwards, as in GPT-2's loop. (The
+// tokenizers library merges one lowest (rank, position) pair at a time; on a vocabulary
+// whose merged tokens were made by its merges in rank order the two agree.)
+void Tokenizer::merge_symbols(std::vector<int32_t>& id, std::vector<int32_t>& out) const {
+  const auto n = static_cast<int32_t>(id.size());
+  if (n <= 1) {
+    out.insert(out.end(), id.begin(), id.end());
     return;
   }
   struct Cand {
     int32_t rank, pos, left, right;
     bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::vector<int32_t> id(static_cast<size_t>(n)), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  std::vector<int32_t> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
   std::vector<bool> alive(static_cast<size_t>(n), true);
   for (int32_t i = 0; i < n; ++i) {
-    id[static_cast<size_t>(i)] = byte_ids_[static_cast<uint8_t>(piece[static_cast<size_t>(i)])];
     next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
     prev[static_cast<size_t>(i)] = i - 1;
   }
@@ -118,22 +188,78 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   for (int32_t p = 0; p >= 0; p = next[static_cast<size_t>(p)]) out.push_back(id[static_cast<size_t>(p)]);
 }
 
-void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
-  for (std::string_view piece : bpe::pretokenize(text)) encode_piece(piece, out);
+namespace {
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+// Cuts every piece into the pieces `how` makes of it.
+void split_pieces(std::vector<std::string_view>& pieces, bpe::PreSplit how) {
+  std::vector<std::string_view> out;
+  for (std::string_view p : pieces)
+    for (std::string_view q : bpe::pretokenize(p, how)) out.push_back(q);
+  pieces = std::move(out);
+}
+}  // namespace
+
+// One stretch of text between added tokens: normalizer, pre-tokenizers, then BPE per piece.
+// first_segment: the stretch starts the text (Metaspace's prepend_scheme "first").
+void Tokenizer::encode_ordinary(std::string_view text, bool first_segment, std::vector<int32_t>& out) const {
+  std::string owned;
+  if (!normalize_.empty() || !metaspace_.empty() || add_prefix_space_) {
+    owned = text;
+    for (const NormalizeStep& step : normalize_) {
+      if (step.from.empty()) {
+        if (!owned.empty()) owned.insert(0, step.to);
+      } else {
+        replace_all(owned, step.from, step.to);
+      }
+    }
+    if (!metaspace_.empty()) {
+      replace_all(owned, " ", metaspace_);
+      const bool prepend = metaspace_prepend_ == Prepend::Always || (metaspace_prepend_ == Prepend::First && first_segment);
+      if (prepend && !owned.empty() && !owned.starts_with(metaspace_)) owned.insert(0, metaspace_);
+    }
+    if (add_prefix_space_ && !owned.empty() && owned[0] != ' ') owned.insert(0, " ");
+    text = owned;
+  }
+  if (text.empty()) return;
+  std::vector<std::string_view> pieces = {text};
+  if (metaspace_split_) {  // each metaspace starts a piece (MergedWithNext)
+    pieces.clear();
+    size_t from = 0;
+    for (size_t at = text.find(metaspace_, 1); at != std::string_view::npos; at = text.find(metaspace_, at + 1)) {
+      pieces.push_back(text.substr(from, at - from));
+      from = at;
+    }
+    pieces.push_back(text.substr(from));
+  }
+  for (bpe::PreSplit how : presplit_) split_pieces(pieces, how);
+  for (std::string_view piece : pieces) encode_piece(piece, out);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   if (specials_.empty()) {
-    encode_ordinary(text, out);
+    encode_ordinary(text, true, out);
     return out;
   }
   for (const bpe::Segment& seg : bpe::split_specials(text, special_tokens())) {
     if (seg.special < 0)
-      encode_ordinary(seg.text, out);
+      encode_ordinary(seg.text, seg.text.data() == text.data(), out);
     else
       out.push_back(specials_[static_cast<size_t>(seg.special)]);
   }
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (!add_special_tokens) return encode(text);
+  std::vector<int32_t> out = prefix_ids_;
+  const std::vector<int32_t> body = encode(text);
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
   return out;
 }
 
@@ -144,6 +270,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, Loc loc) const {
     check(id >= 0 && id < vocab_size(), "tokenizer", loc, "cannot decode id ", id, " at position ", i,
           ": the vocabulary has ids 0..", vocab_size() - 1);
     out += bytes_[static_cast<size_t>(id)];
+  }
+  if (strip_leading_space_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (cleanup_spaces_) {
+    // transformers' clean_up_tokenization, in its order.
+    for (auto [from, to] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+                            {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+      replace_all(out, from, to);
   }
   return out;
 }

@@ -108,18 +108,93 @@ size_t match_at(const std::vector<Char>& c, size_t i) {
   return end - i;
 }
 
+bool is_cr_lf(char32_t c) { return c == '\r' || c == '\n'; }
+
+// Length in characters of the piece that LLaMA-3's pattern (max_digits 3) or Qwen2's (1)
+// matches at c[i]; the alternatives are tried in order, as a backtracking regex does:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}
+//   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t match_llama3_at(const std::vector<Char>& c, size_t i, size_t max_digits) {
+  const size_t n = c.size();
+  auto cp = [&](size_t k) { return k < n ? c[k].cp : kInvalid; };
+  auto lower = [](char32_t x) { return x >= 'A' && x <= 'Z' ? x + 32 : x; };
+  auto run = [&](size_t k, Cls cls) {
+    while (k < n && c[k].cls == cls) ++k;
+    return k;
+  };
+  if (cp(i) == '\'') {
+    // Case-insensitive; U+017F (long s) folds to s, U+212A (Kelvin) to k.
+    char32_t a = lower(cp(i + 1)), b = lower(cp(i + 2));
+    if (a == 's' || a == 0x17F || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  }
+  const Cls first = c[i].cls;
+  if (first != Cls::Letter && first != Cls::Number && !is_cr_lf(c[i].cp) && i + 1 < n && c[i + 1].cls == Cls::Letter)
+    return run(i + 1, Cls::Letter) - i;
+  if (first == Cls::Letter) return run(i, Cls::Letter) - i;
+  if (first == Cls::Number) return std::min(run(i, Cls::Number) - i, max_digits);
+  auto other_then_newlines = [&](size_t k) {
+    k = run(k, Cls::Other);
+    while (k < n && is_cr_lf(c[k].cp)) ++k;
+    return k - i;
+  };
+  if (c[i].cp == ' ' && i + 1 < n && c[i + 1].cls == Cls::Other) return other_then_newlines(i + 1);
+  if (first == Cls::Other) return other_then_newlines(i);
+  // Whitespace: through the last \r or \n of the run, else as GPT-2's last two alternatives.
+  const size_t end = run(i, Cls::Space);
+  for (size_t k = end; k > i; --k)
+    if (is_cr_lf(c[k - 1].cp)) return k - i;
+  if (end < n && end - i > 1) return end - 1 - i;
+  return end - i;
+}
+
+// The tokenizers library's Digits pre-tokenizer: runs of numbers (each one alone when
+// individual) split from what surrounds them.
+size_t match_digits_at(const std::vector<Char>& c, size_t i, bool individual) {
+  const bool number = c[i].cls == Cls::Number;
+  if (number && individual) return 1;
+  size_t k = i;
+  while (k < c.size() && (c[k].cls == Cls::Number) == number) ++k;
+  return k - i;
+}
+
 }  // namespace
 
-std::vector<std::string_view> pretokenize(std::string_view text) {
+std::vector<std::string_view> pretokenize(std::string_view text, PreSplit how) {
   std::vector<Char> chars = decode_chars(text);
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < chars.size();) {
-    size_t len = match_at(chars, i);
+    size_t len = 0;
+    switch (how) {
+      case PreSplit::GPT2:
+        len = match_at(chars, i);
+        break;
+      case PreSplit::Llama3:
+        len = match_llama3_at(chars, i, 3);
+        break;
+      case PreSplit::Qwen2:
+        len = match_llama3_at(chars, i, 1);
+        break;
+      case PreSplit::Digits:
+        len = match_digits_at(chars, i, false);
+        break;
+      case PreSplit::EachDigit:
+        len = match_digits_at(chars, i, true);
+        break;
+    }
     size_t b = chars[i].begin, e = chars[i + len - 1].end;
     pieces.push_back(text.substr(b, e - b));
     i += len;
   }
   return pieces;
+}
+
+std::vector<std::string_view> pretokenize(std::string_view text) { return pretokenize(text, PreSplit::GPT2); }
+
+size_t utf8_length(std::string_view s, size_t i) {
+  char32_t cp;
+  const size_t n = utf8_next(s, i, cp);
+  return n == 0 ? 1 : n;
 }
 
 std::vector<Segment> split_specials(std::string_view text, const std::vector<std::string>& specials) {

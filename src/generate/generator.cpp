@@ -1,7 +1,7 @@
 // alk::Generator: KV-cache generation over a fixed set of slots (include/alk/generate.h).
 //
 // Device state, all allocated up front (ggml-alloc's reserve-then-allocate):
-//   k_cache/v_cache[layer]  [slots, context, heads, head_dim]  the compute dtype
+//   k_cache/v_cache[layer]  [slots, context, kv_heads, head_dim]  the compute dtype
 //   tokens, positions       [slots] i64   the token each slot feeds next and its position
 //   active                  [slots] i64   1 while the slot runs a request (positions advance)
 //   settings                [slots, 3] f32 temperature, top_k, top_p
@@ -51,7 +51,8 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 int64_t kv_cache_bytes(const nn::GPT& model, int64_t slots, int64_t context, DType t) {
-  return 2 * model.cfg.layers * slots * context * model.cfg.dim * static_cast<int64_t>(dtype_size(t));
+  const nn::GPTConfig& c = model.cfg;
+  return 2 * c.layers * slots * context * c.key_value_heads() * c.head_dim() * static_cast<int64_t>(dtype_size(t));
 }
 
 struct Generator::State {
@@ -59,10 +60,11 @@ struct Generator::State {
   GeneratorOptions opt;
   Device* device = nullptr;
   DType cache_dtype = DType::F32;
-  int64_t S = 0, T = 0, H = 0, D = 0, C = 0, V = 0;
+  int64_t S = 0, T = 0, Hkv = 0, D = 0, C = 0, V = 0;
 
   std::vector<Tensor> k_cache, v_cache;
   Tensor tokens, positions, active, settings, penalties, seeds, counts, logprobs;
+  Tensor top_ids, top_logprobs;  // [S, n] i64 and f32, n = opt.top_logprobs
   std::vector<int64_t> h_tokens, h_positions, h_active, h_seeds;
   std::vector<float> h_settings, h_penalties;
   std::optional<Program> program;
@@ -85,36 +87,51 @@ struct Generator::State {
 
   Tensor on_device(const Tensor& host) const { return host.to(*device).realize(); }
 
-  // The final norm and the head over rows x [n, C]: logits [n, V] in f32.
-  Tensor logits_of(const Tensor& x) const {
-    const nn::GPT& m = *model;
-    Tensor y = m.ln_f->forward(x);
-    y = m.head ? m.head->forward(y) : matmul(y, m.wte->weight.t());
-    return cast(y, DType::F32);
+  // The n largest entries of each row of log-probabilities [R, V], on the device: n argmax
+  // passes, each taking its maximum out of the next (-1e30). Ids [R, n] i64, values [R, n].
+  std::pair<Tensor, Tensor> top_n(Tensor lsm) const {
+    std::vector<Tensor> ids, values;
+    for (int64_t i = 0; i < opt.top_logprobs; ++i) {
+      Tensor idx = argmax(lsm, 1, true);  // [R, 1], the first maximum
+      ids.push_back(idx);
+      values.push_back(gather(lsm, 1, idx));
+      if (i + 1 < opt.top_logprobs) lsm = sub(lsm, mul(cast(one_hot(idx.reshape({-1}), V), DType::F32), 1e30));
+    }
+    return {cat(ids, 1), cat(values, 1)};
   }
+
+  // The final norm and the head over rows x [n, C]: logits [n, V] in f32.
+  Tensor logits_of(const Tensor& x) const { return cast(model->logits(x), DType::F32); }
 
   // One decode step for every slot, as a graph (traced once by alk::compile when opt.compile).
   void decode_graph() {
     NoGradGuard no_grad;
     std::optional<Autocast> ac;
     enter_autocast(ac);
-    const nn::GPT& m = *model;
-    Tensor x = add(m.wte->forward(tokens), m.wpe->forward(positions));  // [S, C]
+    nn::GPT& m = *model;
+    Tensor x = m.embed(tokens, positions);  // [S, C]
     Tensor lengths = add(positions, 1);
     for (size_t l = 0; l < m.blocks.size(); ++l) {
-      const nn::TransformerBlock& b = *m.blocks[l];
-      Tensor qkv = b.attn->qkv->forward(b.ln1->forward(x)).reshape({S, 3, H, D});
-      k_cache[l].assign_(kv_cache_write(k_cache[l], qkv.select(1, 1), positions));
-      v_cache[l].assign_(kv_cache_write(v_cache[l], qkv.select(1, 2), positions));
-      Tensor y = decode_attention(qkv.select(1, 0), k_cache[l], v_cache[l], lengths).reshape({S, C});
-      x = add(x, b.attn->proj->forward(y));
-      x = add(x, b.mlp->forward(b.ln2->forward(x)));
+      // Each slot's row at its own position: q [S, H, D], k and v [S, Hkv, D] (rotary applied).
+      x = m.blocks[l]->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        k_cache[l].assign_(kv_cache_write(k_cache[l], k, positions));
+        v_cache[l].assign_(kv_cache_write(v_cache[l], v, positions));
+        return decode_attention(q, k_cache[l], v_cache[l], lengths).reshape({S, C});
+      });
     }
     Tensor logits = logits_of(x);  // [S, V] f32
     Tensor penalized = sub(sub(logits, mul(penalties.slice(1, 0, 1), cast(gt(counts, 0.0), DType::F32))),
                            mul(penalties.slice(1, 1, 2), counts));
     Tensor ids = sample_tokens(penalized, settings, seeds, lengths);  // counter: the new token's position
-    if (opt.logprobs) logprobs.assign_(gather(log_softmax(logits, 1), 1, ids.unsqueeze(1)).reshape({S}));
+    if (opt.logprobs) {
+      Tensor lsm = log_softmax(logits, 1);
+      logprobs.assign_(gather(lsm, 1, ids.unsqueeze(1)).reshape({S}));
+      if (opt.top_logprobs > 0) {
+        auto [ti, tv] = top_n(lsm);
+        top_ids.assign_(ti);
+        top_logprobs.assign_(tv);
+      }
+    }
     counts.assign_(add(counts, mul(cast(one_hot(ids, V), DType::F32), cast(active, DType::F32).unsqueeze(1))));
     tokens.assign_(ids);
     positions.assign_(add(positions, active));
@@ -123,6 +140,7 @@ struct Generator::State {
   std::vector<Tensor> state() const {
     std::vector<Tensor> all = {tokens, positions, counts};
     if (opt.logprobs) all.push_back(logprobs);
+    if (opt.top_logprobs > 0) all.insert(all.end(), {top_ids, top_logprobs});
     all.insert(all.end(), k_cache.begin(), k_cache.end());
     all.insert(all.end(), v_cache.begin(), v_cache.end());
     return all;
@@ -147,20 +165,21 @@ struct Generator::State {
     NoGradGuard no_grad;
     std::optional<Autocast> ac;
     enter_autocast(ac);
-    const nn::GPT& m = *model;
+    nn::GPT& m = *model;
     std::vector<int64_t> ids64(prompt.begin(), prompt.end());
     Tensor ids = on_device(tensor(ids64, {1, n}));
     DeviceGuard on(*device);
-    Tensor x = add(m.wte->forward(ids), m.wpe->forward(arange(n)));  // [1, n, C]
-    std::vector<Tensor> rows;  // each layer's k then v rows, [n, H, D] in the cache dtype
+    Tensor positions = arange(n);
+    Tensor x = m.embed(ids, positions);  // [1, n, C]
+    std::vector<Tensor> rows;  // each layer's k then v rows, [1, n, Hkv, D] in the cache dtype
     for (const auto& block : m.blocks) {
-      const nn::TransformerBlock& b = *block;
-      Tensor qkv = b.attn->qkv->forward(b.ln1->forward(x)).reshape({1, n, 3, H, D});
-      rows.push_back(cast(qkv.select(2, 1), cache_dtype).contiguous());
-      rows.push_back(cast(qkv.select(2, 2), cache_dtype).contiguous());
-      Tensor y = scaled_dot_product_attention_qkv(qkv, true, Loc::current()).transpose(1, 2).reshape({1, n, C});
-      x = add(x, b.attn->proj->forward(y));
-      x = add(x, b.mlp->forward(b.ln2->forward(x)));
+      x = block->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        rows.push_back(cast(k, cache_dtype).contiguous());
+        rows.push_back(cast(v, cache_dtype).contiguous());
+        return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true)
+            .transpose(1, 2)
+            .reshape({1, n, C});
+      });
     }
     Tensor logits = logits_of(x.select(1, n - 1));  // [1, V]
     const SamplingParams& sp = slot.req.sampling;
@@ -169,12 +188,18 @@ struct Generator::State {
     Tensor id = sample_tokens(logits, on_device(tensor(row_settings, {1, 3})),
                               on_device(tensor(std::vector<int64_t>{static_cast<int64_t>(h_seeds[s])}, {1})),
                               on_device(tensor(std::vector<int64_t>{n}, {1})));
-    Tensor lp = gather(log_softmax(logits, 1), 1, id.unsqueeze(1));
+    Tensor lsm = log_softmax(logits, 1);
+    Tensor lp = gather(lsm, 1, id.unsqueeze(1));
     std::vector<Tensor> targets = rows;
     targets.push_back(id);
     if (opt.logprobs) targets.push_back(lp);
+    std::pair<Tensor, Tensor> top;
+    if (opt.top_logprobs > 0) {
+      top = top_n(lsm);
+      targets.insert(targets.end(), {top.first, top.second});
+    }
     realize(targets);
-    const size_t row_bytes = static_cast<size_t>(H * D) * dtype_size(cache_dtype);
+    const size_t row_bytes = static_cast<size_t>(Hkv * D) * dtype_size(cache_dtype);
     const size_t at = static_cast<size_t>(s) * static_cast<size_t>(T) * row_bytes;
     for (size_t l = 0; l < k_cache.size(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
@@ -186,6 +211,8 @@ struct Generator::State {
     }
     const int32_t first = static_cast<int32_t>(id.to_vector<int64_t>()[0]);
     pending_logprob = opt.logprobs ? lp.item() : 0.0;
+    pending_top.clear();
+    if (opt.top_logprobs > 0) pending_top = top_pairs(top.first.to_vector<int64_t>(), top.second.to_vector<float>(), 0);
     // The slot's device state: it feeds `first` at position n next.
     slots_changed = true;
     h_tokens[s] = first;
@@ -202,6 +229,16 @@ struct Generator::State {
     stats.prefill_seconds += seconds_since(start);
   }
   double pending_logprob = 0;
+  std::vector<std::pair<int32_t, double>> pending_top;
+
+  // Row r of the top-n ids and values read back from the device.
+  std::vector<std::pair<int32_t, double>> top_pairs(const std::vector<int64_t>& ids, const std::vector<float>& values,
+                                                    size_t r) const {
+    std::vector<std::pair<int32_t, double>> out;
+    const size_t n = static_cast<size_t>(opt.top_logprobs);
+    for (size_t j = 0; j < n; ++j) out.emplace_back(static_cast<int32_t>(ids[r * n + j]), values[r * n + j]);
+    return out;
+  }
 
   bool slots_changed = true;  // a request started or ended since the state was last written
   void write_slot_state() {
@@ -248,6 +285,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   if (options.max_context == 0) options.max_context = cfg.ctx;
   check(options.max_context >= 1 && options.max_context <= cfg.ctx, "Generator", loc, "max_context ",
         options.max_context, " must be in [1, ", cfg.ctx, "] (the model's positions)");
+  check(options.top_logprobs >= 0 && options.top_logprobs <= cfg.vocab && (options.top_logprobs == 0 || options.logprobs),
+        "Generator", loc, "top_logprobs must be in [0, vocab] and needs logprobs, got ", options.top_logprobs);
   check(options.autocast == DType::F32 || options.autocast == DType::BF16 || options.autocast == DType::F16,
         "Generator", loc, "autocast must be f32 (none), bf16 or f16, got ", dtype_name(options.autocast));
   s.model = std::move(model);
@@ -256,9 +295,9 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   s.cache_dtype = options.autocast != DType::F32 ? options.autocast : s.model->wte->weight.dtype();
   s.S = options.slots;
   s.T = options.max_context;
-  s.H = cfg.heads;
+  s.Hkv = cfg.key_value_heads();
   s.C = cfg.dim;
-  s.D = cfg.dim / cfg.heads;
+  s.D = cfg.head_dim();
   s.V = cfg.vocab;
   const int64_t bytes = kv_cache_bytes(*s.model, s.S, s.T, s.cache_dtype);
   check(options.memory_budget < 0 || bytes <= options.memory_budget, "Generator", loc, "the KV cache of ", s.S,
@@ -267,8 +306,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
         " slots fit");
   s.model->eval();
   for (int64_t l = 0; l < cfg.layers; ++l) {
-    s.k_cache.push_back(make_buffer_tensor({s.S, s.T, s.H, s.D}, s.cache_dtype, *s.device));
-    s.v_cache.push_back(make_buffer_tensor({s.S, s.T, s.H, s.D}, s.cache_dtype, *s.device));
+    s.k_cache.push_back(make_buffer_tensor({s.S, s.T, s.Hkv, s.D}, s.cache_dtype, *s.device));
+    s.v_cache.push_back(make_buffer_tensor({s.S, s.T, s.Hkv, s.D}, s.cache_dtype, *s.device));
   }
   s.h_tokens.assign(static_cast<size_t>(s.S), 0);
   s.h_positions.assign(static_cast<size_t>(s.S), 0);
@@ -284,6 +323,11 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   s.penalties = s.on_device(tensor(s.h_penalties, {s.S, 2}));
   s.counts = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S * s.V), 0.0f), {s.S, s.V}));
   s.logprobs = s.on_device(tensor(std::vector<float>(static_cast<size_t>(s.S), 0.0f), {s.S}));
+  if (options.top_logprobs > 0) {
+    const size_t n = static_cast<size_t>(s.S * options.top_logprobs);
+    s.top_ids = s.on_device(tensor(std::vector<int64_t>(n, 0), {s.S, options.top_logprobs}));
+    s.top_logprobs = s.on_device(tensor(std::vector<float>(n, 0.0f), {s.S, options.top_logprobs}));
+  }
   s.slots.resize(static_cast<size_t>(s.S));
   for (size_t i = 0; i < s.slots.size(); ++i) s.free_slot(i);
   s.write_slot_state();
@@ -328,7 +372,7 @@ void Generator::cancel(int64_t request) {
 std::vector<TokenEvent> Generator::step() {
   State& s = *s_;
   std::vector<TokenEvent> events;
-  for (int64_t r : s.cancelled) events.push_back({r, -1, 0, FinishReason::Cancelled});
+  for (int64_t r : s.cancelled) events.push_back({r, -1, 0, FinishReason::Cancelled, {}});
   s.cancelled.clear();
   // Admit: each free slot takes the next queued request (prefill + its first token).
   for (size_t i = 0; i < s.slots.size() && !s.queue.empty(); ++i) {
@@ -342,7 +386,7 @@ std::vector<TokenEvent> Generator::step() {
     s.h_seeds[i] = static_cast<int64_t>(seed ? *seed : random_seed() ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(id + 1)));
     s.prefill(i);
     slot.generated.push_back(static_cast<int32_t>(s.h_tokens[i]));
-    TokenEvent e{id, slot.generated.back(), s.pending_logprob, s.finished(slot)};
+    TokenEvent e{id, slot.generated.back(), s.pending_logprob, s.finished(slot), s.pending_top};
     events.push_back(e);
     if (e.finished != FinishReason::None) s.free_slot(i);
   }
@@ -354,6 +398,9 @@ std::vector<TokenEvent> Generator::step() {
   const std::vector<int64_t> ids = s.tokens.to_vector<int64_t>();
   std::vector<float> lps;
   if (s.opt.logprobs) lps = s.logprobs.to_vector<float>();
+  std::vector<int64_t> top_ids;
+  std::vector<float> top_lps;
+  if (s.opt.top_logprobs > 0) top_ids = s.top_ids.to_vector<int64_t>(), top_lps = s.top_logprobs.to_vector<float>();
   ++s.stats.decode_steps;
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::Slot& slot = s.slots[i];
@@ -362,7 +409,8 @@ std::vector<TokenEvent> Generator::step() {
     ++s.h_positions[i];
     slot.generated.push_back(static_cast<int32_t>(ids[i]));
     ++s.stats.decode_tokens;
-    TokenEvent e{slot.request, slot.generated.back(), lps.empty() ? 0.0 : lps[i], s.finished(slot)};
+    TokenEvent e{slot.request, slot.generated.back(), lps.empty() ? 0.0 : lps[i], s.finished(slot),
+                 top_ids.empty() ? std::vector<std::pair<int32_t, double>>{} : s.top_pairs(top_ids, top_lps, i)};
     events.push_back(e);
     if (e.finished != FinishReason::None) s.free_slot(i);
   }

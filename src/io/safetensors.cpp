@@ -270,3 +270,154 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 }  // namespace alk
+
+// ---- one tensor at a time: SafetensorsReader, SafetensorsCheckpoint ----
+
+namespace alk {
+
+SafetensorsReader::SafetensorsReader(std::string path, Loc loc) : path_(std::move(path)) {
+  uint64_t size = 0;
+  FilePtr f = open_regular(path_, &size, loc);
+  header_ = read_header(f.get(), path_, size, loc);
+  file_ = f.release();
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (file_) std::fclose(file_);
+}
+
+SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
+    : path_(std::move(o.path_)), header_(std::move(o.header_)), file_(std::exchange(o.file_, nullptr)) {}
+
+SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& o) noexcept {
+  if (this != &o) {
+    if (file_) std::fclose(file_);
+    path_ = std::move(o.path_);
+    header_ = std::move(o.header_);
+    file_ = std::exchange(o.file_, nullptr);
+  }
+  return *this;
+}
+
+const SafetensorsEntry* SafetensorsReader::find(std::string_view name) const {
+  for (const SafetensorsEntry& e : header_.entries)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Tensor SafetensorsReader::read(std::string_view name, Device& device, Loc loc) const {
+  const SafetensorsEntry* e = find(name);
+  check(e != nullptr, "safetensors", loc, quoted(path_), " has no tensor ", quoted(name));
+  return read(*e, device, loc);
+}
+
+Tensor SafetensorsReader::read(const SafetensorsEntry& e, Device& device, Loc loc) const {
+  check(file_ != nullptr, "safetensors", loc, quoted(path_), ": the reader was moved from");
+  const uint64_t at = 8 + header_.header_bytes + e.begin;
+  const size_t bytes = static_cast<size_t>(e.end - e.begin);
+  Tensor t = make_buffer_tensor(e.shape, e.dtype, device);
+  if (bytes == 0) return t;
+  const Buffer& buffer = *t.impl()->node->buffer;
+  auto failed = [&](size_t done) {
+    fail("safetensors", loc, quoted(path_), ": tensor ", quoted(e.name), ": cannot read ", bytes,
+         " bytes at data offset ", e.begin, " (", done, " read; file changed while reading?)");
+  };
+  if (::fseeko(file_, static_cast<off_t>(at), SEEK_SET) != 0) failed(0);
+  // The CPU's buffers are host memory: the file is read into the tensor itself.
+  unsigned char* direct =
+      device.info().kind == "cpu" ? static_cast<unsigned char*>(device.address(buffer, 0, loc)) : nullptr;
+  std::vector<unsigned char> staging(direct ? 0 : std::min(bytes, kSafetensorsStagingBytes));
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, direct ? bytes : staging.size());
+    unsigned char* into = direct ? direct + done : staging.data();
+    if (!read_exact(file_, into, n)) failed(done);
+    if (e.dtype == DType::Bool)
+      for (size_t i = 0; i < n; ++i) into[i] = into[i] != 0;
+    if (!direct) device.upload(buffer, done, into, n);
+    done += n;
+  }
+  return t;
+}
+
+SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& dir, Loc loc) {
+  SafetensorsCheckpoint c;
+  const std::string single = dir + "/model.safetensors", index_path = dir + "/model.safetensors.index.json";
+  struct stat st {};
+  const bool has_index = ::stat(index_path.c_str(), &st) == 0;
+  if (!has_index) {
+    check(::stat(single.c_str(), &st) == 0, "safetensors", loc, "no weights in ", quoted(dir),
+          ": neither model.safetensors nor model.safetensors.index.json");
+    c.files_.push_back(single);
+    c.readers_.emplace_back(single, loc);
+    for (const SafetensorsEntry& e : c.readers_[0].header().entries) c.where_.emplace(e.name, 0);
+    return c;
+  }
+  auto bad = [&](const auto&... parts) { fail("safetensors", loc, quoted(index_path), ": ", parts...); };
+  const std::string text = read_file(index_path, "safetensors", loc);
+  json::Value root;
+  try {
+    root = json::parse(text, json::kDefaultMaxDepth, loc);
+  } catch (const Error& e) {
+    bad("not valid JSON: ", e.detail());
+  }
+  if (!root.is_object()) bad("must be a JSON object, got ", json::kind_name(root.kind()));
+  const json::Value* map = nullptr;
+  for (auto& [key, v] : root.as_object()) {
+    if (key == "weight_map") map = &v;
+    else if (key != "metadata") bad("unknown field \"", key, "\" (expected metadata, weight_map)");
+  }
+  if (!map) bad("has no \"weight_map\"");
+  if (!map->is_object()) bad("\"weight_map\" must be an object, got ", json::kind_name(map->kind()));
+  std::map<std::string, size_t> shard_of_file;
+  std::map<std::string, std::string> listed;  // tensor -> file
+  for (auto& [name, v] : map->as_object()) {
+    if (!v.is_string()) bad("tensor ", quoted(name), ": the shard must be a file name, got ", json::kind_name(v.kind()));
+    const std::string& file = v.as_string();
+    // A shard is a file beside the index: no directories, so an index cannot reach elsewhere.
+    if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
+        file == "." || file == "..")
+      bad("tensor ", quoted(name), ": shard ", quoted(file), " is not a plain file name");
+    listed.emplace(name, file);
+    if (shard_of_file.count(file)) continue;
+    shard_of_file.emplace(file, c.readers_.size());
+    c.files_.push_back(dir + "/" + file);
+    c.readers_.emplace_back(dir + "/" + file, loc);
+  }
+  if (listed.empty()) bad("\"weight_map\" lists no tensors");
+  for (auto& [file, i] : shard_of_file)
+    for (const SafetensorsEntry& e : c.readers_[i].header().entries) {
+      auto it = listed.find(e.name);
+      if (it == listed.end()) bad("shard ", quoted(file), " holds tensor ", quoted(e.name), ", which is not listed");
+      if (it->second != file)
+        bad("tensor ", quoted(e.name), " is listed in ", quoted(it->second), " but also stored in ", quoted(file));
+      c.where_.emplace(e.name, i);
+    }
+  for (auto& [name, file] : listed)
+    if (!c.where_.count(name)) bad("tensor ", quoted(name), " is listed in shard ", quoted(file), ", which lacks it");
+  return c;
+}
+
+std::vector<std::string> SafetensorsCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (auto& [name, i] : where_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsEntry* SafetensorsCheckpoint::find(std::string_view name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? nullptr : readers_[it->second].find(name);
+}
+
+const SafetensorsEntry& SafetensorsCheckpoint::entry(std::string_view name, Loc loc) const {
+  const SafetensorsEntry* e = find(name);
+  check(e != nullptr, "safetensors", loc, "the checkpoint (", files_.empty() ? "" : files_[0], files_.size() > 1 ? ", ..." : "",
+        ") has no tensor ", quoted(name));
+  return *e;
+}
+
+Tensor SafetensorsCheckpoint::read(std::string_view name, Device& device, Loc loc) const {
+  const SafetensorsEntry& e = entry(name, loc);
+  return readers_[where_.find(name)->second].read(e, device, loc);
+}
+
+}  // namespace alk

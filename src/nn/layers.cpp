@@ -60,14 +60,21 @@ RMSNorm::RMSNorm(int64_t d, double e) : dim(d), eps(e) {
 
 Tensor RMSNorm::forward(const Tensor& x, Loc loc) { return rms_norm(x, {dim}, weight, eps, loc); }
 
-MLP::MLP(int64_t dim, int64_t hidden, Activation a, double p, bool bias) : act(a) {
-  fc = register_module("fc", std::make_shared<Linear>(dim, hidden, bias));
-  proj = register_module("proj", std::make_shared<Linear>(hidden, dim, bias));
+MLP::MLP(int64_t dim, int64_t h, Activation a, double p, bool bias, bool g) : act(a), hidden(h), gated(g) {
+  fc = register_module("fc", std::make_shared<Linear>(dim, g ? 2 * h : h, bias));
+  proj = register_module("proj", std::make_shared<Linear>(h, dim, bias));
   drop = register_module("drop", std::make_shared<Dropout>(p));
 }
 
 Tensor MLP::forward(const Tensor& x, Loc loc) {
-  return drop->forward(proj->forward(activate(fc->forward(x, loc), act, loc), loc), loc);
+  Tensor h = fc->forward(x, loc);
+  if (gated) {  // [gate | up] along the last dim
+    const int64_t last = h.dim() - 1;
+    h = mul(activate(h.slice(last, 0, hidden, 1, loc), act, loc), h.slice(last, hidden, 2 * hidden, 1, loc), loc);
+  } else {
+    h = activate(h, act, loc);
+  }
+  return drop->forward(proj->forward(h, loc), loc);
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias)

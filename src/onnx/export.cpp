@@ -139,7 +139,14 @@ void export_gpt(const nn::GPT& model, const std::string& path, Loc loc) {
   g->set_name("alk_gpt");
   GraphWriter w(g);
   const auto& cfg = model.cfg;
+  check(cfg.norm == nn::NormKind::LayerNorm && cfg.positions == nn::PositionKind::Learned &&
+            cfg.mlp == nn::MLPKind::GELUTanh && cfg.key_value_heads() == cfg.heads && cfg.hidden() == 4 * cfg.dim &&
+            !cfg.qkv_bias,
+        kOp, loc, "exports GPT-2 layouts only (LayerNorm, learned positions, GELU MLP of 4 * dim, multi-head "
+        "attention); this model has a LLaMA-family config");
   const int64_t hd = cfg.dim / cfg.heads;
+  // GPT-2 layouts have LayerNorm modules (GPT builds the norm the config names).
+  auto layer_norm_of = [](const std::shared_ptr<nn::Module>& m) { return std::static_pointer_cast<nn::LayerNorm>(m); };
   add_value_info(g->add_input(), "ids", ::onnx::TensorProto::INT64, {"B", "T"});
   // Positions 0..T-1 from the ids' shape.
   auto* shape = w.node("Shape", {"ids"});
@@ -162,7 +169,8 @@ void export_gpt(const nn::GPT& model, const std::string& path, Loc loc) {
   const std::string merge_shape = w.ints("merge_shape", {0, 0, cfg.dim});
   const std::string scale = w.scalar("scale", 1.0 / std::sqrt(static_cast<double>(hd)));
   for (const auto& block : model.blocks) {
-    std::string h = w.layer_norm(x, block->ln1->weight, block->ln1->bias, block->ln1->eps, cfg.dim);
+    const auto ln1 = layer_norm_of(block->ln1), ln2 = layer_norm_of(block->ln2);
+    std::string h = w.layer_norm(x, ln1->weight, ln1->bias, ln1->eps, cfg.dim);
     std::string qkv = w.op("Reshape", {w.linear(h, block->attn->qkv->weight, block->attn->qkv->bias), qkv_shape});
     auto* tr = w.node("Transpose", {qkv});
     w.attr(tr, "perm", std::vector<int64_t>{2, 0, 3, 1, 4});  // [3, B, H, T, D]
@@ -182,11 +190,12 @@ void export_gpt(const nn::GPT& model, const std::string& path, Loc loc) {
     w.attr(back, "perm", std::vector<int64_t>{0, 2, 1, 3});
     std::string y = w.op("Reshape", {back->output(0), merge_shape});
     x = w.op("Add", {x, w.linear(y, block->attn->proj->weight, block->attn->proj->bias)});
-    h = w.layer_norm(x, block->ln2->weight, block->ln2->bias, block->ln2->eps, cfg.dim);
+    h = w.layer_norm(x, ln2->weight, ln2->bias, ln2->eps, cfg.dim);
     h = w.activation(w.linear(h, block->mlp->fc->weight, block->mlp->fc->bias), block->mlp->act);
     x = w.op("Add", {x, w.linear(h, block->mlp->proj->weight, block->mlp->proj->bias)});
   }
-  x = w.layer_norm(x, model.ln_f->weight, model.ln_f->bias, model.ln_f->eps, cfg.dim);
+  const auto ln_f = layer_norm_of(model.ln_f);
+  x = w.layer_norm(x, ln_f->weight, ln_f->bias, ln_f->eps, cfg.dim);
   std::string logits = model.head ? w.linear(x, model.head->weight, model.head->bias)
                                   : w.op("MatMul", {x, w.initializer("wte_t", model.wte->weight.t().contiguous())});
   auto* out = w.node("Identity", {logits});

@@ -2,7 +2,8 @@
 // The forward node packs the output and each query row's logsumexp ([B, T, D + 1]), so
 // the backward node recomputes the probabilities tile by tile from it (FlashAttention-2
 // style) and no T x S matrix is ever stored. Both kernels live in
-// src/backend/<name>/kernels_attention.cpp.
+// src/backend/<name>/kernels_attention.cpp. Grouped-query attention and rotary positions
+// (the LLaMA family) are compositions over it here.
 #include <cmath>
 
 #include "graph/autograd.h"
@@ -37,7 +38,10 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
   const Shape lead(q0.shape().begin(), q0.shape().end() - 2);
   check(Shape(k0.shape().begin(), k0.shape().end() - 2) == lead &&
             Shape(v0.shape().begin(), v0.shape().end() - 2) == lead,
-        kOp, loc, "batch dims (all but the last two) of q, k and v must be equal; got ", shapes_of(q0, k0, v0));
+        kOp, loc,
+        "batch dims (all but the last two) of q, k and v must be equal (or, grouped-query, dim -3 of q a "
+        "multiple of k's and v's); got ",
+        shapes_of(q0, k0, v0));
   const int64_t T = q0.shape()[r - 2], D = q0.shape()[r - 1];
   const int64_t S = k0.shape()[r - 2];
   check(k0.shape()[r - 1] == D, kOp, loc, "q and k must have the same last dim (head size); got ",
@@ -146,7 +150,63 @@ Tensor attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, bool caus
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     Loc loc) {
+  check_defined(q, kOp, loc);
+  check_defined(k, kOp, loc);
+  check_defined(v, kOp, loc);
+  const int64_t r = q.dim();
+  const int64_t H = r >= 3 ? q.shape()[r - 3] : 0, Hkv = r >= 3 && k.dim() == r ? k.shape()[r - 3] : 0;
+  if (r >= 3 && k.dim() == r && v.dim() == r && Hkv != H && Hkv > 0 && H % Hkv == 0 && v.shape()[r - 3] == Hkv) {
+    // Grouped-query: q's heads [..., H, T, D] viewed as [..., Hkv, G, T, D], k and v as
+    // [..., Hkv, G, S, D] with stride 0 over G. Every backend's kernels read their batch dims
+    // through strides, so the groups share one copy of k and v; expand's gradient sums the
+    // G per-head gradients of k and v back into each key/value head.
+    const int64_t G = H / Hkv;
+    auto grouped = [&](const Tensor& x, bool expand) {
+      Shape s(x.shape().begin(), x.shape().end() - 3);
+      s.insert(s.end(), {Hkv, expand ? 1 : G, x.shape()[r - 2], x.shape()[r - 1]});
+      Tensor y = x.reshape(s, loc);
+      if (!expand) return y;
+      s[static_cast<size_t>(r - 2)] = G;
+      return y.expand(s, loc);
+    };
+    return attention(grouped(q, false), grouped(k, true), grouped(v, true), causal, scale, nullptr, loc)
+        .reshape(q.shape(), loc);
+  }
   return attention(q, k, v, causal, scale, nullptr, loc);
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Loc loc) {
+  constexpr const char* op = "rotary_embedding";
+  check_defined(x, op, loc);
+  check_defined(positions, op, loc);
+  check_defined(inv_freq, op, loc);
+  const int64_t r = x.dim();
+  check(r >= 3 && is_floating(x.dtype()), op, loc, "x must be floating [..., P, H, D], got ", dtype_name(x.dtype()),
+        " ", to_string(x.shape()));
+  const int64_t P = x.shape()[r - 3], D = x.shape()[r - 1], half = D / 2;
+  check(D > 0 && D % 2 == 0, op, loc, "the head dim (last) must be even, got ", D);
+  check(positions.dim() == 1 && positions.shape()[0] == P && !is_floating(positions.dtype()) &&
+            positions.dtype() != DType::Bool,
+        op, loc, "positions must be integer [", P, "] (x's dim -3), got ", dtype_name(positions.dtype()), " ",
+        to_string(positions.shape()));
+  check(inv_freq.dim() == 1 && inv_freq.shape()[0] == half && is_floating(inv_freq.dtype()), op, loc,
+        "inv_freq must be floating [", half, "] (half the head dim), got ", dtype_name(inv_freq.dtype()), " ",
+        to_string(inv_freq.shape()));
+  check(&positions.device() == &x.device() && &inv_freq.device() == &x.device(), op, loc,
+        "x, positions and inv_freq must be on one device");
+  DeviceGuard on(x.device());
+  // The halves x1, x2 of the last dim, each rotated with cos and sin [P, 1, half] broadcast over
+  // the heads, then put side by side: two elementwise kernels reading x through its strides and
+  // one concatenation (a reduction over x viewed [..., 2, 2, half] against the 2 x 2 rotations
+  // did it in one kernel, but the CPU's generic reduction ran it 6x slower than PyTorch's
+  // formula; bench/bench_llama_ops.cpp). The sums are transformers' in the same order, so f32
+  // results are theirs bit for bit. Its gradient, by autodiff, is the inverse rotation.
+  const int64_t last = r - 1;
+  Tensor angle = mul(cast(positions, inv_freq.dtype(), loc).reshape({P, 1, 1}, loc),
+                     inv_freq.reshape({1, 1, half}, loc), loc);  // [P, 1, half]
+  Tensor c = cast(cos(angle, loc), x.dtype(), loc), s = cast(sin(angle, loc), x.dtype(), loc);
+  Tensor x1 = x.slice(last, 0, half, 1, loc), x2 = x.slice(last, half, D, 1, loc);
+  return cat({sub(mul(x1, c, loc), mul(x2, s, loc), loc), add(mul(x2, c, loc), mul(x1, s, loc), loc)}, last, loc);
 }
 
 Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, bool causal, Loc loc) {

@@ -10,10 +10,13 @@
 // in between, and readers that must agree with the step (resume, sample) go through
 // checkpoint.json. A failed save (disk full, a file size limit) removes what it wrote and
 // leaves the previous checkpoint as it was.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -97,6 +100,20 @@ void remove_stale_files(const std::string& dir) {
       fs::remove_all(e.path(), ec);
 }
 
+// A test hook (tests/train/test_crash_safety.cpp): ALK_TEST_PAUSE_IN_SAVE="<point>,<step>,<file>"
+// stops this process (SIGSTOP) at `point` of the save of `step`, once it has created `file`, so
+// the test's SIGKILL lands there and nowhere else. Points: "optimizer" (its file written, the
+// model's not), "model" (both written, not committed), "commit" (committed, not yet linked).
+static void test_pause_point(const char* point, int64_t step) {
+  static const char* spec = std::getenv("ALK_TEST_PAUSE_IN_SAVE");
+  if (!spec || !*spec) return;
+  const std::string s = spec;
+  const size_t a = s.find(','), b = a == std::string::npos ? a : s.find(',', a + 1);
+  if (b == std::string::npos || s.compare(0, a, point) != 0 || s.substr(a + 1, b - a - 1) != std::to_string(step)) return;
+  std::ofstream(s.substr(b + 1)) << point << " " << step << "\n";
+  ::raise(SIGSTOP);
+}
+
 void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& opt, int64_t step,
                      const std::string& config_json) {
   const Loc loc = Loc::current();
@@ -111,9 +128,11 @@ void save_checkpoint(const std::string& dir, const nn::Module& model, const opti
   try {
     fs::create_directories(sub);
     save_safetensors(sub + "/optimizer.safetensors", opt.state_dict(), meta);
+    test_pause_point("optimizer", step);
     auto model_meta = meta;
     model_meta["config"] = config_json;
     save_safetensors(sub + "/model.safetensors", model.state_dict(), model_meta);
+    test_pause_point("model", step);
     json::Object m;
     m.emplace_back("step", json::Value(step));
     m.emplace_back("dir", json::Value(rel));
@@ -123,6 +142,7 @@ void save_checkpoint(const std::string& dir, const nn::Module& model, const opti
     fs::remove_all(sub, ec);  // best effort; the previous checkpoint is untouched either way
     throw;
   }
+  test_pause_point("commit", step);
   link_atomic(sub + "/model.safetensors", dir + "/model.safetensors", loc);
   link_atomic(sub + "/optimizer.safetensors", dir + "/optimizer.safetensors", loc);
   // Older checkpoints, and directories a killed save left behind.

@@ -13,28 +13,19 @@
 #include "alk/io.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "alk/pretrained.h"
 #include "alk/tokenizer.h"
 #include "alk/train.h"
 #include "train/budget.h"
 #include "train/job.h"
 #include "train/report.h"
+#include "train/run_model.h"
 
 namespace alk::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-nn::GPTConfig model_config(const Config& c, int64_t vocab) {
-  nn::GPTConfig g;
-  g.vocab = vocab;
-  g.ctx = c.ctx;
-  g.dim = c.dim;
-  g.heads = c.heads;
-  g.layers = c.layers;
-  g.dropout = c.dropout;
-  return g;
-}
 
 // This rank's rows of a global batch (all of them in a one-process run).
 struct DistRows {
@@ -48,7 +39,20 @@ struct NullBuffer : std::streambuf {
   int overflow(int c) override { return c; }
 };
 
+// The Hugging Face files a fine-tuning run keeps (hf/): what load_run_model and alk export
+// read back. Copied once, when the run starts.
+const char* const kHfFiles[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                "generation_config.json", "chat_template.jinja"};
+
+void copy_hf_files(const std::string& from, const std::string& run_dir) {
+  const std::string to = hf_files_dir(run_dir);
+  fs::create_directories(to);
+  for (const char* name : kHfFiles)
+    if (fs::exists(from + "/" + name)) write_file_atomic(to + "/" + name, read_file(from + "/" + name, "train"));
+}
+
 Tokenizer tokenizer_for(const Config& c, const std::string& dir, Progress& progress) {
+  if (!c.init_from.empty()) return load_hf_tokenizer(hf_files_dir(dir));
   const std::string tok_dir = dir + "/tokenizer";
   // Both files: a run killed between the two writes trains the tokenizer again.
   if (fs::exists(tok_dir + "/vocab.json") && fs::exists(tok_dir + "/merges.txt")) return Tokenizer::load(tok_dir);
@@ -115,11 +119,13 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
   if (writer) {
     fs::create_directories(c.out);
     remove_stale_files(c.out);
+    if (!c.init_from.empty() && !resume) copy_hf_files(c.init_from, c.out);
     tokenizer_for(c, c.out, progress);
   }
   if (rows.world > 1) dist::barrier();
   Tokenizer tok = tokenizer_for(c, c.out, progress);
-  const uint64_t fingerprint = fnv1a64(read_file(c.out + "/tokenizer/merges.txt", "train"));
+  const uint64_t fingerprint = fnv1a64(read_file(
+      c.init_from.empty() ? c.out + "/tokenizer/merges.txt" : hf_files_dir(c.out) + "/tokenizer.json", "train"));
   auto load_data = [&] {
     return TokenDataset::from_file(
         c.corpus, [&tok](std::string_view s) { return tok.encode(s); }, c.out + "/tokens.bin", c.val_fraction,
@@ -143,7 +149,25 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
 
   // Initialized on the CPU, then moved: every device starts from the same weights.
   manual_seed(c.seed);
-  nn::GPT model(model_config(c, tok.vocab_size()));
+  std::optional<HfModelInfo> hf;
+  nn::GPTConfig model_cfg = gpt_config(c, tok.vocab_size());
+  if (!c.init_from.empty()) {
+    const std::string path = hf_files_dir(c.out) + "/config.json";
+    hf.emplace();
+    model_cfg = gpt_config_from_hf(read_file(path, "train"), path, &*hf);
+    check(c.ctx <= model_cfg.ctx, "train", Loc::current(), "--ctx ", c.ctx, " exceeds the model's context ",
+          model_cfg.ctx, " (", path, ")");
+    model_cfg.dropout = c.dropout;
+    c.dim = model_cfg.dim;
+    c.heads = model_cfg.heads;
+    c.layers = model_cfg.layers;
+    c.vocab_size = model_cfg.vocab;
+  }
+  nn::GPT model(model_cfg);
+  if (hf && !resume) {
+    load_hf_weights(model, *hf, c.init_from);
+    progress.note("init: " + hf->architecture + " weights from " + c.init_from);
+  }
   std::string device_spec = c.device;
   if (rows.world > 1 && get_device(c.device).info().kind == "cuda")
     device_spec = "cuda:" + std::to_string(dist::local_rank());  // one GPU per local rank, as torchrun
@@ -186,7 +210,7 @@ Result run_gpt(const Config& cfg_in, bool resume, std::ostream& main_log, const 
   }
   {
     std::ostringstream msg;
-    msg << "model: GPT " << model.num_parameters() / 1e6 << "M parameters (vocab " << tok.vocab_size() << ", ctx "
+    msg << "model: " << (hf ? hf->architecture : std::string("GPT")) << " " << model.num_parameters() / 1e6 << "M parameters (vocab " << tok.vocab_size() << ", ctx "
         << c.ctx << ", dim " << c.dim << ", " << c.layers << " layers, " << c.heads << " heads); " << c.steps
         << " steps of " << c.batch << "x" << c.ctx << " tokens; ln(vocab) = " << std::log(tok.vocab_size());
     if (rows.world > 1) msg << "; data parallel over " << rows.world << " ranks, " << rows.count << " rows each";

@@ -11,6 +11,9 @@
 
 namespace alk::train {
 
+// The model a run's config describes (config.json's model fields), with the tokenizer's vocab.
+nn::GPTConfig gpt_config(const Config& c, int64_t vocab);
+
 Result run_gpt(const Config& c, bool resume, std::ostream& log, const std::atomic<bool>* stop);
 Result run_mnist(const Config& c, bool resume, std::ostream& log, const std::atomic<bool>* stop);
 

@@ -17,13 +17,19 @@ namespace alk::train {
 RunModel load_run_model(const std::string& dir, const std::string& device, Loc loc) {
   RunModel r;
   r.config = config_from_json(read_file(dir + "/config.json", "sample", loc), Config{}, loc);
-  r.tokenizer = Tokenizer::load(dir + "/tokenizer", loc);
   nn::GPTConfig g;
-  g.vocab = r.tokenizer.vocab_size();
-  g.ctx = r.config.ctx;
-  g.dim = r.config.dim;
-  g.heads = r.config.heads;
-  g.layers = r.config.layers;
+  if (std::filesystem::exists(hf_files_dir(dir) + "/config.json")) {
+    // Fine-tuned from a Hugging Face model: its architecture and tokenizer, alk's checkpoint.
+    r.hf_dir = hf_files_dir(dir);
+    const std::string path = r.hf_dir + "/config.json";
+    HfModelInfo info;
+    g = gpt_config_from_hf(read_file(path, "sample", loc), path, &info, loc);
+    r.hf = info;
+    r.tokenizer = load_hf_tokenizer(r.hf_dir, nullptr, loc);
+  } else {
+    r.tokenizer = Tokenizer::load(dir + "/tokenizer", loc);
+    g = gpt_config(r.config, r.tokenizer.vocab_size());
+  }
   r.model = std::make_shared<nn::GPT>(g);
   // The committed checkpoint (checkpoint.json), which the top-level model.safetensors can lag.
   const std::optional<CheckpointFiles> files = find_checkpoint(dir, loc);
@@ -63,11 +69,11 @@ std::string sample(const std::string& dir, const std::string& prompt, int64_t to
   check(tokens >= 0 && temperature >= 0, "sample", loc, "tokens must be >= 0 and temperature >= 0");
   check(top_k >= 0, "sample", loc, "top_k must be >= 0, got ", top_k);
   RunModel r = load_run_model(dir, "", loc);
-  std::vector<int32_t> ids = r.tokenizer.encode(prompt);
+  std::vector<int32_t> ids = r.tokenizer.encode(prompt, true);
   if (ids.empty()) ids.push_back(r.tokenizer.byte_id('\n'));
   if (tokens == 0) return prompt;
   std::vector<int32_t> out;
-  if (static_cast<int64_t>(ids.size()) + tokens <= r.config.ctx) {
+  if (static_cast<int64_t>(ids.size()) + tokens <= r.model->cfg.ctx) {
     Generator gen(r.model, {.slots = 1}, loc);
     GenerateRequest req;
     req.prompt = ids;
@@ -77,7 +83,7 @@ std::string sample(const std::string& dir, const std::string& prompt, int64_t to
     req.sampling.max_tokens = tokens;
     out = gen.generate(req, loc);
   } else {
-    out = sample_by_recompute(*r.model, ids, tokens, r.config.ctx, temperature, top_k, seed);
+    out = sample_by_recompute(*r.model, ids, tokens, r.model->cfg.ctx, temperature, top_k, seed);
   }
   return prompt + r.tokenizer.decode(out);
 }

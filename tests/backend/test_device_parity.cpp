@@ -32,7 +32,8 @@
 //                     by seed and offset: tensor.h promises every backend draws the same stream)
 //                     and sane statistics on the device
 //   Attention         scaled_dot_product_attention, causal and not, head dims 8/32/64, cross
-//                     attention (S != T), q/k/v as strided views of one packed projection
+//                     attention (S != T), q/k/v as strided views of one packed projection,
+//                     grouped-query (k/v with fewer heads), rotary_embedding of a projection's slice
 //   Conv              unfold2d/fold2d, conv2d (padding, stride, dilation, groups), max/avg_pool2d
 //   LargeShapes       sizes past one workgroup/block and one tile: elementwise over 300001,
 //                     long/many/outer-dim reductions, argmax, softmax/layer_norm/cumsum of long
@@ -40,7 +41,8 @@
 //                     over a million values
 //   Decode            kv_cache_write, decode_attention (grouped-query, per-slot lengths),
 //                     sample_tokens where it is a pure function of the logits
-//   CompiledGptSteps  a 2-layer GPT, 20 compiled AdamW steps: the device's losses are the CPU's
+//   CompiledGptSteps  a 2-layer GPT-2 and LLaMA-layout model, 20 compiled AdamW steps each: the
+//                     device's losses are the CPU's
 //   EveryTemplateOpHasAFamily  the ALK_TEMPLATE_OPS list (op_table.h) against the families above,
 //                     so a new template op cannot be added without a parity case
 // Template-op families run f32 (forward and gradients) and f64/f16/bf16 forward; copy-like ops
@@ -77,10 +79,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -92,6 +98,7 @@
 #include "alk/generate.h"
 #include "alk/kernel.h"
 #include "alk/op_table.h"
+#include "required.h"
 #include "testing.h"
 // In alk_tests the suite also checks what only internals show (the scheduler's kernel count,
 // the fused cross-entropy rows). A backend built against an installed alk compiles it with
@@ -152,7 +159,8 @@ std::vector<Device*> devices_under_test() {
 #define ALK_PARITY_DEVICES_OR_SKIP(devs)                                                                     \
   DeviceGuard alk_parity_on_cpu_(cpu_device()); /* inputs are made on the CPU even with ALK_DEVICE */        \
   const std::vector<Device*> devs = devices_under_test();                                                    \
-  if (devs.empty()) GTEST_SKIP() << "no GPU device found (available_devices() lists only CPU-type devices)"; \
+  if (devs.empty())                                                                                          \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no GPU device found (available_devices() lists only CPU-type devices)"); \
   static_assert(true)
 
 // f64/f16/bf16 are optional device capabilities (DeviceInfo::features); the rest are not.
@@ -169,7 +177,30 @@ struct Tol {
 };
 using TolFn = std::function<Tol(DType out)>;
 
-// What a family ran and what it could not, printed per device so skips are visible.
+#ifdef ALK_SOURCE_DIR
+const char* const kParitySourceDir = ALK_SOURCE_DIR;
+#else
+const char* const kParitySourceDir = ".";  // examples/backend: a device no list names
+#endif
+
+// The device's checked-in list of what it does not run, per family: the cases it refuses and
+// the dtypes it does not declare. tests/backend/parity_expected/<kind>-<adapter>/<family>.txt
+// (adapter: the first word of info().description, "llvmpipe" for lavapipe), one
+// "refused <case>" or "undeclared <case>" a line; ALK_PARITY_WRITE_EXPECTED=1 rewrites it.
+std::string expected_refusals_path(const Device& dev, const std::string& family) {
+  std::string adapter = dev.info().description.substr(0, dev.info().description.find(' '));
+  for (char& c : adapter)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  std::string dir = std::string(kParitySourceDir) + "/tests/backend/parity_expected/" + dev.info().kind + "-" + adapter;
+  std::string file = family;
+  std::replace(file.begin(), file.end(), ' ', '_');
+  return dir + "/" + file + ".txt";
+}
+
+// What a family ran and what it could not, printed per device so skips are visible, and
+// checked against the device's expected list: a kernel or dtype the device stops running
+// fails here (a regression that made a backend refuse every f16 kernel would otherwise pass),
+// and so does a listed refusal that now runs (the list is stale).
 struct Tally {
   explicit Tally(std::string name) : family(std::move(name)) {}
   std::string family;
@@ -188,6 +219,38 @@ struct Tally {
     if (!op_rejected.empty()) std::cout << "; " << op_rejected.size() << " (op, dtype) pairs the op refuses";
     if (!known.empty()) std::cout << "; KNOWN FAILURE (see kKnownFailures): " << list(known);
     std::cout << "\n";
+    check_expected(dev);
+  }
+  void check_expected(const Device& dev) const {
+    std::set<std::string> now;
+    for (const std::string& r : refused) now.insert("refused " + r);
+    for (const std::string& u : undeclared) now.insert("undeclared " + u);
+    const std::string path = expected_refusals_path(dev, family);
+    if (const char* w = std::getenv("ALK_PARITY_WRITE_EXPECTED"); w && std::string(w) == "1") {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      std::ofstream out(path);
+      out << "# " << family << " cases " << dev.info().description
+          << " does not run (tests/backend/test_device_parity.cpp; ALK_PARITY_WRITE_EXPECTED=1 rewrites)\n";
+      for (const std::string& line : now) out << line << "\n";
+      std::cout << "wrote " << path << "\n";
+      return;
+    }
+    std::ifstream in(path);
+    if (!in.good()) {
+      // A device nobody has listed (a new GPU): nothing to compare with, unless it is one the
+      // run requires (tests/required.h), whose list must be checked in.
+      if (testing::required(dev.info().kind) && !now.empty())
+        ADD_FAILURE() << dev.name() << " (" << dev.info().description << ") refuses " << now.size() << " " << family
+                      << " cases and has no expected list at " << path << " (ALK_PARITY_WRITE_EXPECTED=1 writes it)";
+      return;
+    }
+    std::set<std::string> expected;
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') expected.insert(line);
+    for (const std::string& n : now)
+      if (!expected.count(n)) ADD_FAILURE() << dev.name() << " newly does not run " << family << ": " << n << " (" << path << ")";
+    for (const std::string& e : expected)
+      if (!now.count(e)) ADD_FAILURE() << dev.name() << " now runs " << family << ": " << e << "; remove it from " << path;
   }
 };
 
@@ -199,7 +262,10 @@ bool expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::str
     return false;
   }
   const std::vector<double> g = got.to(cpu_device()).to_vector<double>(), w = want.to_vector<double>();
-  double scale = 1;
+  // The absolute part scales with the output's largest reference magnitude, with no floor of
+  // 1: outputs whose values are all far below 1 (softmax rows of thousands, small gradients)
+  // are compared at their own size. The smallest normal f32 keeps all-zero outputs comparable.
+  double scale = std::numeric_limits<float>::min();
   for (double v : w)
     if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
   size_t bad = 0, first = 0;
@@ -1025,6 +1091,26 @@ TEST(DeviceParity, Attention) {
                    },
                    kFloatDTypes,
                    true});
+  // Grouped-query (the LLaMA family): 6 query heads over 2 key/value heads, read through the
+  // stride-0 group dim; the gradients of k and v summed over each group.
+  for (bool causal : {true, false})
+    cases.push_back({std::string("sdpa grouped-query 6 heads over 2") + (causal ? " causal" : ""),
+                     {randt({2, 6, 9, 16}, rng), randt({2, 2, 9, 16}, rng), randt({2, 2, 9, 16}, rng)},
+                     {true, true, true},
+                     [causal](const V& v) { return scaled_dot_product_attention(v[0], v[1], v[2], causal); },
+                     kFloatDTypes,
+                     true});
+  // Rotary positions on a slice of a projection [B, T, heads, D] (the q part), positions given
+  // as a tensor (a decode step's per-slot positions are not 0..T-1).
+  Tensor positions = tensor(std::vector<int64_t>{0, 1, 2, 9, 30}, {5});
+  Tensor inv_freq = tensor(nn::rotary_inv_freq(16, 10000, {"llama3", 8, 1, 4, 8}), {8});
+  positions.realize(), inv_freq.realize();
+  cases.push_back({"rotary_embedding of a projection's slice",
+                   {randt({2, 5, 7, 16}, rng), positions, inv_freq},
+                   {true, false, false},
+                   [](const V& v) { return rotary_embedding(v[0].slice(2, 1, 4), v[1], v[2]); },
+                   kFloatDTypes,
+                   true});
   run_cases("attention", devs, cases);
 }
 
@@ -1285,13 +1371,18 @@ TEST(DeviceParity, Random) {
 // 3. A compiled GPT training step (the pattern of tests/backend/vulkan/test_vulkan_gpt.cpp)
 // ============================================================================================
 
-std::vector<double> gpt_losses(Device& dev, int steps) {
+std::vector<double> gpt_losses(Device& dev, int steps, bool llama = false) {
   manual_seed(5);
   nn::GPTConfig cfg;
+  if (llama) {  // RMSNorm, rotary, SwiGLU, 4 heads over 2 key/value heads, q/k/v biases, untied head
+    cfg.norm = nn::NormKind::RMSNorm, cfg.positions = nn::PositionKind::Rotary, cfg.mlp = nn::MLPKind::SwiGLU;
+    cfg.heads = 4, cfg.kv_heads = 2, cfg.mlp_hidden = 48, cfg.bias = false, cfg.qkv_bias = true;
+    cfg.tie_embeddings = false;
+  }
   cfg.vocab = 97;
   cfg.ctx = 16;
   cfg.dim = 32;
-  cfg.heads = 2;
+  if (!llama) cfg.heads = 2;
   cfg.layers = 2;
   nn::GPT model(cfg);  // initialized on the CPU, then moved: every run starts from the same weights
   model.to(dev);
@@ -1313,20 +1404,23 @@ std::vector<double> gpt_losses(Device& dev, int steps) {
 
 TEST(DeviceParity, CompiledGptSteps) {
   ALK_PARITY_DEVICES_OR_SKIP(devs);
-  const std::vector<double> cpu = gpt_losses(cpu_device(), 20);
-  ASSERT_EQ(cpu.size(), 20u);
-  EXPECT_LT(cpu.back(), cpu.front() - 0.5) << "the model learns the repeating sequence";
-  for (Device* dev : devs) {
-    SCOPED_TRACE("device " + dev->name());
-    if (const char* why = known_failure(*dev, "gpt")) {
-      std::cout << "[parity " << dev->name() << "] gpt: KNOWN FAILURE (" << why << ")\n";
-      continue;
+  for (bool llama : {false, true}) {
+    const char* family = llama ? "llama" : "gpt";
+    const std::vector<double> cpu = gpt_losses(cpu_device(), 20, llama);
+    ASSERT_EQ(cpu.size(), 20u);
+    EXPECT_LT(cpu.back(), cpu.front() - 0.5) << family << ": the model learns the repeating sequence";
+    for (Device* dev : devs) {
+      SCOPED_TRACE("device " + dev->name() + " " + family);
+      if (const char* why = known_failure(*dev, "gpt")) {
+        std::cout << "[parity " << dev->name() << "] " << family << ": KNOWN FAILURE (" << why << ")\n";
+        continue;
+      }
+      const std::vector<double> got = gpt_losses(*dev, 20, llama);
+      ASSERT_EQ(got.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(got[i], cpu[i], 2e-4 * std::max(1.0, cpu[i])) << "step " << i;
+      std::cout << "[parity " << dev->name() << "] " << family << ": 20 compiled AdamW steps, loss " << got.front()
+                << " -> " << got.back() << " (cpu " << cpu.front() << " -> " << cpu.back() << ")\n";
     }
-    const std::vector<double> got = gpt_losses(*dev, 20);
-    ASSERT_EQ(got.size(), cpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(got[i], cpu[i], 2e-4 * std::max(1.0, cpu[i])) << "step " << i;
-    std::cout << "[parity " << dev->name() << "] gpt: 20 compiled AdamW steps, loss " << got.front() << " -> "
-              << got.back() << " (cpu " << cpu.front() << " -> " << cpu.back() << ")\n";
   }
 }
 

@@ -30,6 +30,7 @@
 #include "alk/dist.h"
 #include "dist/communicator.h"
 #include "io/temp_dir.h"
+#include "required.h"
 #include "testing.h"
 #include "train/report.h"
 
@@ -282,7 +283,7 @@ bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 
 
 #define SKIP_WITHOUT_MPI()                                                                   \
   if (kSanitized) GTEST_SKIP() << "OpenMPI's own allocations trip the leak checker";         \
-  if (!have_mpirun()) GTEST_SKIP() << "no mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+  if (!have_mpirun()) ALK_SKIP_OR_FAIL_IF_REQUIRED("mpi", "no mpirun (apt-get install openmpi-bin libopenmpi-dev)")
 
 Ran run_workers(const std::string& mode, const std::string& extra_env = "") {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();

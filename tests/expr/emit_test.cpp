@@ -10,6 +10,7 @@
 #include "alk/error.h"
 #include "expr/emit.h"
 #include "golden_kernels.h"
+#include "io/temp_dir.h"
 
 namespace alk::expr {
 namespace {
@@ -115,8 +116,8 @@ bool have(const char* tool) { return std::system(("command -v " + std::string(to
 
 // Writes every golden kernel for target t into a scratch folder and runs `cmd` on each.
 void check_with(Target t, const std::string& suffix, const std::string& cmd) {
-  fs::path dir = fs::path(::testing::TempDir()) / ("alk_emit_" + ext(t));
-  fs::create_directories(dir);
+  const alk::testing::TempDir scratch;
+  const fs::path dir = scratch.path();
   for (const Golden& g : goldens()) {
     fs::path p = dir / (g.name + suffix);
     std::ofstream(p, std::ios::binary) << emit_map_kernel(g.expr, g.sig, t, g.uniform_inputs);

@@ -78,6 +78,55 @@ TEST(Generator, GreedyWithTheCacheEqualsGreedyByRecomputation) {
   EXPECT_EQ(gen.stats().prefill_tokens, 5);
 }
 
+// The LLaMA layout: rotary at each slot's own position in the decode step, a cache of 2
+// key/value heads for 4 query heads (grouped-query), RMSNorm, SwiGLU, q/k/v biases, untied head.
+std::shared_ptr<nn::GPT> small_llama(int64_t ctx) {
+  manual_seed(12);
+  nn::GPTConfig c{.vocab = 96, .ctx = ctx, .dim = 32, .heads = 4, .layers = 2};
+  c.kv_heads = 2, c.mlp_hidden = 40, c.norm = nn::NormKind::RMSNorm, c.norm_eps = 1e-6;
+  c.positions = nn::PositionKind::Rotary, c.rope_theta = 500, c.mlp = nn::MLPKind::SwiGLU;
+  c.rope_scaling = {"llama3", 4, 1, 4, 16};
+  c.bias = false, c.qkv_bias = true, c.tie_embeddings = false;
+  auto model = std::make_shared<nn::GPT>(c);
+  for (auto& [name, p] : model->named_parameters()) {
+    Tensor t = p;
+    if (name.find("ln") == std::string::npos) t.assign_(mul(t, 8.0).realize());
+  }
+  model->eval();
+  return model;
+}
+
+TEST(Generator, LlamaLayoutGreedyWithTheCacheEqualsGreedyByRecomputation) {
+  auto model = small_llama(120);
+  const std::vector<int32_t> prompt = {5, 17, 3, 90, 44, 2};
+  std::vector<double> want_lp;
+  const std::vector<int32_t> want = greedy_by_recompute(*model, prompt, 100, &want_lp);
+  Generator gen(model, {.slots = 2, .logprobs = true});
+  EXPECT_EQ(gen.cache_bytes(), 2 * 2 * 2 * 120 * 2 * 8 * 4);  // K and V, layers, slots, rows, kv heads, head dim, f32
+  // Two slots at different positions in each step: a shorter request beside the long one.
+  const int64_t other = gen.submit(request({7, 8}, 30));
+  const int64_t id = gen.submit(request(prompt, 100));
+  std::vector<int32_t> got, got_other;
+  std::vector<double> got_lp;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) {
+      if (e.request == other) {
+        got_other.push_back(e.token);
+        continue;
+      }
+      ASSERT_EQ(e.request, id);
+      got.push_back(e.token);
+      got_lp.push_back(e.logprob);
+    }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_other, greedy_by_recompute(*model, {7, 8}, 30));
+  ASSERT_EQ(got_lp.size(), want_lp.size());
+  for (size_t i = 0; i < got_lp.size(); ++i) EXPECT_NEAR(got_lp[i], want_lp[i], 2e-4) << "token " << i;
+  // The eager decode step agrees with the compiled one.
+  Generator eager(model, {.slots = 1, .compile = false});
+  EXPECT_EQ(eager.generate(request(prompt, 40)), std::vector<int32_t>(want.begin(), want.begin() + 40));
+}
+
 TEST(Generator, CompiledAndEagerDecodeStepsAgree) {
   auto model = small_gpt();
   const std::vector<int32_t> prompt = {1, 2, 3};
@@ -191,6 +240,50 @@ TEST(Generator, BadRequestsAndOptionsRaise) {
   EXPECT_EQ(Generator(model, {.slots = 4}).cache_bytes(), 32768);
   EXPECT_THROW(Generator(model, {.slots = 4, .memory_budget = 32000}), Error);
   EXPECT_NO_THROW(Generator(model, {.slots = 3, .memory_budget = 32000}));
+}
+
+// The device's top-n log-probabilities (argmax passes inside the compiled step, and in the
+// prefill) against a float64 reference: the recomputed logits' log-softmax in double, sorted on
+// the host. Greedy, so the sequence is the recomputation's; several slots at once.
+TEST(Generator, TopLogprobsEqualAFloat64Reference) {
+  auto model = small_gpt(64, 1.0);  // GPT-2's init: spread-out distributions, many close values
+  const int64_t n = 5, tokens = 12;
+  const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3}, {90, 44}, {7}};
+  Generator gen(model, {.slots = 2, .logprobs = true, .top_logprobs = n});
+  std::map<int64_t, size_t> which;
+  for (size_t p = 0; p < prompts.size(); ++p) which[gen.submit(request(prompts[p], tokens))] = p;
+  std::map<size_t, std::vector<TokenEvent>> events;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) events[which.at(e.request)].push_back(e);
+  NoGradGuard no_grad;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int32_t> ids = prompts[p];
+    ASSERT_EQ(events[p].size(), static_cast<size_t>(tokens));
+    for (const TokenEvent& e : events[p]) {
+      std::vector<int64_t> window(ids.begin(), ids.end());
+      const int64_t t = static_cast<int64_t>(window.size());
+      const std::vector<double> logits = model->forward(tensor(window, {1, t})).select(1, t - 1).reshape({-1}).to_vector<double>();
+      double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+      for (double l : logits) sum += std::exp(l - mx);
+      std::vector<std::pair<double, int32_t>> ref;
+      for (size_t v = 0; v < logits.size(); ++v) ref.emplace_back(logits[v] - mx - std::log(sum), static_cast<int32_t>(v));
+      std::stable_sort(ref.begin(), ref.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      ASSERT_EQ(e.top.size(), static_cast<size_t>(n));
+      for (size_t j = 0; j < e.top.size(); ++j) {
+        EXPECT_NEAR(e.top[j].second, ref[j].first, 1e-4) << "prompt " << p << " rank " << j;
+        // The id where the reference's values are not within rounding of a neighbour's.
+        const bool tie = (j > 0 && ref[j - 1].first - ref[j].first < 1e-4) ||
+                         (j + 1 < ref.size() && ref[j].first - ref[j + 1].first < 1e-4);
+        if (!tie) {
+          EXPECT_EQ(e.top[j].first, ref[j].second) << "prompt " << p << " rank " << j;
+        }
+      }
+      EXPECT_EQ(e.token, e.top[0].first);  // greedy takes the most likely
+      EXPECT_NEAR(e.logprob, e.top[0].second, 1e-6);
+      ids.push_back(e.token);
+    }
+  }
+  EXPECT_THROW(Generator(model, {.slots = 1, .top_logprobs = 2}), Error);  // needs logprobs
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #ifdef ALK_HAVE_ONNX
 #include <gtest/gtest.h>
 
+#include "required.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -139,7 +141,8 @@ CaseResult run_case(const fs::path& dir, Device& device) {
 }
 
 void run_suite(Device& device, const std::string& kind) {
-  if (!fs::is_directory(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (apt-get install libonnx-testdata)";
+  if (!fs::is_directory(kNodeTests))
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("onnx-testdata", kNodeTests + " is missing (apt-get install libonnx-testdata)");
   // The node tests, then the other suites beside them (models converted from PyTorch, small
   // multi-node graphs), whose case names carry the suite as a prefix.
   std::vector<CaseResult> results;
@@ -200,7 +203,8 @@ void run_suite(Device& device, const std::string& kind) {
   }
   std::set<std::string> expected;
   std::ifstream f(list);
-  if (!f.good()) GTEST_SKIP() << "no list of expected passes for " << kind << " (" << list << "); ALK_ONNX_WRITE_EXPECTED=1 writes it";
+  if (!f.good())
+    ALK_SKIP_OR_FAIL_IF_REQUIRED(kind, "no list of expected passes for " + kind + " (" + list + "); ALK_ONNX_WRITE_EXPECTED=1 writes it");
   for (std::string line; std::getline(f, line);)
     if (!line.empty() && line[0] != '#') expected.insert(line);
   int newly = 0;
@@ -227,7 +231,7 @@ TEST(OnnxConformance, Cpu) { run_suite(cpu_device(), "cpu"); }
 
 TEST(OnnxConformance, Vulkan) {
   Device* d = first_device_of_kind("vulkan");
-  if (!d) GTEST_SKIP() << "no Vulkan device";
+  if (!d) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device");
   run_suite(*d, "vulkan");
 }
 

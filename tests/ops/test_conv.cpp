@@ -1,7 +1,6 @@
 // unfold2d / fold2d / conv2d / max_pool2d / avg_pool2d against naive float64 references,
 // their gradients by central differences, and their argument checks.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -403,22 +402,6 @@ TEST(Fold, Errors) {
   expect_error([&] { fold2d(zeros({1, 8, 5}), 3, 3, geo(2, 2)); }, {"fold2d", "dim 2", "must be 4"});
   expect_error([&] { fold2d(zeros({1, 4, 4}), 0, 3, geo(2, 2)); }, {"fold2d", "output size must be positive"});
   expect_error([&] { fold2d(zeros({1, 4, 4}), 1, 1, geo(2, 2)); }, {"fold2d", "output size would be 0"});
-}
-
-// Not a correctness test: prints the time of a ResNet-block-sized conv2d forward + backward.
-TEST(Conv, TimingForwardBackward) {
-  Tensor x = randn({64, 32, 14, 14}).requires_grad_(), w = randn({64, 32, 3, 3}).requires_grad_();
-  auto run = [&] {
-    Tensor y = conv2d(x, w, Tensor(), 1, 1);
-    auto gs = grad({sum(y * y)}, {x, w});
-    realize({gs[0], gs[1]});
-  };
-  run();  // warm-up
-  const int reps = 5;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) run();
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
-  std::printf("conv2d x [64, 32, 14, 14] w [64, 32, 3, 3] pad 1 forward+backward: %.2f ms\n", ms);
 }
 
 }  // namespace

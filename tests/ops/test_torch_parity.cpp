@@ -20,6 +20,7 @@
 #include "io/temp_dir.h"
 #include "alk/op_table.h"
 #include "ops/ops.h"
+#include "required.h"
 #include "testing.h"
 
 namespace alk {
@@ -283,7 +284,7 @@ std::string json_difference(const Value& a, const Value& b, const std::string& p
 // last bits of float64 values.
 TEST(TorchParity, FixtureIsCurrent) {
   if (std::system("OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "python3-torch is not installed";
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("torch", "python3-torch is not installed");
   testing::TempDir dir;
   const std::string out = dir / "parity.json";
   const std::string cmd = "cd " + std::string(ALK_SOURCE_DIR) +

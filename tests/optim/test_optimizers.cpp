@@ -12,6 +12,7 @@
 
 #include "alk/io.h"
 #include "alk/optim.h"
+#include "io/temp_dir.h"
 #include "testing.h"
 
 namespace alk {
@@ -317,7 +318,8 @@ TEST(Optim, StateDictRoundTripThroughSafetensors) {
     kQ.loss(p1).backward();
     opt1->step();
   }
-  const std::string path = ::testing::TempDir() + "/alk_optim_state.safetensors";
+  const alk::testing::TempDir dir;  // Optim.* and VulkanOptim run this at once under ctest -j2
+  const std::string path = dir / "optim_state.safetensors";
   save_safetensors(path, opt1->state_dict());
   Tensor p2 = leaf(p1.to_vector<double>(), {2, 3});
   auto opt2 = make_adamw(p2);

@@ -1,7 +1,9 @@
 // config.json <-> train::Config: round trip, partial files, unknown keys and invalid values.
 #include <string>
 
+#include "alk/nn.h"
 #include "alk/train.h"
+#include "train/job.h"
 #include "testing.h"
 
 namespace alk {
@@ -72,6 +74,44 @@ TEST(Config, RoundTripKeepsEveryField) {
   EXPECT_EQ(r.sample_tokens, c.sample_tokens);
   // Serializing again gives the same text.
   EXPECT_EQ(train::config_to_json(r), text);
+}
+
+// The model's family: the LLaMA fields round-trip and become the nn::GPTConfig the run builds.
+TEST(Config, LlamaModelFieldsRoundTripIntoTheModelConfig) {
+  train::Config c;
+  c.heads = 4, c.kv_heads = 2, c.mlp_hidden = 200, c.norm = "rmsnorm", c.norm_eps = 1e-6, c.positions = "rotary";
+  c.rope_theta = 500000, c.rope_scaling = "llama3", c.rope_factor = 8, c.rope_low_freq_factor = 1.5;
+  c.rope_high_freq_factor = 3, c.rope_original_context = 64, c.mlp = "swiglu", c.bias = false, c.qkv_bias = true;
+  c.tie_embeddings = false;
+  const std::string text = train::config_to_json(c);
+  const train::Config r = train::config_from_json(text, train::Config{});
+  EXPECT_EQ(train::config_to_json(r), text);
+  const nn::GPTConfig g = train::gpt_config(r, 300);
+  EXPECT_EQ(g.vocab, 300);
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_EQ(g.mlp_hidden, 200);
+  EXPECT_EQ(g.norm, nn::NormKind::RMSNorm);
+  EXPECT_EQ(g.norm_eps, 1e-6);
+  EXPECT_EQ(g.positions, nn::PositionKind::Rotary);
+  EXPECT_EQ(g.rope_theta, 500000);
+  EXPECT_EQ(g.rope_scaling.type, "llama3");
+  EXPECT_EQ(g.rope_scaling.factor, 8);
+  EXPECT_EQ(g.rope_scaling.low_freq_factor, 1.5);
+  EXPECT_EQ(g.rope_scaling.high_freq_factor, 3);
+  EXPECT_EQ(g.rope_scaling.original_context, 64);
+  EXPECT_EQ(g.mlp, nn::MLPKind::SwiGLU);
+  EXPECT_FALSE(g.bias);
+  EXPECT_TRUE(g.qkv_bias);
+  EXPECT_FALSE(g.tie_embeddings);
+  // GPT-2 by default.
+  const nn::GPTConfig d = train::gpt_config(train::Config{}, 256);
+  EXPECT_EQ(d.norm, nn::NormKind::LayerNorm);
+  EXPECT_EQ(d.positions, nn::PositionKind::Learned);
+  EXPECT_EQ(d.mlp, nn::MLPKind::GELUTanh);
+  EXPECT_TRUE(d.bias && d.tie_embeddings && !d.qkv_bias);
+  EXPECT_NE(error_of(R"({"norm": "batchnorm"})").find("norm must be layernorm or rmsnorm"), std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_scaling": "yarn"})").find("yarn"), std::string::npos);
+  EXPECT_NE(error_of(R"({"heads": 4, "kv_heads": 3})").find("kv_heads 3"), std::string::npos);
 }
 
 TEST(Config, MissingKeysKeepTheBase) {

@@ -36,6 +36,7 @@
 #include "alk/webgpu.h"
 #include "io/json.h"
 #include "ops/ops.h"
+#include "required.h"
 #include "testing.h"
 #include "webgpu/gpt_bundle.h"
 
@@ -56,7 +57,7 @@ std::string missing_deps() {
 }
 #define WEBGPU_OR_SKIP()                                          \
   do {                                                            \
-    if (std::string why = missing_deps(); !why.empty()) GTEST_SKIP() << why; \
+    if (std::string why = missing_deps(); !why.empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("webgpu", why); \
   } while (0)
 
 std::string fresh_dir(const std::string& name) {
@@ -250,7 +251,7 @@ TEST(WebgpuParity, ElementwiseBF16) { elementwise_parity(DType::BF16); }
 TEST(WebgpuParity, ElementwiseF16Native) {
   std::string why;
   const std::string env = mesa25_env(why);
-  if (env.empty()) GTEST_SKIP() << why;
+  if (env.empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("webgpu-f16", why);
   elementwise_parity(DType::F16, env, "native");
 }
 TEST(WebgpuParity, ElementwiseI64) { elementwise_parity(DType::I64); }
@@ -392,7 +393,7 @@ TEST(WebgpuParity, TemplateOps) { template_parity(kSwiftShaderEnv); }
 TEST(WebgpuParity, TemplateOpsOnMesa25) {
   std::string why;
   const std::string env = mesa25_env(why);
-  if (env.empty()) GTEST_SKIP() << why;
+  if (env.empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("webgpu-f16", why);
   template_parity(env);
 }
 
@@ -522,7 +523,7 @@ TEST(WebgpuExport, MicroGptF16NativeMatchesTheCpu) {
   WEBGPU_OR_SKIP();
   std::string why;
   const std::string env = mesa25_env(why);
-  if (env.empty()) GTEST_SKIP() << why;
+  if (env.empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("webgpu-f16", why);
   micro_gpt_ten_steps(0, false, DType::F16, env, "native");
 }
 

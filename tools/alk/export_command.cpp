@@ -1,3 +1,8 @@
+// `alk export --target hf --out DIR (--from RUN_DIR | --model HF_DIR) [--dtype f32|bf16|f16]`: a
+// directory transformers' from_pretrained loads (config.json, model.safetensors with its key
+// names and layouts, the tokenizer files): a run of alk train (fine-tuned from a Hugging Face
+// model with --init-from, or an alk GPT, written as GPT-2 with a tokenizer.json of its BPE),
+// or a Hugging Face directory read and written again.
 // `alk export --target webgpu --out DIR [--size tiny|micro] [--text FILE] [--tokenizer bpe|bytes|DIR] [--dtype f16]`:
 // a GPT whose compiled training step (forward, backward, AdamW) and forward pass are written as
 // a WebGPU bundle (src/webgpu/): plan, WGSL kernels, weights, the tokenizer's files, the
@@ -10,15 +15,18 @@
 #include <sstream>
 
 #include "alk/error.h"
+#include "alk/io.h"
+#include "alk/pretrained.h"
 #include "alk/train.h"
 #include "tools/alk/commands.h"
+#include "train/run_model.h"
 #include "webgpu/gpt_bundle.h"
 
 namespace alk::cli {
 
 namespace {
 struct ExportFlags {
-  std::string target = "webgpu", out, size = "tiny", text, tokenizer = "bpe", dtype = "f32";
+  std::string target = "webgpu", out, size = "tiny", text, tokenizer = "bpe", dtype = "f32", from, model, device;
   int64_t text_bytes = 1 << 20, vocab_size = train::Config{}.vocab_size;
 };
 
@@ -29,13 +37,41 @@ std::string read_all(const std::string& path) {
   s << f.rdbuf();
   return s.str();
 }
+
+void export_hf(const ExportFlags& f) {
+  const Loc loc = Loc::current();
+  check(f.from.empty() != f.model.empty(), "export", loc,
+        "--target hf exports a run directory (--from) or a Hugging Face directory (--model)");
+  const DType dtype = f.dtype == "bf16" ? DType::BF16 : f.dtype == "f16" ? DType::F16 : DType::F32;
+  if (!f.model.empty()) {
+    Pretrained p = load_pretrained(f.model, f.device, loc);
+    save_pretrained(*p.model, p.info, f.out, f.model, dtype, loc);
+  } else {
+    train::RunModel r = train::load_run_model(f.from, f.device, loc);
+    if (r.hf) {
+      save_pretrained(*r.model, *r.hf, f.out, r.hf_dir, dtype, loc);
+    } else {
+      // An alk GPT is a GPT-2; its byte-level BPE goes out as a tokenizer.json.
+      HfModelInfo info;
+      info.model_type = "gpt2";
+      save_pretrained(*r.model, info, f.out, "", dtype, loc);
+      write_file_atomic(f.out + "/tokenizer.json", r.tokenizer.to_tokenizer_json(loc), loc);
+    }
+  }
+  std::cout << "wrote " << f.out << " (config.json, model.safetensors in " << f.dtype
+            << ", tokenizer files): load it with transformers' AutoModelForCausalLM.from_pretrained\n";
+}
 }  // namespace
 
 void add_export_command(CLI::App& app) {
   auto flags = std::make_shared<ExportFlags>();
   auto* cmd = app.add_subcommand("export", "export a compiled model for another runtime (webgpu: a bundle for browsers and Node)");
-  cmd->add_option("--target", flags->target, "webgpu (onnx: not built here)")->check(CLI::IsMember({"webgpu", "onnx"}));
-  cmd->add_option("--out", flags->out, "the bundle directory")->required();
+  cmd->add_option("--target", flags->target, "webgpu, or hf (a Hugging Face directory; onnx: alk onnx export)")
+      ->check(CLI::IsMember({"webgpu", "hf", "onnx"}));
+  cmd->add_option("--out", flags->out, "the bundle directory (hf: the model directory)")->required();
+  cmd->add_option("--from", flags->from, "hf: a run directory of alk train");
+  cmd->add_option("--model", flags->model, "hf: a Hugging Face model directory, written again");
+  cmd->add_option("--device", flags->device, "hf: where the model is loaded (default: the CPU)");
   cmd->add_option("--size", flags->size, "tiny (for real GPUs) or micro (software adapters, CI)")
       ->check(CLI::IsMember({"tiny", "micro"}));
   cmd->add_option("--text", flags->text, "training text (default: the KJV Bible, as alk train uses)");
@@ -46,10 +82,12 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--dtype", flags->dtype,
                   "f16: mixed precision as Autocast(f16) (f16 activations and matmul inputs, f32 accumulation and "
                   "master weights; native f16 where the adapter has shader-f16, packed in u32 words where not)")
-      ->check(CLI::IsMember({"f32", "f16"}))
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
   cmd->callback([flags] {
     const ExportFlags& f = *flags;
+    if (f.target == "hf") return export_hf(f);
+    check(f.dtype != "bf16", "export", Loc::current(), "--dtype bf16 is for --target hf (webgpu: f32 or f16)");
     check(f.target == "webgpu", "export", Loc::current(), "--target ", f.target,
           " is not built into alk export (only webgpu); ONNX models: alk onnx export");
     webgpu::GptBundleConfig c = f.size == "micro" ? webgpu::GptBundleConfig::micro() : webgpu::GptBundleConfig::tiny();

@@ -1,9 +1,12 @@
-// `alk generate`: text (or ids) from a trained GPT run directory on the KV-cache engine,
-// streamed as it is made; the last line (stderr) gives prefill and decode tokens/s.
+// `alk generate`: text (or ids) from a trained GPT run directory (--from) or a Hugging Face
+// model directory (--model) on the KV-cache engine, streamed as it is made; the last line
+// (stderr) gives prefill and decode tokens/s. A Hugging Face model's prompt gets its BOS and
+// generation stops at its EOS ids (generation_config.json).
 #include <iostream>
 #include <sstream>
 
 #include "alk/generate.h"
+#include "alk/pretrained.h"
 #include "alk/train.h"
 #include "tools/alk/commands.h"
 #include "train/run_model.h"
@@ -31,7 +34,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 struct GenerateArgs {
-  std::string dir, prompt, prompt_ids, device, dtype = "auto", memory_budget;
+  std::string dir, model_dir, prompt, prompt_ids, device, dtype = "auto", memory_budget;
   int64_t tokens = 200, top_k = 40, batch = 1;
   double temperature = 0.8, top_p = 1.0, presence = 0, frequency = 0;
   uint64_t seed = 0;
@@ -39,10 +42,21 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& a) {
-  train::RunModel r = train::load_run_model(a.dir, a.device);
+  check(a.dir.empty() != a.model_dir.empty(), "generate", Loc::current(),
+        "give a run directory (--from) or a Hugging Face model directory (--model)");
+  train::RunModel r;
+  std::vector<int32_t> eos_ids;
+  if (!a.model_dir.empty()) {
+    Pretrained p = load_pretrained(a.model_dir, a.device);
+    r.tokenizer = std::move(p.tokenizer);
+    r.model = std::move(p.model);
+    eos_ids = p.generation.eos_ids;
+  } else {
+    r = train::load_run_model(a.dir, a.device);
+  }
   check(a.batch >= 1, "generate", Loc::current(), "--batch must be >= 1, got ", a.batch);
-  std::vector<int32_t> prompt = a.prompt_ids.empty() ? r.tokenizer.encode(a.prompt) : parse_ids(a.prompt_ids);
-  if (prompt.empty()) prompt.push_back(r.tokenizer.byte_id('\n'));
+  std::vector<int32_t> prompt = a.prompt_ids.empty() ? r.tokenizer.encode(a.prompt, true) : parse_ids(a.prompt_ids);
+  if (prompt.empty()) prompt.push_back(eos_ids.empty() ? r.tokenizer.byte_id('\n') : eos_ids[0]);
   Device& dev = r.model->wte->weight.device();
   GeneratorOptions opt;
   opt.slots = a.batch;
@@ -69,6 +83,7 @@ void run_generate(const GenerateArgs& a) {
     req.sampling.frequency_penalty = a.frequency;
     req.sampling.seed = a.seed + static_cast<uint64_t>(b);
     req.sampling.max_tokens = a.tokens;
+    for (int32_t eos : eos_ids) req.sampling.stop.push_back({eos});
     ids.push_back(gen.submit(req));
   }
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(a.batch));
@@ -82,7 +97,7 @@ void run_generate(const GenerateArgs& a) {
       out[which].push_back(e.token);
       if (!stream) continue;
       if (a.print_ids) std::cout << (out[which].size() > 1 ? " " : "") << e.token << std::flush;
-      else std::cout << r.tokenizer.token_bytes(e.token) << std::flush;
+      else if (!r.tokenizer.is_special(e.token)) std::cout << r.tokenizer.token_bytes(e.token) << std::flush;
     }
   }
   if (!stream) {
@@ -112,7 +127,10 @@ void run_generate(const GenerateArgs& a) {
 void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "generate from a trained GPT with a KV cache, streaming the text");
   static GenerateArgs a;
-  cmd->add_option("--from", a.dir, "run directory written by alk train")->required();
+  auto* from = cmd->add_option("--from", a.dir, "run directory written by alk train");
+  auto* model = cmd->add_option("--model", a.model_dir,
+                                "a Hugging Face model directory (config.json, safetensors, tokenizer.json)");
+  from->excludes(model);
   auto* text = cmd->add_option("--prompt", a.prompt, "text to continue");
   auto* ids = cmd->add_option("--prompt-ids", a.prompt_ids, "token ids to continue, comma-separated (1,2,3)");
   text->excludes(ids);

@@ -27,12 +27,14 @@ int main(int argc, char** argv) {
   alk::cli::add_train_command(app);
   alk::cli::add_sample_command(app);
   alk::cli::add_generate_command(app);
+  alk::cli::add_serve_command(app);
   alk::cli::add_tokenizer_command(app);
   alk::cli::add_inspect_command(app);
   alk::cli::add_devices_command(app);
   alk::cli::add_onnx_command(app);
   alk::cli::add_export_command(app);
   alk::cli::add_ops_command(app);
+  alk::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,13 +34,7 @@ int run_onnx_export(const std::string& model_kind, const std::string& run_dir, c
     onnx::export_sequential(*net, {1, 1, 28, 28}, out_path, loc);
   } else if (model_kind == "gpt") {
     nn::GPTConfig g;
-    if (!run_dir.empty()) {
-      g.vocab = Tokenizer::load(run_dir + "/tokenizer", loc).vocab_size();
-      g.ctx = c.ctx;
-      g.dim = c.dim;
-      g.heads = c.heads;
-      g.layers = c.layers;
-    }
+    if (!run_dir.empty()) g = train::gpt_config(c, Tokenizer::load(run_dir + "/tokenizer", loc).vocab_size());
     nn::GPT model(g);
     if (!state.empty()) model.load_state_dict(state, true, loc);
     model.eval();

@@ -40,6 +40,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dtype", flags.dtype, "f32, or bf16/f16 mixed precision (f32 master weights)")->capture_default_str();
   cmd->add_option("--out", flags.out, "run directory (default runs/gpt or runs/mnist)");
   cmd->add_option("--resume", resume_dir, "continue the run in DIR from its last checkpoint");
+  cmd->add_option("--init-from", flags.init_from,
+                  "gpt: fine-tune a Hugging Face model directory (GPT-2, LLaMA, Qwen2, Mistral): its architecture, "
+                  "weights and tokenizer");
   cmd->add_option("--config", config_file, "JSON config file (flags override it)");
   cmd->add_option("--seed", flags.seed, "random seed")->capture_default_str();
   cmd->add_option("--batch", flags.batch, "batch size")->capture_default_str();
@@ -49,6 +52,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--heads", flags.heads, "gpt: attention heads")->capture_default_str();
   cmd->add_option("--vocab-size", flags.vocab_size, "gpt: BPE vocabulary size")->capture_default_str();
   cmd->add_option("--lr", flags.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", flags.warmup, "steps of linear learning-rate warmup")->capture_default_str();
   cmd->add_option("--eval-every", flags.eval_every, "gpt: validation every N steps")->capture_default_str();
   cmd->add_option("--ckpt-every", flags.ckpt_every, "checkpoint every N steps")->capture_default_str();
   cmd->add_option("--log-every", flags.log_every, "metrics line every N steps")->capture_default_str();
@@ -87,6 +91,8 @@ void add_train_command(CLI::App& app) {
     auto given = [cmd](const char* name) { return cmd->count(name) > 0; };
     if (given("--task")) c.task = flags.task;
     if (given("--corpus")) c.corpus = flags.corpus;
+    if (given("--init-from")) c.init_from = flags.init_from;
+    if (given("--warmup")) c.warmup = flags.warmup;
     if (given("--data")) c.data = flags.data;
     if (given("--steps")) c.steps = flags.steps;
     if (given("--device")) c.device = flags.device;

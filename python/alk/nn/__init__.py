@@ -65,6 +65,10 @@ class Module:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes "
                                  f"(at {_caller()})")
         params, buffers, modules = d["_parameters"], d["_buffers"], d["_modules"]
+        if name in params and "_native" in d and not getattr(self, "_assignable", False):
+            raise RuntimeError(f"{type(self).__name__}: its forward runs alk's C++ layer, which does not see a "
+                               f"parameter assigned from Python; copy values in with "
+                               f"self.{name}.data.copy_(new) instead (at {_caller()})")
         if isinstance(value, Parameter):
             buffers.pop(name, None)
             modules.pop(name, None)
@@ -283,6 +287,15 @@ class _Native(Module):
     """A layer computed by alk's C++ implementation: its parameters are registered here under the
     C++ module's names (nested ones dotted, "blocks.0.attn.qkv.weight") and are the same tensors."""
 
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        object.__setattr__(self, "_init_args", (args, kwargs))  # to rebuild it: pickle, deepcopy
+        return self
+
+    def __reduce_ex__(self, protocol):
+        state = {k: v for k, v in self.__dict__.items() if k != "_native"}
+        return (_rebuild_native, (type(self), *self._init_args, state))
+
     def _adopt(self, native, repr_args=""):
         object.__setattr__(self, "_native", native)
         object.__setattr__(self, "_repr_args", repr_args)
@@ -298,29 +311,82 @@ class _Native(Module):
         return self._repr_args
 
 
+def _rebuild_native(cls, args, kwargs, state):
+    """A built-in layer made again from its constructor's arguments, holding state's tensors."""
+    module = cls(*args, **kwargs)
+    if getattr(cls, "_assignable", False):
+        module.__dict__.update(state)  # forward reads these Parameters (tied ones stay tied)
+    else:
+        with _no_grad():
+            for kind in ("_parameters", "_buffers"):
+                for name, t in state[kind].items():
+                    if t is not None:
+                        module.__dict__[kind][name].copy_(t)
+        object.__setattr__(module, "training", state["training"])
+        module.train(state["training"])
+    return module
+
+
 class Linear(_Native):
-    """y = x @ weight.T + bias; weight [out_features, in_features], Kaiming-uniform init as PyTorch."""
+    """y = x @ weight.T + bias; weight [out_features, in_features], Kaiming-uniform init as PyTorch.
+    forward reads self.weight and self.bias, so assigning them (weight tying) changes the layer."""
+
+    _assignable = True
 
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
         self._adopt(_C.nn.Linear(in_features, out_features, bias),
                     f"in_features={in_features}, out_features={out_features}, bias={bias}")
+        object.__setattr__(self, "in_features", in_features)
+        object.__setattr__(self, "out_features", out_features)
+
+    def forward(self, x):
+        return functional.linear(x, self.weight, self.bias)
 
 
 class Embedding(_Native):
-    """Rows of weight [num_embeddings, embedding_dim] at integer ids."""
+    """Rows of weight [num_embeddings, embedding_dim] at integer ids; the padding_idx row starts at
+    zero and gets no gradient. forward reads self.weight (assignable: weight tying)."""
 
-    def __init__(self, num_embeddings, embedding_dim):
+    _assignable = True
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         self._adopt(_C.nn.Embedding(num_embeddings, embedding_dim), f"{num_embeddings}, {embedding_dim}")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError(f"Padding_idx must be within num_embeddings (at {_caller()})")
+            padding_idx %= num_embeddings
+            with _no_grad():
+                self.weight[padding_idx] = 0.0
+        object.__setattr__(self, "padding_idx", padding_idx)
+        object.__setattr__(self, "num_embeddings", num_embeddings)
+        object.__setattr__(self, "embedding_dim", embedding_dim)
+
+    def forward(self, ids):
+        return functional.embedding(ids, self.weight, self.padding_idx)
 
 
 class LayerNorm(_Native):
-    """Normalizes the last dim (size dim), then scales and shifts."""
+    """Normalizes the trailing normalized_shape dims (an int or a tuple), then scales and shifts."""
 
-    def __init__(self, dim, eps=1e-5, elementwise_affine=True):
+    _assignable = True
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
         super().__init__()
-        self._adopt(_C.nn.LayerNorm(dim, eps, elementwise_affine), f"({dim},), eps={eps}")
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        size = 1
+        for n in shape:
+            size *= n
+        native = _C.nn.LayerNorm(size, eps, elementwise_affine)
+        self._adopt(native, f"{shape}, eps={eps}")
+        for name, t in native.named_parameters():
+            self._parameters[name] = Parameter(t.reshape(*shape))
+        object.__setattr__(self, "normalized_shape", shape)
+        object.__setattr__(self, "eps", eps)
+
+    def forward(self, x):
+        return functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(_Native):
@@ -340,12 +406,29 @@ class Dropout(_Native):
 
 
 class Conv2d(_Native):
-    """2-D convolution over [N, C, H, W]; weight [out, in/groups, k, k]."""
+    """2-D convolution over [N, C, H, W]; weight [out, in/groups, k, k] (tuple sizes must be square).
+    forward reads self.weight and self.bias."""
+
+    _assignable = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__()
-        self._adopt(_C.nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias),
-                    f"{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}")
+        k = functional._pair(kernel_size, "kernel_size", "Conv2d")
+        st = functional._pair(stride, "stride", "Conv2d")
+        d = functional._pair(dilation, "dilation", "Conv2d")
+        if isinstance(padding, str):
+            pad = padding
+            num = 0
+        else:
+            pad = num = functional._pair(padding, "padding", "Conv2d")
+        self._adopt(_C.nn.Conv2d(in_channels, out_channels, k, st, num, d, groups, bias),
+                    f"{in_channels}, {out_channels}, kernel_size={(k, k)}, stride={(st, st)}")
+        for name, value in (("stride", st), ("padding", pad), ("dilation", d), ("groups", groups),
+                            ("in_channels", in_channels), ("out_channels", out_channels), ("kernel_size", (k, k))):
+            object.__setattr__(self, name, value)
+
+    def forward(self, x):
+        return functional.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class MaxPool2d(_Native):
@@ -353,6 +436,9 @@ class MaxPool2d(_Native):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        kernel_size = functional._pair(kernel_size, "kernel_size", "MaxPool2d")
+        stride = None if stride is None else functional._pair(stride, "stride", "MaxPool2d")
+        padding = functional._pair(padding, "padding", "MaxPool2d")
         self._adopt(_C.nn.MaxPool2d(kernel_size, -1 if stride is None else stride, padding),
                     f"kernel_size={kernel_size}")
 
@@ -362,16 +448,76 @@ class AvgPool2d(_Native):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        kernel_size = functional._pair(kernel_size, "kernel_size", "AvgPool2d")
+        stride = None if stride is None else functional._pair(stride, "stride", "AvgPool2d")
+        padding = functional._pair(padding, "padding", "AvgPool2d")
         self._adopt(_C.nn.AvgPool2d(kernel_size, -1 if stride is None else stride, padding),
                     f"kernel_size={kernel_size}")
 
 
-class BatchNorm2d(_Native):
-    """Per-channel normalization over (N, H, W); running statistics in training, used in eval."""
+class _BatchNorm(Module):
+    """Per-channel (dim 1) normalization over the batch (and spatial) dims: the batch's statistics
+    in training (updating running_mean/var, unbiased), the running ones in eval, as PyTorch."""
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+    _dims = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True):
         super().__init__()
-        self._adopt(_C.nn.BatchNorm2d(num_features, eps, momentum), f"{num_features}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(_C.ones(num_features))
+            self.bias = Parameter(_C.zeros(num_features))
+        if track_running_stats:
+            self.register_buffer("running_mean", _C.zeros(num_features).realize())
+            self.register_buffer("running_var", _C.ones(num_features).realize())
+            self.register_buffer("num_batches_tracked", _C.tensor(0))
+
+    def forward(self, x):
+        if x.dim() not in self._dims:
+            raise ValueError(f"{type(self).__name__}: expected {' or '.join(f'{d}D' for d in self._dims)} input "
+                             f"(got {x.dim()}D input) (at {_caller()})")
+        use_batch = self.training or not self.track_running_stats
+        if self.training and self.track_running_stats:
+            with _no_grad():
+                self.num_batches_tracked.copy_(self.num_batches_tracked + 1)
+        return functional.batch_norm(
+            x, self.running_mean if self.track_running_stats else None,
+            self.running_var if self.track_running_stats else None,
+            self.weight if self.affine else None, self.bias if self.affine else None, use_batch, self.momentum,
+            self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of [N, C] or [N, C, L]."""
+
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of [N, C, H, W]."""
+
+    _dims = (4,)
+
+
+class GroupNorm(Module):
+    """Normalization over groups of channels and the spatial dims, per sample."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels must be divisible by num_groups (at {_caller()})")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = Parameter(_C.ones(num_channels))
+            self.bias = Parameter(_C.zeros(num_channels))
+
+    def forward(self, x):
+        return functional.group_norm(x, self.num_groups, self.weight if self.affine else None,
+                                     self.bias if self.affine else None, self.eps)
 
 
 class MLP(_Native):
@@ -401,11 +547,19 @@ class TransformerBlock(_Native):
 
 
 class GPT(_Native):
-    """A GPT-2 style language model: ids [B, T] int64 -> logits [B, T, vocab]."""
+    """A decoder-only language model: ids [B, T] int64 -> logits [B, T, vocab]. GPT-2 by default; the LLaMA
+    family with norm="rmsnorm", positions="rotary" (rope_theta; rope_type "llama3" with rope_factor,
+    low_freq_factor, high_freq_factor, original_context), mlp="swiglu" (mlp_hidden wide), kv_heads < heads
+    (grouped-query attention), bias=False and qkv_bias=True (Qwen2)."""
 
-    def __init__(self, vocab=256, ctx=128, dim=128, heads=4, layers=4, dropout=0.0, tie_embeddings=True, bias=True):
+    def __init__(self, vocab=256, ctx=128, dim=128, heads=4, layers=4, dropout=0.0, tie_embeddings=True, bias=True,
+                 kv_heads=0, mlp_hidden=0, norm="layernorm", norm_eps=1e-5, positions="learned", rope_theta=10000.0,
+                 mlp="gelu_tanh", qkv_bias=False, rope_type="", rope_factor=1.0, low_freq_factor=1.0,
+                 high_freq_factor=4.0, original_context=0):
         super().__init__()
-        self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias),
+        self._adopt(_C.nn.GPT(vocab, ctx, dim, heads, layers, dropout, tie_embeddings, bias, kv_heads, mlp_hidden, norm,
+                              norm_eps, positions, rope_theta, mlp, qkv_bias, rope_type, rope_factor, low_freq_factor,
+                              high_freq_factor, original_context),
                     f"vocab={vocab}, ctx={ctx}, dim={dim}, heads={heads}, layers={layers}")
 
     def generate(self, ids, max_new_tokens=20, temperature=0.0, top_k=0, top_p=1.0, seed=None, eos_token_id=None,
@@ -423,6 +577,32 @@ class GPT(_Native):
         out = self._native.generate(prompts, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
                                     presence_penalty, frequency_penalty)
         return out[0] if single else out
+
+    def save_pretrained(self, directory, dtype=None):
+        """Writes a directory transformers' from_pretrained loads: config.json, model.safetensors (f32, or
+        ``dtype`` alk.bfloat16 / alk.float16) and, for a model from ``from_pretrained``, its tokenizer files."""
+        info = getattr(self, "config", None) or {"model_type": "gpt2"}
+        _C._save_pretrained(self._native, info, str(directory), getattr(self, "_source_dir", ""),
+                               (dtype or _C.dtype.float32).name)
+
+
+def from_pretrained(directory, device=None):
+    """A Hugging Face model directory (config.json, model.safetensors or shards, tokenizer.json,
+    generation_config.json; GPT-2 and the LLaMA family) as a GPT module, on ``device`` (default: the
+    default device). The module has ``tokenizer`` (alk.Tokenizer: ``encode(text, add_special_tokens=True)``
+    gives transformers' input_ids), ``generation_config`` (eos ids, sampling defaults), ``chat_template``
+    and ``config`` (architecture, model_type, dtype); ``save_pretrained(dir)`` writes it back."""
+    native, tokenizer, chat_template, generation, info = _C._load_pretrained(str(directory), device or "")
+    model = GPT.__new__(GPT)
+    Module.__init__(model)
+    model._adopt(native, f"{info['architecture']} from {directory}")
+    object.__setattr__(model, "tokenizer", tokenizer)
+    object.__setattr__(model, "chat_template", chat_template)
+    object.__setattr__(model, "generation_config", generation)
+    object.__setattr__(model, "config", info)
+    object.__setattr__(model, "_source_dir", str(directory))
+    model.eval()
+    return model
 
 
 # ---- layers that are one table op (Python classes: nothing to wrap) ----
@@ -565,3 +745,46 @@ class utils:  # noqa: N801  (alk.nn.utils.clip_grad_norm_, as torch.nn.utils)
     """torch.nn.utils' names: clip_grad_norm_."""
 
     clip_grad_norm_ = staticmethod(clip_grad_norm_)
+
+
+# ---- more activations (PyTorch's names and defaults) ----
+
+
+class LeakyReLU(Module):
+    """x where x > 0, else negative_slope * x."""
+
+    def __init__(self, negative_slope=0.01, inplace=False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return functional.leaky_relu(x, self.negative_slope)
+
+
+class ELU(Module):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return functional.elu(x, self.alpha)
+
+
+class LogSoftmax(Module):
+    """log_softmax along dim."""
+
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.log_softmax(x, -1 if self.dim is None else self.dim)
+
+
+# The losses, containers and attention of PyTorch's names (after Module, Parameter and Linear).
+from .attention import MultiheadAttention  # noqa: E402,F401
+from .containers import ModuleDict, ParameterDict, ParameterList  # noqa: E402,F401
+from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss,  # noqa: E402,F401
+                     SmoothL1Loss)

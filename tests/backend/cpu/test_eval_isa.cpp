@@ -221,5 +221,34 @@ TEST(EvalReduce, LeadingAxesMatchReferenceWhateverTheThreadCount) {
   cpu::set_num_threads(saved);
 }
 
+// Reductions over the last axis of rows long enough to be folded block by block (32 and
+// more: eight interleaved partials, then the tail), at lengths with every tail size and across
+// the 256-element block: sums and products within the rounding bound of the float64 reference.
+// (The mutation check found a dropped tail element that no other test saw: docs/testing.md.)
+TEST(EvalReduce, LastAxisRowsOfEveryTailMatchReference) {
+  for (int64_t len : {32, 33, 37, 39, 255, 257, 263, 1001}) {
+    SCOPED_TRACE("row length " + std::to_string(len));
+    manual_seed(static_cast<uint64_t>(len));
+    Tensor x = randn({3, len});
+    x.realize();
+    const std::vector<double> xv = x.to_vector<double>();
+    const std::vector<double> got_sum = sum(x, {1}).to(DType::F64).to_vector<double>();
+    const std::vector<double> got_prod = prod(x * 0.01 + 1.0, {1}).to(DType::F64).to_vector<double>();
+    for (int64_t r = 0; r < 3; ++r) {
+      double s = 0, magnitude = 0, p = 1;
+      for (int64_t i = 0; i < len; ++i) {
+        const double v = xv[static_cast<size_t>(r * len + i)];
+        s += v;
+        magnitude += std::fabs(v);
+        p *= static_cast<double>(static_cast<float>(v * 0.01 + 1.0));
+      }
+      // (len + 2) units of f32 rounding relative to the sum of magnitudes.
+      const double bound = static_cast<double>(len + 2) * std::ldexp(1.0, -24);
+      EXPECT_NEAR(got_sum[static_cast<size_t>(r)], s, bound * magnitude) << "sum of row " << r;
+      EXPECT_NEAR(got_prod[static_cast<size_t>(r)], p, bound * std::fabs(p) * 4) << "prod of row " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace alk

@@ -57,9 +57,41 @@ void check_matmul(int64_t batch, int64_t m, int64_t k, int64_t n, DType dt, Layo
   Buf a = make_input(sa, dt, la, rng), b = make_input(sb, dt, lb, rng);
   Buf out = make_output(so, out_dt);
   matmul(a.view, b.view, out.view);
-  Tol tol = tol_for(out_dt == DType::F64 ? dt : out_dt);
-  tol.atol *= std::max<double>(1.0, static_cast<double>(k) / 4);
-  expect_close(out, ref_matmul(a.values(), b.values(), std::max<int64_t>(batch, 1), m, k, n), tol);
+  // The rounding-error bound of a k-term dot product (as tests/backend/cpu/test_gemm_isa.cpp):
+  // (k + 2) units of the accumulation's rounding relative to sum |a||b| of each element, plus
+  // the output's own rounding; integers are exact. bf16 and f16 products are exact in f32,
+  // which accumulates them.
+  const std::vector<double> av = a.values(), bv = b.values();
+  const int64_t nb = std::max<int64_t>(batch, 1);
+  const std::vector<double> want = ref_matmul(av, bv, nb, m, k, n);
+  std::vector<double> abs_a(av.size()), abs_b(bv.size());
+  for (size_t i = 0; i < av.size(); ++i) abs_a[i] = std::abs(av[i]);
+  for (size_t i = 0; i < bv.size(); ++i) abs_b[i] = std::abs(bv[i]);
+  const std::vector<double> magnitude = ref_matmul(abs_a, abs_b, nb, m, k, n);
+  auto unit = [](DType t) {
+    switch (t) {
+      case DType::F64: return std::ldexp(1.0, -53);
+      case DType::F32: return std::ldexp(1.0, -24);
+      case DType::F16: return std::ldexp(1.0, -11);
+      case DType::BF16: return std::ldexp(1.0, -8);
+      default: return 0.0;
+    }
+  };
+  const double acc = dt == DType::F64 ? unit(DType::F64) : unit(DType::F32);
+  const double out_unit = unit(out_dt);
+  const std::vector<double> got = out.values();
+  ASSERT_EQ(got.size(), want.size());
+  expect_guards(out);
+  int bad = 0;
+  for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+    const double bound = is_floating(out_dt) ? static_cast<double>(k + 2) * acc * magnitude[i] + out_unit * std::abs(want[i])
+                                             : 0.0;
+    if (!(std::abs(got[i] - want[i]) <= bound)) {
+      ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want[i] << ", bound " << bound
+                    << " (sum |a||b| " << magnitude[i] << ")";
+      ++bad;
+    }
+  }
 }
 
 TEST(Matmul, ShapesAndDtypes) {

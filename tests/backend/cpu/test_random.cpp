@@ -1,6 +1,7 @@
 // random(): determinism, the counter-offset convention, and distribution moments.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "backend/cpu/isa.h"
@@ -40,6 +41,37 @@ TEST(Random, IndependentOfThreadCount) {
   std::vector<double> four = draw(Distribution::Normal, 7, 0, 0, 1, 100000);
   set_num_threads(saved);
   EXPECT_EQ(one, four);
+}
+
+// Philox4x32-10's known-answer vectors (Random123's kat_vectors, from the paper's reference
+// implementation; the same three checked by scripts/philox_kat.py, an independent
+// implementation of the paper's round function): core/philox.h, which every device's
+// "bit-identical random" is compared with, is the published generator.
+TEST(Random, PhiloxKnownAnswers) {
+  using Words = std::array<uint32_t, 4>;
+  EXPECT_EQ(philox4x32_10(Words{0, 0, 0, 0}, {0, 0}), (Words{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32_10(Words{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}),
+            (Words{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox4x32_10(Words{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+            (Words{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  // alk's form (64-bit counter in words 0-1, key = seed), across the low word's carry.
+  EXPECT_EQ(philox4x32_10(uint64_t{0}, uint64_t{0}), (Words{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32_10((uint64_t{1} << 32) | 5, uint64_t{42}), (Words{0x131a8a04, 0x494efee7, 0xe24f0e03, 0x5128a584}));
+}
+
+// The kernel's uniform draws at seed 7, counters 0..3: (word0 >> 8) * 2^-24 of the published
+// generator (values from scripts/philox_kat.py), on every ISA path.
+TEST(Random, UniformDrawsAreThePublishedGenerators) {
+  const double want[] = {16015482.0 / 16777216, 6827662.0 / 16777216, 101923.0 / 16777216, 6546454.0 / 16777216};
+  const Isa saved = isa();
+  for (Isa path : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(path)) continue;
+    set_isa(path);
+    SCOPED_TRACE(isa_name(path));
+    std::vector<double> u = draw(Distribution::Uniform, 7, 0, 0, 1, 4, DType::F64);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(u[i], want[i]) << "counter " << i;
+  }
+  set_isa(saved);
 }
 
 TEST(Random, FollowsPhiloxConvention) {

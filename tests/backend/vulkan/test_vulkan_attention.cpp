@@ -16,6 +16,7 @@
 //         slightly differently may round one step away; the backward's inputs (lse, O) are
 //         bf16 too
 // Measured on lavapipe (Mesa 22.3, LLVM 15): see the report printed by AllShapes*.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -334,7 +335,7 @@ void expect_tensors_near(const Tensor& got, const Tensor& want, double tol, cons
 
 TEST(VulkanAttention, TensorsForwardAndGradients) {
   Device* dev = vulkan_or_null();
-  if (!dev) GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+  if (!dev) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());
   for (DType t : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const double tol = t == DType::F32 ? 2e-5 : 1e-2;
@@ -375,7 +376,7 @@ TEST(VulkanAttention, TensorsForwardAndGradients) {
 // compiled training step replays.
 TEST(VulkanAttention, RecordAndReplay) {
   Device* dev = vulkan_or_null();
-  if (!dev) GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+  if (!dev) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());
   const int64_t B = 2, H = 2, T = 9, D = 8, BH = B * H;
   std::mt19937 rng(9);
   Host x = random_host(DType::F32, B * T * 3 * H * D, rng);
@@ -411,7 +412,7 @@ TEST(VulkanAttention, RecordAndReplay) {
 
 TEST(VulkanAttention, SupportsSaysWhy) {
   Device* dev = vulkan_or_null();
-  if (!dev) GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+  if (!dev) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());
   // The scheduler refuses what supports() rejects; unsupported_reason() says why.
   Kernel k;
   k.op = k.node.op = OpId::Attention;

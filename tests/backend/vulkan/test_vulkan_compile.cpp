@@ -1,6 +1,7 @@
 // alk::compile on Vulkan: the traced step's kernels are recorded as one command buffer and
 // replayed; the losses and the carried parameters match the same step on the CPU.
 #ifdef ALK_HAVE_VULKAN
+#include "required.h"
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,7 +20,7 @@ namespace {
 // one fused kernel would bind more buffers than lavapipe allows per shader (32); the
 // scheduler splits it, and norm and clipped gradients match the CPU's.
 TEST(VulkanCompile, ClipGradNormOverManyParameters) {
-  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (vk::devices().empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());
   manual_seed(3);
   std::vector<Tensor> grads;
   for (int i = 0; i < 54; ++i) grads.push_back(randn({7 + i % 5}));
@@ -45,7 +46,7 @@ TEST(VulkanCompile, ClipGradNormOverManyParameters) {
 }
 
 TEST(VulkanCompile, ReplayedStepMatchesTheCpu) {
-  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (vk::devices().empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());
   Device& gpu = get_device("vulkan");
   manual_seed(11);
   Tensor x = randn({64, 33}), w0 = randn({33});
@@ -90,7 +91,7 @@ TEST(VulkanCompile, ReplayedStepMatchesTheCpu) {
 // table times its four replays on the GPU by kernel (the step's reduction and maps named).
 TEST(VulkanCompile, ProfiledReplaysNameTheirKernels) {
   if (std::getenv("ALK_VK_PROFILE")) GTEST_SKIP() << "already profiled";
-  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (vk::devices().empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());
   if (!vk::Context::get(0)->info().timestamp_bits) GTEST_SKIP() << "no timestamps on the compute queue";
   std::string out;
   ASSERT_EQ(vk::testing::run_this_binary("ALK_VK_PROFILE=1",
@@ -110,7 +111,7 @@ TEST(VulkanCompile, ProfiledReplaysNameTheirKernels) {
 // and the step's base offset come from a device buffer the replay rewrites, so the whole step
 // stays one recorded command buffer (one submit per replay) with nothing patched on the host.
 TEST(VulkanCompile, ReplayedRandomDrawsMatchTheCpuBitForBit) {
-  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (vk::devices().empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());
   Device& gpu = get_device("vulkan");
   manual_seed(3);
   Tensor x = randn({64, 32}), w0 = randn({32});

@@ -1,5 +1,6 @@
 // The Vulkan backend's core: discovery, memory, transfers, shaders and their caches, the
 // command stream's barriers, recorded command buffers. Skips without a Vulkan device.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -28,7 +29,7 @@ namespace {
 
 TEST(VulkanDevices, DiscoveryOrderAndLimits) {
   if (devices().empty()) {
-    GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());
   }
   const auto& list = devices();
   for (size_t i = 0; i < list.size(); ++i) {
@@ -61,7 +62,7 @@ TEST(VulkanDevices, ParseNames) {
 
 TEST(VulkanDevices, MissingDeviceIndexIsAnError) {
   if (devices().empty()) {
-    GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());
   }
   EXPECT_THROW(Context::get(static_cast<int>(devices().size())), Error);
 }
@@ -385,5 +386,5 @@ TEST(VulkanShaders, PipelinesAreCachedBySource) {
 }  // namespace alk::vk
 
 #else
-TEST(VulkanDevices, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend (ALK_VULKAN=OFF)"; }
+TEST(VulkanDevices, NotBuilt) { ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "built without the Vulkan backend (ALK_VULKAN=OFF)"); }
 #endif

@@ -7,6 +7,7 @@
 
 #ifdef ALK_HAVE_VULKAN
 #include <cmath>
+#include <map>
 #include <cstdlib>
 #include <random>
 
@@ -116,10 +117,22 @@ TEST(VulkanDecode, SampleTokensEqualsTheCpus) {
   EXPECT_LE(differ, 1) << differ << " of " << draws << " draws differ from the CPU's";
 }
 
-TEST(VulkanDecode, GreedyGenerationEqualsTheCpus) {
+// GPT-2, and the LLaMA layout (rotary at each slot's position, 4 query heads over 2 cached
+// key/value heads, RMSNorm, SwiGLU, untied head).
+class VulkanGreedy : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Families, VulkanGreedy, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "llama" : "gpt2"; });
+
+TEST_P(VulkanGreedy, GenerationEqualsTheCpus) {
   ALK_VULKAN_DEVICE_OR_SKIP(dev);
   manual_seed(3);
-  auto cpu_model = std::make_shared<nn::GPT>(nn::GPTConfig{.vocab = 64, .ctx = 48, .dim = 32, .heads = 4, .layers = 2});
+  nn::GPTConfig cfg{.vocab = 64, .ctx = 48, .dim = 32, .heads = 4, .layers = 2};
+  if (GetParam()) {
+    cfg.kv_heads = 2, cfg.mlp_hidden = 40, cfg.norm = nn::NormKind::RMSNorm, cfg.positions = nn::PositionKind::Rotary;
+    cfg.rope_scaling = {"llama3", 8, 1, 4, 16}, cfg.mlp = nn::MLPKind::SwiGLU, cfg.bias = false;
+    cfg.tie_embeddings = false;
+  }
+  auto cpu_model = std::make_shared<nn::GPT>(cfg);
   for (auto& [name, p] : cpu_model->named_parameters()) {
     Tensor t = p;
     if (name.find("ln") == std::string::npos) t.assign_(mul(t, 8.0).realize());

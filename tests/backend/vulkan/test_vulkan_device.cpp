@@ -1,5 +1,6 @@
 // The Vulkan backend through the runtime Device interface: the registry, tensors on
 // "vulkan", fused kernels the scheduler sends, refusal of what it cannot run, record/replay.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -23,7 +24,7 @@ Device* vulkan_or_null() {
 #define ALK_VULKAN_DEVICE_OR_SKIP(dev)                                          \
   Device* dev = vulkan_or_null();                                               \
   if (!dev) {                                                                   \
-    GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();           \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());           \
   }                                                                             \
   static_assert(true)
 

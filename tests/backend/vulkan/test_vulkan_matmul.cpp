@@ -12,6 +12,7 @@
 //   tol = (k + 4) * eps_acc * sum_p |a_ip * b_pj| + ulp_rel(out) * |cpu| + 1e-6 (f16 subnormals)
 //   eps_acc 2^-23 (f32 accumulation) / 2^-51 (f64); ulp_rel 2^-23 f32, 2^-10 f16, 2^-7 bf16, 2^-52 f64.
 // Epilogues add the GLSL erf expansion's 1.5e-7 (x 0.5|x|) and one output unit more.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
@@ -582,7 +583,7 @@ Device* vulkan_or_null() { return devices().empty() ? nullptr : &get_device("vul
 #define ALK_VULKAN_DEVICE_OR_SKIP(dev)                                \
   Device* dev = vulkan_or_null();                                     \
   if (!dev) {                                                         \
-    GTEST_SKIP() << "no Vulkan device: " << unavailable_reason();     \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + unavailable_reason());     \
   }                                                                   \
   static_assert(true)
 

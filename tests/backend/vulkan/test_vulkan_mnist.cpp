@@ -3,6 +3,7 @@
 // replayed on Vulkan follows the CPU backend's losses and ends with its weights. Images are
 // drawn here (u8, normalized in the step as the job does), so the test needs no data set.
 #ifdef ALK_HAVE_VULKAN
+#include "required.h"
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,7 +48,7 @@ std::unique_ptr<MnistRun> mnist_run(Device& dev, const Tensor& images, const Ten
 }
 
 TEST(VulkanMnist, CompiledCnnStepFollowsTheCpu) {
-  if (vk::devices().empty()) GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason();
+  if (vk::devices().empty()) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason());
   Device& gpu = get_device("vulkan");
   manual_seed(17);
   const int64_t n = 96, batch = 16;

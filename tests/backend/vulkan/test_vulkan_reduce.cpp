@@ -8,10 +8,10 @@
 // agree to 1e-12 (softmax: 1e-13, with exp and log on double written out in the shader as
 // GLSL has none). Integers, argmax/argmin,
 // max and min are exact, NaN matches NaN and infinities match exactly.
+#include "required.h"
 #include <gtest/gtest.h>
 
 #ifdef ALK_HAVE_VULKAN
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +36,7 @@ Device* vulkan_or_null() {
 #define ALK_VULKAN_DEVICE_OR_SKIP(dev)                                \
   Device* dev = vulkan_or_null();                                     \
   if (!dev) {                                                         \
-    GTEST_SKIP() << "no Vulkan device: " << vk::unavailable_reason(); \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + vk::unavailable_reason()); \
   }                                                                   \
   static_assert(true)
 
@@ -501,46 +501,6 @@ TEST(VulkanSoftmax, VocabularyWideRows) {
 }
 
 // Milliseconds per launch of k on dev (after a warm-up launch), for the log.
-double time_ms(Device* dev, const Kernel& k, int reps = 5) {
-  dev->run(k);
-  dev->synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) dev->run(k);
-  dev->synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
-// Not a check: how long typical shapes take here (on lavapipe, a CPU).
-TEST(VulkanRowOps, Timings) {
-  ALK_VULKAN_DEVICE_OR_SKIP(dev);
-  const int64_t vocab = 50257;
-  Twin sm(dev, OpId::Softmax, AxisParams{1, false}, DType::F32);
-  sm.input(DType::F32, randn(static_cast<size_t>(8 * vocab), 9), {8, vocab});
-  sm.output(DType::F32, {8, vocab});
-  Twin ln(dev, OpId::LayerNorm, NormParams{768, 1e-5}, DType::F32);
-  ln.input(DType::F32, randn(256 * 768, 10), {256, 768});
-  ln.input(DType::F32, randn(768, 11), {768});
-  ln.input(DType::F32, randn(768, 12), {768});
-  ln.output(DType::F32, {256, 768});
-  const int64_t n = 1 << 20;
-  Twin full(dev, OpId::Reduce, ReduceParams{ReduceOp::Sum, {0}}, DType::F32);
-  full.input(DType::F32, randn(static_cast<size_t>(n), 13), {n});
-  full.cpu.node.in_shape = full.gpu.node.in_shape = {n};
-  full.cpu.expr = full.gpu.expr = identity_expr(DType::F32);
-  full.output(DType::F32, {1});
-  Twin cols(dev, OpId::Reduce, ReduceParams{ReduceOp::Sum, {0}}, DType::F32);
-  cols.input(DType::F32, randn(512 * 768, 14), {512, 768});
-  cols.cpu.node.in_shape = cols.gpu.node.in_shape = {512, 768};
-  cols.cpu.expr = cols.gpu.expr = identity_expr(DType::F32);
-  cols.output(DType::F32, {1, 768});
-  for (auto [name, tw] : std::vector<std::pair<const char*, Twin*>>{{"softmax [8, 50257]", &sm},
-                                                                    {"layer_norm [256, 768]", &ln},
-                                                                    {"sum [2^20] -> [1]", &full},
-                                                                    {"sum [512, 768] over 0", &cols}})
-    std::cout << name << " f32: vulkan " << time_ms(dev, tw->gpu) << " ms, cpu " << time_ms(&cpu_device(), tw->cpu)
-              << " ms (" << dev->info().description << ")\n";
-}
-
 // ---- norms --------------------------------------------------------------------------------
 
 void run_norm(Device* dev, OpId op, DType t, Shape shape, Shape strides, int64_t inner, uint32_t seed) {

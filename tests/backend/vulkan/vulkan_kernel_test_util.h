@@ -2,6 +2,7 @@
 // data (strided, offset views included) and comparing the bytes each writes.
 #pragma once
 #ifdef ALK_HAVE_VULKAN
+#include "required.h"
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -104,7 +105,7 @@ inline Device* vulkan_device_or_null() {
 #define ALK_VULKAN_DEVICE_OR_SKIP(dev)                                                  \
   ::alk::Device* dev = ::alk::vk::testing::vulkan_device_or_null();                    \
   if (!dev) {                                                                           \
-    GTEST_SKIP() << "no Vulkan device: " << ::alk::vk::unavailable_reason();            \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device: " + ::alk::vk::unavailable_reason());            \
   }                                                                                     \
   static_assert(true)
 

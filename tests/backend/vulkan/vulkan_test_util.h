@@ -2,6 +2,7 @@
 // or a skip that says why there is none.
 #pragma once
 #ifdef ALK_HAVE_VULKAN
+#include "required.h"
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -59,7 +60,7 @@ inline int run_this_binary(const std::string& env, const std::string& args, std:
   std::string alk_skip_why_;                                            \
   std::shared_ptr<::alk::vk::Context> ctx = ::alk::vk::testing::context_or_null(alk_skip_why_); \
   if (!ctx) {                                                           \
-    GTEST_SKIP() << alk_skip_why_;                                      \
+    ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", alk_skip_why_);                                      \
   }                                                                     \
   static_assert(true)
 

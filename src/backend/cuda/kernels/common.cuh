@@ -111,6 +111,23 @@ __device__ __forceinline__ double warp_max(double v) {
   return v;
 }
 
+// Philox4x32-10 (core/philox.h): the four words of the block at `counter` under `key`, as the
+// CPU draws them (the random kernels and sample_tokens both use it).
+__device__ __forceinline__ void philox(u64 counter, u64 key, unsigned w[4]) {
+  unsigned c0 = (unsigned)counter, c1 = (unsigned)(counter >> 32), c2 = 0, c3 = 0;
+  unsigned k0 = (unsigned)key, k1 = (unsigned)(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const u64 p0 = (u64)0xD2511F53u * c0, p1 = (u64)0xCD9E8D57u * c2;
+    const unsigned n0 = (unsigned)(p1 >> 32) ^ c1 ^ k0, n1 = (unsigned)p1;
+    const unsigned n2 = (unsigned)(p0 >> 32) ^ c3 ^ k1, n3 = (unsigned)p0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
+}
+
+
 // +infinity (NVRTC has no math.h, so no INFINITY); converts to every float type.
 #define ALK_INF __longlong_as_double(0x7ff0000000000000ll)
 

@@ -141,21 +141,6 @@ extern "C" __global__ void decode_combine_kernel(const float* __restrict__ parti
 }
 
 // ---- sample_tokens: one block of 256 a row ----
-// Philox4x32-10's word 0 (core/philox.h), the draw's uniform: (w0 >> 8) / 2^24.
-__device__ __forceinline__ unsigned philox_word0(u64 counter, u64 key) {
-  unsigned c0 = (unsigned)counter, c1 = (unsigned)(counter >> 32), c2 = 0, c3 = 0;
-  unsigned k0 = (unsigned)key, k1 = (unsigned)(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const u64 p0 = (u64)0xD2511F53u * c0, p1 = (u64)0xCD9E8D57u * c2;
-    const unsigned n0 = (unsigned)(p1 >> 32) ^ c1 ^ k0, n1 = (unsigned)p1;
-    const unsigned n2 = (unsigned)(p0 >> 32) ^ c3 ^ k1, n3 = (unsigned)p0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return c0;
-}
-
 // Floats as unsigned keys in their order (negatives flipped), and back.
 __device__ __forceinline__ unsigned fkey(float f) {
   const unsigned b = __float_as_uint(f);
@@ -283,7 +268,9 @@ extern "C" __global__ void __launch_bounds__(256) sample_tokens_kernel(
   if (tid != 0) return;
   const u64 key = (u64)seeds[p.seed_offset + row * p.seed_stride];
   const u64 counter = (u64)load_idx(counters, p.ctr_offset, p.ctr_stride, row);
-  double u = (double)((float)(philox_word0(counter, key) >> 8) * (1.0f / 16777216.0f)) * total;
+  unsigned w[4];
+  philox(counter, key, w);  // the draw's uniform: (w0 >> 8) / 2^24, as core/philox.h's
+  double u = (double)((float)(w[0] >> 8) * (1.0f / 16777216.0f)) * total;
   int pick = -1, last_kept = best_index;
   for (int j = 0; j < 256 && pick < 0; ++j) {
     if (chunk_last[j] < 0) continue;
