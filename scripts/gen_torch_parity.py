@@ -39,6 +39,9 @@ TORCH_EW = {
     "clamp": torch.clamp, "bitwise_not": torch.bitwise_not, "bitwise_and": torch.bitwise_and,
     "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
     "bitwise_left_shift": torch.bitwise_left_shift, "bitwise_right_shift": torch.bitwise_right_shift,
+    # PyTorch has no rotation: the low 32 bits rotated (amount mod 32), as the u32's value.
+    "rotl": lambda a, b: (((a & 0xFFFFFFFF) << (b & 31)) | ((a & 0xFFFFFFFF) >> ((32 - (b & 31)) & 31))) & 0xFFFFFFFF,
+    "rotr": lambda a, b: (((a & 0xFFFFFFFF) >> (b & 31)) | ((a & 0xFFFFFFFF) << ((32 - (b & 31)) & 31))) & 0xFFFFFFFF,
 }
 
 # Where alk's gradient deliberately differs (docs/pytorch.md), per op: a predicate over the
@@ -137,7 +140,7 @@ def elementwise_cases():
                 add_case(name + "/i64", "ew:" + name, [torch.tensor(ints, dtype=torch.int64)], fn)
                 add_case(name + "/bool", "ew:" + name, [torch.tensor([True, False, True])], fn)
             else:
-                shifts = "shift" in name
+                shifts = "shift" in name or name in ("rotl", "rotr")
                 a = [p for p in ints for _ in range(6)]
                 b = [q for _ in ints for q in ([0, 1, 3, 7, 31, 40] if shifts else [0, -1, 5, 6, 255, -128])]
                 add_case(name + "/i64", "ew:" + name, [torch.tensor(a, dtype=torch.int64), torch.tensor(b, dtype=torch.int64)], fn)

@@ -49,6 +49,7 @@ void bind_tensor(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk
 void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::TensorImpl>>& cls);
 void bind_nn(py::module_& m);
 void bind_runtime(py::module_& m);
+void bind_user_kernel(py::module_& m);
 
 }  // namespace alkpy
 

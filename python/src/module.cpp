@@ -146,4 +146,5 @@ alk.from_numpy, ...; alk.Tensor(t) makes another handle to the same data.)doc");
   alkpy::bind_ops(m, tensor);
   alkpy::bind_nn(m);
   alkpy::bind_runtime(m);
+  alkpy::bind_user_kernel(m);
 }

@@ -20,7 +20,7 @@ constexpr std::string_view kFnNames[] = {
     "input", "const", "neg", "not", "cast", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin",
     "cos", "tanh", "erf", "abs", "floor", "ceil", "round", "round_bf16", "add", "sub", "mul", "div", "pow", "max",
     "min", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "bitnot", "bitand", "bitor", "bitxor", "shl", "shr",
-    "select"};
+    "rotl", "rotr", "select"};
 static_assert(std::size(kFnNames) == kFnCount, "every Fn needs a name");
 
 constexpr int kFnArity[] = {
@@ -66,6 +66,9 @@ double wrap_i64(Fn f, double a, double b) {
     // Shifts by 64 or more (or negative) give what a wider shift would: 0, or the sign for >>.
     case Fn::Shl: r = y < 64 ? x << y : 0; break;
     case Fn::Shr: r = y < 64 ? static_cast<uint64_t>(static_cast<int64_t>(x) >> y) : (static_cast<int64_t>(x) < 0 ? ~uint64_t{0} : 0); break;
+    // Rotations of the low 32 bits, by the amount mod 32; the result is the u32's value.
+    case Fn::Rotl: r = std::rotl(static_cast<uint32_t>(x), static_cast<int>(y & 31)); break;
+    case Fn::Rotr: r = std::rotr(static_cast<uint32_t>(x), static_cast<int>(y & 31)); break;
     case Fn::Div: {
       int64_t sx = static_cast<int64_t>(x), sy = static_cast<int64_t>(y);
       if (sy == 0) return 0;  // defined as 0 so constant folding never traps
@@ -96,7 +99,7 @@ bool commutative(Fn f) {
 }
 
 // Bitwise ops and shifts: integers (and bools) only, computed in i64.
-bool bitwise(Fn f) { return f >= Fn::BitNot && f <= Fn::Shr; }
+bool bitwise(Fn f) { return f >= Fn::BitNot && f <= Fn::Rotr; }
 
 // Math functions that only exist for floating types: integer operands become f32,
 // as the Float dtype rule says.
@@ -140,7 +143,7 @@ double eval_scalar(Fn f, Type t, double a, double b, double c) {
   if (t == Type::I64) {
     switch (f) {
       case Fn::Add: case Fn::Sub: case Fn::Mul: case Fn::Div: case Fn::Neg: case Fn::Abs: case Fn::BitNot:
-      case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor: case Fn::Shl: case Fn::Shr:
+      case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor: case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr:
         return wrap_i64(f, a, b);
       default: break;
     }
@@ -189,7 +192,7 @@ double eval_scalar(Fn f, Type t, double a, double b, double c) {
     case Fn::BitAnd: r = (a != 0) && (b != 0); break;
     case Fn::BitOr: r = (a != 0) || (b != 0); break;
     case Fn::BitXor: r = (a != 0) != (b != 0); break;
-    case Fn::Shl: case Fn::Shr: r = wrap_i64(f, a, b); break;
+    case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr: r = wrap_i64(f, a, b); break;
     case Fn::Select: r = a != 0 ? b : c; break;
   }
   return as_type(r, t);
@@ -333,7 +336,7 @@ int Builder::binary(Fn f, int a, int b) {
     t = std::max(nodes_[a].type, nodes_[b].type);
     if (t == Type::F32 || t == Type::F64)
       bad(std::string(fn_name(f)) + " of a floating-point value (bitwise ops take integers or bools)");
-    if (t == Type::Bool && (f == Fn::Shl || f == Fn::Shr)) t = Type::I64;  // a shifted bool is a number
+    if (t == Type::Bool && (f == Fn::Shl || f == Fn::Shr || f == Fn::Rotl || f == Fn::Rotr)) t = Type::I64;  // a shifted bool is a number
   } else {
     t = std::max(nodes_[a].type, nodes_[b].type);
     bool arithmetic = f == Fn::Add || f == Fn::Sub || f == Fn::Mul || f == Fn::Div || f == Fn::Pow;

@@ -32,7 +32,7 @@ constexpr Call kCalls[] = {
     {"tanh", Fn::Tanh},     {"erf", Fn::Erf},     {"abs", Fn::Abs},     {"floor", Fn::Floor},
     {"ceil", Fn::Ceil},     {"round", Fn::Round}, {"round_bf16", Fn::RoundBf16},
     {"bitnot", Fn::BitNot}, {"bitand", Fn::BitAnd}, {"bitor", Fn::BitOr}, {"bitxor", Fn::BitXor},
-    {"shl", Fn::Shl},       {"shr", Fn::Shr}};
+    {"shl", Fn::Shl},       {"shr", Fn::Shr},     {"rotl", Fn::Rotl},   {"rotr", Fn::Rotr}};
 
 class Parser {
  public:

@@ -149,6 +149,8 @@ Tensor eval_with_ops(const expr::Expr& e, const std::vector<Tensor>& inputs) {
       case Fn::BitXor: v[i] = bitwise_xor(a(0), a(1)); break;
       case Fn::Shl: v[i] = bitwise_left_shift(a(0), a(1)); break;
       case Fn::Shr: v[i] = bitwise_right_shift(a(0), a(1)); break;
+      case Fn::Rotl: v[i] = rotl(a(0), a(1)); break;
+      case Fn::Rotr: v[i] = rotr(a(0), a(1)); break;
       case Fn::Select: v[i] = where(a(0), a(1), a(2)); break;
     }
   }

@@ -1,10 +1,11 @@
-// The bitwise ops of the table (bitwise_and/or/xor/not, left and right shifts) in each integer
+// The bitwise ops of the table (bitwise_and/or/xor/not, left and right shifts, rotations) in each integer
 // dtype's own width, against the same operations on the C++ types (the PyTorch parity fixture
 // has the i64 and bool cases); bools take the logical forms; floats are an error naming the op
 // and the caller's line. The compiled CPU tier and the interpreter agree (Jit.* runs every
 // entry); Vulkan and WebGPU are checked against the CPU by the parity suites.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -71,6 +72,35 @@ TEST(Bitwise, EachIntegerDtypeInItsOwnWidth) {
   check_dtype<int64_t>(DType::I64, -(int64_t{1} << 40), int64_t{1} << 40);
   check_dtype<int32_t>(DType::I32, -2000000000, 2000000000);
   check_dtype<uint8_t>(DType::U8, 0, 255);
+}
+
+// rotl/rotr turn the low 32 bits (C++20's std::rotl/std::rotr on uint32_t, the amount mod 32):
+// an i32 result holds the u32's bit pattern, an i64 result the u32's value.
+TEST(Bitwise, RotationsOfThe32BitPattern) {
+  std::mt19937 rng(7);
+  const size_t n = 300;
+  std::vector<int32_t> a(n), s(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<int32_t>(rng());
+    s[i] = static_cast<int32_t>(rng() % 80) - 8;  // negative and past 32: taken mod 32
+  }
+  const Tensor ta = tensor(a, {static_cast<int64_t>(n)}), ts = tensor(s, {static_cast<int64_t>(n)});
+  const std::vector<int32_t> l32 = rotl(ta, ts).to_vector<int32_t>(), r32 = rotr(ta, ts).to_vector<int32_t>();
+  const std::vector<int64_t> l64 = rotl(cast(ta, DType::I64), ts).to_vector<int64_t>();
+  EXPECT_EQ(rotl(ta, ts).dtype(), DType::I32);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(a[i]);
+    const int k = static_cast<int>(static_cast<uint32_t>(s[i]) & 31);
+    ASSERT_EQ(static_cast<uint32_t>(l32[i]), std::rotl(u, k)) << a[i] << " rotl " << s[i];
+    ASSERT_EQ(static_cast<uint32_t>(r32[i]), std::rotr(u, k)) << a[i] << " rotr " << s[i];
+    ASSERT_EQ(l64[i], static_cast<int64_t>(std::rotl(u, k))) << a[i] << " rotl " << s[i] << " (i64)";
+  }
+  // SHA-256's sigma0 of one word, written with the ops: rotr 7 ^ rotr 18 ^ shr 3 (logical: on
+  // the u32's value held in i64).
+  const Tensor w = cast(tensor(std::vector<int64_t>{0x61626380}, {1}), DType::I64);
+  const int64_t sigma0 = bitwise_xor(bitwise_xor(rotr(w, 7), rotr(w, 18)), bitwise_right_shift(w, 3)).to_vector<int64_t>()[0];
+  const uint32_t x = 0x61626380u;
+  EXPECT_EQ(sigma0, static_cast<int64_t>(std::rotr(x, 7) ^ std::rotr(x, 18) ^ (x >> 3)));
 }
 
 TEST(Bitwise, ScalarsAndBroadcasting) {
