@@ -20,6 +20,25 @@ bool identifier(const std::string& s) {
   return s.rfind("alk_", 0) != 0;  // alk's own names in the generated text start so
 }
 
+// Words one of the four languages reserves, which a tensor or attribute name would break in
+// that language's text (GLSL's `out` and `buffer`, WGSL's `var`, C++'s `new`...): refused up
+// front, not when a device first compiles the body. Not every reserved word of every
+// language; a rarer one gives that compiler's error, mapped to the name's line.
+bool reserved(const std::string& s) {
+  static const std::set<std::string> words = {
+      "in", "out", "inout", "buffer", "shared", "uniform", "layout", "attribute", "varying", "sample", "patch",
+      "input", "output", "filter", "common", "partition", "active", "texture", "image", "sampler", "precise",
+      "coherent", "volatile", "restrict", "readonly", "writeonly", "discard", "subroutine", "invariant", "smooth",
+      "flat", "centroid", "highp", "mediump", "lowp", "precision", "struct", "switch", "default", "case", "break",
+      "continue", "return", "while", "for", "do", "if", "else", "true", "false", "const", "void", "bool", "int",
+      "uint", "float", "double", "half", "long", "short", "char", "unsigned", "signed", "auto", "static", "extern",
+      "inline", "new", "delete", "this", "class", "template", "typename", "namespace", "using", "operator", "and",
+      "or", "not", "xor", "register", "goto", "union", "enum", "typedef", "sizeof", "var", "let", "fn", "loop",
+      "array", "ptr", "storage", "workgroup", "private", "function", "override", "alias", "enable", "diagnostic",
+      "bitcast", "select", "i32", "u32", "f32", "f16", "i", "main", "vec2", "vec3", "vec4", "mat2", "mat3", "mat4"};
+  return words.count(s) != 0 || s.rfind("gl_", 0) == 0 || s.rfind("__", 0) == 0;
+}
+
 bool body_dtype(DType t) {
   return t == DType::F32 || t == DType::F64 || t == DType::I32 || t == DType::I64 || t == DType::U8 ||
          t == DType::Bool;
@@ -39,6 +58,7 @@ UserKernel::UserKernel(KernelSpec spec, Loc loc) {
   std::set<std::string> names;
   auto name = [&](const std::string& n, const char* what) {
     check(identifier(n), op, loc, what, " name must be an identifier not starting with alk_, got '", n, "'");
+    check(!reserved(n), op, loc, what, " name '", n, "' is a reserved word of a kernel language (or the invocation i)");
     check(names.insert(n).second, op, loc, "the name '", n, "' is used twice");
     for (const char* suffix : {"_numel", "_size"})
       check(n.find(suffix) == std::string::npos, op, loc, "the name '", n, "' contains ", suffix,

@@ -1474,9 +1474,9 @@ const UserKernel& parity_axpy() {
     KernelSpec s;
     s.name = "parity_axpy";
     s.inputs = {{"x", DType::F32}, {"y", DType::F32}};
-    s.output = {"out", DType::F32};
+    s.output = {"res", DType::F32};
     s.attrs = {{"a", DType::F32}};
-    const char* body = "out[i] = a * x[i] + y[i];";
+    const char* body = "res[i] = a * x[i] + y[i];";
     s.body[int(KernelTarget::Cpp)] = s.body[int(KernelTarget::Cuda)] = s.body[int(KernelTarget::Glsl)] = body;
     s.body[int(KernelTarget::Wgsl)] = body;
     return UserKernel(std::move(s));
@@ -1490,7 +1490,7 @@ const UserKernel& parity_rows() {
     KernelSpec s;
     s.name = "parity_rows";
     s.inputs = {{"x", DType::I32, 2}};
-    s.output = {"out", DType::I32, 2};
+    s.output = {"res", DType::I32, 2};
     s.attrs = {{"k", DType::I32}};
     s.invocations = [](std::span<const Shape> in, std::span<const double>) { return in[0][0]; };
     s.workgroup_size = 32;
@@ -1498,14 +1498,14 @@ const UserKernel& parity_rows() {
 for (int64_t c = 0; c < x_size1; ++c) {
   const uint32_t v = static_cast<uint32_t>(x[i * x_size1 + c]) ^ static_cast<uint32_t>(i);
   const int n = static_cast<int>(c % 32);
-  out[i * out_size1 + c] = static_cast<int32_t>(((v << n) | (v >> ((32 - n) % 32))) + static_cast<uint32_t>(k));
+  res[i * res_size1 + c] = static_cast<int32_t>(((v << n) | (v >> ((32 - n) % 32))) + static_cast<uint32_t>(k));
 })";
     s.helpers[int(KernelTarget::Cuda)] = "typedef unsigned int uint32_t; typedef int int32_t; typedef long long int64_t;";
     s.body[int(KernelTarget::Glsl)] = R"(
 for (uint c = 0u; c < x_size1; ++c) {
   uint v = uint(x[i * x_size1 + c]) ^ i;
   uint n = c % 32u;
-  out[i * out_size1 + c] = int(((v << n) | (v >> ((32u - n) % 32u))) + uint(k));
+  res[i * res_size1 + c] = int(((v << n) | (v >> ((32u - n) % 32u))) + uint(k));
 })";
     return UserKernel(std::move(s));
   }();

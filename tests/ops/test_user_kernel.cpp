@@ -24,9 +24,9 @@ KernelSpec axpy_spec() {
   KernelSpec s;
   s.name = "axpy";
   s.inputs = {{"x", DType::F32}, {"y", DType::F32}};
-  s.output = {"out", DType::F32};
+  s.output = {"res", DType::F32};
   s.attrs = {{"a", DType::F32}};
-  s.body[kCpp] = "out[i] = a * x[i] + y[i];";
+  s.body[kCpp] = "res[i] = a * x[i] + y[i];";
   return s;
 }
 
@@ -62,16 +62,16 @@ TEST(UserKernel, CountRuleAndShapeRule) {
   KernelSpec s;
   s.name = "row_prefix";
   s.inputs = {{"x", DType::I32, 2}};
-  s.output = {"out", DType::I64, 2};
+  s.output = {"res", DType::I64, 2};
   s.attrs = {{"start", DType::I64}};
   s.output_shape = [](std::span<const Shape> in, std::span<const double>) { return Shape{in[0][0], in[0][1] + 1}; };
   s.invocations = [](std::span<const Shape> in, std::span<const double>) { return in[0][0]; };
   s.body[kCpp] = R"(
 int64_t acc = start;
-out[i * out_size1] = acc;
+res[i * res_size1] = acc;
 for (int64_t c = 0; c < x_size1; ++c) {
   acc += x[i * x_size1 + c];
-  out[i * out_size1 + c + 1] = acc;
+  res[i * res_size1 + c + 1] = acc;
 })";
   const UserKernel k(s);
   const Tensor x = tensor(std::vector<int32_t>{1, 2, 3, -4, 5, 6}, {2, 3});
@@ -107,6 +107,9 @@ TEST(UserKernel, SpecAndCallErrorsNameTheKernelAndTheLine) {
   KernelSpec bad_name = axpy_spec();
   bad_name.inputs[1].name = "x";
   EXPECT_NE(error_of([&] { UserKernel k(bad_name); }).find("used twice"), std::string::npos);
+  KernelSpec keyword = axpy_spec();
+  keyword.output.name = "out";  // GLSL's
+  EXPECT_NE(error_of([&] { UserKernel k(keyword); }).find("'out' is a reserved word"), std::string::npos);
 
   const UserKernel axpy(axpy_spec());
   const Tensor f = ones({4}), i = tensor(std::vector<int32_t>{1, 2, 3, 4}, {4});
@@ -129,7 +132,7 @@ TEST(UserKernel, SpecAndCallErrorsNameTheKernelAndTheLine) {
 TEST(UserKernel, CompileErrorsPointAtTheBodysLine) {
   KernelSpec s = axpy_spec();
   s.name = "broken";
-  s.body[kCpp] = "const float twice = 2 * a;\nout[i] = twice * x[i] + y[i];\nout[i] += not_declared;\n";
+  s.body[kCpp] = "const float twice = 2 * a;\nres[i] = twice * x[i] + y[i];\nres[i] += not_declared;\n";
   const UserKernel k(s);
   const Tensor f = ones({4});
   const int line = __LINE__ + 1;
@@ -165,7 +168,7 @@ TEST(UserKernel, GlslCompileErrorsPointAtTheBodysLine) {
   if (!vk) ALK_SKIP_OR_FAIL_IF_REQUIRED("vulkan", "no Vulkan device");
   KernelSpec s = axpy_spec();
   s.name = "broken_glsl";
-  s.body[kGlsl] = "float twice = 2.0 * a;\nout[i] = twice * x[i] + y[i] + missing_name;\n";
+  s.body[kGlsl] = "float twice = 2.0 * a;\nres[i] = twice * x[i] + y[i] + missing_name;\n";
   const UserKernel k(s);
   const Tensor f = ones({4}).to(*vk);
   const std::string what = error_of([&] { (void)k({f, f}, {1.0}).to_vector<float>(); });
@@ -182,7 +185,7 @@ TEST(UserKernel, GeneratedSourcesDeclareTheBodysNames) {
   for (int t = 0; t < kNumKernelTargets; ++t) {
     const std::string src = user_kernel_source(s, static_cast<KernelTarget>(t), ranks);
     SCOPED_TRACE(src);
-    for (const char* name : {"x", "y", "out", "x_numel", "x_size0", "x_size1", "out_size1", "a", "/*body*/"})
+    for (const char* name : {"x", "y", "res", "x_numel", "x_size0", "x_size1", "res_size1", "a", "/*body*/"})
       EXPECT_NE(src.find(name), std::string::npos) << name;
   }
   EXPECT_EQ(user_kernel_param_words(s, ranks), 3u * 3u + 1u + 1u);
