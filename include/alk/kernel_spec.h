@@ -14,8 +14,9 @@
 // Element types: f32 float (WGSL f32), i32 int32_t / int / i32, and in C++ and CUDA also
 // f64 double, i64 int64_t (long long), u8 uint8_t (unsigned char), bool. GLSL and WGSL bodies
 // take f32 and i32 tensors and attributes (a u32 is an i32's bit pattern: uint(x), bitcast<u32>).
-// The body may declare functions of its own only in `helpers` (text placed before the body's
-// function, per target).
+// C++ and CUDA bodies have the fixed-width integer names (uint32_t, int64_t, ...: alk declares
+// them for NVRTC), so one text can serve both. Functions, constants and macros of the body's
+// own go in `helpers` (text placed before the body's function, per target).
 //
 // The C++ body is required: the CPU runs it, and it is the reference the other targets are
 // tested against. A device whose language has no body refuses the kernel (supports() is

@@ -96,7 +96,9 @@ std::string c_like(const KernelSpec& spec, KernelTarget t, std::span<const int> 
   }
   std::string s;
   if (cuda) {
-    s += "// user kernel " + spec.name + " (CUDA)\n";
+    // NVRTC has no <cstdint>: the fixed-width names, so one text can be the C++ and the CUDA body.
+    s += "// user kernel " + spec.name + " (CUDA)\ntypedef unsigned char uint8_t;\ntypedef int int32_t;\n"
+         "typedef unsigned int uint32_t;\ntypedef long long int64_t;\ntypedef unsigned long long uint64_t;\n";
     s += spec.helpers[static_cast<int>(t)] + "\n";
     s += "__device__ __forceinline__ void alk_body(" + params + ") {\n" + line_directive(spec, t) + spec.body_for(t) +
          "\n}\n";

@@ -1500,7 +1500,6 @@ for (int64_t c = 0; c < x_size1; ++c) {
   const int n = static_cast<int>(c % 32);
   res[i * res_size1 + c] = static_cast<int32_t>(((v << n) | (v >> ((32 - n) % 32))) + static_cast<uint32_t>(k));
 })";
-    s.helpers[int(KernelTarget::Cuda)] = "typedef unsigned int uint32_t; typedef int int32_t; typedef long long int64_t;";
     s.body[int(KernelTarget::Glsl)] = R"(
 for (uint c = 0u; c < x_size1; ++c) {
   uint v = uint(x[i * x_size1 + c]) ^ i;

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "../../../examples/sha256/sha256_kernel.h"
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cuda_device.h"
@@ -402,6 +403,16 @@ TEST(CudaDevices, ProbingWithoutADriverFindsNothingAndSaysWhy) {
     EXPECT_FALSE(p.name.empty());
     EXPECT_GT(p.memory_bytes, 0u);
   }
+}
+
+// The CUDA body of examples/sha256 inside alk's generated entry point (what cuda:N compiles).
+TEST(CudaCompile, Sha256ExampleBodyCompiles) {
+  ALK_NEED_NVRTC();
+  const int ranks[] = {2, 1, 2};
+  const std::string src = user_kernel_source(sha256::kernel().spec(), KernelTarget::Cuda, ranks);
+  std::string cubin;
+  EXPECT_NO_THROW(cubin = compile_cubin(src, "sm_90a")) << src;
+  EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
 }
 
 }  // namespace
