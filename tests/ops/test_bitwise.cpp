@@ -50,7 +50,10 @@ void check_dtype(DType t, int64_t lo, int64_t hi) {
     return cast(tensor(w, {static_cast<int64_t>(n)}), t);
   };
   const Tensor ta = as_tensor(a), tb = as_tensor(b), ts = as_tensor(s);
+  // Stored first, in the op's dtype: that store is what truncates to the width (a consumer fused
+  // with the op reads its i64 compute value; docs/dtypes.md, "Integer").
   auto values = [](const Tensor& x) {
+    x.realize();
     std::vector<int64_t> out = cast(x, DType::I64).template to_vector<int64_t>();
     return out;
   };
