@@ -472,6 +472,7 @@ TEST(DeviceParity, ElementwiseTable) {
       const int ran_before = tally.ran;
       const bool transcendental = has_transcendental(e.forward);
       for (DType t : kAllDTypes) {
+        if (e.rule == DTypeRule::Integer && is_floating(t)) continue;  // bitwise ops refuse floats (tests/ops)
         if (!device_declares(*dev, t)) {
           tally.undeclared.push_back(std::string(e.name) + " " + std::string(dtype_name(t)));
           continue;
