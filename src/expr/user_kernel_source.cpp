@@ -199,9 +199,10 @@ std::string user_kernel_source(const KernelSpec& spec, KernelTarget t, std::span
 }
 
 void fail_user_kernel_compile(const KernelSpec& spec, KernelTarget t, const std::string& compiler_log, Loc loc) {
-  // Keep the compiler's lines about the body ("<name> body:LINE:..."), spelled "body line LINE:";
-  // lines about alk's own text are kept as they are (a body can break what follows it).
-  const std::string tag = spec.name + " body:";
+  // Keep the compiler's lines about the body, as the #line directive names it: "<name> body:LINE:"
+  // (g++, glslang) or "<name> body(LINE):" (NVRTC), spelled "body line LINE:"; the other lines
+  // (about alk's own text: a body can break what follows it) are kept as they are.
+  const std::string tag = spec.name + " body";
   std::string about_body, rest;
   size_t start = 0;
   while (start < compiler_log.size()) {
@@ -209,9 +210,22 @@ void fail_user_kernel_compile(const KernelSpec& spec, KernelTarget t, const std:
     if (end == std::string::npos) end = compiler_log.size();
     const std::string line = compiler_log.substr(start, end - start);
     start = end + 1;
-    const size_t at = line.find(tag);
+    size_t at = line.find(tag);
+    std::string where;
     if (at != std::string::npos) {
-      about_body += "  body line " + line.substr(at + tag.size()) + "\n";
+      at += tag.size();
+      if (at < line.size() && line[at] == ':') {
+        const size_t colon = line.find(':', at + 1);
+        where = line.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
+        at = colon == std::string::npos ? line.size() : colon + 1;
+      } else if (at < line.size() && line[at] == '(') {
+        const size_t close = line.find(')', at);
+        where = line.substr(at + 1, close == std::string::npos ? std::string::npos : close - at - 1);
+        at = close == std::string::npos ? line.size() : line.find(':', close) + 1;
+      }
+    }
+    if (!where.empty() && where.find_first_not_of("0123456789") == std::string::npos) {
+      about_body += "  body line " + where + ":" + line.substr(std::min(at, line.size())) + "\n";
     } else if (!line.empty() && rest.size() < 4000) {
       rest += "  " + line + "\n";
     }

@@ -416,6 +416,33 @@ TEST(CudaCompile, Sha256ExampleBodyCompiles) {
   EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
 }
 
+// NVRTC's message about a user kernel's body, at the body's own line ("name body(LINE)").
+TEST(CudaCompile, UserKernelErrorsPointAtTheBodysLine) {
+  ALK_NEED_NVRTC();
+  KernelSpec s;
+  s.name = "broken_cuda";
+  s.inputs = {{"x", DType::F32}};
+  s.output = {"res", DType::F32};
+  s.body[static_cast<int>(KernelTarget::Cuda)] = "float twice = 2.0f * x[i];\nres[i] = twice + not_declared;\n";
+  const int ranks[] = {1, 1};
+  std::string log;
+  try {
+    compile_cubin(user_kernel_source(s, KernelTarget::Cuda, ranks), "sm_90a");
+  } catch (const Error& e) {
+    log = e.what();
+  }
+  ASSERT_FALSE(log.empty()) << "the broken body compiled";
+  std::string what;
+  try {
+    fail_user_kernel_compile(s, KernelTarget::Cuda, log, Loc::current());
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("CUDA body does not compile"), std::string::npos) << what;
+  EXPECT_NE(what.find("body line 2:"), std::string::npos) << what << "\nNVRTC said:\n" << log;
+  EXPECT_NE(what.find("not_declared"), std::string::npos) << what;
+}
+
 }  // namespace
 }  // namespace alk::cuda
 #endif
