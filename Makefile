@@ -37,6 +37,8 @@ DEB_PACKAGES += nodejs chromium chromium-driver
 # `alk serve` (src/serve): cpp-httplib, the HTTP library llama.cpp's server uses; curl for its
 # end-to-end test (the official `openai` npm client is installed by `make serve-npm`).
 DEB_PACKAGES += libcpp-httplib-dev pkg-config curl
+# The tokenizers' Unicode normal forms are checked against the Consortium's NormalizationTest.txt.
+DEB_PACKAGES += unicode-data bzip2
 # Only for `make bench-cpu`: the anchors alk is measured against (never linked into alk).
 BENCH_PACKAGES := libopenblas-dev libopenblas0-pthread python3-torch
 
@@ -55,7 +57,7 @@ PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 # What this run must have (tests/required.h): a test that would skip for lack of one of these
 # fails instead, and the build fails without a required backend. .ci/run sets the same list;
 # `make test ALK_REQUIRE=` relaxes it on a machine without them (the skips are listed at the end).
-ALK_REQUIRE ?= cpu vulkan webgpu webgpu-f16 torch onnx-testdata onnx-npm mpi
+ALK_REQUIRE ?= cpu vulkan webgpu webgpu-f16 torch onnx-testdata onnx-npm mpi unicode-data
 export ALK_REQUIRE
 ALK_REQUIRE_BACKENDS := $(filter vulkan,$(ALK_REQUIRE))
 # Every skip of the run (test, reason), appended by the test binaries (tests/test_environment.cpp)

@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!m.info().unsupported.empty() || m.info().op_histogram.size() > 64) return 0;
-  std::map<std::string, alk::Tensor> inputs;
+  std::map<std::string, alk::onnx::Value> inputs;
   try {
     for (const auto& v : m.info().inputs) {
       alk::DType dt;
@@ -45,13 +45,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         shape.push_back(std::min<int64_t>(n, 4));
       }
       if (shape.size() > 6) return 0;
-      inputs[v.name] = alk::cast(alk::arange(0, 1, 1, alk::DType::F32).reshape({}).expand(shape) + 0.5, dt).contiguous();
+      inputs[v.name] = alk::onnx::Value::of(
+          alk::cast(alk::arange(0, 1, 1, alk::DType::F32).reshape({}).expand(shape) + 0.5, dt).contiguous());
     }
     alk::MemoryBudget budget(int64_t{256} << 20);
     alk::NoGradGuard no_grad;
-    std::map<std::string, alk::Tensor> out = m.run(inputs);
+    // run_values: outputs of every kind (a model's sequences and optionals run too).
+    std::map<std::string, alk::onnx::Value> out = m.run_values(inputs);
     std::vector<alk::Tensor> all;
-    for (auto& [name, t] : out) all.push_back(t);
+    for (auto& [name, v] : out) {
+      if (v.tensor.defined()) all.push_back(v.tensor);
+      all.insert(all.end(), v.items.begin(), v.items.end());
+    }
     alk::realize(all);
   } catch (const alk::Error&) {
   }

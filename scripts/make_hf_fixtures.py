@@ -71,12 +71,17 @@ TEST_STRINGS = [
     "\u00a0non-breaking\u2003em space",
     "  ",  # (not "": Hugging Face's JavaScript tokenizers, the --local reference, throw on it)
     "a",
+    # Decomposed letters (e + combining acute, a + ring, Hangul jamo) that an NFC normalizer (Qwen2's)
+    # composes, beside a compatibility ligature and a precomposed letter it leaves alone.
+    "Cafe\u0301 A\u030a \u1100\u1161\u11a8 \ufb01ne Caf\u00e9",
 ]
 
 
-def byte_level_tokenizer(pattern, specials):
+def byte_level_tokenizer(pattern, specials, normalizer=None):
     """Byte-level BPE (GPT-2, LLaMA-3, Qwen2): a Split by `pattern` (None: GPT-2's own), bytes as characters."""
     tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
     if pattern is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
@@ -176,8 +181,8 @@ def main():
     references("llama", d, transformers.LlamaForCausalLM, hf, prompts)
     tok_cases["llama"] = hf
 
-    # Qwen2: q/k/v biases, tied head, f16, ChatML.
-    q_tok = byte_level_tokenizer(QWEN2_PATTERN, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    # Qwen2: q/k/v biases, tied head, f16, ChatML, an NFC normalizer (as Qwen2's tokenizer.json has).
+    q_tok = byte_level_tokenizer(QWEN2_PATTERN, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], normalizers.NFC())
     hf = fast(q_tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     hf.chat_template = CHATML
     cfg = transformers.Qwen2Config(

@@ -11,6 +11,7 @@ import math
 import os
 import struct
 import subprocess
+import unicodedata
 
 import regex
 import torch
@@ -138,11 +139,14 @@ def template_processor(bos, bos_id):
 
 
 def byte_level_tokenizer_json(corpus, pattern, specials, vocab_size, merges_as_strings=False, bos=None,
-                              ignore_merges=False):
-    """Byte-level BPE: GPT-2's ByteLevel regex (pattern None) or a Split by `pattern` then ByteLevel."""
+                              ignore_merges=False, nfc=False):
+    """Byte-level BPE: GPT-2's ByteLevel regex (pattern None) or a Split by `pattern` then ByteLevel;
+    nfc: an NFC normalizer first (Qwen2's), which training applies to the corpus too."""
     table = bytes_to_unicode()
     words = collections.Counter()
     for text in corpus:
+        if nfc:
+            text = unicodedata.normalize("NFC", text)
         for w in regex.findall(pattern or GPT2_PATTERN, text):
             words["".join(table[b] for b in w.encode())] += 1
     vocab, merges = train_bpe(words, set(table.values()), {s: i for i, s in enumerate(specials)}, vocab_size)
@@ -158,7 +162,7 @@ def byte_level_tokenizer_json(corpus, pattern, specials, vocab_size, merges_as_s
     return {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": [added_token(vocab[s], s) for s in specials],
-        "normalizer": None, "pre_tokenizer": pre, "post_processor": post,
+        "normalizer": {"type": "NFC"} if nfc else None, "pre_tokenizer": pre, "post_processor": post,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
@@ -427,11 +431,12 @@ def main(out, corpus, test_strings, vocab_size, patterns, chatml):
     llama_w = {k: t.to(torch.bfloat16) for k, t in llama_weights(llama_cfg, qkv_bias=False).items()}
     save_weights(d, llama_w, max_shard_bytes=150_000)
 
-    # Qwen2: byte-level BPE with Qwen2's regex (merges as "a b" strings), ChatML; q/k/v biases, tied, f16.
+    # Qwen2: byte-level BPE with Qwen2's regex (merges as "a b" strings) after NFC, ChatML; q/k/v biases, tied, f16.
     d = f"{out}/qwen2"
     os.makedirs(d, exist_ok=True)
     q_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    q_tok = byte_level_tokenizer_json(corpus, patterns["qwen2"], q_specials, vocab_size, merges_as_strings=True)
+    q_tok = byte_level_tokenizer_json(corpus, patterns["qwen2"], q_specials, vocab_size, merges_as_strings=True,
+                                      nfc=True)
     write_json(f"{d}/tokenizer.json", q_tok)
     write_json(f"{d}/tokenizer_config.json", {
         "add_prefix_space": False, "added_tokens_decoder": added_tokens_decoder(q_tok), "bos_token": None,

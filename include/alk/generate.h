@@ -100,6 +100,10 @@ struct GeneratorOptions {
   bool logprobs = false;       // compute each chosen token's log-probability on the device
   int64_t top_logprobs = 0;    // with logprobs: also the n most likely tokens at each position (device top-n)
   bool compile = true;         // replay the decode step (false: build the graph every step, for tests)
+  // Prompt tokens one step() prefills at most, over the requests starting (oldest first): a
+  // long prompt goes in by chunks while the running requests get a token every step, which
+  // bounds how long a new request stalls the others. 0: every waiting prompt whole.
+  int64_t prefill_chunk = 512;
   // A request that does not fit a slot's cache (prompt + max_tokens > max_context): an error
   // from submit (false) or accepted and ended with FinishReason::Length at the cache's end.
   bool truncate_at_context = false;
@@ -121,8 +125,9 @@ class Generator {
   int64_t submit(GenerateRequest request, Loc loc = Loc::current());
   // Ends a queued or running request; its slot is free for the next step.
   void cancel(int64_t request);
-  // Admits queued requests into free slots (each prefilled, its first token sampled), then
-  // runs one decode step for the running ones: the tokens made, in slot order.
+  // Admits queued requests into free slots, prefills up to prefill_chunk prompt tokens of the
+  // starting ones (a request whose prompt completes samples its first token), then runs one
+  // decode step for the running ones: the tokens made.
   std::vector<TokenEvent> step();
   bool idle() const;  // nothing queued or running
   // Runs one request alone to the end: its generated ids (the prompt's not included).

@@ -23,8 +23,13 @@ namespace alk::onnx {
 
 // A graph input or output as the file declares it.
 struct ValueInfo {
+  // ONNX's value types: a tensor, a sequence of tensors, an optional (of a tensor or a
+  // sequence); Other: the types alk does not run (maps, sparse tensors).
+  enum class Kind : uint8_t { Tensor, Sequence, Optional, Other };
   std::string name;
-  std::string elem_type;           // "float", "int64", ... ("?" when not declared)
+  Kind kind = Kind::Tensor;
+  std::string elem_type;           // "float", "int64", ... ("?" when not declared); "sequence(float)",
+                                   // "optional(sequence(float))" for the other kinds
   std::vector<std::string> dims;   // "3", or the symbolic name ("N"), or "?"
   bool has_shape = false;
 };
@@ -38,6 +43,20 @@ struct ModelInfo {
   std::vector<std::string> unsupported;  // op types (and why) alk cannot import
   int64_t initializers = 0, initializer_bytes = 0;
 };
+
+// A value of any type alk runs, for models whose inputs or outputs are sequences or optionals
+// (Model::run_values): a tensor, a sequence of tensors (in order), or an empty optional. An
+// optional that holds a value is that value: the ops that read optionals test for it or unwrap it.
+struct Value {
+  enum class Kind : uint8_t { Tensor, Sequence, None };
+  Kind kind = Kind::Tensor;
+  Tensor tensor;              // Kind::Tensor
+  std::vector<Tensor> items;  // Kind::Sequence
+  static Value of(Tensor t) { return Value{Kind::Tensor, std::move(t), {}}; }
+  static Value sequence(std::vector<Tensor> items) { return Value{Kind::Sequence, Tensor(), std::move(items)}; }
+  static Value none() { return Value{Kind::None, Tensor(), {}}; }
+};
+std::string_view kind_name(Value::Kind k);  // "tensor", "sequence", "empty optional"
 
 struct ModelImpl;  // src/onnx/model.h
 
@@ -56,6 +75,9 @@ class Model {
   // require grad, calls inside an alk::compile step, and models whose host reads depend on the
   // input data (found on the first call).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, Loc loc = Loc::current()) const;
+  // Inputs and outputs of any kind (sequences, optionals); a model whose inputs and outputs
+  // are all tensors runs as run() does, others uncached (lazy tensors in the outputs).
+  std::map<std::string, Value> run_values(const std::map<std::string, Value>& inputs, Loc loc = Loc::current()) const;
   // Positional: inputs in input_names() order, outputs in output_names() order.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
   // Whether this handle's calls go through the per-signature program cache (default true).
@@ -71,11 +93,15 @@ class Model {
 Model load(const std::string& path, Loc loc = Loc::current());
 // From bytes in memory; external data is looked up under base_dir ("" = none allowed).
 Model load_bytes(std::string_view bytes, const std::string& base_dir, Loc loc = Loc::current());
-// Whether the importer implements this op type of the default domain.
+// Whether the importer implements this op type: of the default domain, or "domain:op_type"
+// ("ai.onnx.preview.training:Adam").
 bool is_supported_op(std::string_view op_type);
 std::vector<std::string> supported_ops();
 // An ONNX TensorProto (the test data's input_0.pb) as a tensor.
 Tensor load_tensor_pb(const std::string& path, Loc loc = Loc::current());
+// The test data's value of the kind an input or output declares: a TensorProto, a
+// SequenceProto of tensors, or an OptionalProto.
+Value load_value_pb(const std::string& path, ValueInfo::Kind kind, Loc loc = Loc::current());
 
 // ---- export (opset 17, written with the protobuf classes; src/onnx/export.cpp) ----
 // The GPT's forward: input "ids" int64 [B, T] (B and T symbolic, T <= ctx), output "logits"

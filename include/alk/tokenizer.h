@@ -65,6 +65,14 @@ struct Segment {
 };
 std::vector<Segment> split_specials(std::string_view text, const std::vector<std::string>& specials);
 bool valid_utf8(std::string_view s);
+// Decodes one strict UTF-8 sequence at s[i] (no overlongs, surrogates or code points past
+// U+10FFFF) into cp: its length, or 0 when the byte at i does not start a valid sequence.
+size_t utf8_next(std::string_view s, size_t i, char32_t& cp);
+void append_utf8(std::string& out, char32_t cp);  // cp's UTF-8 bytes
+// Unicode normalization forms (UAX #15), the tokenizers library's NFC/NFD/NFKC/NFKD
+// normalizers. Bytes that are not valid UTF-8 pass through unchanged (nothing composes across them).
+enum class NormalForm : uint8_t { NFC, NFD, NFKC, NFKD };
+std::string normalize_unicode(std::string_view text, NormalForm form);
 }  // namespace bpe
 
 // Raw material of a tokenizer, as train and load produce it.
@@ -151,10 +159,11 @@ class Tokenizer {
   std::optional<int32_t> unk_id_;    // Characters: an unknown character without byte fallback
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;       // a piece that is a vocabulary token is that token
-  // Normalizer steps in order, per segment between added tokens: Prepend(to) when
-  // from is empty, else Replace(from -> to).
+  // Normalizer steps in order, per segment between added tokens: a Unicode normal form when
+  // `form` is set, else Prepend(to) when from is empty, else Replace(from -> to).
   struct NormalizeStep {
     std::string from, to;
+    std::optional<bpe::NormalForm> form = std::nullopt;
   };
   std::vector<NormalizeStep> normalize_;
   // Metaspace pre-tokenizer: spaces become metaspace_, prepended per prepend scheme.

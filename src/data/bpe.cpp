@@ -210,7 +210,9 @@ void Tokenizer::encode_ordinary(std::string_view text, bool first_segment, std::
   if (!normalize_.empty() || !metaspace_.empty() || add_prefix_space_) {
     owned = text;
     for (const NormalizeStep& step : normalize_) {
-      if (step.from.empty()) {
+      if (step.form) {
+        owned = bpe::normalize_unicode(owned, *step.form);
+      } else if (step.from.empty()) {
         if (!owned.empty()) owned.insert(0, step.to);
       } else {
         replace_all(owned, step.from, step.to);

@@ -44,33 +44,6 @@ Cls classify(char32_t c) {
   return Cls::Other;
 }
 
-// Decodes one strict UTF-8 sequence at s[i]: no overlongs, surrogates or code points past
-// U+10FFFF. Returns its length, or 0 when the byte at i does not start a valid sequence.
-size_t utf8_next(std::string_view s, size_t i, char32_t& cp) {
-  auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
-  uint8_t c = b(i);
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  size_t len;
-  char32_t min;
-  if ((c & 0xE0) == 0xC0)
-    len = 2, cp = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0)
-    len = 3, cp = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0)
-    len = 4, cp = c & 0x07, min = 0x10000;
-  else
-    return 0;
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
 
 std::vector<Char> decode_chars(std::string_view text) {
   std::vector<Char> out;
@@ -160,6 +133,32 @@ size_t match_digits_at(const std::vector<Char>& c, size_t i, bool individual) {
 
 }  // namespace
 
+size_t utf8_next(std::string_view s, size_t i, char32_t& cp) {
+  auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  uint8_t c = b(i);
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  size_t len;
+  char32_t min;
+  if ((c & 0xE0) == 0xC0)
+    len = 2, cp = c & 0x1F, min = 0x80;
+  else if ((c & 0xF0) == 0xE0)
+    len = 3, cp = c & 0x0F, min = 0x800;
+  else if ((c & 0xF8) == 0xF0)
+    len = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
 std::vector<std::string_view> pretokenize(std::string_view text, PreSplit how) {
   std::vector<Char> chars = decode_chars(text);
   std::vector<std::string_view> pieces;
@@ -245,19 +244,25 @@ const ByteTables& tables() {
   return t;
 }
 
+}  // namespace
+
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
     out += static_cast<char>(c);
   } else if (c < 0x800) {
     out += static_cast<char>(0xC0 | (c >> 6));
     out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
+  } else if (c < 0x10000) {
     out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
     out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (c & 0x3F));
   }
 }
-}  // namespace
 
 char32_t byte_to_unicode(uint8_t b) { return tables().to_unicode[b]; }
 uint8_t byte_at_rank(int i) { return tables().order[static_cast<size_t>(i)]; }

@@ -5,7 +5,9 @@
 //                  end_of_word_suffix only unset.
 //   added_tokens   each matched verbatim in the text (leftmost, then longest), one id each;
 //                  lstrip, rstrip and single_word only false.
-//   normalizer     null, Prepend, Replace (a String pattern), Sequence of those.
+//   normalizer     null, NFC, NFD, NFKC, NFKD (the Unicode normal forms: a byte-level
+//                  tokenizer may have only these, as Qwen2's has NFC), Prepend, Replace (a
+//                  String pattern), Sequence of those.
 //   pre_tokenizer  null, ByteLevel (use_regex: GPT-2's pattern), Split with one of the
 //                  patterns bpe::PreSplit names (behavior Isolated), Digits, Metaspace,
 //                  Sequence of those.
@@ -239,8 +241,15 @@ Tokenizer Tokenizer::from_tokenizer_json(std::string_view text, const std::strin
         const std::string& from = r.string(*s, "Replace.pattern.String");
         if (from.empty()) r.bad("normalizer Replace: the pattern is empty");
         normalize.push_back({from, r.string(r.need(*step, "content", "normalizer Replace"), "Replace.content")});
+      } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+        const bpe::NormalForm form = type == "NFC"    ? bpe::NormalForm::NFC
+                                     : type == "NFD"  ? bpe::NormalForm::NFD
+                                     : type == "NFKC" ? bpe::NormalForm::NFKC
+                                                      : bpe::NormalForm::NFKD;
+        normalize.push_back({"", "", form});
       } else {
-        r.bad("normalizer '", type, "' is not supported (alk reads Prepend, Replace and Sequence of them)");
+        r.bad("normalizer '", type,
+              "' is not supported (alk reads NFC, NFD, NFKC, NFKD, Prepend, Replace and Sequence of them)");
       }
     }
   }
@@ -375,8 +384,10 @@ Tokenizer Tokenizer::from_tokenizer_json(std::string_view text, const std::strin
   if (byte_level_decoder && !byte_level_pre && !presplit.empty())
     r.bad("a ByteLevel decoder needs the ByteLevel pre-tokenizer after the Split ones");
   const bool byte_level = byte_level_pre || byte_level_decoder;
-  if (byte_level && (!normalize.empty() || !metaspace.empty()))
-    r.bad("a byte-level tokenizer with a normalizer or Metaspace is not supported");
+  const bool only_normal_forms =
+      std::all_of(normalize.begin(), normalize.end(), [](const NormalizeStep& n) { return n.form.has_value(); });
+  if (byte_level && (!only_normal_forms || !metaspace.empty()))
+    r.bad("a byte-level tokenizer with a Prepend/Replace normalizer or Metaspace is not supported");
   if (!byte_level && !metaspace.empty() && !presplit.empty())
     r.bad("Metaspace with other pre-tokenizers is not supported");
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 
 #include "alk/compile.h"
@@ -72,6 +73,7 @@ struct Generator::State {
   struct Slot {
     int64_t request = -1;  // -1: free
     GenerateRequest req;
+    int64_t prefilled = 0;  // prompt tokens in the cache; the slot decodes once all are
     std::vector<int32_t> generated;
   };
   std::vector<Slot> slots;
@@ -156,58 +158,80 @@ struct Generator::State {
     realize(state());
   }
 
-  // The sampled first token of a request after its prompt, written into slot s's cache.
-  void prefill(size_t s) {
+  // Runs prompt tokens [prefilled, prefilled + count) of slot s's request through the model
+  // and copies their keys and values into the slot's cache rows. The rows attend to the
+  // prompt's earlier rows, read from the cache, and causally to each other (the attention
+  // kernels align a causal mask of T queries over S keys at the end: query t sees keys
+  // <= t + S - T), so a prompt prefilled in chunks gives the rows a whole one would. Returns
+  // true when that completes the prompt: its first token is then sampled (below).
+  bool prefill(size_t s, int64_t count) {
     Slot& slot = slots[s];
     const std::vector<int32_t>& prompt = slot.req.prompt;
-    const int64_t n = static_cast<int64_t>(prompt.size());
+    const int64_t n = static_cast<int64_t>(prompt.size()), p = slot.prefilled, c = count;
+    const bool completes = p + c == n;
     const Clock::time_point start = Clock::now();
     NoGradGuard no_grad;
     std::optional<Autocast> ac;
     enter_autocast(ac);
     nn::GPT& m = *model;
-    std::vector<int64_t> ids64(prompt.begin(), prompt.end());
-    Tensor ids = on_device(tensor(ids64, {1, n}));
+    std::vector<int64_t> ids64(prompt.begin() + p, prompt.begin() + p + c);
+    Tensor ids = on_device(tensor(ids64, {1, c}));
     DeviceGuard on(*device);
-    Tensor positions = arange(n);
-    Tensor x = m.embed(ids, positions);  // [1, n, C]
-    std::vector<Tensor> rows;  // each layer's k then v rows, [1, n, Hkv, D] in the cache dtype
-    for (const auto& block : m.blocks) {
-      x = block->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
-        rows.push_back(cast(k, cache_dtype).contiguous());
-        rows.push_back(cast(v, cache_dtype).contiguous());
-        return scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true)
+    Tensor positions = arange(static_cast<double>(p), static_cast<double>(p + c));
+    Tensor x = m.embed(ids, positions);  // [1, c, C]
+    std::vector<Tensor> rows;  // each layer's k then v rows, [1, c, Hkv, D] in the cache dtype
+    const int64_t si = static_cast<int64_t>(s);
+    for (size_t l = 0; l < m.blocks.size(); ++l) {
+      x = m.blocks[l]->forward(x, positions, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        Tensor k_rows = cast(k, cache_dtype).contiguous(), v_rows = cast(v, cache_dtype).contiguous();
+        rows.push_back(k_rows);
+        rows.push_back(v_rows);
+        Tensor keys = k, values = v;
+        if (p > 0) {  // the earlier chunks' rows, from the cache
+          keys = cat({k_cache[l].slice(0, si, si + 1).slice(1, 0, p), k_rows}, 1);
+          values = cat({v_cache[l].slice(0, si, si + 1).slice(1, 0, p), v_rows}, 1);
+        }
+        return scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), true)
             .transpose(1, 2)
-            .reshape({1, n, C});
+            .reshape({1, c, C});
       });
     }
-    Tensor logits = logits_of(x.select(1, n - 1));  // [1, V]
-    const SamplingParams& sp = slot.req.sampling;
-    const std::vector<float> row_settings = {static_cast<float>(sp.temperature), static_cast<float>(sp.top_k),
-                                             static_cast<float>(sp.top_p)};
-    Tensor id = sample_tokens(logits, on_device(tensor(row_settings, {1, 3})),
-                              on_device(tensor(std::vector<int64_t>{static_cast<int64_t>(h_seeds[s])}, {1})),
-                              on_device(tensor(std::vector<int64_t>{n}, {1})));
-    Tensor lsm = log_softmax(logits, 1);
-    Tensor lp = gather(lsm, 1, id.unsqueeze(1));
     std::vector<Tensor> targets = rows;
-    targets.push_back(id);
-    if (opt.logprobs) targets.push_back(lp);
+    Tensor id, lp;
     std::pair<Tensor, Tensor> top;
-    if (opt.top_logprobs > 0) {
-      top = top_n(lsm);
-      targets.insert(targets.end(), {top.first, top.second});
+    std::vector<float> row_settings;
+    const SamplingParams& sp = slot.req.sampling;
+    if (completes) {
+      Tensor logits = logits_of(x.select(1, c - 1));  // [1, V]
+      row_settings = {static_cast<float>(sp.temperature), static_cast<float>(sp.top_k), static_cast<float>(sp.top_p)};
+      id = sample_tokens(logits, on_device(tensor(row_settings, {1, 3})),
+                         on_device(tensor(std::vector<int64_t>{static_cast<int64_t>(h_seeds[s])}, {1})),
+                         on_device(tensor(std::vector<int64_t>{n}, {1})));
+      Tensor lsm = log_softmax(logits, 1);
+      lp = gather(lsm, 1, id.unsqueeze(1));
+      targets.push_back(id);
+      if (opt.logprobs) targets.push_back(lp);
+      if (opt.top_logprobs > 0) {
+        top = top_n(lsm);
+        targets.insert(targets.end(), {top.first, top.second});
+      }
     }
     realize(targets);
     const size_t row_bytes = static_cast<size_t>(Hkv * D) * dtype_size(cache_dtype);
-    const size_t at = static_cast<size_t>(s) * static_cast<size_t>(T) * row_bytes;
+    const size_t at = (static_cast<size_t>(s) * static_cast<size_t>(T) + static_cast<size_t>(p)) * row_bytes;
     for (size_t l = 0; l < k_cache.size(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
         const Tensor& src = rows[2 * l + static_cast<size_t>(kv)];
         const Node& dst = *(kv ? v_cache : k_cache)[l].impl()->node;
         copy_buffer(*src.impl()->node->buffer, static_cast<size_t>(src.offset()) * dtype_size(cache_dtype), *dst.buffer,
-                    at, static_cast<size_t>(n) * row_bytes);
+                    at, static_cast<size_t>(c) * row_bytes);
       }
+    }
+    slot.prefilled += c;
+    stats.prefill_tokens += c;
+    if (!completes) {
+      stats.prefill_seconds += seconds_since(start);
+      return false;
     }
     const int32_t first = static_cast<int32_t>(id.to_vector<int64_t>()[0]);
     pending_logprob = opt.logprobs ? lp.item() : 0.0;
@@ -225,8 +249,8 @@ struct Generator::State {
     count_row[static_cast<size_t>(first)] = 1;
     write_range(counts, static_cast<size_t>(s) * static_cast<size_t>(V) * sizeof(float), count_row.data(),
                 count_row.size() * sizeof(float));
-    stats.prefill_tokens += n;
     stats.prefill_seconds += seconds_since(start);
+    return true;
   }
   double pending_logprob = 0;
   std::vector<std::pair<int32_t, double>> pending_top;
@@ -285,6 +309,8 @@ Generator::Generator(std::shared_ptr<nn::GPT> model, GeneratorOptions options, L
   if (options.max_context == 0) options.max_context = cfg.ctx;
   check(options.max_context >= 1 && options.max_context <= cfg.ctx, "Generator", loc, "max_context ",
         options.max_context, " must be in [1, ", cfg.ctx, "] (the model's positions)");
+  check(options.prefill_chunk >= 0, "Generator", loc, "prefill_chunk must be >= 0 (0: whole prompts), got ",
+        options.prefill_chunk);
   check(options.top_logprobs >= 0 && options.top_logprobs <= cfg.vocab && (options.top_logprobs == 0 || options.logprobs),
         "Generator", loc, "top_logprobs must be in [0, vocab] and needs logprobs, got ", options.top_logprobs);
   check(options.autocast == DType::F32 || options.autocast == DType::BF16 || options.autocast == DType::F16,
@@ -374,7 +400,8 @@ std::vector<TokenEvent> Generator::step() {
   std::vector<TokenEvent> events;
   for (int64_t r : s.cancelled) events.push_back({r, -1, 0, FinishReason::Cancelled, {}});
   s.cancelled.clear();
-  // Admit: each free slot takes the next queued request (prefill + its first token).
+  // Admit: each free slot takes the next queued request. Its decode-step row is parked at the
+  // cache's last position (written there, never read) until its prompt is in the cache.
   for (size_t i = 0; i < s.slots.size() && !s.queue.empty(); ++i) {
     if (s.slots[i].request >= 0) continue;
     auto [id, req] = std::move(s.queue.front());
@@ -382,16 +409,36 @@ std::vector<TokenEvent> Generator::step() {
     State::Slot& slot = s.slots[i];
     slot.request = id;
     slot.req = std::move(req);
+    slot.prefilled = 0;
     const std::optional<uint64_t> seed = slot.req.sampling.seed;
     s.h_seeds[i] = static_cast<int64_t>(seed ? *seed : random_seed() ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(id + 1)));
-    s.prefill(i);
+    s.h_positions[i] = s.T - 1;
+    s.slots_changed = true;
+  }
+  // Prefill: up to prefill_chunk prompt tokens this step, oldest request first, so the slots
+  // already decoding get their next token every step while a long prompt goes in by chunks.
+  std::vector<size_t> prefilling;
+  for (size_t i = 0; i < s.slots.size(); ++i)
+    if (s.slots[i].request >= 0 && s.slots[i].prefilled < static_cast<int64_t>(s.slots[i].req.prompt.size()))
+      prefilling.push_back(i);
+  std::sort(prefilling.begin(), prefilling.end(),
+            [&](size_t a, size_t b) { return s.slots[a].request < s.slots[b].request; });
+  int64_t budget = s.opt.prefill_chunk > 0 ? s.opt.prefill_chunk : std::numeric_limits<int64_t>::max();
+  for (size_t i : prefilling) {
+    if (budget == 0) break;
+    State::Slot& slot = s.slots[i];
+    const int64_t count = std::min(budget, static_cast<int64_t>(slot.req.prompt.size()) - slot.prefilled);
+    budget -= count;
+    if (!s.prefill(i, count)) continue;
     slot.generated.push_back(static_cast<int32_t>(s.h_tokens[i]));
-    TokenEvent e{id, slot.generated.back(), s.pending_logprob, s.finished(slot), s.pending_top};
+    TokenEvent e{slot.request, slot.generated.back(), s.pending_logprob, s.finished(slot), s.pending_top};
     events.push_back(e);
     if (e.finished != FinishReason::None) s.free_slot(i);
   }
   s.write_slot_state();
-  const bool any = std::any_of(s.slots.begin(), s.slots.end(), [](const State::Slot& x) { return x.request >= 0; });
+  const bool any = std::any_of(s.slots.begin(), s.slots.end(), [](const State::Slot& x) {
+    return x.request >= 0 && x.prefilled == static_cast<int64_t>(x.req.prompt.size());
+  });
   if (!any) return events;
   const Clock::time_point start = Clock::now();
   s.run_decode();
@@ -405,7 +452,7 @@ std::vector<TokenEvent> Generator::step() {
   for (size_t i = 0; i < s.slots.size(); ++i) {
     State::Slot& slot = s.slots[i];
     s.h_tokens[i] = ids[i];
-    if (slot.request < 0) continue;
+    if (slot.request < 0 || s.h_active[i] == 0) continue;  // free, or its prompt still going in
     ++s.h_positions[i];
     slot.generated.push_back(static_cast<int32_t>(ids[i]));
     ++s.stats.decode_tokens;

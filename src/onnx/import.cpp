@@ -29,6 +29,11 @@ const HandlerTable& handlers() {
     add_more_ops(h);
     add_control_ops(h);
     add_signal_ops(h);
+    add_quant_ops(h);
+    add_sequence_ops(h);
+    add_training_ops(h);
+    add_text_ops(h);
+    add_sampling_ops(h);
     return h;
   }();
   return table;
@@ -89,14 +94,18 @@ void run_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& o
     return false;
   };
   for (const auto& node : nodes) {
-    if (!node.domain.empty()) fail(kUnsupported, loc, "node '", node.name, "': domain ", node.domain, " is not supported");
-    auto h = handlers().find(node.op_type);
-    if (h == handlers().end()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
+    auto h = handlers().find(node.domain.empty() ? node.op_type : node.domain + ":" + node.op_type);
+    if (h == handlers().end()) {
+      if (node.domain.empty()) fail(kUnsupported, loc, "op ", node.op_type, " is not supported");
+      fail(kUnsupported, loc, "node '", node.name, "': op ", node.op_type, " of domain ", node.domain, " is not supported");
+    }
     Ctx c{node, opset, {}, loc};
     c.scope = &env;
     bool any_from_data = false;
     for (const auto& name : node.inputs) {
-      c.in.push_back(name.empty() ? Tensor() : env.at(name));
+      const Value* other = name.empty() ? nullptr : env.other(name);
+      c.others.push_back(other);
+      c.in.push_back(name.empty() || other ? Tensor() : env.at(name));
       c.from_data.push_back(!name.empty() && env.is_from_data(name));
       any_from_data = any_from_data || c.from_data.back();
     }
@@ -112,6 +121,11 @@ void run_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& o
     const bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
+      if (auto it = c.other_outs.find(k); it != c.other_outs.end()) {
+        env.set(node.outputs[k], std::move(it->second));
+        if (any_from_data) env.from_data.insert(node.outputs[k]);
+        continue;
+      }
       if (k >= outs.size() || !outs[k].defined()) c.unsupported("output ", k, " ('", node.outputs[k], "')");
       checked_numel(outs[k].shape(), c.label(), loc);
       // An empty result needs no kernel (and some backends have none for empty inputs).
@@ -125,51 +139,79 @@ void run_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& o
 
 }  // namespace
 
-std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
-                                        bool* reads_data) {
+std::string_view kind_name(Value::Kind k) {
+  switch (k) {
+    case Value::Kind::Tensor: return "tensor";
+    case Value::Kind::Sequence: return "sequence";
+    case Value::Kind::None: return "empty optional";
+  }
+  return "?";
+}
+
+std::map<std::string, Value> run_graph_values(const ModelImpl& m, const std::map<std::string, Value>& inputs, Loc loc,
+                                              bool* reads_data) {
   Scope env;
   // Names whose values depend on the inputs' data (see Ctx::from_data): the inputs, and what
   // is computed from them, except Shape and Size, whose results depend on shapes only.
   Device* device = nullptr;
   for (const auto& name : m.input_names) {
     auto it = inputs.find(name);
-    check(it != inputs.end() && it->second.defined(), kOp, loc, "input '", name, "' is not given");
-    if (!device) device = &it->second.device();
-    env.values[name] = it->second;
+    check(it != inputs.end() && (it->second.kind != Value::Kind::Tensor || it->second.tensor.defined()), kOp, loc,
+          "input '", name, "' is not given");
+    const Value& v = it->second;
+    if (!device && v.kind == Value::Kind::Tensor) device = &v.tensor.device();
+    if (!device && v.kind == Value::Kind::Sequence && !v.items.empty()) device = &v.items[0].device();
+    for (const Tensor& t : v.items) check(t.defined(), kOp, loc, "input '", name, "' holds an undefined tensor");
+    env.set(name, v);
   }
-  for (const auto& [name, t] : inputs) {
-    check(env.values.count(name) || m.initializers.count(name), kOp, loc, "'", name, "' is not an input of the model");
+  for (const auto& [name, v] : inputs) {
+    check(env.values.count(name) || env.others.count(name) || m.initializers.count(name), kOp, loc, "'", name,
+          "' is not an input of the model");
     env.from_data.insert(name);
   }
   if (!device) device = &default_device();
   DeviceGuard on(*device);
   for (const auto& [name, t] : m.initializers) {
     auto it = inputs.find(name);  // an input may override an initializer's default
-    env.values[name] = it != inputs.end() ? it->second : scalar_as_constant(t).to(*device);
+    if (it == inputs.end()) env.values[name] = scalar_as_constant(t).to(*device);
+    else env.set(name, it->second);
   }
   if (reads_data) *reads_data = false;
   run_nodes(m.nodes, m.output_names, env, m.info.opset, loc, reads_data);
-  std::map<std::string, Tensor> out;
-  for (const auto& name : m.output_names) out[name] = env.at(name);
+  std::map<std::string, Value> out;
+  for (const auto& name : m.output_names) out[name] = env.value(name);
   return out;
 }
 
-std::vector<Tensor> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Tensor>& inputs,
-                                 const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data) {
+std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
+                                        bool* reads_data) {
+  std::map<std::string, Value> given;
+  for (const auto& [name, t] : inputs) given[name] = Value::of(t);
+  std::map<std::string, Tensor> out;
+  for (auto& [name, v] : run_graph_values(m, given, loc, reads_data)) {
+    check(v.kind == Value::Kind::Tensor, kOp, loc, "output '", name, "' is a ", kind_name(v.kind),
+          " (Model::run_values gives outputs of every kind)");
+    out[name] = v.tensor;
+  }
+  return out;
+}
+
+std::vector<Value> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Value>& inputs,
+                                const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data) {
   check(inputs.size() == g.input_names.size(), kOp, loc, "a subgraph with ", g.input_names.size(), " inputs was given ",
         inputs.size());
   Scope env;
   env.parent = &outer;
   for (const auto& [name, t] : g.initializers) env.values[name] = scalar_as_constant(t).to(default_device());
   for (size_t k = 0; k < inputs.size(); ++k) {
-    env.values[g.input_names[k]] = inputs[k];
+    env.set(g.input_names[k], inputs[k]);
     if (k < inputs_from_data.size() && inputs_from_data[k]) env.from_data.insert(g.input_names[k]);
   }
   bool reads = false;
   run_nodes(g.nodes, g.output_names, env, opset, loc, &reads);
   if (reads_data && reads) *reads_data = true;
-  std::vector<Tensor> out;
-  for (const auto& name : g.output_names) out.push_back(env.at(name));
+  std::vector<Value> out;
+  for (const auto& name : g.output_names) out.push_back(env.value(name));
   return out;
 }
 
@@ -260,6 +302,19 @@ std::vector<std::string> Model::output_names() const { return impl_ ? impl_->out
 std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& inputs, Loc loc) const {
   check(impl_ != nullptr, kOp, loc, "empty model (not loaded)");
   return replay_ ? run_cached(*impl_, inputs, loc) : run_graph(*impl_, inputs, loc, nullptr);
+}
+
+std::map<std::string, Value> Model::run_values(const std::map<std::string, Value>& inputs, Loc loc) const {
+  check(impl_ != nullptr, kOp, loc, "empty model (not loaded)");
+  bool all_tensors = true;
+  for (const auto& v : impl_->info.outputs) all_tensors = all_tensors && v.kind == ValueInfo::Kind::Tensor;
+  for (const auto& [name, v] : inputs) all_tensors = all_tensors && v.kind == Value::Kind::Tensor;
+  if (!all_tensors) return run_graph_values(*impl_, inputs, loc, nullptr);
+  std::map<std::string, Tensor> given;
+  for (const auto& [name, v] : inputs) given[name] = v.tensor;
+  std::map<std::string, Value> out;
+  for (auto& [name, t] : run(given, loc)) out[name] = Value::of(t);
+  return out;
 }
 
 std::vector<Tensor> Model::operator()(const std::vector<Tensor>& inputs, Loc loc) const {

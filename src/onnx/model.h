@@ -57,19 +57,40 @@ struct Graph {
 };
 
 // The values of names while a graph runs; a subgraph's scope also sees its enclosing scopes'.
+// Tensors are in `values`, sequences and empty optionals in `others`.
 // from_data: the names whose values were computed from the model inputs' data (Ctx::from_data).
 struct Scope {
   const Scope* parent = nullptr;
   std::unordered_map<std::string, Tensor> values;
+  std::unordered_map<std::string, Value> others;
   std::unordered_set<std::string> from_data;
   const Tensor& at(const std::string& name) const {
-    for (const Scope* s = this; s; s = s->parent)
+    for (const Scope* s = this; s; s = s->parent) {
       if (auto it = s->values.find(name); it != s->values.end()) return it->second;
+      if (auto it = s->others.find(name); it != s->others.end())
+        fail("onnx", Loc::current(), "'", name, "' is a ", kind_name(it->second.kind), ", not a tensor");
+    }
     fail("onnx", Loc::current(), "'", name, "' has no value in this scope");
+  }
+  // The sequence or empty optional named so; nullptr when the name holds a tensor.
+  const Value* other(const std::string& name) const {
+    for (const Scope* s = this; s; s = s->parent) {
+      if (s->values.count(name)) return nullptr;
+      if (auto it = s->others.find(name); it != s->others.end()) return &it->second;
+    }
+    return nullptr;
+  }
+  Value value(const std::string& name) const {
+    const Value* v = other(name);
+    return v ? *v : Value::of(at(name));
+  }
+  void set(const std::string& name, Value v) {
+    if (v.kind == Value::Kind::Tensor) values[name] = std::move(v.tensor);
+    else others[name] = std::move(v);
   }
   bool is_from_data(const std::string& name) const {
     for (const Scope* s = this; s; s = s->parent)
-      if (s->values.count(name)) return s->from_data.count(name) != 0;
+      if (s->values.count(name) || s->others.count(name)) return s->from_data.count(name) != 0;
     return false;
   }
 };
@@ -110,13 +131,16 @@ std::string onnx_type_name(int onnx_type);
 void fold_batch_norms(ModelImpl& m);
 // Runs the nodes over the inputs (import.cpp): lazy outputs by graph output name. reads_data
 // (optional) is set when a handler read values computed from the inputs' data to the host.
+std::map<std::string, Value> run_graph_values(const ModelImpl& m, const std::map<std::string, Value>& inputs, Loc loc,
+                                              bool* reads_data);
+// The same for a model whose inputs and outputs are tensors (a sequence output is an error).
 std::map<std::string, Tensor> run_graph(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc,
                                         bool* reads_data);
 // Runs subgraph g in a scope inside `outer`, its inputs bound to `inputs` (inputs_from_data:
 // which of them carry values from the model inputs' data): its outputs in order. reads_data is
 // set when a node inside read data-dependent values to the host.
-std::vector<Tensor> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Tensor>& inputs,
-                                 const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data);
+std::vector<Value> run_subgraph(const Graph& g, const Scope& outer, const std::vector<Value>& inputs,
+                                const std::vector<char>& inputs_from_data, int64_t opset, Loc loc, bool* reads_data);
 // run_graph through m.programs (realized outputs; a replay when the signature was seen twice).
 std::map<std::string, Tensor> run_cached(const ModelImpl& m, const std::map<std::string, Tensor>& inputs, Loc loc);
 // The product of dims with overflow and kMaxElements checks (a zero dim gives 0 elements).

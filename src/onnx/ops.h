@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +30,11 @@ struct Ctx {
   std::vector<char> from_data = {};
   bool reads_data = false;
   const Scope* scope = nullptr;  // the names visible to the node's subgraphs (If, Loop, Scan)
+  // The inputs that are sequences or empty optionals (nullptr where input k is a tensor or
+  // omitted; `in` holds an undefined tensor there), and the handler's outputs of those kinds by
+  // index (its Outs hold undefined tensors there).
+  std::vector<const Value*> others = {};
+  std::map<size_t, Value> other_outs = {};
 
   // Every host read of an input's values goes through here (values() and scalar() do).
   void note_read(size_t k) {
@@ -51,9 +57,16 @@ struct Ctx {
     fail(kOp, loc, label(), ": ", p...);
   }
   bool has(size_t k) const { return k < in.size() && in[k].defined(); }
+  const Value* other(size_t k) const { return k < others.size() ? others[k] : nullptr; }
   const Tensor& x(size_t k) const {
+    if (const Value* v = other(k)) fail_with("input ", k, " is a ", kind_name(v->kind), ", this op takes a tensor");
     require(has(k), "input ", k, " is required");
     return in[k];
+  }
+  // Input k of any kind (a tensor, a sequence, an empty optional); it must be given.
+  Value value(size_t k) const {
+    if (const Value* v = other(k)) return *v;
+    return Value::of(x(k));
   }
   const Attr* attr(const std::string& name) const {
     auto it = node.attrs.find(name);
@@ -107,8 +120,25 @@ struct Ctx {
   }
 };
 
+// A graph-valued attribute (If's branches, the bodies of Loop, Scan and SequenceMap).
+inline const Graph& graph_attr(const Ctx& c, const std::string& name) {
+  const Attr* a = c.attr(name);
+  c.require(a && a->kind == Attr::GraphValue && a->graph, "attribute ", name, " (a graph) is required");
+  return *a->graph;
+}
+
 using Outs = std::vector<Tensor>;
 using Handler = std::function<Outs(Ctx&)>;
+
+// A handler's outputs of any kind: the tensors returned, the others put in c.other_outs.
+inline Outs outputs_of(Ctx& c, std::vector<Value> values) {
+  Outs outs(values.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (values[k].kind == Value::Kind::Tensor) outs[k] = std::move(values[k].tensor);
+    else c.other_outs[k] = std::move(values[k]);
+  }
+  return outs;
+}
 
 inline bool is_float(const Tensor& t) { return is_floating(t.dtype()); }
 
@@ -134,6 +164,7 @@ inline Tensor fix_negative_indices(const Tensor& idx, int64_t n) {
   return where(i < 0, i + n, i);
 }
 
+// By op type; ops of another domain than the default one as "domain:op_type".
 using HandlerTable = std::unordered_map<std::string, Handler>;
 
 // Elementwise handlers from a table op.
@@ -161,11 +192,19 @@ inline Handler variadic(Tensor (*f)(const Operand&, const Operand&, Loc), bool m
 }
 
 // Each ops_*.cpp adds its op types.
-void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic, matmul, reductions
+void add_elementwise_ops(HandlerTable& h);  // ops_elementwise.cpp: math, logic, matmul, einsum, reductions
 void add_shape_ops(HandlerTable& h);        // ops_shape.cpp: reshaping, slicing, gathering, creating
 void add_nn_ops(HandlerTable& h);           // ops_nn.cpp: normalization, convolution, pooling, losses
 void add_more_ops(HandlerTable& h);         // ops_more.cpp: Resize, RNN/GRU/LSTM, scatter/gather, NMS, ...
 void add_control_ops(HandlerTable& h);      // ops_control.cpp: If, Loop, Scan (subgraphs)
 void add_signal_ops(HandlerTable& h);       // ops_signal.cpp: DFT, STFT
+void add_quant_ops(HandlerTable& h);        // ops_quant.cpp: QuantizeLinear, QLinearConv, MatMulInteger, ...
+void add_sequence_ops(HandlerTable& h);     // ops_sequence.cpp: Sequence*, SplitToSequence, Optional*
+void add_training_ops(HandlerTable& h);     // ops_training.cpp: ai.onnx.preview.training's Adagrad, Momentum, Adam
+void add_text_ops(HandlerTable& h);         // ops_text.cpp: TfIdfVectorizer
+void add_sampling_ops(HandlerTable& h);     // ops_sampling.cpp: GridSample, RoiAlign
+
+// Conv (ops_nn.cpp), which ConvInteger and QLinearConv run on zero-point-shifted values.
+Outs op_conv(Ctx& c);
 
 }  // namespace alk::onnx

@@ -9,28 +9,27 @@ namespace alk::onnx {
 
 namespace {
 
-const Graph& graph_attr(const Ctx& c, const std::string& name) {
-  const Attr* a = c.attr(name);
-  c.require(a && a->kind == Attr::GraphValue && a->graph, "attribute ", name, " (a graph) is required");
-  return *a->graph;
-}
-
 bool truth(Ctx& c, size_t k) { return c.scalar(k) != 0; }
 
 // A subgraph's outputs must be the node's: each defined, as many as the node has.
-void check_outputs(const Ctx& c, const std::vector<Tensor>& outs, size_t want, const char* what) {
+void check_outputs(const Ctx& c, const std::vector<Value>& outs, size_t want, const char* what) {
   if (outs.size() != want) c.fail_with(what, " gives ", outs.size(), " outputs, the node has ", want);
   for (size_t k = 0; k < outs.size(); ++k)
-    if (!outs[k].defined()) c.fail_with(what, "'s output ", k, " is undefined");
+    if (outs[k].kind == Value::Kind::Tensor && !outs[k].tensor.defined()) c.fail_with(what, "'s output ", k, " is undefined");
+}
+
+const Tensor& tensor_output(const Ctx& c, const Value& v, size_t k, const char* what) {
+  if (v.kind != Value::Kind::Tensor) c.fail_with(what, "'s output ", k, " is a ", kind_name(v.kind), ", not a tensor");
+  return v.tensor;
 }
 
 Outs if_op(Ctx& c) {
   const Graph& branch = graph_attr(c, truth(c, 0) ? "then_branch" : "else_branch");
   bool reads = false;
-  Outs outs = run_subgraph(branch, *c.scope, {}, {}, c.opset, c.loc, &reads);
+  std::vector<Value> outs = run_subgraph(branch, *c.scope, {}, {}, c.opset, c.loc, &reads);
   c.reads_data = c.reads_data || reads;
   check_outputs(c, outs, c.node.outputs.size(), "the branch");
-  return outs;
+  return outputs_of(c, std::move(outs));
 }
 
 // Loop(M, cond, v...) with body(i, cond, v...) -> (cond, v..., scan...): runs while i < M and
@@ -47,37 +46,41 @@ Outs loop_op(Ctx& c) {
             carried, " carried + ", scans, " scan");
   const int64_t trips = c.has(0) ? static_cast<int64_t>(c.scalar(0)) : -1;
   bool cond = c.has(1) ? truth(c, 1) : true;
-  std::vector<Tensor> values(c.in.begin() + 2, c.in.end());
+  std::vector<Value> values;
+  for (size_t k = 0; k < carried; ++k) values.push_back(c.value(2 + k));
   std::vector<char> values_from_data(carried, 0);
   for (size_t k = 0; k < carried; ++k) values_from_data[k] = c.from_data[2 + k];
   std::vector<std::vector<Tensor>> scanned(scans);
   bool cond_from_data = c.has(1) && c.from_data[1];
   for (int64_t i = 0; (trips < 0 || i < trips) && cond; ++i) {
     if (i >= kMaxLoopIterations) c.fail_with("ran ", kMaxLoopIterations, " iterations without stopping");
-    std::vector<Tensor> in = {full({}, static_cast<double>(i), DType::I64), full({}, 1.0, DType::Bool)};
+    std::vector<Value> in = {Value::of(full({}, static_cast<double>(i), DType::I64)), Value::of(full({}, 1.0, DType::Bool))};
     in.insert(in.end(), values.begin(), values.end());
     std::vector<char> in_from_data(2 + carried, 0);
     in_from_data[1] = cond_from_data;
     for (size_t k = 0; k < carried; ++k) in_from_data[2 + k] = values_from_data[k];
     bool reads = false;
-    std::vector<Tensor> out = run_subgraph(body, *c.scope, in, in_from_data, c.opset, c.loc, &reads);
+    std::vector<Value> out = run_subgraph(body, *c.scope, in, in_from_data, c.opset, c.loc, &reads);
     c.reads_data = c.reads_data || reads;
     check_outputs(c, out, body.output_names.size(), "the body");
-    for (size_t k = 0; k < carried; ++k) values[k] = out[1 + k].contiguous();
-    for (size_t k = 0; k < scans; ++k) scanned[k].push_back(out[1 + carried + k]);
+    for (size_t k = 0; k < carried; ++k) {
+      values[k] = out[1 + k];
+      if (values[k].kind == Value::Kind::Tensor) values[k].tensor = values[k].tensor.contiguous();
+    }
+    for (size_t k = 0; k < scans; ++k) scanned[k].push_back(tensor_output(c, out[1 + carried + k], 1 + carried + k, "the body"));
     // The next condition: read back; whether it depends on the data is not tracked through the
     // body, so a loop that stops on a computed condition is taken as data-dependent.
     c.reads_data = true;
-    cond = out[0].to_vector<double>(c.loc).at(0) != 0;
+    cond = tensor_output(c, out[0], 0, "the body").to_vector<double>(c.loc).at(0) != 0;
     cond_from_data = true;
   }
   if (c.has(0) && c.from_data[0]) c.reads_data = true;
   if (c.has(1) && c.from_data[1]) c.reads_data = true;
-  Outs outs = values;
+  std::vector<Value> outs = values;
   for (auto& list : scanned)
     // No iteration: an empty tensor (the element shape is unknown without one).
-    outs.push_back(list.empty() ? zeros({0}, DType::F32) : stack(list, 0, c.loc));
-  return outs;
+    outs.push_back(Value::of(list.empty() ? zeros({0}, DType::F32) : stack(list, 0, c.loc)));
+  return outputs_of(c, std::move(outs));
 }
 
 // Scan(states..., inputs...) with body(states..., slices...) -> (states..., outputs...): one
@@ -100,14 +103,15 @@ Outs scan_items(Ctx& c, const Graph& body, std::vector<Tensor> states, const std
   if (length > kMaxLoopIterations) c.fail_with("scans ", length, " steps, more than ", kMaxLoopIterations);
   std::vector<std::vector<Tensor>> scanned(n_out);
   for (int64_t t = 0; t < length; ++t) {
-    std::vector<Tensor> in = states;
-    for (size_t j = 0; j < n_scan; ++j) in.push_back(xs[j].select(axes[j], in_dirs[j] ? length - 1 - t : t));
+    std::vector<Value> in;
+    for (const Tensor& s : states) in.push_back(Value::of(s));
+    for (size_t j = 0; j < n_scan; ++j) in.push_back(Value::of(xs[j].select(axes[j], in_dirs[j] ? length - 1 - t : t)));
     bool reads = false;
-    std::vector<Tensor> out = run_subgraph(body, *c.scope, in, from_data, c.opset, c.loc, &reads);
+    std::vector<Value> out = run_subgraph(body, *c.scope, in, from_data, c.opset, c.loc, &reads);
     c.reads_data = c.reads_data || reads;
     check_outputs(c, out, body.output_names.size(), "the body");
-    for (size_t k = 0; k < n_state; ++k) states[k] = out[k];
-    for (size_t k = 0; k < n_out; ++k) scanned[k].push_back(out[n_state + k]);
+    for (size_t k = 0; k < n_state; ++k) states[k] = tensor_output(c, out[k], k, "the body");
+    for (size_t k = 0; k < n_out; ++k) scanned[k].push_back(tensor_output(c, out[n_state + k], n_state + k, "the body"));
   }
   Outs outs = states;
   for (size_t k = 0; k < n_out; ++k) {

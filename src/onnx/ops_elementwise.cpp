@@ -1,4 +1,4 @@
-// ONNX elementwise math and logic, Gemm/MatMul, reductions and arg-reductions as alk Tensor ops.
+// ONNX elementwise math and logic, Gemm/MatMul/Einsum, reductions and arg-reductions as alk Tensor ops.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -89,6 +89,148 @@ Outs op_gemm(Ctx& c) {
 }
 
 Outs op_matmul(Ctx& c) { return {matmul(c.x(0), c.x(1), c.loc)}; }
+
+std::vector<std::string> einsum_terms(const std::string& lhs) {
+  std::vector<std::string> terms(1);
+  for (char ch : lhs) {
+    if (ch == ',') terms.emplace_back();
+    else terms.back() += ch;
+  }
+  return terms;
+}
+
+// The equation with each '...' written as capital letters it does not use, as many as the dims
+// the ellipsis stands for in that operand (aligned at the right across operands, as numpy
+// broadcasts them); an implicit output becomes explicit: the ellipsis dims, then the letters
+// that appear once, in order.
+std::string without_ellipsis(const Ctx& c, const std::string& eq, const std::vector<Tensor>& xs) {
+  if (eq.find("...") == std::string::npos) return eq;
+  const size_t arrow = eq.find("->");
+  std::vector<std::string> terms = einsum_terms(eq.substr(0, arrow));
+  c.require(terms.size() == xs.size(), "equation has ", terms.size(), " operands, node has ", xs.size());
+  std::string spare;
+  for (char ch = 'A'; ch <= 'Z'; ++ch)
+    if (eq.find(ch) == std::string::npos) spare += ch;
+  std::vector<int64_t> dims(terms.size(), 0);
+  int64_t most = 0;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (terms[t].find("...") == std::string::npos) continue;
+    dims[t] = xs[t].dim() - static_cast<int64_t>(terms[t].size() - 3);
+    c.require(dims[t] >= 0, "term ", terms[t], " has more letters than operand ", t, " has dims");
+    most = std::max(most, dims[t]);
+  }
+  c.require(most <= static_cast<int64_t>(spare.size()), "the ellipsis stands for more dims than there are spare letters");
+  const std::string letters = spare.substr(0, static_cast<size_t>(most));
+  std::string out = letters;
+  std::map<char, int> count;
+  std::string lhs;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    for (char ch : terms[t])
+      if (ch != '.') count[ch]++;
+    if (const size_t at = terms[t].find("..."); at != std::string::npos)
+      terms[t].replace(at, 3, letters.substr(static_cast<size_t>(most - dims[t])));
+    lhs += (t ? "," : "") + terms[t];
+  }
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    if (const size_t at = out.find("..."); at != std::string::npos) out.replace(at, 3, letters);
+  } else {
+    for (auto& [ch, n] : count)
+      if (n == 1) out += ch;
+  }
+  return lhs + "->" + out;
+}
+
+// An operand whose term repeats a letter ("ii"): its diagonal over those dims, the letter kept
+// once, last (the flattened pair of dims read at steps of n + 1).
+void take_diagonals(const Ctx& c, std::string& term, Tensor& x) {
+  for (;;) {
+    size_t p = std::string::npos, q = std::string::npos;
+    for (size_t i = 0; i < term.size() && q == std::string::npos; ++i)
+      if (const size_t j = term.find(term[i], i + 1); j != std::string::npos) p = i, q = j;
+    if (q == std::string::npos) return;
+    c.require(static_cast<int64_t>(term.size()) == x.dim(), "term ", term, " does not match rank ", x.dim());
+    const int64_t n = x.shape()[p];
+    if (x.shape()[q] != n) c.fail_with("index ", term[p], " has sizes ", n, " and ", x.shape()[q], " in '", term, "'");
+    std::vector<int64_t> perm;
+    Shape flat;
+    for (size_t k = 0; k < term.size(); ++k)
+      if (k != p && k != q) perm.push_back(static_cast<int64_t>(k)), flat.push_back(x.shape()[k]);
+    perm.push_back(static_cast<int64_t>(p));
+    perm.push_back(static_cast<int64_t>(q));
+    flat.push_back(n * n);
+    const Tensor on_diagonal = arange(0.0, static_cast<double>(n * n), static_cast<double>(n + 1), DType::I64);
+    x = index_select(x.permute(perm).reshape(flat), static_cast<int64_t>(flat.size()) - 1, on_diagonal);
+    const char letter = term[p];
+    term.erase(q, 1);
+    term.erase(p, 1);
+    term += letter;
+  }
+}
+
+Outs op_einsum(Ctx& c) {
+  // Two-operand (or one-operand) contractions through permute/reshape/matmul.
+  std::string eq_s = c.s("equation", "");
+  eq_s.erase(std::remove(eq_s.begin(), eq_s.end(), ' '), eq_s.end());
+  std::vector<Tensor> xs;
+  for (size_t t = 0; t < c.in.size(); ++t) xs.push_back(c.x(t));
+  eq_s = without_ellipsis(c, eq_s, xs);
+  if (eq_s.find("->") == std::string::npos) {
+    // Implicit output: the letters that appear once, in alphabetical order.
+    std::map<char, int> count;
+    for (char ch : eq_s)
+      if (ch != ',') count[ch]++;
+    eq_s += "->";
+    for (auto& [ch, n] : count)
+      if (n == 1) eq_s += ch;
+  }
+  const size_t arrow = eq_s.find("->");
+  std::vector<std::string> terms = einsum_terms(eq_s.substr(0, arrow));
+  const std::string out = eq_s.substr(arrow + 2);
+  c.require(terms.size() == c.in.size(), "equation has ", terms.size(), " operands, node has ", c.in.size());
+  if (terms.size() > 2) c.unsupported("more than two operands");
+  for (size_t t = 0; t < terms.size(); ++t) take_diagonals(c, terms[t], xs[t]);
+  std::map<char, int64_t> size;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const Tensor& x = xs[t];
+    c.require(static_cast<int64_t>(terms[t].size()) == x.dim(), "term ", terms[t], " does not match rank ", x.dim());
+    for (size_t k = 0; k < terms[t].size(); ++k) {
+      auto [it, fresh] = size.emplace(terms[t][k], x.shape()[k]);
+      c.require(fresh || it->second == x.shape()[k] || x.shape()[k] == 1 || it->second == 1, "index ", terms[t][k], " sizes differ");
+      it->second = std::max(it->second, x.shape()[k]);
+    }
+  }
+  // Every operand laid out over all letters (broadcast by size-1 dims), product, then sum.
+  std::string letters;
+  for (char ch : out) letters += ch;
+  for (auto& [ch, n] : size)
+    if (out.find(ch) == std::string::npos) letters += ch;
+  Tensor prod_t;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const Tensor& x = xs[t];
+    std::vector<int64_t> perm;
+    Shape view;
+    std::string present;
+    for (char ch : letters) {
+      const size_t at = terms[t].find(ch);
+      if (at != std::string::npos) perm.push_back(static_cast<int64_t>(at)), present += ch;
+    }
+    Tensor p = x.permute(perm);
+    for (char ch : letters) {
+      const size_t at = terms[t].find(ch);
+      view.push_back(at == std::string::npos ? 1 : x.shape()[at]);
+    }
+    p = p.reshape(view);
+    prod_t = t == 0 ? p : prod_t * p;
+  }
+  std::vector<int64_t> sum_axes;
+  for (size_t k = out.size(); k < letters.size(); ++k) sum_axes.push_back(static_cast<int64_t>(k));
+  Shape full;
+  for (char ch : letters) full.push_back(size[ch]);
+  c.checked(full);
+  Tensor r = broadcast_to(prod_t, full);
+  return {sum_axes.empty() ? r.contiguous() : sum(r, sum_axes, false, c.loc)};
+}
 
 // ---- reductions --------------------------------------------------------------------------
 
@@ -245,6 +387,7 @@ void add_elementwise_ops(HandlerTable& h) {
   h["Cast"] = op_cast;
   h["Gemm"] = op_gemm;
   h["MatMul"] = op_matmul;
+  h["Einsum"] = op_einsum;
   h["ReduceSum"] = reduce(Red::Sum);
   h["ReduceMean"] = reduce(Red::Mean);
   h["ReduceMax"] = reduce(Red::Max);

@@ -2,6 +2,7 @@
 // ops whose output size depends on the data (NonZero, Compress, NonMaxSuppression: computed on the host).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -400,12 +401,53 @@ Outs op_gather_nd(Ctx& c) {
   return {picked.reshape(out)};
 }
 
-// out = data with positions `index` along `axis` replaced (or added to) by updates.
+// data with each position index[m] along `axis` (m over updates' elements) combined with
+// updates[m] by `combine`, duplicates one after another: the updates go in rounds in which each
+// position appears once (the k-th update of every position in round k), made on the host from
+// the indices (input 1, read back).
+Tensor scatter_in_rounds(Ctx& c, const Tensor& data, int64_t axis, const Tensor& index, const Tensor& updates,
+                         const std::function<Tensor(const Tensor&, const Tensor&)>& combine) {
+  c.require(index.numel() <= kMaxShapeValues, "too many indices to combine duplicates (", index.numel(), ")");
+  c.note_read(1);
+  const std::vector<int64_t> idx = index.to_vector<int64_t>(c.loc);
+  const Shape& us = updates.shape();
+  std::map<std::vector<int64_t>, int64_t> seen;  // target position -> updates placed so far
+  std::vector<int64_t> round(idx.size());
+  int64_t rounds = 0;
+  std::vector<int64_t> at(us.size(), 0);
+  for (size_t e = 0; e < idx.size(); ++e) {
+    std::vector<int64_t> target = at;
+    target[static_cast<size_t>(axis)] = idx[e];
+    round[e] = seen[target]++;
+    rounds = std::max(rounds, round[e] + 1);
+    if (rounds > 4096) c.fail_with("more than 4096 updates of one position");
+    for (size_t d = us.size(); d-- > 0;)  // the next multi-index in row-major order
+      if (++at[d] < us[d]) break;
+      else at[d] = 0;
+  }
+  Tensor out = data;
+  for (int64_t r = 0; r < rounds; ++r) {
+    std::vector<uint8_t> in_round(idx.size());
+    for (size_t e = 0; e < idx.size(); ++e) in_round[e] = round[e] == r;
+    const Tensor mask = tensor(in_round, us, DType::Bool);
+    const Tensor placed = scatter_add(zeros(data.shape(), updates.dtype()).contiguous(), axis, index,
+                                      where(mask, updates, 0.0), c.loc);
+    const Tensor hit = scatter_add(zeros(data.shape(), DType::F32).contiguous(), axis, index, mask.to(DType::F32), c.loc);
+    out = where(hit > 0, combine(out, placed), out);
+  }
+  return out;
+}
+
+// out = data with positions `index` along `axis` replaced by updates, or combined with them
+// (reduction add, mul, max, min).
 Tensor scatter_into(Ctx& c, const Tensor& data, int64_t axis, const Tensor& index, const Tensor& updates) {
   const std::string reduction = c.s("reduction", "none");
+  if (reduction == "mul") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return a * b; });
+  if (reduction == "max") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
+  if (reduction == "min") return scatter_in_rounds(c, data, axis, index, updates, [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
   Tensor added = scatter_add(zeros(data.shape(), updates.dtype()).contiguous(), axis, index, updates, c.loc);
   if (reduction == "add") return data + added;
-  if (reduction != "none") c.unsupported("reduction ", reduction);
+  c.require(reduction == "none", "reduction '", reduction, "' is none of none, add, mul, max, min");
   Tensor hit = scatter_add(zeros(data.shape(), DType::F32).contiguous(), axis, index, ones(updates.shape(), DType::F32), c.loc);
   return where(hit > 0, added, data);
 }
@@ -585,64 +627,6 @@ Outs op_nms(Ctx& c) {
   return {tensor(out, {n, 3})};
 }
 
-// GridSample (bilinear and nearest; zeros, border and reflection padding): each output pixel
-// gathers its taps from the flattened image, weighted, with out-of-image taps weighted 0.
-Tensor reflect(const Tensor& v, double lo, double hi) {
-  const double span = hi - lo;
-  if (span <= 0) return zeros_like(v);
-  Tensor d = abs(v - lo);
-  Tensor flips = floor(d / span);
-  Tensor extra = d - flips * span;
-  Tensor odd = (flips - floor(flips / 2.0) * 2.0) > 0.5;
-  return where(odd, span - extra + lo, extra + lo);
-}
-
-Outs op_grid_sample(Ctx& c) {
-  const Tensor& x = c.x(0);
-  const Tensor& grid = c.x(1);
-  c.require(x.dim() == 4 && grid.dim() == 4 && grid.shape()[3] == 2 && grid.shape()[0] == x.shape()[0],
-            "X ", to_string(x.shape()), " and grid ", to_string(grid.shape()), " do not fit (only 2-D sampling)");
-  const std::string mode = c.s("mode", "bilinear"), padding = c.s("padding_mode", "zeros");
-  if (mode != "bilinear" && mode != "nearest" && mode != "linear") c.unsupported("mode ", mode);
-  c.require(padding == "zeros" || padding == "border" || padding == "reflection", "bad padding_mode ", padding);
-  const bool align = c.i("align_corners", 0) != 0;
-  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  const int64_t Ho = grid.shape()[1], Wo = grid.shape()[2];
-  const DType ft = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor g = grid.to(ft);
-  auto unnormalize = [&](const Tensor& v, int64_t n) {
-    return align ? (v + 1.0) * 0.5 * static_cast<double>(n - 1) : ((v + 1.0) * static_cast<double>(n) - 1.0) * 0.5;
-  };
-  auto pad_coord = [&](Tensor v, int64_t n) {
-    if (padding == "border") return clamp(v, 0.0, static_cast<double>(n - 1));
-    if (padding == "reflection") {
-      v = align ? reflect(v, 0.0, static_cast<double>(n - 1)) : reflect(v, -0.5, static_cast<double>(n) - 0.5);
-      return clamp(v, 0.0, static_cast<double>(n - 1));
-    }
-    return v;
-  };
-  Tensor ix = pad_coord(unnormalize(g.select(3, 0), W), W), iy = pad_coord(unnormalize(g.select(3, 1), H), H);
-  Tensor flat = x.reshape({N, C, H * W});
-  auto tap = [&](const Tensor& yy, const Tensor& xx, const Tensor& weight) {
-    Tensor valid = logical_and(logical_and(xx >= 0, xx <= static_cast<double>(W - 1)),
-                               logical_and(yy >= 0, yy <= static_cast<double>(H - 1)));
-    Tensor idx = cast(clamp(yy, 0.0, static_cast<double>(H - 1)) * static_cast<double>(W) +
-                          clamp(xx, 0.0, static_cast<double>(W - 1)), DType::I64);
-    Tensor picked = gather(flat, 2, idx.reshape({N, 1, Ho * Wo}).expand({N, C, Ho * Wo}).contiguous());
-    return picked.to(ft) * where(valid, weight, 0.0).reshape({N, 1, Ho * Wo});
-  };
-  Tensor y;
-  if (mode == "nearest") {
-    y = tap(round(iy), round(ix), ones_like(ix));
-  } else {
-    Tensor x0 = floor(ix), y0 = floor(iy);
-    Tensor wx = ix - x0, wy = iy - y0;
-    y = tap(y0, x0, (1.0 - wx) * (1.0 - wy)) + tap(y0, x0 + 1.0, wx * (1.0 - wy)) + tap(y0 + 1.0, x0, (1.0 - wx) * wy) +
-        tap(y0 + 1.0, x0 + 1.0, wx * wy);
-  }
-  return {cast(y.reshape({N, C, Ho, Wo}), x.dtype())};
-}
-
 // Unique, on the host (its output size depends on the data): over the flattened tensor, or over
 // slices along `axis`, sorted (lexicographically for slices) or in order of first occurrence.
 Outs op_unique(Ctx& c) {
@@ -710,7 +694,12 @@ Outs op_bitshift(Ctx& c) {
   return {cast(floor(x.to(DType::F64) / scale), x.dtype())};
 }
 
-// MaxUnpool: the values written at MaxPool's flat indices into zeros of the unpooled shape.
+// MaxUnpool: the values written at MaxPool's flat indices into zeros of the unpooled shape
+// ((in - 1) * stride - pads + kernel). With output_shape (the ONNX reference's rule) the pads are
+// ignored, the values land in that unpadded shape, which is then extended with zeros at the end
+// of each axis to output_shape. An index that repeats (overlapping windows of the MaxPool that
+// made them) carries the same value each time: the values are averaged per position, which
+// keeps it, where a sum would multiply it.
 Outs op_max_unpool(Ctx& c) {
   const Tensor &x = c.x(0), &idx = c.x(1);
   c.require(x.dim() == 4 && idx.shape() == x.shape(), "X and I must be 4-D of one shape");
@@ -718,16 +707,28 @@ Outs op_max_unpool(Ctx& c) {
   c.require(kernel.size() == 2, "kernel_shape must have 2 values");
   std::vector<int64_t> strides = c.ints("strides", {1, 1}), pads = c.ints("pads", {0, 0, 0, 0});
   c.require(strides.size() == 2 && pads.size() == 4, "strides/pads of the wrong length");
-  // An explicit output_shape places the values by the reference's own rule (not the flat
-  // indices as given), which alk does not reproduce.
-  if (c.has(2)) c.unsupported("output_shape");
+  std::vector<int64_t> wanted;
+  if (c.has(2)) {
+    wanted = c.values(2);
+    c.require(wanted.size() == 4, "output_shape must have 4 values, got ", wanted.size());
+    pads = {0, 0, 0, 0};
+  }
   Shape out = x.shape();
   for (size_t k = 0; k < 2; ++k) out[2 + k] = (x.shape()[2 + k] - 1) * strides[k] - pads[k] - pads[k + 2] + kernel[k];
   const int64_t total = checked_numel(out, c.label(), c.loc);
   Tensor flat_idx = idx.to(DType::I64).reshape({idx.numel()});
   c.require(total > 0 || x.numel() == 0, "empty output");
-  Tensor y = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, clamp(flat_idx, 0, total - 1), x.reshape({x.numel()}));
-  return {y.reshape(out)};
+  const Tensor at = clamp(flat_idx, 0, total - 1);
+  const Tensor sums = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, at, x.reshape({x.numel()}));
+  const Tensor hits = scatter_add(zeros({total}, x.dtype()).contiguous(), 0, at, ones({x.numel()}, x.dtype()));
+  Tensor y = where(hits > 1, sums / hits, sums).reshape(out);
+  if (!wanted.empty()) {
+    for (size_t k = 0; k < 4; ++k)
+      if (wanted[k] < out[k] || (k < 2 && wanted[k] != out[k]) || wanted[k] > kMaxShapeValues)
+        c.fail_with("output_shape ", to_string(wanted), " must keep N and C and not be smaller than ", to_string(out));
+    y = pad(y, {0, wanted[3] - out[3], 0, wanted[2] - out[2]});
+  }
+  return {y};
 }
 
 // Det by Gaussian elimination with partial pivoting, on the host (small matrices).
@@ -787,7 +788,6 @@ void add_more_ops(HandlerTable& h) {
   h["ReverseSequence"] = op_reverse_sequence;
   h["Upsample"] = op_upsample;
   h["NonMaxSuppression"] = op_nms;
-  h["GridSample"] = op_grid_sample;
   h["Unique"] = op_unique;
   h["BitShift"] = op_bitshift;
   h["MaxUnpool"] = op_max_unpool;

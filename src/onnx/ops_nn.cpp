@@ -1,5 +1,5 @@
-// ONNX normalization, convolution and pooling (1-D and 2-D, through unfold2d and matmul), losses,
-// and a few ops of the same models (Dropout at inference, PRelu, Einsum, TopK).
+// ONNX normalization, convolution and pooling (1-D and 2-D through unfold2d and matmul; 3-D as
+// sums or chains of 2-D ones), losses, and a few ops of the same models (Dropout, PRelu, TopK).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,14 +22,27 @@ Shape channel_shape(const Tensor& x) {
   return s;
 }
 
+// Inference: the running mean and variance normalize. Training (training_mode, opset 14; more
+// than one output before): the batch's mean and population variance over every axis but the
+// channels normalize, and the running statistics move toward them by 1 - momentum.
 Outs op_batchnorm(Ctx& c) {
   const Tensor& x = c.x(0);
-  if (c.i("training_mode", 0) || c.node.outputs.size() > 1) c.unsupported("training mode");
+  const bool training = c.opset >= 14 ? c.i("training_mode", 0) != 0 : c.node.outputs.size() > 1;
   c.require(x.dim() >= 2, "input must be at least 2-D");
   const double eps = c.f("epsilon", 1e-5);
   Shape cs = channel_shape(x);
   Tensor scale = c.x(1).reshape(cs), bias = c.x(2).reshape(cs), m = c.x(3).reshape(cs), v = c.x(4).reshape(cs);
-  return {(x - m) * (scale * rsqrt(v + eps)) + bias};
+  if (!training) return {(x - m) * (scale * rsqrt(v + eps)) + bias};
+  if (c.node.outputs.size() > 3) c.unsupported("the saved mean and variance outputs (training mode before opset 14)");
+  const double momentum = c.f("momentum", 0.9);
+  std::vector<int64_t> axes{0};
+  for (int64_t d = 2; d < x.dim(); ++d) axes.push_back(d);
+  const Tensor batch_mean = mean(x, axes, true), centered = x - batch_mean;
+  const Tensor batch_var = mean(centered * centered, axes, true);
+  const Shape stat = c.x(3).shape();
+  return {centered * (scale * rsqrt(batch_var + eps)) + bias,
+          c.x(3) * momentum + batch_mean.reshape(stat) * (1.0 - momentum),
+          c.x(4) * momentum + batch_var.reshape(stat) * (1.0 - momentum)};
 }
 
 Outs op_instancenorm(Ctx& c) {
@@ -172,9 +185,67 @@ int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d) { return (in - ((k
 
 Tensor restore_rank(const Tensor& y, const Window& w) { return w.spatial == 1 ? y.squeeze(2) : y; }
 
+// 3-D convolution as a sum over the kernel's depth taps of 2-D convolutions: tap kd reads the
+// (padded) input depths d' * stride + kd * dilation for every output depth d', folded into the
+// batch, with the kernel's slice W[:, :, kd]. auto_pad over H and W passes on to the 2-D part.
+Outs conv_3d(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const Tensor& wt = c.x(1);
+  c.require(wt.dim() == 5, "W must be 5-D for a 3-D convolution, got ", to_string(wt.shape()));
+  const std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
+  c.require(c.ints("kernel_shape", kernel) == kernel, "kernel_shape does not match W");
+  const std::vector<int64_t> strides = c.ints("strides", {1, 1, 1}), dilations = c.ints("dilations", {1, 1, 1});
+  std::vector<int64_t> pads = c.ints("pads", {0, 0, 0, 0, 0, 0});
+  c.require(strides.size() == 3 && dilations.size() == 3 && pads.size() == 6, "strides/dilations/pads of the wrong length for 3-D");
+  c.require(strides[0] >= 1 && strides[0] <= 4096 && dilations[0] >= 1 && dilations[0] <= 4096 && pads[0] >= 0 &&
+                pads[3] >= 0 && pads[0] <= 4096 && pads[3] <= 4096,
+            "depth stride/dilation/pads out of range");
+  const int64_t N = x.shape()[0], D = x.shape()[2], KD = kernel[0], span = (KD - 1) * dilations[0] + 1;
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const int64_t out = (D + strides[0] - 1) / strides[0], total = std::max<int64_t>(0, (out - 1) * strides[0] + span - D);
+    pads[0] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    pads[3] = total - pads[0];
+  } else if (auto_pad == "VALID") {
+    pads[0] = pads[3] = 0;
+  }
+  const int64_t padded = D + pads[0] + pads[3];
+  c.require(padded >= span, "the kernel does not fit the padded input depth");
+  const int64_t out_d = (padded - span) / strides[0] + 1;
+  const Tensor xt = (pads[0] || pads[3] ? pad(x, {0, 0, 0, 0, pads[0], pads[3]}) : x).permute({0, 2, 1, 3, 4});
+  Node plane = c.node;
+  for (auto& [name, values] : {std::pair{"kernel_shape", std::vector<int64_t>{kernel[1], kernel[2]}},
+                               {"strides", {strides[1], strides[2]}},
+                               {"dilations", {dilations[1], dilations[2]}},
+                               {"pads", {pads[1], pads[2], pads[4], pads[5]}}}) {
+    Attr a;
+    a.kind = Attr::Ints;
+    a.ints = values;
+    plane.attrs[name] = a;
+  }
+  Tensor acc;
+  for (int64_t kd = 0; kd < KD; ++kd) {
+    const int64_t first = kd * dilations[0];
+    const Tensor taps = xt.slice(1, first, first + (out_d - 1) * strides[0] + 1, strides[0], c.loc);  // [N, D', C, H, W]
+    Shape folded{N * out_d};
+    folded.insert(folded.end(), x.shape().begin() + 1, x.shape().begin() + 2);
+    folded.insert(folded.end(), x.shape().begin() + 3, x.shape().end());
+    Ctx part{plane, c.opset, {taps.reshape(folded), wt.select(2, kd)}, c.loc};
+    const Tensor y = op_conv(part)[0];  // [N * D', M, H', W']
+    acc = acc.defined() ? acc + y : y;
+  }
+  const int64_t M = wt.shape()[0];
+  Tensor y = acc.reshape({N, out_d, M, acc.shape()[2], acc.shape()[3]}).permute({0, 2, 1, 3, 4});
+  if (c.has(2)) y = y + c.x(2).reshape({1, M, 1, 1, 1});
+  return {y.contiguous()};
+}
+
+}  // namespace
+
 Outs op_conv(Ctx& c) {
   const Tensor& x = c.x(0);
   const Tensor& wt = c.x(1);
+  if (x.dim() == 5) return conv_3d(c);
   c.require(x.dim() == wt.dim() && x.dim() >= 3, "X and W ranks differ or are below 3");
   std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
   Window w = window_of(c, x, c.ints("kernel_shape", kernel));
@@ -220,10 +291,81 @@ Outs op_conv(Ctx& c) {
   return {restore_rank(y, w)};
 }
 
+namespace {
+
+Outs op_conv_transpose(Ctx& c);
+
+// 3-D transposed convolution as a sum over the kernel's depth taps of 2-D ones: input depth d
+// with tap kd lands on output depth d * stride + kd * dilation, the input depths folded into the
+// batch. The depth's pads (from pads, output_shape or auto_pad, as for H and W) crop the sum;
+// H and W are the 2-D part's.
+Outs conv_transpose_3d(Ctx& c) {
+  const Tensor& x = c.x(0);
+  const Tensor& wt = c.x(1);
+  c.require(wt.dim() == 5, "W must be 5-D for a 3-D transposed convolution, got ", to_string(wt.shape()));
+  const std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
+  c.require(c.ints("kernel_shape", kernel) == kernel, "kernel_shape does not match W");
+  const std::vector<int64_t> strides = c.ints("strides", {1, 1, 1}), dilations = c.ints("dilations", {1, 1, 1}),
+                             out_pad = c.ints("output_padding", {0, 0, 0});
+  std::vector<int64_t> pads = c.ints("pads", {0, 0, 0, 0, 0, 0}), out_shape = c.ints("output_shape");
+  c.require(strides.size() == 3 && dilations.size() == 3 && pads.size() == 6 && out_pad.size() == 3,
+            "strides/dilations/pads/output_padding of the wrong length for 3-D");
+  c.require(strides[0] >= 1 && strides[0] <= 4096 && dilations[0] >= 1 && dilations[0] <= 4096 && out_pad[0] >= 0 &&
+                out_pad[0] < std::max(strides[0], dilations[0]) && std::abs(pads[0]) <= 4096 && std::abs(pads[3]) <= 4096,
+            "depth stride/dilation/pads/output_padding out of range");
+  if (out_shape.size() == 5) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  c.require(out_shape.empty() || out_shape.size() == 3, "output_shape of the wrong length");
+  const int64_t N = x.shape()[0], D = x.shape()[2], KD = kernel[0];
+  const int64_t full = (D - 1) * strides[0] + (KD - 1) * dilations[0] + 1 + out_pad[0];
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const int64_t total = full - (out_shape.empty() ? D * strides[0] : out_shape[0]);
+    c.require(total > -kMaxShapeValues, "output_shape too large");
+    const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor, as the spec's Python
+    pads[0] = auto_pad == "SAME_UPPER" ? half : total - half;
+    pads[3] = total - pads[0];
+  }
+  Node plane = c.node;
+  std::vector<std::pair<const char*, std::vector<int64_t>>> attrs = {
+      {"kernel_shape", {kernel[1], kernel[2]}}, {"strides", {strides[1], strides[2]}},
+      {"dilations", {dilations[1], dilations[2]}}, {"pads", {pads[1], pads[2], pads[4], pads[5]}},
+      {"output_padding", {out_pad[1], out_pad[2]}}};
+  if (!out_shape.empty()) attrs.push_back({"output_shape", {out_shape[1], out_shape[2]}});
+  for (auto& [name, values] : attrs) {
+    Attr a;
+    a.kind = Attr::Ints;
+    a.ints = values;
+    plane.attrs[name] = a;
+  }
+  const Tensor planes = x.permute({0, 2, 1, 3, 4}).reshape({N * D, x.shape()[1], x.shape()[3], x.shape()[4]});
+  const int64_t placed = (D - 1) * strides[0] + 1;
+  Tensor acc;
+  for (int64_t kd = 0; kd < KD; ++kd) {
+    Ctx part{plane, c.opset, {planes, wt.select(2, kd)}, c.loc};
+    Tensor z = op_conv_transpose(part)[0];  // [N * D, M, H', W']
+    const Shape zs = z.shape();
+    z = z.reshape({N, D, zs[1], zs[2], zs[3]});
+    if (strides[0] > 1)  // input depth d at d * stride: stride - 1 zero planes after each
+      z = pad(z.unsqueeze(2), {0, 0, 0, 0, 0, 0, 0, strides[0] - 1}).reshape({N, D * strides[0], zs[1], zs[2], zs[3]}).slice(1, 0, placed);
+    const int64_t front = kd * dilations[0];
+    z = pad(z, {0, 0, 0, 0, 0, 0, front, full - placed - front});
+    acc = acc.defined() ? acc + z : z;
+  }
+  // Positive pads crop the depth, negative ones extend it with zeros.
+  acc = acc.slice(1, std::max<int64_t>(pads[0], 0), full - std::max<int64_t>(pads[3], 0));
+  if (pads[0] < 0 || pads[3] < 0)
+    acc = pad(acc, {0, 0, 0, 0, 0, 0, std::max<int64_t>(-pads[0], 0), std::max<int64_t>(-pads[3], 0)});
+  const int64_t M = acc.shape()[2];
+  Tensor y = acc.permute({0, 2, 1, 3, 4});
+  if (c.has(2)) y = y + c.x(2).reshape({1, M, 1, 1, 1});
+  return {y.contiguous()};
+}
+
 Outs op_conv_transpose(Ctx& c) {
   const Tensor& x = c.x(0);
   const Tensor& wt = c.x(1);
   c.require(x.dim() == wt.dim() && x.dim() >= 3, "X and W ranks differ or are below 3");
+  if (x.dim() == 5) return conv_transpose_3d(c);
   std::vector<int64_t> kernel(wt.shape().begin() + 2, wt.shape().end());
   const int64_t groups = c.i("group", 1);
   const int64_t N = x.shape()[0], C = x.shape()[1];
@@ -295,9 +437,12 @@ Outs op_conv_transpose(Ctx& c) {
   return {restore_rank(y, w)};
 }
 
+Outs pool_3d(Ctx& c, bool is_max);
+
 Handler pool(bool is_max) {
   return [is_max](Ctx& c) {
     const Tensor& x = c.x(0);
+    if (x.dim() == 5) return pool_3d(c, is_max);
     const bool want_indices = c.node.outputs.size() > 1 && !c.node.outputs[1].empty();
     const bool column_major = c.i("storage_order", 0) != 0;
     c.require(is_float(x) || is_max, "average pooling needs a floating-point input");
@@ -393,6 +538,40 @@ Handler pool(bool is_max) {
   };
 }
 
+// 3-D pooling as two 2-D poolings: over (H, W) with D folded into the channels, then over
+// (D, 1) with H' x W' flattened. Both are separable over a box window: the max of maxima, and
+// the average of averages, since the count a window averages over (pads included or not) is
+// the product of its per-axis counts. auto_pad and ceil_mode apply per axis, so they pass on.
+Outs pool_3d(Ctx& c, bool is_max) {
+  const Tensor& x = c.x(0);
+  if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) c.unsupported("the Indices output of a 3-D MaxPool");
+  const std::vector<int64_t> kernel = c.ints("kernel_shape"), strides = c.ints("strides", {1, 1, 1}),
+                             dilations = c.ints("dilations", {1, 1, 1}), pads = c.ints("pads", {0, 0, 0, 0, 0, 0});
+  c.require(kernel.size() == 3 && strides.size() == 3 && dilations.size() == 3 && pads.size() == 6,
+            "kernel_shape/strides/dilations/pads of the wrong length for 3-D");
+  auto part = [&](std::vector<int64_t> k, std::vector<int64_t> st, std::vector<int64_t> d, std::vector<int64_t> p) {
+    Node n = c.node;
+    n.outputs.resize(1);
+    for (auto& [name, values] : {std::pair{"kernel_shape", k}, {"strides", st}, {"dilations", d}, {"pads", p}}) {
+      Attr a;
+      a.kind = Attr::Ints;
+      a.ints = values;
+      n.attrs[name] = a;
+    }
+    return n;
+  };
+  const Node over_hw = part({kernel[1], kernel[2]}, {strides[1], strides[2]}, {dilations[1], dilations[2]},
+                            {pads[1], pads[2], pads[4], pads[5]});
+  const Node over_d = part({kernel[0], 1}, {strides[0], 1}, {dilations[0], 1}, {pads[0], 0, pads[3], 0});
+  const int64_t N = x.shape()[0], C = x.shape()[1], D = x.shape()[2];
+  Ctx hw{over_hw, c.opset, {x.reshape({N, C * D, x.shape()[3], x.shape()[4]})}, c.loc};
+  const Tensor y = pool(is_max)(hw)[0];  // [N, C * D, H', W']
+  const int64_t oh = y.shape()[2], ow = y.shape()[3];
+  Ctx d{over_d, c.opset, {y.reshape({N, C, D, oh * ow})}, c.loc};
+  const Tensor z = pool(is_max)(d)[0];  // [N, C, D', H' * W']
+  return {z.reshape({N, C, z.shape()[2], oh, ow})};
+}
+
 Handler global_pool(bool is_max) {
   return [is_max](Ctx& c) {
     const Tensor& x = c.x(0);
@@ -405,13 +584,18 @@ Handler global_pool(bool is_max) {
 
 Outs op_dropout(Ctx& c) {
   const bool training = c.opset >= 12 ? (c.has(2) && c.scalar(2) != 0) : c.i("is_test", 1) == 0 && c.opset < 7;
-  if (training) c.unsupported("training mode (random masks)");
+  if (training) {
+    // Only the ratio that keeps every element is deterministic.
+    const double ratio = c.opset >= 12 ? (c.has(1) ? c.scalar(1) : 0.5) : c.f("ratio", 0.5);
+    if (ratio != 0) c.unsupported("training mode with ratio ", ratio, " (random masks)");
+  }
   Outs out{c.x(0)};
   if (c.node.outputs.size() > 1) out.push_back(ones(c.x(0).shape(), DType::Bool).contiguous());
   return out;
 }
 
-Outs op_identity(Ctx& c) { return {c.x(0)}; }
+// Any kind of value passes through (a tensor, a sequence, an optional).
+Outs op_identity(Ctx& c) { return outputs_of(c, {c.value(0)}); }
 
 Outs op_prelu(Ctx& c) {
   const Tensor& x = c.x(0);
@@ -426,77 +610,6 @@ Outs op_prelu(Ctx& c) {
 }
 
 Outs op_castlike(Ctx& c) { return {cast(c.x(0), c.x(1).dtype())}; }
-
-Outs op_einsum(Ctx& c) {
-  // Two-operand (or one-operand) contractions through permute/reshape/matmul.
-  std::string eq_s = c.s("equation", "");
-  eq_s.erase(std::remove(eq_s.begin(), eq_s.end(), ' '), eq_s.end());
-  if (eq_s.find("...") != std::string::npos) c.unsupported("equation '", eq_s, "' (ellipsis)");
-  if (eq_s.find("->") == std::string::npos) {
-    // Implicit output: the letters that appear once, in alphabetical order.
-    std::map<char, int> count;
-    for (char ch : eq_s)
-      if (ch != ',') count[ch]++;
-    eq_s += "->";
-    for (auto& [ch, n] : count)
-      if (n == 1) eq_s += ch;
-  }
-  const size_t arrow = eq_s.find("->");
-  std::vector<std::string> terms;
-  {
-    std::string lhs = eq_s.substr(0, arrow), cur;
-    for (char ch : lhs) {
-      if (ch == ',') terms.push_back(cur), cur.clear();
-      else cur += ch;
-    }
-    terms.push_back(cur);
-  }
-  const std::string out = eq_s.substr(arrow + 2);
-  c.require(terms.size() == c.in.size(), "equation has ", terms.size(), " operands, node has ", c.in.size());
-  if (terms.size() > 2) c.unsupported("more than two operands");
-  std::map<char, int64_t> size;
-  for (size_t t = 0; t < terms.size(); ++t) {
-    const Tensor& x = c.x(t);
-    c.require(static_cast<int64_t>(terms[t].size()) == x.dim(), "term ", terms[t], " does not match rank ", x.dim());
-    std::set<char> seen;
-    for (size_t k = 0; k < terms[t].size(); ++k) {
-      if (!seen.insert(terms[t][k]).second) c.unsupported("repeated index (diagonal) in '", terms[t], "'");
-      auto [it, fresh] = size.emplace(terms[t][k], x.shape()[k]);
-      c.require(fresh || it->second == x.shape()[k] || x.shape()[k] == 1 || it->second == 1, "index ", terms[t][k], " sizes differ");
-      it->second = std::max(it->second, x.shape()[k]);
-    }
-  }
-  // Every operand laid out over all letters (broadcast by size-1 dims), product, then sum.
-  std::string letters;
-  for (char ch : out) letters += ch;
-  for (auto& [ch, n] : size)
-    if (out.find(ch) == std::string::npos) letters += ch;
-  Tensor prod_t;
-  for (size_t t = 0; t < terms.size(); ++t) {
-    const Tensor& x = c.x(t);
-    std::vector<int64_t> perm;
-    Shape view;
-    std::string present;
-    for (char ch : letters) {
-      const size_t at = terms[t].find(ch);
-      if (at != std::string::npos) perm.push_back(static_cast<int64_t>(at)), present += ch;
-    }
-    Tensor p = x.permute(perm);
-    for (char ch : letters) {
-      const size_t at = terms[t].find(ch);
-      view.push_back(at == std::string::npos ? 1 : x.shape()[at]);
-    }
-    p = p.reshape(view);
-    prod_t = t == 0 ? p : prod_t * p;
-  }
-  std::vector<int64_t> sum_axes;
-  for (size_t k = out.size(); k < letters.size(); ++k) sum_axes.push_back(static_cast<int64_t>(k));
-  Shape full;
-  for (char ch : letters) full.push_back(size[ch]);
-  c.checked(full);
-  Tensor r = broadcast_to(prod_t, full);
-  return {sum_axes.empty() ? r.contiguous() : sum(r, sum_axes, false, c.loc)};
-}
 
 Outs op_topk(Ctx& c) {
   // Repeated argmax/argmin: fine for the small k of classifiers' top-5.
@@ -576,7 +689,6 @@ void add_nn_ops(HandlerTable& h) {
   h["GlobalAveragePool"] = global_pool(false);
   h["Dropout"] = op_dropout;
   h["Identity"] = op_identity;
-  h["Einsum"] = op_einsum;
   h["TopK"] = op_topk;
   h["NegativeLogLikelihoodLoss"] = op_nll;
   h["SoftmaxCrossEntropyLoss"] = op_softmax_ce;

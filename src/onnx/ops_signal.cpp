@@ -1,7 +1,9 @@
 // Signal processing: DFT and STFT as products with cosine and sine matrices built on the host
 // in f64 (a length-L transform is two [L, K] products, which the GEMMs run at full speed for the
 // frame sizes audio models use, 256..2048; an FFT would only win on long single transforms).
+// MelWeightMatrix, the filter bank applied to their magnitudes, is made on the host.
 // The windows (HannWindow, ...) are in ops_more.cpp.
+#include <algorithm>
 #include <numbers>
 
 #include "onnx/ops.h"
@@ -110,11 +112,52 @@ Outs stft(Ctx& c) {
   return {stack({yr, yi}, -1, c.loc).contiguous()};
 }
 
+// MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
+// [dft_length / 2 + 1, num_mel_bins] triangular filters, made on the host in f64. The band
+// edges are num_mel_bins + 2 points on the mel scale (2595 log10(1 + f / 700)) spaced by
+// (high - low) / (num_mel_bins + 2), as the spec's reference divides (not by + 1), mapped back
+// to hertz and floored to spectrogram bins: floor((dft_length + 1) * f / sample_rate).
+Outs mel_weight_matrix(Ctx& c) {
+  const auto mels = static_cast<int64_t>(c.scalar(0)), dft_length = static_cast<int64_t>(c.scalar(1));
+  const double rate = c.scalar(2), low_hz = c.scalar(3), high_hz = c.scalar(4);
+  c.require(mels >= 1 && mels <= kMaxShapeValues, "num_mel_bins ", mels, " must be in [1, ", kMaxShapeValues, "]");
+  c.require(dft_length >= 1 && dft_length <= kMaxShapeValues, "dft_length ", dft_length, " must be in [1, ",
+            kMaxShapeValues, "]");
+  c.require(rate > 0 && low_hz >= 0 && low_hz <= high_hz && high_hz <= rate / 2, "edges ", low_hz, "..", high_hz,
+            " Hz must be ordered and at most half the sample rate ", rate);
+  DType dt = DType::F32;
+  if (!dtype_from_onnx(static_cast<int>(c.i("output_datatype", 1)), &dt) || !is_floating(dt))
+    c.unsupported("output_datatype ", c.i("output_datatype", 1));
+  const int64_t bins = dft_length / 2 + 1;
+  if (bins * mels > kMaxShapeValues * 16) c.fail_with(bins, " x ", mels, " weights are too many to make on the host");
+  const auto mel = [](double hz) { return 2595.0 * std::log10(1.0 + hz / 700.0); };
+  const double low = mel(low_hz), step = (mel(high_hz) - low) / static_cast<double>(mels + 2);
+  // Clamped to the last bin: the Nyquist edge of an odd dft_length would land one past it.
+  std::vector<int64_t> edge(static_cast<size_t>(mels + 2));
+  for (int64_t k = 0; k < mels + 2; ++k) {
+    const double hz = 700.0 * (std::pow(10.0, (static_cast<double>(k) * step + low) / 2595.0) - 1.0);
+    edge[static_cast<size_t>(k)] =
+        std::clamp<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(dft_length + 1) * hz / rate)), 0, bins - 1);
+  }
+  std::vector<double> w(static_cast<size_t>(bins * mels), 0.0);
+  auto at = [&](int64_t bin, int64_t m) -> double& { return w[static_cast<size_t>(bin * mels + m)]; };
+  for (int64_t m = 0; m < mels; ++m) {
+    const int64_t left = edge[static_cast<size_t>(m)], center = edge[static_cast<size_t>(m + 1)],
+                  right = edge[static_cast<size_t>(m + 2)];
+    if (center == left) at(center, m) = 1.0;
+    for (int64_t j = left; j <= center && center > left; ++j)
+      at(j, m) = static_cast<double>(j - left) / static_cast<double>(center - left);
+    for (int64_t j = center; j < right; ++j) at(j, m) = static_cast<double>(right - j) / static_cast<double>(right - center);
+  }
+  return {tensor(w, {bins, mels}).to(dt)};
+}
+
 }  // namespace
 
 void add_signal_ops(HandlerTable& h) {
   h["DFT"] = dft;
   h["STFT"] = stft;
+  h["MelWeightMatrix"] = mel_weight_matrix;
 }
 
 }  // namespace alk::onnx

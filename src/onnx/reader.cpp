@@ -3,6 +3,7 @@
 // before any allocation, references between nodes must point backwards (which also rules out
 // cycles), and external data must stay inside the model's directory.
 #include <onnx/onnx_pb.h>  // defines ONNX_API, then includes onnx-ml.pb.h (ONNX_ML=1)
+#include <onnx/onnx-data_pb.h>  // SequenceProto, OptionalProto (the test data of sequence and optional values)
 
 #include <algorithm>
 #include <climits>
@@ -165,6 +166,36 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& base_d
   return from_bytes(bytes.data(), bytes.size(), shape, dt, loc);
 }
 
+// The kind and element type of a sequence or optional type ("sequence(float)"); Other for
+// maps, sparse tensors and sequences of those.
+void non_tensor_type(const ::onnx::TypeProto& t, ValueInfo* out, int depth = 0) {
+  auto elem = [](const ::onnx::TypeProto& e) {
+    return e.has_tensor_type() && e.tensor_type().elem_type() != 0 ? onnx_type_name(e.tensor_type().elem_type())
+                                                                    : std::string("?");
+  };
+  if (t.has_sequence_type() && t.sequence_type().elem_type().has_tensor_type()) {
+    out->kind = ValueInfo::Kind::Sequence;
+    out->elem_type = "sequence(" + elem(t.sequence_type().elem_type()) + ")";
+    return;
+  }
+  if (depth == 0 && t.has_optional_type()) {
+    const auto& e = t.optional_type().elem_type();
+    if (e.has_tensor_type()) {
+      out->kind = ValueInfo::Kind::Optional;
+      out->elem_type = "optional(" + elem(e) + ")";
+      return;
+    }
+    non_tensor_type(e, out, depth + 1);
+    if (out->kind == ValueInfo::Kind::Sequence) {
+      out->kind = ValueInfo::Kind::Optional;
+      out->elem_type = "optional(" + out->elem_type + ")";
+      return;
+    }
+  }
+  out->kind = ValueInfo::Kind::Other;
+  out->elem_type = "non-tensor";
+}
+
 ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
   ValueInfo out;
   out.name = v.name();
@@ -178,7 +209,7 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
         out.dims.push_back(d.has_dim_value() ? std::to_string(d.dim_value()) : d.has_dim_param() ? d.dim_param() : "?");
     }
   } else if (v.has_type()) {
-    out.elem_type = "non-tensor";
+    non_tensor_type(v.type(), &out);
   }
   return out;
 }
@@ -313,7 +344,8 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
     if (m->initializers.count(in.name())) continue;  // an initializer with a default: not a required input
     check(!defined.count(in.name()), kOp, loc, "graph input '", in.name(), "' is declared twice");
     m->info.inputs.push_back(value_info(in));
-    if (m->info.inputs.back().elem_type == "non-tensor") m->info.unsupported.push_back("non-tensor input '" + in.name() + "'");
+    if (m->info.inputs.back().kind == ValueInfo::Kind::Other)
+      m->info.unsupported.push_back("input '" + in.name() + "' of a type alk lacks (a map or sparse tensor)");
     m->input_names.push_back(in.name());
     defined.insert(in.name());
   }
@@ -322,13 +354,13 @@ std::shared_ptr<ModelImpl> convert(const ::onnx::ModelProto& mp, const std::stri
   m->nodes = reader.nodes(g.node(), defined, no_outer_scope, 0, &free);
   for (const auto& [op, count] : m->info.op_histogram) {
     (void)count;
-    if (op.find(':') != std::string::npos) m->info.unsupported.push_back(op + " (domain not supported)");
-    else if (!is_supported_op(op)) m->info.unsupported.push_back(op);
+    if (!is_supported_op(op)) m->info.unsupported.push_back(op);
   }
   for (const auto& out : g.output()) {
     check(defined.count(out.name()), kOp, loc, "graph output '", out.name(), "' is never computed");
     m->info.outputs.push_back(value_info(out));
-    if (m->info.outputs.back().elem_type == "non-tensor") m->info.unsupported.push_back("non-tensor output '" + out.name() + "'");
+    if (m->info.outputs.back().kind == ValueInfo::Kind::Other)
+      m->info.unsupported.push_back("output '" + out.name() + "' of a type alk lacks (a map or sparse tensor)");
     m->output_names.push_back(out.name());
   }
   fold_batch_norms(*m);
@@ -356,13 +388,59 @@ Model load(const std::string& path, Loc loc) {
   }
 }
 
-Tensor load_tensor_pb(const std::string& path, Loc loc) {
+namespace {
+
+template <class Proto>
+Proto parse_pb(const std::string& path, const char* what, Loc loc) {
   const std::string bytes = read_file(path, kOp, loc);
   check(bytes.size() < static_cast<size_t>(INT_MAX), kOp, loc, path, ": over 2 GB");
-  ::onnx::TensorProto p;
-  check(p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())), kOp, loc, path, ": not a TensorProto");
+  Proto p;
+  check(p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())), kOp, loc, path, ": not a ", what);
+  return p;
+}
+
+std::string dir_of(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
-  return tensor_from_proto(p, dir.empty() ? "." : dir, loc);
+  return dir.empty() ? "." : dir;
+}
+
+Value sequence_from_proto(const ::onnx::SequenceProto& p, const std::string& base_dir, Loc loc) {
+  check(p.elem_type() == ::onnx::SequenceProto::TENSOR || (p.elem_type() == ::onnx::SequenceProto::UNDEFINED &&
+                                                           p.tensor_values_size() == 0),
+        kUnsupported, loc, "sequence '", p.name(), "' holds elements of kind ", p.elem_type(), " (alk runs sequences of tensors)");
+  std::vector<Tensor> items;
+  for (const auto& t : p.tensor_values()) items.push_back(tensor_from_proto(t, base_dir, loc));
+  return Value::sequence(std::move(items));
+}
+
+}  // namespace
+
+Tensor load_tensor_pb(const std::string& path, Loc loc) {
+  return tensor_from_proto(parse_pb<::onnx::TensorProto>(path, "TensorProto", loc), dir_of(path), loc);
+}
+
+Value load_value_pb(const std::string& path, ValueInfo::Kind kind, Loc loc) {
+  switch (kind) {
+    case ValueInfo::Kind::Tensor: return Value::of(load_tensor_pb(path, loc));
+    case ValueInfo::Kind::Sequence:
+      return sequence_from_proto(parse_pb<::onnx::SequenceProto>(path, "SequenceProto", loc), dir_of(path), loc);
+    case ValueInfo::Kind::Optional: {
+      const auto p = parse_pb<::onnx::OptionalProto>(path, "OptionalProto", loc);
+      using O = ::onnx::OptionalProto;
+      switch (p.elem_type()) {
+        case O::UNDEFINED: return Value::none();
+        case O::TENSOR:
+          check(p.has_tensor_value(), kOp, loc, path, ": an optional tensor without its tensor");
+          return Value::of(tensor_from_proto(p.tensor_value(), dir_of(path), loc));
+        case O::SEQUENCE:
+          check(p.has_sequence_value(), kOp, loc, path, ": an optional sequence without its sequence");
+          return sequence_from_proto(p.sequence_value(), dir_of(path), loc);
+        default: fail(kUnsupported, loc, path, ": an optional of kind ", p.elem_type(), " (alk runs tensors and sequences)");
+      }
+    }
+    case ValueInfo::Kind::Other: break;
+  }
+  fail(kUnsupported, loc, path, ": a value of a type alk lacks (a map or sparse tensor)");
 }
 
 }  // namespace alk::onnx

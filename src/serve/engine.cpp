@@ -109,6 +109,7 @@ void Engine::run() {
     g.max_context = opt_.max_context;
     g.logprobs = true;
     g.top_logprobs = opt_.top_logprobs;
+    g.prefill_chunk = opt_.prefill_chunk;
     g.truncate_at_context = true;
     Device& dev = model_.model->wte->weight.device();
     std::string dtype = opt_.dtype;

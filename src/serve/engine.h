@@ -90,6 +90,7 @@ struct EngineOptions {
   int64_t max_queue = 64;
   std::string dtype = "auto";  // auto: f32 on CPUs, bf16 on GPUs
   int64_t top_logprobs = 5;    // alternatives computed per token (the most a request may ask for)
+  int64_t prefill_chunk = 512; // prompt tokens prefilled per step (GeneratorOptions::prefill_chunk)
   int64_t step_delay_ms = 0;   // ALK_SERVE_STEP_DELAY_MS: a pause after each step, so tests can act mid-generation
 };
 

@@ -223,7 +223,7 @@ TEST(TokenizerJson, MalformedFilesAreErrorsNamingTheField) {
   expect_refused(replaced(sp, R"("lstrip":false,"rstrip":false,"normalized":false,"special":true}],)",
                           R"("lstrip":true,"rstrip":false,"normalized":false,"special":true}],)"),
                  "lstrip");
-  expect_refused(replaced(sp, R"({"type":"Prepend","prepend":"\u2581"})", R"({"type":"NFKC"})"), "normalizer 'NFKC'");
+  expect_refused(replaced(sp, R"({"type":"Prepend","prepend":"\u2581"})", R"({"type":"BertNormalizer"})"), "normalizer 'BertNormalizer'");
   expect_refused(replaced(sp, R"("pre_tokenizer":null)",
                           R"("pre_tokenizer":{"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated","invert":false})"),
                  "'\\w+' is not one alk implements");

@@ -286,5 +286,75 @@ TEST(Generator, TopLogprobsEqualAFloat64Reference) {
   EXPECT_THROW(Generator(model, {.slots = 1, .top_logprobs = 2}), Error);  // needs logprobs
 }
 
+
+// A prompt prefilled in chunks (each chunk's rows attending to the earlier ones in the cache)
+// gives the tokens and log-probabilities of the whole prompt at once, and of recomputation; on
+// the LLaMA layout too (rotary at the chunk's positions, grouped-query cache).
+TEST(Generator, ChunkedPrefillEqualsWholePrefill) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 41; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % 96));
+  for (bool llama : {false, true}) {
+    auto model = llama ? small_llama(120) : small_gpt(120);
+    std::vector<double> want_lp;
+    const std::vector<int32_t> want = greedy_by_recompute(*model, prompt, 24, &want_lp);
+    for (int64_t chunk : {0, 7, 40, 41}) {
+      Generator gen(model, {.slots = 1, .logprobs = true, .prefill_chunk = chunk});
+      gen.submit(request(prompt, 24));
+      std::vector<int32_t> got;
+      std::vector<double> got_lp;
+      int steps_to_first = 0;
+      while (!gen.idle()) {
+        const std::vector<TokenEvent> events = gen.step();
+        if (got.empty()) ++steps_to_first;
+        for (const TokenEvent& e : events) got.push_back(e.token), got_lp.push_back(e.logprob);
+      }
+      EXPECT_EQ(got, want) << (llama ? "llama" : "gpt") << " chunk " << chunk;
+      ASSERT_EQ(got_lp.size(), want_lp.size());
+      for (size_t i = 0; i < got_lp.size(); ++i) EXPECT_NEAR(got_lp[i], want_lp[i], 2e-4) << "chunk " << chunk << " token " << i;
+      EXPECT_EQ(steps_to_first, chunk == 0 ? 1 : (41 + chunk - 1) / chunk) << "chunk " << chunk;
+      EXPECT_EQ(gen.stats().prefill_tokens, 41);
+    }
+  }
+}
+
+// While a long prompt goes in by chunks, the request already decoding gets a token every step
+// (its row in the decode step is unaffected by the slot being filled beside it), and each
+// request's tokens are those it gets alone.
+TEST(Generator, RunningRequestsGetATokenEveryStepWhileALongPromptIsPrefilled) {
+  auto model = small_gpt(120);
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 50; ++i) long_prompt.push_back(static_cast<int32_t>((i * 13 + 5) % 96));
+  const GenerateRequest running = request({3, 1, 4}, 30, 0.9, 77), arriving = request(long_prompt, 10);
+  std::vector<int32_t> running_alone, arriving_alone;
+  {
+    Generator one(model, {.slots = 1, .prefill_chunk = 0});
+    running_alone = one.generate(running);
+    arriving_alone = one.generate(arriving);
+  }
+  Generator gen(model, {.slots = 2, .prefill_chunk = 8});
+  const int64_t a = gen.submit(running);
+  std::map<int64_t, std::vector<int32_t>> got;
+  for (const TokenEvent& e : gen.step()) got[e.request].push_back(e.token);
+  ASSERT_EQ(got[a].size(), 2u);  // its first token after the prefill, its second from the decode step
+  const int64_t b = gen.submit(arriving);
+  for (int step = 1; step <= 7; ++step) {
+    const std::vector<TokenEvent> events = gen.step();
+    int from_a = 0, from_b = 0;
+    for (const TokenEvent& e : events) {
+      got[e.request].push_back(e.token);
+      (e.request == a ? from_a : from_b) += 1;
+    }
+    EXPECT_EQ(from_a, 1) << "step " << step;
+    // 50 prompt tokens at 8 a step: the 7th step completes the prompt, samples b's first token
+    // and decodes its second.
+    EXPECT_EQ(from_b, step < 7 ? 0 : 2) << "step " << step;
+  }
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) got[e.request].push_back(e.token);
+  EXPECT_EQ(got[a], running_alone);
+  EXPECT_EQ(got[b], arriving_alone);
+  EXPECT_THROW(Generator(model, {.slots = 1, .prefill_chunk = -1}), Error);
+}
+
 }  // namespace
 }  // namespace alk

@@ -86,6 +86,25 @@ std::string compare(const Tensor& got, const Tensor& want) {
   return "";
 }
 
+// The same for values of any kind: kinds, lengths, then each tensor.
+std::string compare(const onnx::Value& got, const onnx::Value& want) {
+  if (got.kind != want.kind)
+    return std::string("a ") + std::string(onnx::kind_name(got.kind)) + ", expected a " + std::string(onnx::kind_name(want.kind));
+  if (got.kind == onnx::Value::Kind::Tensor) return compare(got.tensor.to(cpu_device()), want.tensor);
+  if (got.items.size() != want.items.size())
+    return "a sequence of " + std::to_string(got.items.size()) + ", expected " + std::to_string(want.items.size());
+  for (size_t k = 0; k < got.items.size(); ++k)
+    if (std::string diff = compare(got.items[k].to(cpu_device()), want.items[k]); !diff.empty())
+      return "item " + std::to_string(k) + ": " + diff;
+  return "";
+}
+
+onnx::Value to_device(onnx::Value v, Device& device) {
+  if (v.tensor.defined()) v.tensor = v.tensor.to(device);
+  for (Tensor& t : v.items) t = t.to(device);
+  return v;
+}
+
 CaseResult run_case(const fs::path& dir, Device& device) {
   CaseResult r;
   r.name = dir.filename().string();
@@ -103,23 +122,26 @@ CaseResult run_case(const fs::path& dir, Device& device) {
       if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
     std::sort(sets.begin(), sets.end());
     for (const auto& set : sets) {
-      std::map<std::string, Tensor> inputs;
+      std::map<std::string, onnx::Value> inputs;
       const auto names = m.input_names();
       for (size_t k = 0; k < names.size(); ++k) {
         const fs::path p = set / ("input_" + std::to_string(k) + ".pb");
         if (!fs::exists(p)) continue;  // an omitted optional input
-        inputs[names[k]] = onnx::load_tensor_pb(p.string()).to(device);
+        inputs[names[k]] = to_device(onnx::load_value_pb(p.string(), m.info().inputs[k].kind), device);
       }
-      std::map<std::string, Tensor> out = m.run(inputs);
+      std::map<std::string, onnx::Value> out = m.run_values(inputs);
       std::vector<Tensor> all;
-      for (auto& [n, t] : out) all.push_back(t);
+      for (auto& [n, v] : out) {
+        if (v.tensor.defined()) all.push_back(v.tensor);
+        all.insert(all.end(), v.items.begin(), v.items.end());
+      }
       realize(all);
       const auto onames = m.output_names();
       for (size_t k = 0; k < onames.size(); ++k) {
         const fs::path p = set / ("output_" + std::to_string(k) + ".pb");
         if (!fs::exists(p)) continue;
-        Tensor want = onnx::load_tensor_pb(p.string());
-        std::string diff = compare(out.at(onames[k]).to(cpu_device()), want);
+        const onnx::Value want = onnx::load_value_pb(p.string(), m.info().outputs[k].kind);
+        std::string diff = compare(out.at(onames[k]), want);
         if (!diff.empty()) {
           r.status = Status::Fail;
           r.reason = "output '" + onames[k] + "': " + diff;

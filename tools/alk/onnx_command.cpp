@@ -1,7 +1,8 @@
 // `alk onnx info MODEL.onnx`: opset, producer, inputs/outputs with their (symbolic) shapes, the
 // op histogram and what alk cannot import.
 // `alk onnx run MODEL.onnx --input NAME=FILE.npy ... [--device D] [--out DIR]`: runs the model;
-// with --out, one DIR/<output name>.npy per graph output (dtype and shape kept), else a summary.
+// with --out, one DIR/<output name>.npy per graph output (dtype and shape kept; a sequence's
+// items as <output name>_<k>.npy), else a summary.
 // `alk onnx export` (onnx_export.h): an alk model's forward as an ONNX file.
 #include <algorithm>
 #include <chrono>
@@ -133,6 +134,12 @@ int run_model(const std::string& path, const std::vector<std::string>& input_arg
     check(eq != std::string::npos && eq > 0, "onnx run", Loc::current(), "--input wants NAME=FILE.npy, got '", arg, "'");
     inputs[arg.substr(0, eq)] = load_npy(arg.substr(eq + 1)).to(device);
   }
+  // A model with sequence or optional outputs runs through run_values, uncached.
+  bool tensor_outputs = true;
+  for (const auto& v : m.info().outputs) tensor_outputs = tensor_outputs && v.kind == onnx::ValueInfo::Kind::Tensor;
+  check(tensor_outputs || !compiled, "onnx run", Loc::current(), "--compile needs a model whose outputs are all tensors");
+  std::map<std::string, onnx::Value> given, values;
+  for (auto& [name, t] : inputs) given[name] = onnx::Value::of(t);
   std::map<std::string, Tensor> outputs;
   double best_ms = 0;
   // --compile: the first call runs eagerly, the second is traced, later ones replay the recorded
@@ -152,9 +159,16 @@ int run_model(const std::string& path, const std::vector<std::string>& input_arg
     if (compiled) {
       program(positional);
       for (const auto& name : m.output_names()) all.push_back(outputs[name] = program.captured(name));
-    } else {
+    } else if (tensor_outputs) {
       outputs = m.run(inputs);
       for (auto& [name, t] : outputs) all.push_back(t);
+      realize(all);
+    } else {
+      values = m.run_values(given);
+      for (auto& [name, v] : values) {
+        if (v.kind == onnx::Value::Kind::Tensor) all.push_back(v.tensor);
+        all.insert(all.end(), v.items.begin(), v.items.end());
+      }
       realize(all);
     }
     for (auto& t : all) (void)host_bytes(t);  // on a GPU the time includes the download, as a user sees it
@@ -162,19 +176,27 @@ int run_model(const std::string& path, const std::vector<std::string>& input_arg
     if (compiled && r < 2) continue;  // the eager call and the traced one
     best_ms = best_ms == 0 ? ms : std::min(best_ms, ms);
   }
+  // Each output's tensors with their labels: the output's name, or NAME_K for item K of a sequence.
+  std::vector<std::pair<std::string, Tensor>> written;
+  for (const auto& name : m.output_names()) {
+    const onnx::Value v = tensor_outputs ? onnx::Value::of(outputs.at(name)) : values.at(name);
+    if (v.kind == onnx::Value::Kind::Tensor) written.emplace_back(name, v.tensor);
+    for (size_t k = 0; k < v.items.size(); ++k) written.emplace_back(name + "_" + std::to_string(k), v.items[k]);
+    if (v.kind != onnx::Value::Kind::Tensor && out_dir.empty())
+      std::cout << name << ": " << onnx::kind_name(v.kind) << (v.kind == onnx::Value::Kind::Sequence ? " of " + std::to_string(v.items.size()) : "") << "\n";
+  }
   if (!out_dir.empty()) {
     std::filesystem::create_directories(out_dir);
-    for (const auto& name : m.output_names()) {
+    for (const auto& [name, t] : written) {
       std::string file = name;
       for (char& ch : file)
         if (ch == '/' || ch == '\\' || ch == 0) ch = '_';
       if (file == "." || file == "..") file = "_" + file;
-      save_npy((std::filesystem::path(out_dir) / (file + ".npy")).string(), outputs.at(name));
+      save_npy((std::filesystem::path(out_dir) / (file + ".npy")).string(), t);
       std::cout << "wrote " << (std::filesystem::path(out_dir) / (file + ".npy")).string() << "\n";
     }
   } else {
-    for (const auto& name : m.output_names()) {
-      const Tensor& t = outputs.at(name);
+    for (const auto& [name, t] : written) {
       std::cout << name << ": " << dtype_name(t.dtype()) << " " << to_string(t.shape());
       if (t.numel() > 0) {
         std::vector<double> v = t.to_vector<double>();

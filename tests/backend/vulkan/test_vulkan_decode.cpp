@@ -143,14 +143,14 @@ TEST_P(VulkanGreedy, GenerationEqualsTheCpus) {
   vk_model->to(*dev);
   auto requests = [] {
     std::vector<GenerateRequest> r(3);
-    r[0].prompt = {1, 2, 3, 4};
+    r[0].prompt = {1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16};
     r[1].prompt = {9};
     r[2].prompt = {5, 6};
     for (auto& x : r) x.sampling.temperature = 0, x.sampling.max_tokens = 20;
     return r;
   };
-  auto run = [&](const std::shared_ptr<nn::GPT>& m) {
-    Generator gen(m, {.slots = 2});
+  auto run = [&](const std::shared_ptr<nn::GPT>& m, int64_t prefill_chunk = 0) {
+    Generator gen(m, {.slots = 2, .prefill_chunk = prefill_chunk});
     std::vector<int64_t> ids;
     for (const GenerateRequest& r : requests()) ids.push_back(gen.submit(r));
     std::map<int64_t, std::vector<int32_t>> out;
@@ -160,6 +160,8 @@ TEST_P(VulkanGreedy, GenerationEqualsTheCpus) {
   };
   const auto want = run(cpu_model);
   EXPECT_EQ(run(vk_model), want);
+  // Prompts prefilled 3 tokens a step (chunks attending to the earlier rows in the cache).
+  EXPECT_EQ(run(vk_model, 3), want);
   // The decode step recorded with the attention split in parts (as on GPUs): the same tokens.
   ::setenv("ALK_VK_DECODE_PARTS", "2", 1);
   EXPECT_EQ(run(vk_model), want);
