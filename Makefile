@@ -21,7 +21,7 @@
 # Debian packages the build needs. Later issues append to this list.
 DEB_PACKAGES := g++ cmake ninja-build ccache libgtest-dev googletest libcli11-dev bible-kjv glslang-tools \
   mesa-vulkan-drivers libvulkan-dev libshaderc-dev glslang-dev spirv-tools \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libssl-dev
 # The Python module (python/): headers and pybind11 to build it, numpy for its arrays, pytest to
 # test it, PyTorch 1.13 as the reference its tests compare against, setuptools for `pip install .`.
 DEB_PACKAGES += python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-setuptools python3-torch

@@ -41,7 +41,12 @@ TORCH_EW = {
     "maximum": torch.maximum, "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt,
     "le": torch.le, "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
     "logical_or": torch.logical_or, "logical_xor": torch.logical_xor, "where": torch.where,
-    "clamp": torch.clamp,
+    "clamp": torch.clamp, "bitwise_not": torch.bitwise_not, "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "bitwise_left_shift": torch.bitwise_left_shift, "bitwise_right_shift": torch.bitwise_right_shift,
+    # PyTorch has no rotation: the low 32 bits rotated (amount mod 32), as the u32's value.
+    "rotl": lambda a, b: (((a & 0xFFFFFFFF) << (b & 31)) | ((a & 0xFFFFFFFF) >> ((32 - (b & 31)) & 31))) & 0xFFFFFFFF,
+    "rotr": lambda a, b: (((a & 0xFFFFFFFF) >> (b & 31)) | ((a & 0xFFFFFFFF) << ((32 - (b & 31)) & 31))) & 0xFFFFFFFF,
 }
 
 # Where alk's gradient deliberately differs (docs/pytorch.md, "Deliberate differences"), per op:
@@ -152,6 +157,20 @@ def elementwise_cases():
         name, arity, rule = op["name"], op["arity"], op["rule"]
         fn = TORCH_EW[name]
         logical = rule == "Logical"
+        if rule == "Integer":  # bitwise ops: integers (i64, i32, u8) and bools, no gradient
+            ints = [-7, -2, -1, 0, 1, 3, 9, 12345, -99999]
+            if arity == 1:
+                add_case(name + "/i64", "ew:" + name, [torch.tensor(ints, dtype=torch.int64)], fn)
+                add_case(name + "/bool", "ew:" + name, [torch.tensor([True, False, True])], fn)
+            else:
+                shifts = "shift" in name or name in ("rotl", "rotr")
+                a = [p for p in ints for _ in range(6)]
+                b = [q for _ in ints for q in ([0, 1, 3, 7, 31, 40] if shifts else [0, -1, 5, 6, 255, -128])]
+                add_case(name + "/i64", "ew:" + name, [torch.tensor(a, dtype=torch.int64), torch.tensor(b, dtype=torch.int64)], fn)
+                if not shifts:
+                    add_case(name + "/bool", "ew:" + name, [torch.tensor([True, True, False, False]),
+                                                              torch.tensor([True, False, True, False])], fn)
+            continue
         if arity == 1:
             x = t64(EDGE_UNARY)
             if logical:

@@ -23,6 +23,7 @@ namespace alk::expr {
   X(Round, 1) X(RoundBf16, 1)                                                                  \
   X(Add, 2) X(Sub, 2) X(Mul, 2) X(Div, 2) X(Pow, 2) X(Max, 2) X(Min, 2)                        \
   X(Lt, 2) X(Le, 2) X(Gt, 2) X(Ge, 2) X(Eq, 2) X(Ne, 2) X(And, 2) X(Or, 2)                     \
+  X(BitNot, 1) X(BitAnd, 2) X(BitOr, 2) X(BitXor, 2) X(Shl, 2) X(Shr, 2) X(Rotl, 2) X(Rotr, 2)     \
   X(Select, 3)
 
 enum class Fn : uint8_t {

@@ -70,9 +70,16 @@ struct HostFunction {
   virtual void run(const Kernel& k) const = 0;
 };
 struct HostCallParams { std::shared_ptr<const HostFunction> fn; };
+// UserKernel: a kernel from the user's source text (alk/user_kernel.h holds KernelSpec).
+struct KernelSpec;
+struct UserKernelParams {
+  std::shared_ptr<const KernelSpec> spec;
+  std::vector<double> attrs;  // the spec's attributes' values, in its order
+  int64_t invocations = 0;    // how many times the body runs (the grid)
+};
 using Params = std::variant<std::monostate, MapParams, ReduceParams, AxisParams, NormParams, IndexParams,
                             OneHotParams, TriParams, PadParams, SliceScatterParams, RandomParams, ConstParams,
-                            AttentionParams, UnfoldParams, CrossEntropyParams, HostCallParams>;
+                            AttentionParams, UnfoldParams, CrossEntropyParams, HostCallParams, UserKernelParams>;
 
 Shape contiguous_strides(const Shape& shape);
 int64_t numel(const Shape& shape);  // the product of the dims (1 for a scalar)

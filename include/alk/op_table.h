@@ -10,7 +10,7 @@
 
 namespace alk {
 
-enum class DTypeRule : uint8_t { Same, Float, Compare, Logical, Select };
+enum class DTypeRule : uint8_t { Same, Float, Compare, Logical, Select, Integer };
 enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
 
 // Ops whose kernels are hand-written per backend (or that are not kernels at all:
@@ -31,7 +31,7 @@ enum class Domain : uint8_t { Any, Positive, NonZero, Frac };
   X(Unfold, true, false) X(Fold, true, false) X(LayerNormBackward, false, false)                 \
   X(ToDevice, false, false) X(CrossEntropy, true, false) X(CrossEntropyBackward, false, true)    \
   X(Conv2d, true, false) X(HostCall, false, false) X(KvCacheWrite, false, true)                 \
-  X(DecodeAttention, false, false) X(SampleTokens, false, false)
+  X(DecodeAttention, false, false) X(SampleTokens, false, false) X(UserKernel, false, false)
 
 enum class OpId : uint16_t {
 #define ALK_EW(name, ...) name,

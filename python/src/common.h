@@ -50,6 +50,7 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
 void bind_nn(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_remote(py::module_& m);  // remote.cpp: present with ALK_HAVE_REMOTE
+void bind_user_kernel(py::module_& m);
 
 }  // namespace alkpy
 

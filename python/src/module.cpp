@@ -147,4 +147,5 @@ alk.from_numpy, ...; alk.Tensor(t) makes another handle to the same data.)doc");
   alkpy::bind_nn(m);
   alkpy::bind_runtime(m);
   alkpy::bind_remote(m);
+  alkpy::bind_user_kernel(m);
 }

@@ -186,9 +186,12 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
     if (a.is_scalar || b.is_scalar) throw alk::Error("matmul", "both operands must be tensors", alk::Loc::current());
     return alk::matmul(a.tensor, b.tensor);
   };
-  B land = [](const Operand& a, const Operand& b) { return alk::logical_and(a, b); };
-  B lor = [](const Operand& a, const Operand& b) { return alk::logical_or(a, b); };
-  B lxor = [](const Operand& a, const Operand& b) { return alk::logical_xor(a, b); };
+  // & | ^ << >> as PyTorch: bitwise on integers, logical on bools, an error on floats.
+  B land = [](const Operand& a, const Operand& b) { return alk::bitwise_and(a, b); };
+  B lor = [](const Operand& a, const Operand& b) { return alk::bitwise_or(a, b); };
+  B lxor = [](const Operand& a, const Operand& b) { return alk::bitwise_xor(a, b); };
+  B lshift = [](const Operand& a, const Operand& b) { return alk::bitwise_left_shift(a, b); };
+  B rshift = [](const Operand& a, const Operand& b) { return alk::bitwise_right_shift(a, b); };
   bin("__add__", add, "self + other");
   bin("__sub__", sub, "self - other");
   bin("__mul__", mul, "self * other");
@@ -197,9 +200,11 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   bin("__mod__", mod, "self - floor(self / other) * other (Python's sign rule)");
   bin("__pow__", pow, "self ** other");
   bin("__matmul__", matmul, "matmul(self, other)");
-  bin("__and__", land, "logical and (bool tensors)");
-  bin("__or__", lor, "logical or (bool tensors)");
-  bin("__xor__", lxor, "logical xor (bool tensors)");
+  bin("__and__", land, "bitwise and (integers), logical and (bools)");
+  bin("__or__", lor, "bitwise or (integers), logical or (bools)");
+  bin("__xor__", lxor, "bitwise xor (integers), logical xor (bools)");
+  bin("__lshift__", lshift, "self << other (integers)");
+  bin("__rshift__", rshift, "self >> other (integers; arithmetic for signed dtypes)");
   rbin("__radd__", add);
   rbin("__rsub__", sub);
   rbin("__rmul__", mul);
@@ -211,6 +216,8 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   rbin("__rand__", land);
   rbin("__ror__", lor);
   rbin("__rxor__", lxor);
+  rbin("__rlshift__", lshift);
+  rbin("__rrshift__", rshift);
   ibin("__iadd__", add, "+=");
   ibin("__isub__", sub, "-=");
   ibin("__imul__", mul, "*=");
@@ -218,6 +225,9 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   ibin("__ipow__", pow, "**=");
   ibin("__iand__", land, "&=");
   ibin("__ior__", lor, "|=");
+  ibin("__ixor__", lxor, "^=");
+  ibin("__ilshift__", lshift, "<<=");
+  ibin("__irshift__", rshift, ">>=");
   bin("__eq__", [](const Operand& a, const Operand& b) { return alk::eq(a, b); }, "elementwise ==, a bool tensor");
   bin("__ne__", [](const Operand& a, const Operand& b) { return alk::ne(a, b); }, "elementwise !=, a bool tensor");
   bin("__lt__", [](const Operand& a, const Operand& b) { return alk::lt(a, b); }, "elementwise <");
@@ -228,9 +238,9 @@ void bind_ops(py::module_& m, py::class_<alk::TensorImpl, std::shared_ptr<alk::T
   cls.def("__pos__", [](const Tensor& x) { return x; });
   cls.def("__abs__", [](const Tensor& x) { return alk::abs(x); }, g);
   cls.def("__invert__", [](const Tensor& x) {
-    if (x.dtype() != DType::Bool) raise_type("~: only bool tensors can be inverted (alk has no bitwise ops)");
+    if (is_floating(x.dtype())) raise_type("~: only integer and bool tensors can be inverted");
     Released r;
-    return alk::logical_not(x);
+    return alk::bitwise_not(x);
   });
 
   // ---- views and conversions ----

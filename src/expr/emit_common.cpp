@@ -11,7 +11,7 @@ namespace alk::expr {
 
 // Adding an Fn must fail the build until the walk below (and each language's
 // fn_name) handles it.
-static_assert(kFnCount == 36, "a new Fn needs emitter support: update emit_*.cpp, then this count");
+static_assert(kFnCount == 44, "a new Fn needs emitter support: update emit_*.cpp, then this count");
 
 namespace {
 
@@ -336,6 +336,29 @@ std::string node_text(const Lang& lang, const Node& x, const std::vector<std::st
     case Fn::Ne: return infix("!=");
     case Fn::And: return infix("&&");
     case Fn::Or: return infix("||");
+    // Bitwise ops have integer or bool operands (the builder refuses floats); on bools they
+    // are the logical ones.
+    case Fn::BitNot: return x.type == Type::Bool ? "(!" + a(0) + ")" : "(~" + a(0) + ")";
+    case Fn::BitAnd: return infix(x.type == Type::Bool ? "&&" : "&");
+    case Fn::BitOr: return infix(x.type == Type::Bool ? "||" : "|");
+    case Fn::BitXor: return infix(x.type == Type::Bool ? "!=" : "^");
+    case Fn::Shl: case Fn::Shr: {
+      // Shifts by 64 or more (or negative) give what a wider shift would: 0, or the sign for >>.
+      const std::string zero = lang.literal(0, x.type);
+      const std::string in_range =
+          "(" + a(1) + " >= " + zero + " && " + a(1) + " < " + lang.literal(64, x.type) + ")";
+      const std::string beyond =
+          x.fn == Fn::Shl ? zero : lang.select("(" + a(0) + " < " + zero + ")", lang.literal(-1, x.type), zero);
+      return lang.select(in_range, infix(x.fn == Fn::Shl ? "<<" : ">>"), beyond);
+    }
+    case Fn::Rotl: case Fn::Rotr: {
+      // In i64 without unsigned types: u = the low 32 bits (>= 0), so no shift below overflows.
+      const std::string mask = lang.literal(4294967295.0, x.type), r = "(" + a(1) + " & " + lang.literal(31, x.type) + ")";
+      const std::string back = "((" + lang.literal(32, x.type) + " - " + r + ") & " + lang.literal(31, x.type) + ")";
+      const std::string u = "(" + a(0) + " & " + mask + ")";
+      const bool left = x.fn == Fn::Rotl;
+      return "(((" + u + (left ? " << " : " >> ") + r + ") | (" + u + (left ? " >> " : " << ") + back + ")) & " + mask + ")";
+    }
     case Fn::Select: return lang.select(a(0), a(1), a(2));
   }
   return "";

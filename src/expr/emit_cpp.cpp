@@ -147,6 +147,15 @@ struct Cpp final : Lang {
       case Fn::Select: return "alk_select<" + t + ">(" + a[0] + ", " + a[1] + ", " + a[2] + ")";
       case Fn::And: return "((" + a[0] + " != 0) & (" + a[1] + " != 0))";
       case Fn::Or: return "((" + a[0] + " != 0) | (" + a[1] + " != 0))";
+      // On bools the bitwise ops are the logical ones, spelled as And and Or (no short circuit).
+      case Fn::BitAnd: return x.type == Type::Bool ? "((" + a[0] + " != 0) & (" + a[1] + " != 0))" : "";
+      case Fn::BitOr: return x.type == Type::Bool ? "((" + a[0] + " != 0) | (" + a[1] + " != 0))" : "";
+      // Left shifts in unsigned: a negative value shifted is defined there (C++20 also defines
+      // it on signed values, but the body is compiled as whatever the system compiler defaults to).
+      case Fn::Shl:
+        return x.type == Type::I64 ? "((" + a[1] + " >= 0 && " + a[1] + " < 64) ? static_cast<int64_t>(static_cast<uint64_t>(" +
+                                         a[0] + ") << " + a[1] + ") : int64_t{0})"
+                                   : "";
       default: return "";
     }
   }

@@ -69,7 +69,8 @@ struct Cuda final : Lang {
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
-      case Fn::And: case Fn::Or: case Fn::Select: return "";
+      case Fn::And: case Fn::Or: case Fn::Select: case Fn::BitNot: case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor:
+      case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr: return "";
     }
     return "";
   }

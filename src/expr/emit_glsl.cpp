@@ -24,6 +24,16 @@ struct Glsl final : Lang {
     return r;
   }
 
+  // Rotations in 32-bit uint, the u32 they are defined on: the i64 spelling (mask, shifts, or)
+  // crashes lavapipe's LLVM 15 (a SIGFPE in its DAG combiner, compiling the shader).
+  std::string own_spelling(const Node& x, const std::string* a) const override {
+    if ((x.fn != Fn::Rotl && x.fn != Fn::Rotr) || x.type != Type::I64) return "";
+    const std::string u = "uint(" + a[0] + ")", r = "(uint(" + a[1] + ") & 31u)";
+    const bool left = x.fn == Fn::Rotl;
+    return "int64_t(uint64_t((" + u + (left ? " << " : " >> ") + r + ") | (" + u + (left ? " >> " : " << ") +
+           "((32u - " + r + ") & 31u))))";
+  }
+
   std::string type(Type t) const override {
     switch (t) {
       case Type::Bool: return "bool";
@@ -70,7 +80,8 @@ struct Glsl final : Lang {
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
-      case Fn::And: case Fn::Or: case Fn::Select: return "";
+      case Fn::And: case Fn::Or: case Fn::Select: case Fn::BitNot: case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor:
+      case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr: return "";
     }
     return "";
   }

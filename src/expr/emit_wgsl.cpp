@@ -101,9 +101,26 @@ struct Wgsl final : Lang {
       case Fn::RoundBf16:  // spelled by the walk (emit_common.cpp)
       case Fn::Input: case Fn::Const: case Fn::Neg: case Fn::Not: case Fn::Cast: case Fn::Max: case Fn::Min: case Fn::Add: case Fn::Sub:
       case Fn::Mul: case Fn::Div: case Fn::Lt: case Fn::Le: case Fn::Gt: case Fn::Ge: case Fn::Eq: case Fn::Ne:
-      case Fn::And: case Fn::Or: case Fn::Select: return "";
+      case Fn::And: case Fn::Or: case Fn::Select: case Fn::BitNot: case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor:
+      case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr: return "";
     }
     return "";
+  }
+
+  // i64 is narrowed to i32 here, so shifts are 32 bits wide, and WGSL shifts by a u32.
+  std::string own_spelling(const Node& x, const std::string* a) const override {
+    if (x.type != Type::I64) return "";
+    if (x.fn == Fn::Rotl || x.fn == Fn::Rotr) {  // on the u32 bit pattern of the i32
+      const std::string u = "bitcast<u32>(" + a[0] + ")", r = "(bitcast<u32>(" + a[1] + ") & 31u)";
+      const bool left = x.fn == Fn::Rotl;
+      return "bitcast<i32>((" + u + (left ? " << " : " >> ") + r + ") | (" + u + (left ? " >> " : " << ") +
+             "((32u - " + r + ") & 31u)))";
+    }
+    if (x.fn != Fn::Shl && x.fn != Fn::Shr) return "";
+    const std::string in_range = "(" + a[1] + " >= 0i && " + a[1] + " < 32i)";
+    const std::string shifted = "(" + a[0] + (x.fn == Fn::Shl ? " << " : " >> ") + "u32(" + a[1] + "))";
+    const std::string beyond = x.fn == Fn::Shl ? "0i" : "select(0i, -1i, " + a[0] + " < 0i)";
+    return "select(" + beyond + ", " + shifted + ", " + in_range + ")";
   }
 
   std::string cast(Type to, const std::string& a) const override { return type(to) + "(" + a + ")"; }

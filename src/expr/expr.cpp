@@ -19,7 +19,8 @@ namespace {
 constexpr std::string_view kFnNames[] = {
     "input", "const", "neg", "not", "cast", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin",
     "cos", "tanh", "erf", "abs", "floor", "ceil", "round", "round_bf16", "add", "sub", "mul", "div", "pow", "max",
-    "min", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "select"};
+    "min", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "bitnot", "bitand", "bitor", "bitxor", "shl", "shr",
+    "rotl", "rotr", "select"};
 static_assert(std::size(kFnNames) == kFnCount, "every Fn needs a name");
 
 constexpr int kFnArity[] = {
@@ -58,6 +59,16 @@ double wrap_i64(Fn f, double a, double b) {
     case Fn::Mul: r = x * y; break;
     case Fn::Neg: r = uint64_t{0} - x; break;
     case Fn::Abs: r = static_cast<int64_t>(x) < 0 ? uint64_t{0} - x : x; break;
+    case Fn::BitNot: r = ~x; break;
+    case Fn::BitAnd: r = x & y; break;
+    case Fn::BitOr: r = x | y; break;
+    case Fn::BitXor: r = x ^ y; break;
+    // Shifts by 64 or more (or negative) give what a wider shift would: 0, or the sign for >>.
+    case Fn::Shl: r = y < 64 ? x << y : 0; break;
+    case Fn::Shr: r = y < 64 ? static_cast<uint64_t>(static_cast<int64_t>(x) >> y) : (static_cast<int64_t>(x) < 0 ? ~uint64_t{0} : 0); break;
+    // Rotations of the low 32 bits, by the amount mod 32; the result is the u32's value.
+    case Fn::Rotl: r = std::rotl(static_cast<uint32_t>(x), static_cast<int>(y & 31)); break;
+    case Fn::Rotr: r = std::rotr(static_cast<uint32_t>(x), static_cast<int>(y & 31)); break;
     case Fn::Div: {
       int64_t sx = static_cast<int64_t>(x), sy = static_cast<int64_t>(y);
       if (sy == 0) return 0;  // defined as 0 so constant folding never traps
@@ -84,8 +95,11 @@ uint64_t node_hash(const Node& n) {
 
 bool commutative(Fn f) {
   return f == Fn::Add || f == Fn::Mul || f == Fn::Max || f == Fn::Min || f == Fn::Eq || f == Fn::Ne ||
-         f == Fn::And || f == Fn::Or;
+         f == Fn::And || f == Fn::Or || f == Fn::BitAnd || f == Fn::BitOr || f == Fn::BitXor;
 }
+
+// Bitwise ops and shifts: integers (and bools) only, computed in i64.
+bool bitwise(Fn f) { return f >= Fn::BitNot && f <= Fn::Rotr; }
 
 // Math functions that only exist for floating types: integer operands become f32,
 // as the Float dtype rule says.
@@ -128,7 +142,8 @@ bool Node::operator==(const Node& o) const {
 double eval_scalar(Fn f, Type t, double a, double b, double c) {
   if (t == Type::I64) {
     switch (f) {
-      case Fn::Add: case Fn::Sub: case Fn::Mul: case Fn::Div: case Fn::Neg: case Fn::Abs:
+      case Fn::Add: case Fn::Sub: case Fn::Mul: case Fn::Div: case Fn::Neg: case Fn::Abs: case Fn::BitNot:
+      case Fn::BitAnd: case Fn::BitOr: case Fn::BitXor: case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr:
         return wrap_i64(f, a, b);
       default: break;
     }
@@ -172,6 +187,12 @@ double eval_scalar(Fn f, Type t, double a, double b, double c) {
     case Fn::Ne: r = a != b; break;
     case Fn::And: r = (a != 0) && (b != 0); break;
     case Fn::Or: r = (a != 0) || (b != 0); break;
+    // On bools (the only other type bitwise nodes have): not, and, or, xor; shifts of 0/1.
+    case Fn::BitNot: r = a == 0; break;
+    case Fn::BitAnd: r = (a != 0) && (b != 0); break;
+    case Fn::BitOr: r = (a != 0) || (b != 0); break;
+    case Fn::BitXor: r = (a != 0) != (b != 0); break;
+    case Fn::Shl: case Fn::Shr: case Fn::Rotl: case Fn::Rotr: r = wrap_i64(f, a, b); break;
     case Fn::Select: r = a != 0 ? b : c; break;
   }
   return as_type(r, t);
@@ -288,6 +309,10 @@ int Builder::unary(Fn f, int a) {
     case Fn::Floor: case Fn::Ceil: case Fn::Round:
       if (t == Type::Bool || t == Type::I64) return a;  // already integral
       break;
+    case Fn::BitNot:
+      if (t == Type::F32 || t == Type::F64) bad("bitnot of a floating-point value (bitwise ops take integers or bools)");
+      if (nodes_[a].fn == Fn::BitNot) return nodes_[a].args[0];
+      break;
     case Fn::RoundBf16:  // an f32 value rounded to bf16's precision, still f32; rounding twice is once
       if (t != Type::F32) a = cast(a, Type::F32), t = Type::F32;
       if (nodes_[a].fn == Fn::RoundBf16) return a;
@@ -307,6 +332,11 @@ int Builder::binary(Fn f, int a, int b) {
   Type t;
   if (f == Fn::And || f == Fn::Or) {
     t = Type::Bool;
+  } else if (bitwise(f)) {
+    t = std::max(nodes_[a].type, nodes_[b].type);
+    if (t == Type::F32 || t == Type::F64)
+      bad(std::string(fn_name(f)) + " of a floating-point value (bitwise ops take integers or bools)");
+    if (t == Type::Bool && (f == Fn::Shl || f == Fn::Shr || f == Fn::Rotl || f == Fn::Rotr)) t = Type::I64;  // a shifted bool is a number
   } else {
     t = std::max(nodes_[a].type, nodes_[b].type);
     bool arithmetic = f == Fn::Add || f == Fn::Sub || f == Fn::Mul || f == Fn::Div || f == Fn::Pow;

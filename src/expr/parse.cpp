@@ -30,7 +30,9 @@ constexpr Call kCalls[] = {
     {"exp", Fn::Exp},       {"log", Fn::Log},     {"log1p", Fn::Log1p}, {"expm1", Fn::Expm1},
     {"sqrt", Fn::Sqrt},     {"rsqrt", Fn::Rsqrt}, {"sin", Fn::Sin},     {"cos", Fn::Cos},
     {"tanh", Fn::Tanh},     {"erf", Fn::Erf},     {"abs", Fn::Abs},     {"floor", Fn::Floor},
-    {"ceil", Fn::Ceil},     {"round", Fn::Round}, {"round_bf16", Fn::RoundBf16}};
+    {"ceil", Fn::Ceil},     {"round", Fn::Round}, {"round_bf16", Fn::RoundBf16},
+    {"bitnot", Fn::BitNot}, {"bitand", Fn::BitAnd}, {"bitor", Fn::BitOr}, {"bitxor", Fn::BitXor},
+    {"shl", Fn::Shl},       {"shr", Fn::Shr},     {"rotl", Fn::Rotl},   {"rotr", Fn::Rotr}};
 
 class Parser {
  public:

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "alk/kernel_spec.h"
 #include "alk/op_registry.h"
 #include "core/half.h"
 #include "expr/emit.h"
@@ -91,6 +92,12 @@ void check_supported(const Device& dev, const Kernel& k) {
   std::string why;
   if (const OpCoverage* c = find_op_coverage(dev.info().kind))
     if (const OpSupport& s = c->support(k.op); s.status == OpSupport::Status::Refused) why = ": " + s.note;
+  if (k.op == OpId::UserKernel) {  // named by the user's kernel; a body per device language decides
+    const KernelSpec& spec = *std::get<UserKernelParams>(k.node.params).spec;
+    fail("user kernel " + spec.name, k.node.loc, "the ", dev.name(), " device cannot run it (", dev.info().kind,
+         " needs a body in its language: C++ for cpu, CUDA for cuda, GLSL for vulkan; GLSL takes f32 and i32 "
+         "tensors); defined at ", spec.defined_at.file_name(), ":", spec.defined_at.line());
+  }
   fail(std::string(op_name(k.node.op)), k.node.loc, "the ", dev.name(), " device cannot run this kernel (",
        op_name(k.op), " of ", dtype_name(k.output.dtype), why, "); move the tensors to a device that can with .to(device)");
 }

@@ -143,6 +143,14 @@ Tensor eval_with_ops(const expr::Expr& e, const std::vector<Tensor>& inputs) {
       case Fn::Ne: v[i] = ne(a(0), a(1)); break;
       case Fn::And: v[i] = logical_and(a(0), a(1)); break;
       case Fn::Or: v[i] = logical_or(a(0), a(1)); break;
+      case Fn::BitNot: v[i] = bitwise_not(a(0)); break;
+      case Fn::BitAnd: v[i] = bitwise_and(a(0), a(1)); break;
+      case Fn::BitOr: v[i] = bitwise_or(a(0), a(1)); break;
+      case Fn::BitXor: v[i] = bitwise_xor(a(0), a(1)); break;
+      case Fn::Shl: v[i] = bitwise_left_shift(a(0), a(1)); break;
+      case Fn::Shr: v[i] = bitwise_right_shift(a(0), a(1)); break;
+      case Fn::Rotl: v[i] = rotl(a(0), a(1)); break;
+      case Fn::Rotr: v[i] = rotr(a(0), a(1)); break;
       case Fn::Select: v[i] = where(a(0), a(1), a(2)); break;
     }
   }
@@ -179,6 +187,10 @@ Tensor apply_entry(const ElementwiseEntry& e, std::shared_ptr<const void> keep, 
     case DTypeRule::Logical:
       out = common = DType::Bool;
       std::fill(dtypes.begin(), dtypes.end(), DType::Bool);
+      break;
+    case DTypeRule::Integer:
+      check(is_integral(common) || common == DType::Bool, name, loc, "takes integer or bool tensors, got ",
+            dtype_name(common));
       break;
     case DTypeRule::Select: {
       const Operand& c = operands[0];

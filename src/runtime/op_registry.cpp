@@ -44,7 +44,11 @@ const OpSupport& OpCoverage::support(OpId op) const { return ops_.at(static_cast
 void OpCoverage::set(OpId op, OpSupport support) { ops_.at(static_cast<size_t>(op)) = std::move(support); }
 
 void OpCoverage::set_elementwise(DTypeFamilies dtypes, std::string note) {
-  for (const ElementwiseEntry& e : elementwise_table()) set(e.op, OpSupport{OpSupport::Status::Runs, dtypes, note});
+  for (const ElementwiseEntry& e : elementwise_table()) {
+    // The Integer rule's ops (bitwise, shifts, rotations) take integers and bools only.
+    const DTypeFamilies families = e.rule == DTypeRule::Integer ? static_cast<DTypeFamilies>(dtypes & kIntDType) : dtypes;
+    set(e.op, OpSupport{OpSupport::Status::Runs, families, note});
+  }
 }
 
 // A Cast becomes part of a Map kernel and a ToDevice a copy on every device; Buffer and Const

@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
+
+#include "alk/kernel_spec.h"
 
 #include "expr/emit.h"
 #include "expr/wgsl_f16.h"
@@ -146,6 +149,52 @@ std::string in_decls(const std::vector<TView>& in) {
 }
 
 // ---- the op families ----
+
+// A user kernel's WGSL body inside alk's bindings and entry point (alk/kernel_spec.h): the
+// tensors from their binding's start, the sizes, attributes and count as params words.
+TemplatePlan user_kernel(const Kernel& k, const std::vector<TView>& in, const TView& out) {
+  const auto& p = std::get<UserKernelParams>(k.node.params);
+  const KernelSpec& spec = *p.spec;
+  std::vector<const TView*> tensors;
+  for (const TView& v : in) tensors.push_back(&v);
+  tensors.push_back(&out);
+  std::vector<int> ranks;
+  Pass pass;
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    const TView& v = *tensors[j];
+    if (v.dtype != DType::F32 && v.dtype != DType::I32)
+      fail("user kernel " + spec.name, k.node.loc, "webgpu export: WGSL bodies take f32 and i32 tensors, not ",
+           dtype_name(v.dtype));
+    if (v.offset != 0 || v.strides != contiguous(v.shape))
+      fail("user kernel " + spec.name, k.node.loc, "webgpu export: a tensor that does not start its buffer (a view)");
+    ranks.push_back(static_cast<int>(v.shape.size()));
+    pass.slots.push_back({j + 1 == tensors.size() ? Slot::Output : Slot::Input, j + 1 == tensors.size() ? 0 : static_cast<int>(j)});
+    (void)u(numel(v.shape));  // checks the size fits 32 bits
+    pass.params.push_back(static_cast<uint32_t>(numel(v.shape)));
+    for (int64_t d : v.shape) pass.params.push_back(static_cast<uint32_t>(d));
+  }
+  for (size_t j = 0; j < spec.attrs.size(); ++j) {
+    if (spec.attrs[j].dtype == DType::F32) {
+      const float f = static_cast<float>(p.attrs[j]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      pass.params.push_back(bits);
+    } else if (spec.attrs[j].dtype == DType::I32) {
+      pass.params.push_back(static_cast<uint32_t>(static_cast<int32_t>(p.attrs[j])));
+    } else {
+      fail("user kernel " + spec.name, k.node.loc, "webgpu export: attribute ", spec.attrs[j].name,
+           ": WGSL bodies take f32 and i32 attributes");
+    }
+  }
+  (void)u(p.invocations);
+  pass.params.push_back(static_cast<uint32_t>(p.invocations));
+  pass.source = user_kernel_source(spec, KernelTarget::Wgsl, ranks);
+  const int64_t wg = spec.workgroup_size;
+  pass.groups = {static_cast<uint32_t>(std::clamp<int64_t>((p.invocations + wg - 1) / wg, 1, 65535)), 1, 1};
+  TemplatePlan plan;
+  plan.passes.push_back(std::move(pass));
+  return plan;
+}
 
 TemplatePlan matmul(const Kernel& k, const std::vector<TView>& in, const TView& out) {
   const TView &a = in[0], &b = in[1];
@@ -855,6 +904,7 @@ constexpr const char* kNarrowed = "f64 runs as f32, i64 as i32";
   ops.add(OpId::Random, kFloatDTypes | kIntDType, [](const Kernel& k, const std::vector<TView>&, const TView& out) {
     return random(k, out);
   }, kNarrowed);
+  ops.add(OpId::UserKernel, kF32DType | kIntDType, user_kernel, "the WGSL body; f32 and i32 tensors");
   ops.refuse(OpId::HostCall, "a host function cannot run inside an exported bundle");
   ops.refuse(OpId::CrossEntropy, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");
   ops.refuse(OpId::CrossEntropyBackward, "no WGSL kernel: exported steps trace cross_entropy as log_softmax and gather");

@@ -41,6 +41,10 @@
 //                     over a million values
 //   Decode            kv_cache_write, decode_attention (grouped-query, per-slot lengths),
 //                     sample_tokens where it is a pure function of the logits
+//   UserKernels       kernels from source text (alk/user_kernel.h): an f32 body with an attribute
+//                     over a grid of one invocation per element, an i32 body with rotations and
+//                     its own count rule (each invocation writes a row); the device's body
+//                     against the C++ body on the CPU
 //   CompiledGptSteps  a 2-layer GPT-2 and LLaMA-layout model, 20 compiled AdamW steps each: the
 //                     device's losses are the CPU's
 //   EveryTemplateOpHasAFamily  the ALK_TEMPLATE_OPS list (op_table.h) against the families above,
@@ -98,6 +102,7 @@
 #include "alk/generate.h"
 #include "alk/kernel.h"
 #include "alk/op_table.h"
+#include "alk/user_kernel.h"
 #include "required.h"
 #include "testing.h"
 // In alk_tests the suite also checks what only internals show (the scheduler's kernel count,
@@ -476,6 +481,7 @@ TEST(DeviceParity, ElementwiseTable) {
       const int ran_before = tally.ran;
       const bool transcendental = has_transcendental(e.forward);
       for (DType t : kAllDTypes) {
+        if (e.rule == DTypeRule::Integer && is_floating(t)) continue;  // bitwise ops refuse floats (tests/ops)
         if (!device_declares(*dev, t)) {
           tally.undeclared.push_back(std::string(e.name) + " " + std::string(dtype_name(t)));
           continue;
@@ -1462,6 +1468,7 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
       "HostCall",  // no device math: a host function (src/dist's bucket hand-off) that the CPU and CUDA
                    // run and Vulkan declines (DeviceParity.HostCallRunsOnlyWhereItsFunctionCan); tests/dist runs it
       "KvCacheWrite", "DecodeAttention", "SampleTokens",  // Decode
+      "UserKernel",                                       // UserKernels
   };
   std::vector<std::string> all;
 #define ALK_X(name, differentiable, writes_over_input0) all.push_back(#name);
@@ -1469,6 +1476,68 @@ TEST(DeviceParity, EveryTemplateOpHasAFamily) {
 #undef ALK_X
   for (const std::string& op : all) EXPECT_TRUE(covered.count(op)) << op << " has no device parity case";
   EXPECT_EQ(covered.size(), all.size()) << "the covered list names an op the table no longer has";
+}
+
+// The same spec's bodies on each device against the C++ body on the CPU.
+const UserKernel& parity_axpy() {
+  static const UserKernel k = [] {
+    KernelSpec s;
+    s.name = "parity_axpy";
+    s.inputs = {{"x", DType::F32}, {"y", DType::F32}};
+    s.output = {"res", DType::F32};
+    s.attrs = {{"a", DType::F32}};
+    const char* body = "res[i] = a * x[i] + y[i];";
+    s.body[int(KernelTarget::Cpp)] = s.body[int(KernelTarget::Cuda)] = s.body[int(KernelTarget::Glsl)] = body;
+    s.body[int(KernelTarget::Wgsl)] = body;
+    return UserKernel(std::move(s));
+  }();
+  return k;
+}
+
+// Rows of 32-bit mixing: row r of out gets, for each column c, rotl(x[r, c] ^ r, c % 32) + k.
+const UserKernel& parity_rows() {
+  static const UserKernel k = [] {
+    KernelSpec s;
+    s.name = "parity_rows";
+    s.inputs = {{"x", DType::I32, 2}};
+    s.output = {"res", DType::I32, 2};
+    s.attrs = {{"k", DType::I32}};
+    s.invocations = [](std::span<const Shape> in, std::span<const double>) { return in[0][0]; };
+    s.workgroup_size = 32;
+    s.body[int(KernelTarget::Cpp)] = s.body[int(KernelTarget::Cuda)] = R"(
+for (int64_t c = 0; c < x_size1; ++c) {
+  const uint32_t v = static_cast<uint32_t>(x[i * x_size1 + c]) ^ static_cast<uint32_t>(i);
+  const int n = static_cast<int>(c % 32);
+  res[i * res_size1 + c] = static_cast<int32_t>(((v << n) | (v >> ((32 - n) % 32))) + static_cast<uint32_t>(k));
+})";
+    s.body[int(KernelTarget::Glsl)] = R"(
+for (uint c = 0u; c < x_size1; ++c) {
+  uint v = uint(x[i * x_size1 + c]) ^ i;
+  uint n = c % 32u;
+  res[i * res_size1 + c] = int(((v << n) | (v >> ((32u - n) % 32u))) + uint(k));
+})";
+    return UserKernel(std::move(s));
+  }();
+  return k;
+}
+
+TEST(DeviceParity, UserKernels) {
+  ALK_PARITY_DEVICES_OR_SKIP(devs);
+  std::mt19937 rng(13);
+  using V = std::vector<Tensor>;
+  std::vector<int32_t> bits(37 * 70);
+  for (int32_t& b : bits) b = static_cast<int32_t>(rng());
+  const Tensor words = tensor(bits, {37, 70});
+  words.realize();
+  std::vector<Case> cases = {
+      {"axpy over 3001 elements", {randt({3001}, rng), randt({3001}, rng)}, {},
+       [](const V& v) { return parity_axpy()({v[0], v[1]}, {1.5}); }, {DType::F32}},
+      {"axpy of a transposed view (copied contiguous)", {randt({5, 7}, rng), randt({7, 5}, rng)}, {},
+       [](const V& v) { return parity_axpy()({v[0].t(), v[1]}, {-2.0}); }, {DType::F32}},
+      {"32-bit rows, one invocation a row", {words}, {},
+       [](const V& v) { return parity_rows()({v[0]}, {-7}); }, {DType::F32}},
+  };
+  run_cases("user kernels", devs, cases);
 }
 
 // HostCall runs a host function over the device's own pointers: the CPU and CUDA run it

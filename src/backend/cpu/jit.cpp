@@ -79,6 +79,7 @@ const char* compiler() {
 std::vector<std::string> flags(Isa isa) {
   std::vector<std::string> f{"-x", "c++", "-std=c++20", "-O3", "-w", "-fPIC", "-shared", "-fno-builtin",
                              "-ffp-contract=off", "-fno-math-errno", "-fno-exceptions", "-fno-rtti"};
+  if (isa == Isa::Generic) return f;  // a user kernel's code on a machine without AVX2
   if (isa == Isa::Avx512)
     for (const char* m : {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mprefer-vector-width=512"})
       f.emplace_back(m);
@@ -254,7 +255,8 @@ class Jit {
       fail(err.what());
       return;
     }
-    entry.fn.store(compile(src, entry.isa, e.nodes.size()), std::memory_order_release);
+    entry.fn.store(reinterpret_cast<BlockFn>(compile(src, entry.isa, e.nodes.size(), "alk_block", nullptr)),
+                   std::memory_order_release);
   }
 
  public:
@@ -263,7 +265,9 @@ class Jit {
   // verified format) holds the full source and command it was built from, written once the
   // object is in place: a file-name collision or an object without its entry (a crash, an
   // older alk) costs a recompile, never a wrong kernel.
-  BlockFn compile(const std::string& src, Isa isa, size_t nodes) {
+  // `symbol`: the function to return. With `error_log`, a failed compile leaves the compiler's
+  // output there (a user kernel's error) instead of being reported once on stderr.
+  void* compile(const std::string& src, Isa isa, size_t nodes, const char* symbol, std::string* error_log) {
     std::vector<std::string> args{compiler()};
     for (std::string& f : flags(isa)) args.push_back(std::move(f));
     std::string key = src;
@@ -273,7 +277,7 @@ class Jit {
     const std::string so = cache_dir() + "/" + name + ".so", key_entry = cache_dir() + "/" + name + ".key";
     const auto t0 = std::chrono::steady_clock::now();
     if (read_cache_entry(key_entry, kMagic, key) && ::access(so.c_str(), R_OK) == 0) {
-      if (BlockFn fn = load(so)) {
+      if (void* fn = load(so, symbol)) {
         count(&Stats::from_disk);
         if (debug()) std::fprintf(stderr, "alk jit: %s loaded from the cache (%zu nodes)\n", so.c_str(), nodes);
         return fn;
@@ -298,6 +302,15 @@ class Jit {
     args.push_back("-lmvec");
     args.push_back("-lm");
     if (!run_compiler(args, log)) {
+      if (error_log) {
+        std::ifstream in(log, std::ios::binary);
+        error_log->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (error_log->empty()) *error_log = std::string("the compiler (") + compiler() + ") could not be run";
+        std::remove(cpp.c_str());
+        std::remove(log.c_str());
+        count(&Stats::failed);
+        return nullptr;
+      }
       fail(std::string("the compiler (") + compiler() + ") failed on " + cpp + "; its output: " + log);
       return nullptr;
     }
@@ -306,7 +319,7 @@ class Jit {
     else
       std::remove(cpp.c_str());
     std::remove(log.c_str());
-    BlockFn fn = std::rename(tmp.c_str(), so.c_str()) == 0 ? load(so) : nullptr;
+    void* fn = std::rename(tmp.c_str(), so.c_str()) == 0 ? load(so, symbol) : nullptr;
     if (!fn) {
       std::remove(tmp.c_str());
       fail("cannot load " + so);
@@ -321,9 +334,9 @@ class Jit {
   }
 
  private:
-  static BlockFn load(const std::string& so) {
+  static void* load(const std::string& so, const char* symbol) {
     void* handle = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept open: the code runs until exit
-    return handle ? reinterpret_cast<BlockFn>(::dlsym(handle, "alk_block")) : nullptr;
+    return handle ? ::dlsym(handle, symbol) : nullptr;
   }
 
   void fail(const std::string& why) {
@@ -364,7 +377,14 @@ BlockFn block_body(const expr::Expr& e, const std::vector<bool>& uniform, int64_
 }
 
 BlockFn compile(const std::string& source, Isa isa) {
-  return isa == Isa::Generic ? nullptr : Jit::get().compile(source, isa, 0);
+  return isa == Isa::Generic ? nullptr : reinterpret_cast<BlockFn>(Jit::get().compile(source, isa, 0, "alk_block", nullptr));
+}
+
+void* compile_function(const std::string& source, const char* symbol, Isa isa, std::string& error_log) {
+  error_log.clear();
+  void* fn = Jit::get().compile(source, isa, 0, symbol, &error_log);
+  if (!fn && error_log.empty()) error_log = "the compiled object has no function " + std::string(symbol);
+  return fn;
 }
 
 Stats stats() { return Jit::get().stats(); }

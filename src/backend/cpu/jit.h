@@ -51,6 +51,11 @@ BlockFn block_body(const expr::Expr& e, const std::vector<bool>& uniform, int64_
 // error, the generic ISA). Counted in stats().
 BlockFn compile(const std::string& source, Isa isa);
 
+// Any C++ text built with the same compiler, flags (for isa; generic: no -m flags) and disk
+// cache: the address of `symbol`, or nullptr with the compiler's output in error_log. What
+// the CPU runs a user kernel's C++ body with (alk/kernel_spec.h).
+void* compile_function(const std::string& source, const char* symbol, Isa isa, std::string& error_log);
+
 struct Stats {
   int64_t compiled = 0;   // built by the compiler in this process
   int64_t from_disk = 0;  // found already built in the cache directory

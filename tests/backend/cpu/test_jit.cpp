@@ -96,7 +96,8 @@ TEST(Jit, EveryTableOpMatchesTheInterpreterBitForBit) {
   const jit::Stats before = jit::stats();
   for (const ElementwiseEntry& e : elementwise_table()) {
     for (DType dtype : {DType::F32, DType::F64, DType::I64, DType::Bool}) {
-      if (dtype == DType::Bool && e.rule != DTypeRule::Logical) continue;
+      if (dtype == DType::Bool && e.rule != DTypeRule::Logical && e.rule != DTypeRule::Integer) continue;
+      if (is_floating(dtype) && e.rule == DTypeRule::Integer) continue;  // bitwise ops refuse floats
       SCOPED_TRACE(std::string(e.name) + " " + std::string(dtype_name(dtype)));
       expect_same_bits([&] {
         // Operand 0 is [37, 65]; operand 1 a broadcast row; operand 2 a transposed view

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "../../../examples/sha256/sha256_kernel.h"
 #include "alk/alk.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cuda_device.h"
@@ -181,7 +182,8 @@ TEST(CudaCompile, EveryTemplateOpIsRunOrRefused) {
   for (const ElementwiseEntry& e : elementwise_table()) {
     SCOPED_TRACE(std::string(e.name));
     EXPECT_EQ(coverage->support(e.op).status, OpSupport::Status::Runs);
-    EXPECT_EQ(coverage->support(e.op).dtypes, kAllDTypes);
+    // The Integer rule's ops (bitwise, shifts, rotations) take integers and bools only.
+    EXPECT_EQ(coverage->support(e.op).dtypes, e.rule == DTypeRule::Integer ? DTypeFamilies{kIntDType} : kAllDTypes);
   }
 }
 
@@ -402,6 +404,43 @@ TEST(CudaDevices, ProbingWithoutADriverFindsNothingAndSaysWhy) {
     EXPECT_FALSE(p.name.empty());
     EXPECT_GT(p.memory_bytes, 0u);
   }
+}
+
+// The CUDA body of examples/sha256 inside alk's generated entry point (what cuda:N compiles).
+TEST(CudaCompile, Sha256ExampleBodyCompiles) {
+  ALK_NEED_NVRTC();
+  const int ranks[] = {2, 1, 2};
+  const std::string src = user_kernel_source(sha256::kernel().spec(), KernelTarget::Cuda, ranks);
+  std::string cubin;
+  EXPECT_NO_THROW(cubin = compile_cubin(src, "sm_90a")) << src;
+  EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
+}
+
+// NVRTC's message about a user kernel's body, at the body's own line ("name body(LINE)").
+TEST(CudaCompile, UserKernelErrorsPointAtTheBodysLine) {
+  ALK_NEED_NVRTC();
+  KernelSpec s;
+  s.name = "broken_cuda";
+  s.inputs = {{"x", DType::F32}};
+  s.output = {"res", DType::F32};
+  s.body[static_cast<int>(KernelTarget::Cuda)] = "float twice = 2.0f * x[i];\nres[i] = twice + not_declared;\n";
+  const int ranks[] = {1, 1};
+  std::string log;
+  try {
+    compile_cubin(user_kernel_source(s, KernelTarget::Cuda, ranks), "sm_90a");
+  } catch (const Error& e) {
+    log = e.what();
+  }
+  ASSERT_FALSE(log.empty()) << "the broken body compiled";
+  std::string what;
+  try {
+    fail_user_kernel_compile(s, KernelTarget::Cuda, log, Loc::current());
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("CUDA body does not compile"), std::string::npos) << what;
+  EXPECT_NE(what.find("body line 2:"), std::string::npos) << what << "\nNVRTC said:\n" << log;
+  EXPECT_NE(what.find("not_declared"), std::string::npos) << what;
 }
 
 }  // namespace
