@@ -50,6 +50,7 @@ std::string dtype_rule_text(DTypeRule r) {
     case DTypeRule::Compare: return "operands promoted together; the result is bool";
     case DTypeRule::Logical: return "operands as bool; the result is bool";
     case DTypeRule::Select: return "the first operand bool, the others promoted together";
+    case DTypeRule::Integer: return "integer or bool operands promoted together; the result has that dtype";
   }
   return "";
 }
@@ -89,11 +90,14 @@ std::vector<OpSpec> template_op_specs() {
   const std::pair<const char*, Reduction> reductions[] = {
       {"sum", &alk::sum}, {"mean", &alk::mean}, {"max", &alk::max}, {"min", &alk::min}, {"prod", &alk::prod},
       {"logsumexp", &alk::logsumexp}};
-  for (const auto& [name, fn] : reductions)
+  for (const auto& reduction : reductions) {
+    const char* name = reduction.first;  // (clang 14 cannot capture a structured binding)
+    const Reduction fn = reduction.second;
     add(name, OpId::Reduce, {tensor_in("x")}, {axes, keepdim}, std::string(name) + " over axes",
         [fn](const std::vector<Tensor>& in, const Value& a, Loc loc) {
           return fn(in[0], ints_attr(a, "axes"), bool_attr(a, "keepdim"), loc);
         });
+  }
   for (bool is_max : {true, false})
     add(is_max ? "argmax" : "argmin", OpId::ArgReduce, {tensor_in("x")},
         {with_default("dim", "integer", Value(), "the dim (none: over the flattened tensor)"), keepdim},
@@ -213,7 +217,9 @@ bool dtype_fits(const std::string& family, DType t) {
 Value checked_attributes(const OpSpec& spec, std::string_view text, Loc loc) {
   Value given = text.empty() ? Value(json::Object{}) : json::parse(text, 8, loc);
   check(given.is_object(), spec.name, loc, "attributes must be a JSON object, got ", json::dump(given));
-  for (const auto& [key, v] : given.as_object()) {
+  for (const auto& entry : given.as_object()) {
+    const std::string& key = entry.first;  // (not a structured binding: clang 14 cannot capture one)
+    const Value& v = entry.second;
     const auto it = std::find_if(spec.attributes.begin(), spec.attributes.end(), [&](auto& a) { return a.name == key; });
     if (it == spec.attributes.end()) {
       std::string known;

@@ -6,6 +6,7 @@
 
 #include "alk/device.h"
 #include "alk/expr.h"
+#include "alk/kernel_spec.h"
 
 namespace alk::remote {
 
@@ -160,6 +161,11 @@ void encode_params(const Params& p, ParamsMsg& m) {
           m.set_i0(v.ignore_index);
         } else if constexpr (std::is_same_v<T, HostCallParams>) {
           fail("remote", Loc::current(), "a host function cannot run on a remote device");
+        } else if constexpr (std::is_same_v<T, UserKernelParams>) {
+          // Its C++ body would be compiled and run by the peer's process: code execution on the
+          // server for anyone holding a token. Refused until a peer can opt in.
+          fail("remote", Loc::current(), "the user kernel '", v.spec ? v.spec->name : std::string("?"),
+               "' cannot run on a remote device (the peer would compile and run its source)");
         }
       },
       p);
@@ -198,7 +204,7 @@ Params decode_params(const ParamsMsg& m) {
   }
 }
 
-static_assert(std::variant_size_v<Params> == 16, "a new params struct needs its field mapping in remote/wire.cpp");
+static_assert(std::variant_size_v<Params> == 17, "a new params struct needs its field mapping in remote/wire.cpp");
 
 }  // namespace
 
@@ -245,6 +251,8 @@ Kernel decode_kernel(const KernelMsg& m, const BufferOf& buffer_of) {
   Kernel k;
   k.op = static_cast<OpId>(m.op());
   if (k.op == OpId::HostCall) malformed("a host function (they do not run remotely)");
+  if (k.op == OpId::UserKernel || m.node_op() == static_cast<uint32_t>(OpId::UserKernel))
+    malformed("a user kernel (their source does not run on a peer)");
   k.node.op = static_cast<OpId>(m.node_op());
   const int inputs = m.inputs_size(), epilogue_slots = m.epilogue_inputs_size() + 1;
   k.node.params = decode_params(m.params());
