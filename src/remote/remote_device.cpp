@@ -373,6 +373,7 @@ void RemoteDevice::synchronize() {
 bool RemoteDevice::supports(const Kernel& k) const {
   if (k.op == OpId::Map) return true;
   if (k.op == OpId::HostCall) return false;  // a host function of this process cannot run on the peer
+  if (k.op == OpId::UserKernel) return false;  // its source would be compiled and run by the peer (wire.cpp)
   const size_t i = static_cast<size_t>(k.op);
   return i < support_.size() && support_[i].status() == static_cast<uint32_t>(OpSupport::Status::Runs);
 }

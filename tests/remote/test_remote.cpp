@@ -18,6 +18,7 @@
 #include "alk/op_registry.h"
 #include "alk/nn.h"
 #include "alk/optim.h"
+#include "alk/user_kernel.h"
 #include "io/json.h"
 #include "opspecs/op_specs.h"
 #include "remote/client.h"
@@ -436,6 +437,33 @@ TEST(Remote, ErrorsOfThePeerComeBackWithItsMessageAndTheCallersLine) {
   }
   // The device goes on working after the error.
   EXPECT_EQ(on_cpu(x * 2.0), std::vector<float>(12, 2.0f));
+}
+
+// A user kernel's C++ body would be compiled and run by the server's process: a token would
+// be code execution on the peer. The device refuses it (a clear error, nothing sent), and a
+// server refuses a KernelMsg of one that a client sends anyway.
+TEST(Remote, UserKernelsAreRefused) {
+  Server server(two_token_options());
+  auto dev = connect(server);
+  KernelSpec spec;
+  spec.name = "remote_axpy";
+  spec.inputs = {{"x", DType::F32}};
+  spec.output = {"res", DType::F32};
+  spec.body[int(KernelTarget::Cpp)] = "res[i] = 2 * x[i];";
+  const UserKernel k(std::move(spec));
+  EXPECT_EQ(on_cpu(k({ones({5})}, {})), std::vector<float>(5, 2.0f));  // runs on the CPU
+  const Tensor x = ones({5}).to(*dev);
+  try {
+    (void)k({x}, {}).to_vector<float>();
+    ADD_FAILURE() << "a user kernel ran on a remote device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("remote"), std::string::npos) << e.what();
+  }
+  KernelMsg m;
+  m.set_op(static_cast<uint32_t>(OpId::UserKernel));
+  m.set_node_op(static_cast<uint32_t>(OpId::UserKernel));
+  EXPECT_THROW(decode_kernel(m, [](uint64_t) { return std::shared_ptr<Buffer>(); }), Error);
+  EXPECT_EQ(on_cpu(x * 3.0), std::vector<float>(5, 3.0f));  // the device goes on working
 }
 
 TEST(Remote, APeerThatGoesAwayGivesAnErrorWithinTheTimeoutNotAHang) {
