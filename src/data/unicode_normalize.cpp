@@ -23,7 +23,9 @@ struct Decomposition {
 struct Composition {
   char32_t first, second, composite;
 };
-#include "data/unicode_normalization.inc"
+#include "data/unicode_combining_classes.inc"
+#include "data/unicode_compositions.inc"
+#include "data/unicode_decompositions.inc"
 
 // Hangul syllables: S = SBase + (L * VCount + V) * TCount + T (The Unicode Standard, 3.12).
 constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
